@@ -1,0 +1,133 @@
+"""tasks-core: models, errors, the ``TaskStore`` protocol, authority and the plugin registry.
+
+The public API is what ``__all__`` lists; modules starting with ``_`` are private.
+"""
+
+from __future__ import annotations
+
+from tasks_core._registry import available_stores, find_store, open_store
+from tasks_core.authority import (
+    Access,
+    Authority,
+    Owner,
+    System,
+    owner_of,
+    random_task_id,
+    require_authority,
+    scoped_task_key,
+)
+from tasks_core.clock import Clock, ManualClock, SystemClock
+from tasks_core.errors import (
+    AuthorizationError,
+    CapabilityNotSupported,
+    CapacityExceeded,
+    Deferred,
+    EventIdReused,
+    InvalidInput,
+    LeaseLost,
+    PluginConflict,
+    RevisionConflict,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+    TasksError,
+    TaskTimeout,
+    Unavailable,
+    UnknownStore,
+)
+from tasks_core.events import (
+    Cancelled,
+    Completed,
+    Event,
+    EventRecord,
+    Failed,
+    InputRequested,
+    InputResponsesAccepted,
+    RetryRequested,
+    Transition,
+    WatcherAdded,
+)
+from tasks_core.models import (
+    Claim,
+    ClaimInfo,
+    ErrorInfo,
+    Lease,
+    NewTask,
+    Progress,
+    RetryPolicy,
+    Snapshot,
+    StoreCapabilities,
+    StoreLimits,
+    TaskQuery,
+    TaskStatus,
+    Work,
+)
+from tasks_core.plugins import StoreSpec, hookimpl
+from tasks_core.reasons import CancelReason
+from tasks_core.store import TaskStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Access",
+    "Authority",
+    "AuthorizationError",
+    "CancelReason",
+    "Cancelled",
+    "CapabilityNotSupported",
+    "CapacityExceeded",
+    "Claim",
+    "ClaimInfo",
+    "Clock",
+    "Completed",
+    "Deferred",
+    "ErrorInfo",
+    "Event",
+    "EventIdReused",
+    "EventRecord",
+    "Failed",
+    "InputRequested",
+    "InputResponsesAccepted",
+    "InvalidInput",
+    "Lease",
+    "LeaseLost",
+    "ManualClock",
+    "NewTask",
+    "Owner",
+    "PluginConflict",
+    "Progress",
+    "RetryPolicy",
+    "RetryRequested",
+    "RevisionConflict",
+    "Snapshot",
+    "StoreCapabilities",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreLimits",
+    "StoreSpec",
+    "StoreUnavailable",
+    "System",
+    "SystemClock",
+    "TaskExists",
+    "TaskNotFound",
+    "TaskQuery",
+    "TaskStatus",
+    "TaskStore",
+    "TaskTimeout",
+    "TasksError",
+    "Transition",
+    "Unavailable",
+    "UnknownStore",
+    "WatcherAdded",
+    "Work",
+    "available_stores",
+    "find_store",
+    "hookimpl",
+    "open_store",
+    "owner_of",
+    "random_task_id",
+    "require_authority",
+    "scoped_task_key",
+]

@@ -1,0 +1,55 @@
+"""JSON-safety: every payload the model carries is plain JSON.
+
+Allowed: dicts with string keys, lists, str, int, float (finite), bool, None — nested at
+most ``MAX_DEPTH`` levels. Tuples are refused rather than silently turned into lists so a
+value reads back exactly as it was written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, TypeAlias
+
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+
+MAX_DEPTH = 64
+
+
+def check_json(value: Any, *, what: str = "value") -> Any:
+    """Return ``value`` unchanged if it is JSON-safe.
+
+    Raises:
+        ValueError: naming the first offending path (never quoting the data).
+    """
+    _check(value, what, 0)
+    return value
+
+
+def _check(value: Any, path: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: NaN and infinities are not JSON")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path}: dict keys must be strings")
+            _check(item, f"{path}[{key[:32]!r}]", depth + 1)
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]", depth + 1)
+        return
+    raise ValueError(f"{path}: {type(value).__name__} is not JSON")
+
+
+def json_size(value: Any) -> int:
+    """Bytes of the compact UTF-8 JSON encoding of ``value``."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())

@@ -1,0 +1,193 @@
+"""Who is asking: principals, and the id rules that make (owner, key) -> id injective.
+
+Principals:
+
+- ``Owner(user_id, tenant="default")``: a user of one tenant.
+- ``System(tenant=None)``: the explicit, greppable bypass; ``None`` means every tenant.
+
+Every client call takes one positionally with no default. A bare string is refused.
+
+Ids (``scoped_task_key``):
+
+- ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
+  ``"acme::alice::report_42"`` in tenant ``acme``;
+- ``dedup="global"``: the key verbatim;
+- no key: a random id (:func:`random_task_id`).
+
+User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
+(we refuse it for both dedup modes, see docs/design.md). So an owner id has exactly one
+``::`` in the default tenant, two in any other tenant, and a global key none: no two
+(tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import AfterValidator
+
+from tasks_core._model import Model
+from tasks_core.errors import InvalidInput
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "Access",
+    "Authority",
+    "Owner",
+    "System",
+    "check_key",
+    "check_name",
+    "owner_of",
+    "random_task_id",
+    "require_authority",
+    "scoped_task_key",
+]
+
+DEFAULT_TENANT = "default"
+SEPARATOR = "::"
+MAX_NAME_BYTES = 256
+
+
+def check_name(value: str, *, what: str = "name") -> str:
+    """Validate a user id, tenant or queue name.
+
+    Rules: non-empty, no ``::``, not ending in ``:``, at most 256 UTF-8 bytes, printable.
+
+    Raises:
+        InvalidInput: naming the rule that failed.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string")
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    if SEPARATOR in value:
+        raise InvalidInput(f"{what} must not contain '::'")
+    if value.endswith(":"):
+        raise InvalidInput(f"{what} must not end with ':'")
+    if len(value.encode()) > MAX_NAME_BYTES:
+        raise InvalidInput(f"{what} must be at most {MAX_NAME_BYTES} bytes")
+    if not value.isprintable():
+        raise InvalidInput(f"{what} must be printable")
+    return value
+
+
+def check_key(key: str) -> str:
+    """Validate a task key: non-empty, printable, no ``::``, at most 256 UTF-8 bytes.
+
+    Raises:
+        InvalidInput: naming the rule that failed.
+    """
+    if not isinstance(key, str):
+        raise InvalidInput("key must be a string")
+    if not key:
+        raise InvalidInput("key must not be empty")
+    if SEPARATOR in key:
+        raise InvalidInput("key must not contain '::'")
+    if len(key.encode()) > MAX_NAME_BYTES:
+        raise InvalidInput(f"key must be at most {MAX_NAME_BYTES} bytes")
+    if not key.isprintable():
+        raise InvalidInput("key must be printable")
+    return key
+
+
+def _name(what: str) -> AfterValidator:
+    def validate(value: str) -> str:
+        try:
+            return check_name(value, what=what)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(validate)
+
+
+class Owner(Model):
+    """A user of one tenant. Validated: see :func:`check_name`."""
+
+    user_id: Annotated[str, _name("user_id")]
+    tenant: Annotated[str, _name("tenant")] = DEFAULT_TENANT
+
+    def __init__(self, user_id: str, tenant: str = DEFAULT_TENANT, **extra: object) -> None:
+        super().__init__(user_id=user_id, tenant=tenant, **extra)
+
+    def __str__(self) -> str:
+        return self.user_id if self.tenant == DEFAULT_TENANT else f"{self.tenant}/{self.user_id}"
+
+
+class System(Model):
+    """The explicit bypass: sees and may do everything in ``tenant`` (``None``: every tenant)."""
+
+    tenant: Annotated[str, _name("tenant")] | None = None
+
+    def __init__(self, tenant: str | None = None, **extra: object) -> None:
+        super().__init__(tenant=tenant, **extra)
+
+    def __str__(self) -> str:
+        return "system" if self.tenant is None else f"system/{self.tenant}"
+
+
+Authority: TypeAlias = Owner | System
+
+
+class Access(Model):
+    """Request authority as a store sees it: a principal and the visibility in force.
+
+    Built by core from the caller's authority and its ``Policy``; never defaulted.
+    """
+
+    principal: Owner | System
+    visibility: Literal["watchers", "tenant"]
+
+
+def require_authority(authority: object) -> Authority:
+    """Return ``authority`` if it is an :class:`Owner` or :class:`System`.
+
+    Raises:
+        TypeError: for anything else — a bare string above all.
+    """
+    if isinstance(authority, (Owner, System)):
+        return authority
+    raise TypeError(
+        f"authority must be Owner(...) or System(...), not {type(authority).__name__}"
+    )
+
+
+def scoped_task_key(key: str, owner: Owner | None, *, dedup: str = "owner") -> str:
+    """Build the task id of ``key`` submitted by ``owner``.
+
+    Args:
+        key: the caller's key.
+        owner: the submitter; ``None`` (System) only with ``dedup="global"``.
+        dedup: ``"owner"`` (scoped to owner and tenant) or ``"global"`` (verbatim).
+
+    Raises:
+        InvalidInput: bad key, unknown dedup, or owner dedup without an owner.
+    """
+    check_key(key)
+    if dedup == "global":
+        return key
+    if dedup != "owner":
+        raise InvalidInput("dedup must be 'owner' or 'global'")
+    if owner is None:
+        raise InvalidInput("dedup='owner' needs an Owner; use dedup='global' for System")
+    if owner.tenant == DEFAULT_TENANT:
+        return f"{owner.user_id}{SEPARATOR}{key}"
+    return f"{owner.tenant}{SEPARATOR}{owner.user_id}{SEPARATOR}{key}"
+
+
+def owner_of(task_id: str) -> Owner | None:
+    """Read the owner back from an owner-scoped id; ``None`` for global or random ids."""
+    parts = task_id.split(SEPARATOR, 2)
+    try:
+        if len(parts) == 2:
+            return Owner(parts[0])
+        if len(parts) == 3:
+            return Owner(parts[1], tenant=parts[0])
+    except InvalidInput:
+        return None
+    return None
+
+
+def random_task_id() -> str:
+    """A fresh random task id (128 bits; never contains ``::``)."""
+    return secrets.token_hex(16)

@@ -1,0 +1,163 @@
+"""The one error tree of tasks. Every refusal anywhere in the project is one of these.
+
+::
+
+    TasksError
+    ├── TaskNotFound            (LookupError)  unknown, other tenant, expired, or invisible
+    ├── TaskExists                             create() on an id that is taken; carries .current
+    ├── RevisionConflict                       expected revision is stale; carries .current
+    ├── EventIdReused                          same event id, different content
+    ├── LeaseLost                              lease stale, expired, fenced or forged
+    ├── Unavailable                            claim refused: terminal, waiting or leased
+    ├── Deferred                               claim refused: retry not due; carries .seconds
+    ├── CapacityExceeded                       a limit is reached; carries .limit, .retryable
+    ├── AuthorizationError      (PermissionError)
+    ├── InvalidInput            (ValueError)   bad argument; nothing was written
+    │   └── UnknownStore        (LookupError)  no installed plugin serves that URL or name
+    ├── TaskTimeout                            a run exceeded its timeout
+    ├── CapabilityNotSupported                 optional feature the store does not offer
+    └── StoreError                             the storage itself failed
+        ├── StoreUnavailable                   transient: connection lost, busy, timed out
+        ├── StoreCorrupt                       a persisted record fails validation
+        └── PluginConflict                     two distributions claim one store name
+
+Each class docstring is its default message. Raise with a message only when the message
+adds something the default does not say.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tasks_core.models import Snapshot
+
+__all__ = [
+    "AuthorizationError",
+    "CapabilityNotSupported",
+    "CapacityExceeded",
+    "Deferred",
+    "EventIdReused",
+    "InvalidInput",
+    "LeaseLost",
+    "PluginConflict",
+    "RevisionConflict",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
+    "TaskExists",
+    "TaskNotFound",
+    "TaskTimeout",
+    "TasksError",
+    "Unavailable",
+    "UnknownStore",
+]
+
+
+class TasksError(Exception):
+    """A tasks operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message if message is not None else _default_message(type(self)))
+
+
+def _default_message(cls: type[BaseException]) -> str:
+    return (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+
+
+class TaskNotFound(TasksError, LookupError):
+    """Task not found."""
+
+    def __init__(self, task_id: str, message: str | None = None) -> None:
+        # The message is the same for unknown, foreign, expired and invisible tasks:
+        # it must never tell them apart (no existence oracle).
+        super().__init__(message or f"Task not found: {task_id!r}")
+        self.task_id = task_id
+
+
+class TaskExists(TasksError):
+    """A task with this id already exists."""
+
+    def __init__(self, current: Snapshot) -> None:
+        super().__init__(f"A task with this id already exists: {current.id!r}")
+        self.current = current
+
+
+class RevisionConflict(TasksError):
+    """The task changed since the expected revision."""
+
+    def __init__(self, current: Snapshot, expected: int | None = None) -> None:
+        detail = f" (expected {expected}, current {current.revision})" if expected is not None else ""
+        super().__init__(f"The task changed since the expected revision{detail}")
+        self.current = current
+        self.expected = expected
+
+
+class EventIdReused(TasksError):
+    """This event id was already applied to the task with different content."""
+
+
+class LeaseLost(TasksError):
+    """The lease is stale, expired, or was never issued for this task."""
+
+
+class Unavailable(TasksError):
+    """The task cannot be claimed or changed in its current state."""
+
+
+class Deferred(TasksError):
+    """The task is scheduled for a retry that is not due yet."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"The task is scheduled for a retry in {seconds:.3f}s")
+        self.seconds = seconds
+
+
+class CapacityExceeded(TasksError):
+    """A capacity limit is reached; nothing was stored."""
+
+    def __init__(self, limit: str, *, retryable: bool = True) -> None:
+        super().__init__(f"Capacity limit reached: {limit}; nothing was stored")
+        self.limit = limit
+        self.retryable = retryable
+
+
+class AuthorizationError(TasksError, PermissionError):
+    """Not authorized for this action."""
+
+
+class InvalidInput(TasksError, ValueError):
+    """Invalid input; nothing was written."""
+
+
+class UnknownStore(InvalidInput, LookupError):
+    """No installed store plugin serves this URL or name."""
+
+
+class TaskTimeout(TasksError):
+    """The task exceeded its timeout."""
+
+
+class CapabilityNotSupported(TasksError):
+    """This store does not support the requested feature."""
+
+
+class StoreError(TasksError):
+    """The store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store is unavailable right now (transient); retry later."""
+
+
+class StoreCorrupt(StoreError):
+    """A persisted record failed validation."""
+
+    def __init__(self, task_id: str) -> None:
+        # Never quote stored text: it may be attacker-controlled or secret.
+        super().__init__(f"The stored record of task {task_id!r} failed validation")
+        self.task_id = task_id
+
+
+class PluginConflict(StoreError):
+    """Two installed distributions claim the same store name."""

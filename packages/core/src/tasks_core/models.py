@@ -1,0 +1,326 @@
+"""The data model: what a store keeps and what crosses the store boundary.
+
+Every model is frozen and JSON round-trippable (``model_dump(mode="json")`` then
+``model_validate``). Payloads (``input``, ``result``, requests and answers) are plain
+JSON, checked by :func:`tasks_core._json.check_json`. Persisted enum values are strings
+and are never renamed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+
+from tasks_core._json import check_json
+from tasks_core._model import Model
+from tasks_core.authority import Owner, check_key, check_name
+from tasks_core.clock import utc
+from tasks_core.errors import InvalidInput
+from tasks_core.reasons import CancelReason
+
+__all__ = [
+    "JSONValue",
+    "Claim",
+    "ClaimInfo",
+    "ErrorInfo",
+    "Lease",
+    "NewTask",
+    "Progress",
+    "RetryPolicy",
+    "Snapshot",
+    "StoreCapabilities",
+    "StoreLimits",
+    "TaskQuery",
+    "TaskStatus",
+    "Work",
+]
+
+MAX_MESSAGE_CHARS = 2048
+MAX_ID_BYTES = 1024
+
+
+def _json(value: Any) -> Any:
+    return check_json(value)
+
+
+JSONValue = Annotated[Any, AfterValidator(_json)]
+"""A JSON-safe value (see :mod:`tasks_core._json`)."""
+
+
+def _cap(limit: int) -> BeforeValidator:
+    def cut(value: Any) -> Any:
+        return value[:limit] if isinstance(value, str) else value
+
+    return BeforeValidator(cut)
+
+
+def _named(what: str) -> AfterValidator:
+    def validate(value: str) -> str:
+        try:
+            return check_name(value, what=what)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(validate)
+
+
+def _task_id(value: str) -> str:
+    if not value or len(value.encode()) > MAX_ID_BYTES or not value.isprintable():
+        raise ValueError(f"task id must be 1..{MAX_ID_BYTES} printable bytes")
+    return value
+
+
+def _key(value: str) -> str:
+    try:
+        return check_key(value)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+
+
+Message = Annotated[str, _cap(MAX_MESSAGE_CHARS)]
+"""Stored text, truncated to 2048 characters (after the policy's redactor)."""
+Name = Annotated[str, _named("name")]
+QueueName = Annotated[str, _named("queue")]
+TaskId = Annotated[str, AfterValidator(_task_id)]
+Key = Annotated[str, AfterValidator(_key)]
+Instant = Annotated[datetime, AfterValidator(utc)]
+
+
+class TaskStatus(StrEnum):
+    """Where a task stands (persisted values: never rename).
+
+    ``pending`` and ``running`` are derived: a non-terminal, non-waiting task with a live
+    lease is ``running``.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING_INPUT = "waiting_input"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether no event can change the task any more."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+class RetryPolicy(Model):
+    """How many attempts a task gets and how long to wait between them.
+
+    ``attempts`` counts every run, the first included: ``attempts=1`` never retries.
+    The n-th retry (n >= 1) waits ``delay_s`` (fixed) or ``min(delay_s * 2**(n-1), cap_s)``
+    (exponential).
+    """
+
+    kind: Literal["none", "fixed", "exponential"] = "none"
+    attempts: int = Field(default=1, ge=1, le=10_000)
+    delay_s: float = Field(default=0.0, ge=0, le=366 * 86400)
+    cap_s: float | None = Field(default=None, ge=0, le=366 * 86400)
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """Never retry."""
+        return cls()
+
+    @classmethod
+    def fixed(cls, delay: float, *, attempts: int) -> RetryPolicy:
+        """Retry after the same ``delay`` seconds, up to ``attempts`` runs in all."""
+        return cls(kind="fixed", attempts=attempts, delay_s=delay)
+
+    @classmethod
+    def exponential(cls, base: float, *, attempts: int, cap: float | None = None) -> RetryPolicy:
+        """Retry after ``base``, ``2*base``, ``4*base``… seconds (at most ``cap``)."""
+        return cls(kind="exponential", attempts=attempts, delay_s=base, cap_s=cap)
+
+    def allows_retry(self, retry_count: int) -> bool:
+        """Whether a run that has already been retried ``retry_count`` times may retry again."""
+        return self.kind != "none" and retry_count + 1 < self.attempts
+
+    def delay_for(self, retry_number: int) -> timedelta:
+        """The wait before retry number ``retry_number`` (1-based), whole milliseconds."""
+        if self.kind == "exponential":
+            seconds = self.delay_s * 2 ** min(retry_number - 1, 64)
+            if self.cap_s is not None:
+                seconds = min(seconds, self.cap_s)
+        elif self.kind == "fixed":
+            seconds = self.delay_s
+        else:
+            seconds = 0.0
+        return timedelta(milliseconds=round(min(seconds, 366 * 86400) * 1000))
+
+
+class Work(Model):
+    """What to run: serializable, so any process can run it after a restart."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    input: JSONValue = None
+    idempotency_key: str | None = Field(default=None, max_length=512)
+    retry_policy: RetryPolicy = RetryPolicy()
+    timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    max_deliveries: int = Field(default=25, ge=1, le=100_000)
+
+
+class ErrorInfo(Model):
+    """A stored failure: the error type name and its (redacted, capped) message."""
+
+    type: Annotated[str, _cap(256)]
+    message: Message
+
+
+class Progress(Model):
+    """Progress of the current run, written by the lease holder; not revisioned."""
+
+    value: float = Field(ge=0, le=100, allow_inf_nan=False)
+    message: Annotated[str | None, _cap(1024)] = None
+
+
+class ClaimInfo(Model):
+    """The visible part of the current (or last) lease. The token never leaves the store."""
+
+    worker_id: str
+    generation: int
+    expires_at: Instant
+
+
+class Lease(Model):
+    """The right to run one task: valid while token, generation and worker match exactly
+    and, by the store clock, ``expires_at`` has not passed."""
+
+    task_id: TaskId
+    worker_id: Annotated[str, Field(min_length=1, max_length=256)]
+    token: Annotated[str, Field(min_length=1, max_length=256)]
+    generation: int = Field(ge=1)
+    expires_at: Instant
+
+
+class Snapshot(Model):
+    """The task aggregate: the unit of compare-and-set (see DESIGN.md §2)."""
+
+    id: TaskId
+    tenant: Name
+    owner: Owner | None
+    watchers: tuple[Owner, ...] = ()
+    queue: QueueName = "default"
+    work: Work
+    status: TaskStatus = TaskStatus.PENDING
+    revision: int = Field(default=0, ge=0)
+    run_id: str
+    progress: Progress | None = None
+    result: JSONValue = None
+    error: ErrorInfo | None = None
+    cancel_reason: CancelReason | None = None
+    retry_count: int = Field(default=0, ge=0)
+    retry_at: Instant | None = None
+    last_failure: ErrorInfo | None = None
+    deliveries: int = Field(default=0, ge=0)
+    input_requests: dict[str, JSONValue] = Field(default_factory=dict)
+    input_history: tuple[str, ...] = ()
+    accepted_input_responses: dict[str, JSONValue] = Field(default_factory=dict)
+    claim: ClaimInfo | None = None
+    lease_generation: int = Field(default=0, ge=0)
+    ttl_s: float | None = None
+    retention_s: float | None = None
+    created_at: Instant
+    updated_at: Instant
+    started_at: Instant | None = None
+    finished_at: Instant | None = None
+    expires_at: Instant | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has finished (completed, failed or cancelled)."""
+        return self.status.terminal
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the task's ``expires_at`` has passed at ``now``."""
+        return self.expires_at is not None and now >= self.expires_at
+
+    def lease_live(self, now: datetime) -> bool:
+        """Whether a lease on the task is live at ``now``."""
+        return self.claim is not None and now < self.claim.expires_at
+
+
+def _in_tenant(owners: tuple[Owner, ...], tenant: str) -> bool:
+    return all(o.tenant == tenant for o in owners)
+
+
+class NewTask(Model):
+    """A task to create: everything the submitter decides. The store decides the rest."""
+
+    id: TaskId
+    tenant: Name
+    owner: Owner | None
+    watchers: tuple[Owner, ...] = ()
+    queue: QueueName = "default"
+    work: Work
+    ttl_s: float | None = Field(default=None, gt=0, le=10 * 366 * 86400)
+    retention_s: float | None = Field(default=None, ge=0, le=10 * 366 * 86400)
+
+    @model_validator(mode="after")
+    def _same_tenant(self) -> NewTask:
+        if self.owner is not None and self.owner.tenant != self.tenant:
+            raise ValueError("owner must belong to the task's tenant")
+        if not _in_tenant(self.watchers, self.tenant):
+            raise ValueError("watchers must belong to the task's tenant")
+        return self
+
+
+class TaskQuery(Model):
+    """A listing filter. ``tenant=None`` lists every tenant (System only).
+
+    Keyset pagination on id: pass the last id of a page as ``after``; a page shorter than
+    ``limit`` is the last one.
+    """
+
+    tenant: Name | None
+    principal: Owner | None = None
+    statuses: frozenset[TaskStatus] | None = None
+    queue: QueueName | None = None
+    after: str | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class Claim(NamedTuple):
+    """A successful claim: the task as the worker sees it, and the lease to run it."""
+
+    snapshot: Snapshot
+    lease: Lease
+
+
+class StoreCapabilities(Model):
+    """What a store offers beyond the required contract; declared once, in code.
+
+    Attributes:
+        durable: data survives a process restart.
+        multi_process: several processes may share the store safely.
+        wakeups: ``wait_for_work`` returns early when work may be claimable.
+        exclusive_queues: ``claim_next(..., exclusive=...)`` runs a queue one task at a time
+            across every worker.
+    """
+
+    durable: bool
+    multi_process: bool
+    wakeups: bool
+    exclusive_queues: bool
+
+
+class StoreLimits(Model):
+    """Capacity limits enforced by the store inside the creating atomic step."""
+
+    max_tasks: int = Field(default=1_000_000, ge=1)
+    max_active_tasks_per_scope: int = Field(default=10_000, ge=1)
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    import secrets
+
+    return secrets.token_hex(8)

@@ -1,0 +1,76 @@
+"""Store plugins: how a backend distribution makes itself known.
+
+A store distribution declares entry points in group ``tasks`` — one per URL scheme it
+serves, plus its store name — all pointing at a module that implements the hook::
+
+    # pyproject.toml of tasks-store-acme
+    [project.entry-points.tasks]
+    acme = "tasks_store_acme.plugin"
+
+    # tasks_store_acme/plugin.py
+    from tasks_core.plugins import StoreSpec, hookimpl
+
+    @hookimpl
+    def tasks_stores() -> StoreSpec:
+        return StoreSpec(name="acme", schemes=("acme",), factory=open_acme,
+                         capabilities=AcmeStore.CAPABILITIES, distribution="tasks-store-acme")
+
+Naming the entry point after the scheme lets :func:`tasks_core.open_store` import exactly
+the plugin asked for and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from tasks_core.models import StoreCapabilities
+from tasks_core.store import TaskStore
+
+__all__ = ["PROJECT", "StoreFactory", "StoreSpec", "hookimpl", "hookspec"]
+
+PROJECT = "tasks"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+StoreFactory = Callable[..., Awaitable[TaskStore]]
+"""``async factory(url, **options) -> TaskStore``. Options every store accepts:
+``clock`` (a :class:`~tasks_core.clock.Clock`), ``namespace`` (an isolated name space:
+table prefix, schema, database…), ``max_tasks`` and ``max_active_tasks_per_scope``.
+Unknown options raise ``InvalidInput``."""
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What a plugin offers.
+
+    Attributes:
+        name: the store's name (``"memory"``, ``"sql"``…), unique among installed plugins.
+        schemes: URL schemes served (``"sqlite"``, ``"postgresql"``…).
+        factory: opens a store from a URL and options.
+        capabilities: the capabilities of stores it opens (the most a URL can get).
+        distribution: the distribution to ``pip install`` for it.
+        create_namespace: ``async (base_url, namespace)``; makes an empty, isolated
+            namespace for the contract suite (``None``: every open is already fresh).
+        drop_namespace: ``async (base_url, namespace)``; removes it again.
+        corrupt: ``async (store, task_id)``; damages the persisted record of a task so the
+            contract suite can prove ``StoreCorrupt`` handling (test support only).
+    """
+
+    name: str
+    schemes: tuple[str, ...]
+    factory: StoreFactory
+    capabilities: StoreCapabilities
+    distribution: str
+    create_namespace: Callable[[str, str], Awaitable[None]] | None = None
+    drop_namespace: Callable[[str, str], Awaitable[None]] | None = None
+    corrupt: Callable[[Any, str], Awaitable[None]] | None = field(default=None, repr=False)
+
+
+class _Hooks:
+    @hookspec
+    def tasks_stores(self) -> StoreSpec | list[StoreSpec]:  # type: ignore[empty-body]
+        """Return the store(s) this plugin provides."""

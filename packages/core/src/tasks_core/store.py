@@ -1,0 +1,255 @@
+"""The ``TaskStore`` protocol: the written contract every backend implements.
+
+A store holds data and the atomic operations on it — nothing that runs (no tasks, timers
+or queues of its own). Driver types never cross this boundary: stores take and return
+core models and raise the core errors (``StoreUnavailable`` for transient driver
+failures, ``StoreCorrupt`` for a record that fails validation). The semantics of each
+operation are the pure functions of :mod:`tasks_core.rules`; a store's job is to apply
+them atomically. Each rule below names the contract test that proves it
+(``tasks_contract_tests``).
+
+Rules (MUST):
+
+1. ``create`` stores the task and its first snapshot (revision 0) atomically and checks
+   ``max_tasks`` and ``max_active_tasks_per_scope`` inside the same atomic step
+   (``test_capacity_holds_under_concurrent_creation``); a taken id raises ``TaskExists``
+   with the current snapshot (``test_create_existing_id_raises_task_exists``);
+   ``replace=`` swaps a finished run for a new one with a new ``run_id``, its history gone
+   (``test_replace_starts_a_new_run_and_drops_old_history``).
+2. ``get``/``history`` raise ``TaskNotFound`` alike for unknown, other-tenant and expired
+   tasks (``test_get_in_another_tenant_reads_as_missing``,
+   ``test_expired_task_is_hidden_before_reap``).
+3. ``transition`` runs the five steps of DESIGN §2 in one atomic operation: find, authorize,
+   replay (``test_duplicate_event_returns_original_outcome``,
+   ``test_reused_event_id_with_other_content_is_refused``), revision check
+   (``test_stale_revision_raises_conflict``), apply; N writers at one revision produce
+   exactly one ``applied`` (``test_concurrent_writers_have_exactly_one_winner``).
+4. ``claim``/``claim_next`` never hand one task to two live leases
+   (``test_concurrent_claim_next_never_shares_a_task``); every claim has a higher lease
+   generation than any before it on that task (``test_each_claim_has_a_higher_generation``);
+   ``claim_next`` serves oldest first (created_at, id), includes expired leases, skips
+   retries not due (``test_claim_next_skips_retry_not_due``) and never blocks on another
+   claimer.
+5. Lease operations check exact token, generation and worker, and that the lease is live
+   (``release`` excepted) by the store clock (``test_stale_lease_is_refused_everywhere``).
+6. Capabilities are frozen and truthful; a feature whose flag is off raises
+   ``CapabilityNotSupported`` (``test_off_capabilities_raise_capability_not_supported``).
+7. All instants come from the store clock (an injected ``clock`` when given), in whole
+   milliseconds; ``committed_at`` strictly increases along a task's history.
+8. A corrupt record raises ``StoreCorrupt`` naming its id and costs only itself: listings
+   and ``reap`` carry on (``test_corrupt_record_costs_only_itself``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from tasks_core.authority import Access
+from tasks_core.events import Event, EventRecord, Transition
+from tasks_core.models import (
+    Claim,
+    Lease,
+    NewTask,
+    Snapshot,
+    StoreCapabilities,
+    TaskQuery,
+)
+
+__all__ = ["TaskStore"]
+
+
+@runtime_checkable
+class TaskStore(Protocol):
+    """An async task store. See the module docstring for the rules."""
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """What this store offers beyond the required contract (frozen)."""
+        ...
+
+    async def now(self) -> datetime:
+        """The store's authoritative clock (aware UTC, whole milliseconds).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        ...
+
+    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+        """Store a new task at revision 0, atomically with the capacity checks.
+
+        Args:
+            new: the task.
+            replace: the current snapshot of a finished (or expired) task with the same id,
+                to be replaced by a new run in the same atomic step.
+
+        Raises:
+            TaskExists: the id is taken (and ``replace`` is not given).
+            RevisionConflict: ``replace`` is not the current run and revision.
+            Unavailable: ``replace`` names a task that is still live.
+            TaskNotFound: ``replace`` is given but no task has that id.
+            CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``; nothing stored.
+            StoreUnavailable: transient failure; nothing stored.
+        """
+        ...
+
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        """The current snapshot. ``tenant=None`` looks in every tenant.
+
+        Raises:
+            TaskNotFound: unknown, in another tenant, or expired.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def list(self, query: TaskQuery) -> list[Snapshot]:
+        """Tasks matching ``query``, ordered by id, after ``query.after``, at most
+        ``query.limit``; expired and corrupt records are left out.
+
+        Raises:
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def history(self, task_id: str, *, tenant: str | None) -> list[EventRecord]:
+        """The applied events of the current run, in order.
+
+        Raises:
+            TaskNotFound: as for :meth:`get`.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def transition(
+        self,
+        task_id: str,
+        expected_revision: int,
+        event: Event,
+        authority: Lease | Access,
+    ) -> Transition:
+        """Apply ``event`` atomically (DESIGN §2, steps 1–5).
+
+        Raises:
+            TaskNotFound: unknown; for request access also another tenant, invisible or
+                expired (a lease ignores tenant and TTL).
+            LeaseLost: the lease is not the exact live lease.
+            AuthorizationError: wrong kind of authority, or a missing right.
+            EventIdReused: this event id was applied with different content.
+            RevisionConflict: ``expected_revision`` is not current.
+            InvalidInput: the event is not valid for this task.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
+        """Claim exactly this task for ``lease_for`` seconds.
+
+        Raises:
+            TaskNotFound: unknown task.
+            Unavailable: terminal, expired, waiting for input, under a live lease — or
+                just failed for exceeding ``work.max_deliveries``.
+            Deferred: a retry is scheduled later (``.seconds`` until due).
+            InvalidInput: bad ``lease_for``.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def claim_next(
+        self,
+        worker_id: str,
+        lease_for: float,
+        *,
+        queues: Sequence[str],
+        limit: int = 1,
+        exclusive: Collection[str] = (),
+    ) -> list[Claim]:
+        """Claim up to ``limit`` claimable tasks of ``queues``, oldest first.
+
+        Never blocks on another claimer. Tasks past their delivery limit are failed, not
+        returned. A queue in ``exclusive`` yields nothing while any of its tasks holds a
+        live lease, and at most one task per call.
+
+        Raises:
+            CapabilityNotSupported: ``exclusive`` given without ``exclusive_queues``.
+            InvalidInput: bad ``lease_for``, ``limit`` or queue names.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def renew(self, lease: Lease, lease_for: float) -> Claim:
+        """Extend a live lease; the old lease becomes stale. Returns the current snapshot
+        (so the worker learns of a cancel) and the new lease.
+
+        Raises:
+            LeaseLost: not the exact live lease.
+            InvalidInput: bad ``lease_for``.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def report_progress(self, lease: Lease, value: float, message: str | None) -> Snapshot:
+        """Record progress 0–100 for the lease holder (not revisioned).
+
+        Raises:
+            LeaseLost: not the exact live lease.
+            InvalidInput: ``value`` outside 0..100.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def release(self, lease: Lease) -> Snapshot:
+        """Return the task to claimable at once. Consumes no retry; the delivery stays
+        counted. An expired (but otherwise exact) lease may still release.
+
+        Raises:
+            LeaseLost: not the exact lease.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def worker_snapshot(self, lease: Lease) -> Snapshot:
+        """The snapshot for the lease holder (ignores tenant and TTL).
+
+        Raises:
+            LeaseLost: not the exact live lease.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def delete(self, task_id: str, *, expected_revision: int) -> None:
+        """Admin: remove a terminal task with its history (frees a squatted key).
+
+        Raises:
+            TaskNotFound: unknown task.
+            RevisionConflict: ``expected_revision`` is not current.
+            Unavailable: the task is not terminal.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def reap(self, limit: int = 1000) -> list[str]:
+        """Delete up to ``limit`` tasks whose ``expires_at`` has passed, with their
+        history and inbox; return their ids. A corrupt record is skipped, not fatal.
+
+        Raises:
+            InvalidInput: ``limit`` < 1.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Wait until work may be claimable on ``queues`` (created, released, answered,
+        retry scheduled) or ``timeout`` seconds pass; ``True`` when woken early.
+
+        Raises:
+            CapabilityNotSupported: the store has no ``wakeups``.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store created (never what the application passed in)."""
+        ...

@@ -1,0 +1,42 @@
+"""The ``tasks`` plugin of tasks-store-memory: serves ``memory://``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks_core.errors import InvalidInput
+from tasks_core.plugins import StoreSpec, hookimpl
+from tasks_store_memory.store import MemoryStore
+
+OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace"})
+
+
+async def open_memory(url: str, **options: Any) -> MemoryStore:
+    """Open a fresh, empty ``MemoryStore`` for ``memory://``.
+
+    Raises:
+        InvalidInput: another scheme, or an unknown option.
+    """
+    if not url.startswith("memory://"):
+        raise InvalidInput("MemoryStore URLs look like 'memory://'")
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise InvalidInput(f"Unknown MemoryStore option(s): {', '.join(unknown)}")
+    return MemoryStore(**options)
+
+
+async def _corrupt(store: MemoryStore, task_id: str) -> None:
+    store._corrupt(task_id)
+
+
+@hookimpl
+def tasks_stores() -> StoreSpec:
+    """Declare the memory store."""
+    return StoreSpec(
+        name="memory",
+        schemes=("memory",),
+        factory=open_memory,
+        capabilities=MemoryStore.CAPABILITIES,
+        distribution="tasks-store-memory",
+        corrupt=_corrupt,
+    )

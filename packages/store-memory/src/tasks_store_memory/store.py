@@ -1,0 +1,553 @@
+"""``MemoryStore``: the volatile reference implementation of the ``TaskStore`` protocol.
+
+Capability matrix:
+
+=================  =====  ==========================================================
+capability         value  why
+=================  =====  ==========================================================
+durable            no     everything lives in this process's memory
+multi_process      no     one process only
+wakeups            yes    in-process: any thread or event loop wakes waiting workers
+exclusive_queues   yes    checked under the store lock
+=================  =====  ==========================================================
+
+URL format: ``memory://`` (anything after ``//`` is a label only). Every open is a new,
+empty store, so every open is already an isolated namespace.
+
+Atomicity: every operation runs to completion under one ``threading.Lock`` without
+awaiting, so it is atomic with respect to asyncio tasks *and* threads. Records are kept
+as JSON documents, exactly like a database would, and decoded on every read: a value the
+caller mutates after a call can never leak into the store, and a damaged document reads
+as ``StoreCorrupt`` for that task only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from tasks_core import rules
+from tasks_core.authority import Access, check_name
+from tasks_core.clock import Clock, SystemClock
+from tasks_core.errors import (
+    CapacityExceeded,
+    InvalidInput,
+    LeaseLost,
+    StoreCorrupt,
+    TaskExists,
+    TaskNotFound,
+    Unavailable,
+)
+from tasks_core.events import Event, EventRecord, Transition
+from tasks_core.models import (
+    Claim,
+    Lease,
+    NewTask,
+    Snapshot,
+    StoreCapabilities,
+    StoreLimits,
+    TaskQuery,
+)
+
+__all__ = ["MemoryStore"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Row:
+    """One task as stored: its snapshot document, lease token and history documents."""
+
+    doc: dict[str, Any]
+    token: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    event_ids: dict[str, int] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """The reference store. Thread- and task-safe; see the module docstring."""
+
+    CAPABILITIES = StoreCapabilities(
+        durable=False, multi_process=False, wakeups=True, exclusive_queues=True
+    )
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        limits: StoreLimits | None = None,
+        max_tasks: int | None = None,
+        max_active_tasks_per_scope: int | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Create an empty store.
+
+        Args:
+            clock: the store clock (default: the system clock).
+            limits: capacity limits; ``max_tasks``/``max_active_tasks_per_scope`` override.
+            namespace: accepted for URL parity; every instance is its own namespace.
+
+        Raises:
+            InvalidInput: a limit below 1.
+        """
+        base = limits or StoreLimits()
+        overrides = {
+            k: v
+            for k, v in {
+                "max_tasks": max_tasks,
+                "max_active_tasks_per_scope": max_active_tasks_per_scope,
+            }.items()
+            if v is not None
+        }
+        self.limits = StoreLimits(**{**base.model_dump(), **overrides})
+        self.namespace = namespace
+        self._clock: Clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._rows: dict[str, _Row] = {}
+        self._waiters: list[tuple[frozenset[str], asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
+        self._closed = False
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """Frozen capabilities (see the module docstring)."""
+        return self.CAPABILITIES
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[datetime]:
+        """Hold the store lock and yield ``now`` sampled after it is held."""
+        with self._lock:
+            yield rules.tick(self._clock.now())
+
+    def _decode(self, task_id: str, row: _Row) -> Snapshot:
+        try:
+            return Snapshot.model_validate(row.doc)
+        except ValidationError:
+            raise StoreCorrupt(task_id) from None
+
+    def _decode_record(self, task_id: str, doc: dict[str, Any]) -> EventRecord:
+        try:
+            return EventRecord.model_validate(doc)
+        except ValidationError:
+            raise StoreCorrupt(task_id) from None
+
+    @staticmethod
+    def _encode(snapshot: Snapshot) -> dict[str, Any]:
+        return snapshot.model_dump(mode="json")
+
+    def _row(self, task_id: str) -> _Row:
+        row = self._rows.get(task_id)
+        if row is None:
+            raise TaskNotFound(task_id)
+        return row
+
+    def _tenant_matches(self, snapshot: Snapshot, tenant: str | None) -> bool:
+        return tenant is None or snapshot.tenant == tenant
+
+    def _expired(self, snapshot: Snapshot, now: datetime) -> bool:
+        return snapshot.expired(now)
+
+    def _visible(self, task_id: str, tenant: str | None, now: datetime) -> tuple[_Row, Snapshot]:
+        row = self._row(task_id)
+        snapshot = self._decode(task_id, row)
+        if not self._tenant_matches(snapshot, tenant) or self._expired(snapshot, now):
+            raise TaskNotFound(task_id)
+        return row, snapshot
+
+    def _find_event(self, row: _Row, event_id: str) -> int | None:
+        return row.event_ids.get(event_id)
+
+    def _lease_check(
+        self,
+        snapshot: Snapshot,
+        token: str | None,
+        lease: Lease,
+        now: datetime,
+        *,
+        require_live: bool = True,
+    ) -> None:
+        rules.check_lease(snapshot, token, lease, now, require_live=require_live)
+
+    def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
+        if not replacing and len(self._rows) >= self.limits.max_tasks:
+            raise CapacityExceeded("max_tasks")
+        active = 0
+        for task_id, row in self._rows.items():
+            if row.doc.get("tenant") != new.tenant or task_id == new.id:
+                continue
+            try:
+                snapshot = self._decode(task_id, row)
+            except Exception:
+                continue
+            if rules.counts_as_active(snapshot, now):
+                active += 1
+        if active >= self.limits.max_active_tasks_per_scope:
+            raise CapacityExceeded("max_active_tasks_per_scope")
+
+    def _notify(self, queue: str) -> None:
+        """Wake waiters on ``queue`` (called with the lock held)."""
+        keep = []
+        for queues, loop, future in self._waiters:
+            if queue in queues:
+                loop.call_soon_threadsafe(_resolve, future)
+            else:
+                keep.append((queues, loop, future))
+        self._waiters = keep
+
+    # -- creation and reads --------------------------------------------------------------
+
+    async def now(self) -> datetime:
+        """The store clock (whole milliseconds)."""
+        return rules.tick(self._clock.now())
+
+    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+        """Store ``new`` at revision 0 (see ``TaskStore.create``).
+
+        Raises:
+            TaskExists, RevisionConflict, Unavailable, TaskNotFound, CapacityExceeded.
+        """
+        if not isinstance(new, NewTask):
+            raise InvalidInput("create() takes a NewTask")
+        with self._locked() as now:
+            current_row = self._rows.get(new.id)
+            if replace is None and current_row is not None:
+                raise TaskExists(rules.present(self._decode(new.id, current_row), now))
+            if replace is not None:
+                if current_row is None:
+                    raise TaskNotFound(new.id)
+                rules.check_replace(self._decode(new.id, current_row), replace, now)
+            self._check_capacity(new, now, replacing=current_row is not None)
+            previous = self._decode(new.id, current_row) if current_row else None
+            snapshot = rules.new_snapshot(new, now, replace=previous)
+            self._rows[new.id] = _Row(doc=self._encode(snapshot))
+            self._notify(snapshot.queue)
+            return snapshot
+
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        """The current snapshot (see ``TaskStore.get``).
+
+        Raises:
+            TaskNotFound, StoreCorrupt.
+        """
+        with self._locked() as now:
+            return rules.present(self._visible(task_id, tenant, now)[1], now)
+
+    async def list(self, query: TaskQuery) -> list[Snapshot]:
+        """Matching tasks by id (see ``TaskStore.list``); corrupt records are skipped."""
+        with self._locked() as now:
+            page: list[Snapshot] = []
+            for task_id in sorted(self._rows):
+                if query.after is not None and task_id <= query.after:
+                    continue
+                try:
+                    snapshot = self._decode(task_id, self._rows[task_id])
+                except Exception:
+                    log.warning("skipping corrupt record of task %r in a listing", task_id)
+                    continue
+                if not self._tenant_matches(snapshot, query.tenant):
+                    continue
+                if self._expired(snapshot, now):
+                    continue
+                if rules.matches(snapshot, query.model_copy(update={"tenant": None}), now):
+                    page.append(rules.present(snapshot, now))
+                    if len(page) >= query.limit:
+                        break
+            return page
+
+    async def history(self, task_id: str, *, tenant: str | None) -> list[EventRecord]:
+        """Applied events of the current run (see ``TaskStore.history``).
+
+        Raises:
+            TaskNotFound, StoreCorrupt.
+        """
+        with self._locked() as now:
+            row, _ = self._visible(task_id, tenant, now)
+            return [self._decode_record(task_id, doc) for doc in row.history]
+
+    # -- transitions ---------------------------------------------------------------------
+
+    async def transition(
+        self,
+        task_id: str,
+        expected_revision: int,
+        event: Event,
+        authority: Lease | Access,
+    ) -> Transition:
+        """Apply ``event`` atomically (see ``TaskStore.transition``).
+
+        Raises:
+            TaskNotFound, LeaseLost, AuthorizationError, EventIdReused, RevisionConflict,
+            InvalidInput, StoreCorrupt.
+        """
+        if not isinstance(authority, (Lease, Access)):
+            raise TypeError("authority must be a Lease or an Access")
+        with self._locked() as now:
+            row = self._row(task_id)
+            snapshot = self._decode(task_id, row)
+            position = self._find_event(row, event.event_id)
+            rules.authorize_event(
+                snapshot,
+                row.token,
+                authority,
+                event,
+                now,
+                replayed=position is not None,
+                lease_check=self._lease_check,
+            )
+            if position is not None:
+                record = self._decode_record(task_id, row.history[position])
+                rules.check_replay(record, event)
+                return Transition(
+                    outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
+                )
+            rules.check_revision(snapshot, expected_revision, now)
+            applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
+            if applied is None:
+                return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
+            new, record = applied
+            self._append(row, new, record)
+            if new.status == "pending":
+                self._notify(new.queue)
+            return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
+
+    def _append(self, row: _Row, snapshot: Snapshot, record: EventRecord) -> None:
+        row.doc = self._encode(snapshot)
+        row.event_ids[record.event_id] = len(row.history)
+        row.history.append(record.model_dump(mode="json"))
+
+    # -- claims and leases ---------------------------------------------------------------
+
+    async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
+        """Claim exactly ``task_id`` (see ``TaskStore.claim``).
+
+        Raises:
+            TaskNotFound, Unavailable, Deferred, InvalidInput, StoreCorrupt.
+        """
+        rules.check_lease_for(lease_for)
+        _check_worker(worker_id)
+        with self._locked() as now:
+            row = self._row(task_id)
+            snapshot = self._decode(task_id, row)
+            rules.check_claimable(snapshot, now)
+            claim = self._start(row, snapshot, worker_id, lease_for, now)
+            if claim is None:
+                raise Unavailable(f"The task exceeded {snapshot.work.max_deliveries} deliveries")
+            return claim
+
+    def _start(
+        self, row: _Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> Claim | None:
+        new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
+        if failure is not None:
+            self._append(row, new, failure)
+            return None
+        assert lease is not None
+        row.doc = self._encode(new)
+        row.token = token
+        return Claim(rules.present(new, now), lease)
+
+    async def claim_next(
+        self,
+        worker_id: str,
+        lease_for: float,
+        *,
+        queues: Sequence[str],
+        limit: int = 1,
+        exclusive: Collection[str] = (),
+    ) -> list[Claim]:
+        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
+
+        Raises:
+            InvalidInput: bad arguments.
+        """
+        rules.check_lease_for(lease_for)
+        _check_worker(worker_id)
+        wanted = _check_queues(queues)
+        exclusive_set = _check_queues(exclusive, allow_empty=True) if exclusive else frozenset()
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be an integer in 1..1000")
+        with self._locked() as now:
+            candidates: list[tuple[datetime, str, Snapshot]] = []
+            busy: set[str] = set()
+            for task_id, row in self._rows.items():
+                if row.doc.get("queue") not in wanted:
+                    continue
+                try:
+                    snapshot = self._decode(task_id, row)
+                except Exception:
+                    continue
+                if snapshot.queue in exclusive_set and snapshot.lease_live(now):
+                    busy.add(snapshot.queue)
+                if rules.is_claimable(snapshot, now):
+                    candidates.append((snapshot.created_at, task_id, snapshot))
+            candidates.sort(key=lambda c: (c[0], c[1]))
+            claims: list[Claim] = []
+            for _, task_id, snapshot in candidates:
+                if len(claims) >= limit:
+                    break
+                if snapshot.queue in busy:
+                    continue
+                claim = self._start(self._rows[task_id], snapshot, worker_id, lease_for, now)
+                if claim is not None:
+                    claims.append(claim)
+                    if snapshot.queue in exclusive_set:
+                        busy.add(snapshot.queue)
+            return claims
+
+    async def renew(self, lease: Lease, lease_for: float) -> Claim:
+        """Extend a live lease (see ``TaskStore.renew``).
+
+        Raises:
+            LeaseLost, InvalidInput, StoreCorrupt.
+        """
+        with self._locked() as now:
+            row, snapshot = self._leased(lease, now)
+            new, token, new_lease = rules.renew(snapshot, row.token, lease, lease_for, now)
+            row.doc = self._encode(new)
+            row.token = token
+            return Claim(rules.present(new, now), new_lease)
+
+    async def report_progress(self, lease: Lease, value: float, message: str | None) -> Snapshot:
+        """Record progress (see ``TaskStore.report_progress``).
+
+        Raises:
+            LeaseLost, InvalidInput, StoreCorrupt.
+        """
+        with self._locked() as now:
+            row, snapshot = self._leased(lease, now)
+            new = rules.report_progress(snapshot, row.token, lease, value, message, now)
+            row.doc = self._encode(new)
+            return rules.present(new, now)
+
+    async def release(self, lease: Lease) -> Snapshot:
+        """Make the task claimable again at once (see ``TaskStore.release``).
+
+        Raises:
+            LeaseLost, StoreCorrupt.
+        """
+        with self._locked() as now:
+            row, snapshot = self._leased(lease, now, live=False)
+            new = rules.release(snapshot, row.token, lease, now)
+            row.doc = self._encode(new)
+            self._notify(new.queue)
+            return rules.present(new, now)
+
+    async def worker_snapshot(self, lease: Lease) -> Snapshot:
+        """The snapshot for the lease holder (see ``TaskStore.worker_snapshot``).
+
+        Raises:
+            LeaseLost, StoreCorrupt.
+        """
+        with self._locked() as now:
+            _, snapshot = self._leased(lease, now)
+            return rules.present(snapshot, now)
+
+    def _leased(self, lease: Lease, now: datetime, *, live: bool = True) -> tuple[_Row, Snapshot]:
+        if not isinstance(lease, Lease):
+            raise TypeError("lease must be a Lease")
+        row = self._rows.get(lease.task_id)
+        if row is None:
+            raise LeaseLost()
+        snapshot = self._decode(lease.task_id, row)
+        self._lease_check(snapshot, row.token, lease, now, require_live=live)
+        return row, snapshot
+
+    # -- administration ------------------------------------------------------------------
+
+    async def delete(self, task_id: str, *, expected_revision: int) -> None:
+        """Remove a terminal task (see ``TaskStore.delete``).
+
+        Raises:
+            TaskNotFound, RevisionConflict, Unavailable.
+        """
+        with self._locked() as now:
+            row = self._row(task_id)
+            snapshot = self._decode(task_id, row)
+            rules.check_revision(snapshot, expected_revision, now)
+            if not snapshot.terminal:
+                raise Unavailable("Only a terminal task can be deleted")
+            del self._rows[task_id]
+
+    async def reap(self, limit: int = 1000) -> list[str]:
+        """Delete up to ``limit`` expired tasks (see ``TaskStore.reap``).
+
+        Raises:
+            InvalidInput: ``limit`` < 1.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput("limit must be a positive integer")
+        with self._locked() as now:
+            reaped: list[str] = []
+            for task_id in sorted(self._rows):
+                if len(reaped) >= limit:
+                    break
+                try:
+                    snapshot = self._decode(task_id, self._rows[task_id])
+                except Exception:
+                    log.warning("reap skipped the corrupt record of task %r", task_id)
+                    continue
+                if snapshot.expired(now):
+                    del self._rows[task_id]
+                    reaped.append(task_id)
+            return reaped
+
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Wait for a wakeup on ``queues`` or ``timeout`` seconds (see
+        ``TaskStore.wait_for_work``)."""
+        wanted = _check_queues(queues)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        entry = (wanted, loop, future)
+        with self._lock:
+            self._waiters.append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+
+    async def aclose(self) -> None:
+        """Nothing to release; waiting workers are woken so they can stop."""
+        with self._lock:
+            self._closed = True
+            for _, loop, future in self._waiters:
+                loop.call_soon_threadsafe(_resolve, future)
+            self._waiters.clear()
+
+    # -- test support --------------------------------------------------------------------
+
+    def _corrupt(self, task_id: str) -> None:
+        """Damage the stored document of ``task_id`` (contract-suite support only)."""
+        with self._lock:
+            self._row(task_id).doc["revision"] = "not a number \x00 secret"
+
+
+def _resolve(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(True)
+
+
+def _check_worker(worker_id: str) -> None:
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+
+
+def _check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
+    if isinstance(queues, str):
+        raise InvalidInput("queues must be a collection of queue names, not a string")
+    names = frozenset(check_name(q, what="queue") for q in queues)
+    if not names and not allow_empty:
+        raise InvalidInput("at least one queue is required")
+    return names
