@@ -1,0 +1,83 @@
+"""Small builders shared by the contract tests: tasks, principals, access, claims."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tasks_core import (
+    Access,
+    Claim,
+    NewTask,
+    Owner,
+    RetryPolicy,
+    System,
+    TaskStore,
+    Work,
+)
+
+ALICE = Owner("alice")
+BOB = Owner("bob")
+MALLORY = Owner("mallory", tenant="evil")
+SYSTEM = System()
+LEASE_S = 30.0
+
+_ids = itertools.count(1)
+
+
+def task_id(prefix: str = "t") -> str:
+    """A fresh task id, increasing in creation order (ids sort like creation)."""
+    return f"{prefix}{next(_ids):06d}"
+
+
+def new_task(
+    id: str | None = None,
+    *,
+    owner: Owner | None = ALICE,
+    tenant: str | None = None,
+    queue: str = "default",
+    watchers: tuple[Owner, ...] = (),
+    input: Any = None,
+    retry: RetryPolicy | None = None,
+    max_deliveries: int = 25,
+    timeout_s: float | None = None,
+    ttl_s: float | None = None,
+    retention_s: float | None = None,
+    name: str = "job",
+) -> NewTask:
+    """A ``NewTask`` with sensible defaults for tests."""
+    tenant = tenant or (owner.tenant if owner else "default")
+    return NewTask(
+        id=id or task_id(),
+        tenant=tenant,
+        owner=owner,
+        watchers=watchers,
+        queue=queue,
+        work=Work(
+            name=name,
+            input=input,
+            retry_policy=retry or RetryPolicy.none(),
+            max_deliveries=max_deliveries,
+            timeout_s=timeout_s,
+        ),
+        ttl_s=ttl_s,
+        retention_s=retention_s,
+    )
+
+
+def access(principal: Owner | System, visibility: str = "watchers") -> Access:
+    """Request authority for ``principal`` under ``visibility``."""
+    return Access(principal=principal, visibility=visibility)  # type: ignore[arg-type]
+
+
+async def claim(store: TaskStore, task_id: str, worker: str = "w1", lease_for: float = LEASE_S) -> Claim:
+    """Claim exactly ``task_id``."""
+    return await store.claim(task_id, worker, lease_for)
+
+
+async def created_and_claimed(
+    store: TaskStore, worker: str = "w1", **task: Any
+) -> Claim:
+    """Create a task and claim it."""
+    snapshot = await store.create(new_task(**task))
+    return await store.claim(snapshot.id, worker, LEASE_S)

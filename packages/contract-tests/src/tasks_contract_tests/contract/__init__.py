@@ -1,0 +1,1 @@
+"""The contract mixins, one per behaviour area."""

@@ -1,0 +1,37 @@
+"""The store fixture yields an empty, isolated store."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import SYSTEM, new_task
+from tasks_core import TaskQuery, TaskStore
+
+
+class FixtureContract(ContractBase):
+    """The store fixture yields an empty, isolated store."""
+
+    async def test_store_fixture_yields_an_empty_store(self, store: TaskStore) -> None:
+        """The ``store_factory`` fixture MUST return a fresh, empty store.
+
+        Troubleshooting: every contract test assumes it starts from nothing. If this fails,
+        your factory reuses a database, schema or collection between tests: create a new
+        namespace (table prefix, schema, database) per call, or truncate it.
+        """
+        assert [] == await store.list(TaskQuery(tenant=None, limit=1000))
+        assert [] == await store.reap(1000)
+
+    async def test_stores_from_the_factory_are_isolated(
+        self, make_store: Callable[..., Awaitable[TaskStore]]
+    ) -> None:
+        """Two stores from the factory MUST NOT see each other's tasks.
+
+        Troubleshooting: the factory must give each store its own namespace.
+        """
+        first = await make_store()
+        second = await make_store()
+        created = await first.create(new_task())
+        assert [created.id] == [s.id for s in await first.list(TaskQuery(tenant=None))]
+        assert [] == await second.list(TaskQuery(tenant=None))
+        assert SYSTEM.tenant is None
