@@ -18,32 +18,9 @@ implementer on upgrade; subclass a single mixin for a partial run.
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("tasks_contract_tests.contract")
-
-from tasks_contract_tests.contract.fixture import FixtureContract
-from tasks_contract_tests.contract.create import CreateContract
-from tasks_contract_tests.contract.transition import TransitionContract
-from tasks_contract_tests.contract.replay import ReplayContract
-from tasks_contract_tests.contract.races import RaceContract
-from tasks_contract_tests.contract.claims import ClaimContract
-from tasks_contract_tests.contract.leases import LeaseContract
-from tasks_contract_tests.contract.retry import RetryContract
-from tasks_contract_tests.contract.capacity import CapacityContract
-from tasks_contract_tests.contract.tenants import TenantContract
-from tasks_contract_tests.contract.ttl import TTLContract
-from tasks_contract_tests.contract.inbox import InboxContract
-from tasks_contract_tests.contract.listing import ListingContract
-from tasks_contract_tests.contract.progress import ProgressContract
-from tasks_contract_tests.contract.delete import DeleteContract
-from tasks_contract_tests.contract.corrupt import CorruptContract
-from tasks_contract_tests.contract.capabilities import CapabilityContract
-from tasks_contract_tests.contract.clock import RealClockContract
-from tasks_contract_tests.contract.model import ModelContract  # noqa: E402
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
-    "StoreContract",
     "CapabilityContract",
     "CapacityContract",
     "ClaimContract",
@@ -60,31 +37,44 @@ __all__ = [
     "RealClockContract",
     "ReplayContract",
     "RetryContract",
+    "StoreContract",
     "TTLContract",
     "TenantContract",
     "TransitionContract",
 ]
 
+if TYPE_CHECKING:
+    from tasks_contract_tests._suite import (
+        CapabilityContract,
+        CapacityContract,
+        ClaimContract,
+        CorruptContract,
+        CreateContract,
+        DeleteContract,
+        FixtureContract,
+        InboxContract,
+        LeaseContract,
+        ListingContract,
+        ModelContract,
+        ProgressContract,
+        RaceContract,
+        RealClockContract,
+        ReplayContract,
+        RetryContract,
+        StoreContract,
+        TenantContract,
+        TransitionContract,
+        TTLContract,
+    )
 
-class StoreContract(
-    FixtureContract,
-    CreateContract,
-    TransitionContract,
-    ReplayContract,
-    RaceContract,
-    ClaimContract,
-    LeaseContract,
-    RetryContract,
-    CapacityContract,
-    TenantContract,
-    TTLContract,
-    InboxContract,
-    ListingContract,
-    ProgressContract,
-    DeleteContract,
-    CorruptContract,
-    CapabilityContract,
-    RealClockContract,
-    ModelContract,
-):
-    """Every contract test. Override the ``store_factory`` fixture (and ``corrupt_task``)."""
+
+def __getattr__(name: str) -> Any:
+    """Import the suite lazily, so pytest can rewrite its asserts first."""
+    if name not in __all__:
+        raise AttributeError(name)
+    import pytest
+
+    pytest.register_assert_rewrite("tasks_contract_tests._suite", "tasks_contract_tests.contract")
+    from tasks_contract_tests import _suite
+
+    return getattr(_suite, name)

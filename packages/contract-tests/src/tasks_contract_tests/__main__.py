@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"--tasks-store-url={args.store_url}",
                 "-p",
                 "no:cacheprovider",
+                # `python -m` imported this package before pytest could mark it for assert
+                # rewriting; the test modules themselves are still rewritten.
+                "-W",
+                "ignore:Module already imported so cannot be rewritten; tasks_contract_tests"
+                ":pytest.PytestAssertRewriteWarning",
                 f"--rootdir={URL_SUITE.parent}",
                 *pytest_args,
             ]

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-
 from tasks_core import ManualClock, TaskStore
 
 StoreFactory = Callable[..., Awaitable[TaskStore]]

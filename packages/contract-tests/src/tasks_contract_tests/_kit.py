@@ -7,10 +7,16 @@ from typing import Any
 
 from tasks_core import (
     Access,
+    Cancelled,
     Claim,
+    Completed,
+    Event,
+    Failed,
+    Lease,
     NewTask,
     Owner,
     RetryPolicy,
+    Snapshot,
     System,
     TaskStore,
     Work,
@@ -81,3 +87,28 @@ async def created_and_claimed(
     """Create a task and claim it."""
     snapshot = await store.create(new_task(**task))
     return await store.claim(snapshot.id, worker, LEASE_S)
+
+
+async def finished_task(store: TaskStore, end: str = "completed", **task: Any) -> Snapshot:
+    """Create a task, claim it, and end it with ``end``.
+
+    ``completed`` and ``failed`` are sent by the lease holder (ending its lease);
+    ``cancelled`` is sent by the owner (System for an owner-less task), which leaves the
+    lease live. Returns the terminal snapshot.
+    """
+    claimed = await created_and_claimed(store, **task)
+    snapshot, lease = claimed
+    event: Event
+    authority: Lease | Access = lease
+    if end == "completed":
+        event = Completed(event_id="finish", result={"ok": True})
+    elif end == "failed":
+        event = Failed(event_id="finish", error="Boom", message="it broke")
+    elif end == "cancelled":
+        event = Cancelled(event_id="finish")
+        authority = access(snapshot.owner or SYSTEM)
+    else:
+        raise ValueError(f"unknown end {end!r}")
+    done = await store.transition(snapshot.id, snapshot.revision, event, authority)
+    assert done.outcome == "applied", done
+    return done.snapshot

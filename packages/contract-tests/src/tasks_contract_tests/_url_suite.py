@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tasks_core import StoreSpec, TaskStore, find_store
 
 from tasks_contract_tests import StoreContract
 from tasks_contract_tests._base import Corrupter, StoreFactory
-from tasks_core import StoreSpec, TaskStore, find_store
 
 
 class TestStoreAtURL(StoreContract):

@@ -87,7 +87,9 @@ class RevisionConflict(TasksError):
     """The task changed since the expected revision."""
 
     def __init__(self, current: Snapshot, expected: int | None = None) -> None:
-        detail = f" (expected {expected}, current {current.revision})" if expected is not None else ""
+        detail = ""
+        if expected is not None:
+            detail = f" (expected {expected}, current {current.revision})"
         super().__init__(f"The task changed since the expected revision{detail}")
         self.current = current
         self.expected = expected

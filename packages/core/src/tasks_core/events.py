@@ -31,6 +31,7 @@ from tasks_core.authority import Owner
 from tasks_core.models import ErrorInfo, Instant, JSONValue, Key, Message, Snapshot, TaskStatus
 
 __all__ = [
+    "LEASE_EVENTS",
     "Cancelled",
     "Completed",
     "Event",
@@ -38,7 +39,6 @@ __all__ = [
     "Failed",
     "InputRequested",
     "InputResponsesAccepted",
-    "LEASE_EVENTS",
     "RetryRequested",
     "Transition",
     "WatcherAdded",

@@ -22,10 +22,10 @@ from tasks_core.errors import InvalidInput
 from tasks_core.reasons import CancelReason
 
 __all__ = [
-    "JSONValue",
     "Claim",
     "ClaimInfo",
     "ErrorInfo",
+    "JSONValue",
     "Lease",
     "NewTask",
     "Progress",
@@ -183,11 +183,19 @@ class Progress(Model):
 
 
 class ClaimInfo(Model):
-    """The visible part of the current (or last) lease. The token never leaves the store."""
+    """The visible part of the current (or last) lease. The token never leaves the store.
+
+    Attributes:
+        ended: the holder released the lease or wrote a terminal/retry event.
+        recovered: this claim took over a lease that expired without ending (a crashed or
+            stalled worker), which ``recover="fail"`` turns into a failure.
+    """
 
     worker_id: str
     generation: int
     expires_at: Instant
+    ended: bool = False
+    recovered: bool = False
 
 
 class Lease(Model):

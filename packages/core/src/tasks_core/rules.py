@@ -249,7 +249,8 @@ def authorize_event(
     """Step 2 of ``transition``: may ``authority`` send ``event`` to this task?
 
     A lease authorizes exactly the worker events; request access exactly the request
-    events. ``lease_check`` replaces :func:`check_lease` (same signature). ``replayed`` (the event id is already in the history) lets the exact lease that
+    events. ``lease_check`` replaces :func:`check_lease` (same signature).
+    ``replayed`` (the event id is already in the history) lets the exact lease that
     sent it hear ``duplicate`` even after that lease ended.
 
     Raises:
@@ -291,7 +292,9 @@ def check_revision(snapshot: Snapshot, expected_revision: int, now: datetime) ->
 # -- events ------------------------------------------------------------------------------
 
 
-def _terminal(snapshot: Snapshot, committed_at: datetime, status: TaskStatus, **changes: object) -> dict[str, object]:
+def _terminal(
+    snapshot: Snapshot, committed_at: datetime, status: TaskStatus, **changes: object
+) -> dict[str, object]:
     update: dict[str, object] = {
         "status": status,
         "finished_at": committed_at,
@@ -307,9 +310,9 @@ def _terminal(snapshot: Snapshot, committed_at: datetime, status: TaskStatus, **
 
 def _end_claim(snapshot: Snapshot, at: datetime) -> ClaimInfo | None:
     claim = snapshot.claim
-    if claim is None or claim.expires_at <= at:
-        return claim
-    return claim.model_copy(update={"expires_at": at})
+    if claim is None:
+        return None
+    return claim.model_copy(update={"expires_at": min(claim.expires_at, at), "ended": True})
 
 
 def apply_event(
@@ -477,9 +480,13 @@ def start_claim(
     generation = snapshot.lease_generation + 1
     token = secrets.token_urlsafe(18)
     expires_at = now + duration
+    previous = snapshot.claim
+    recovered = previous is not None and not previous.ended
     new = _stored(
         snapshot,
-        claim=ClaimInfo(worker_id=worker_id, generation=generation, expires_at=expires_at),
+        claim=ClaimInfo(
+            worker_id=worker_id, generation=generation, expires_at=expires_at, recovered=recovered
+        ),
         lease_generation=generation,
         deliveries=snapshot.deliveries + 1,
         started_at=snapshot.started_at or now,

@@ -42,6 +42,7 @@ Rules (MUST):
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -105,7 +106,7 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def list(self, query: TaskQuery) -> list[Snapshot]:
+    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
         """Tasks matching ``query``, ordered by id, after ``query.after``, at most
         ``query.limit``; expired and corrupt records are left out.
 
@@ -114,7 +115,7 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def history(self, task_id: str, *, tenant: str | None) -> list[EventRecord]:
+    async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
         """The applied events of the current run, in order.
 
         Raises:
@@ -166,7 +167,7 @@ class TaskStore(Protocol):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
-    ) -> list[Claim]:
+    ) -> builtins.list[Claim]:
         """Claim up to ``limit`` claimable tasks of ``queues``, oldest first.
 
         Never blocks on another claimer. Tasks past their delivery limit are failed, not
@@ -231,7 +232,7 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def reap(self, limit: int = 1000) -> list[str]:
+    async def reap(self, limit: int = 1000) -> builtins.list[str]:
         """Delete up to ``limit`` tasks whose ``expires_at`` has passed, with their
         history and inbox; return their ids. A corrupt record is skipped, not fatal.
 

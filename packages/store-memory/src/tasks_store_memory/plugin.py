@@ -6,6 +6,7 @@ from typing import Any
 
 from tasks_core.errors import InvalidInput
 from tasks_core.plugins import StoreSpec, hookimpl
+
 from tasks_store_memory.store import MemoryStore
 
 OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace"})

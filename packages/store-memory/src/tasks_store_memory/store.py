@@ -24,6 +24,8 @@ as ``StoreCorrupt`` for that task only.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import copy
 import logging
 import threading
 from collections.abc import Collection, Iterator, Sequence
@@ -33,7 +35,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-
 from tasks_core import rules
 from tasks_core.authority import Access, check_name
 from tasks_core.clock import Clock, SystemClock
@@ -70,6 +71,11 @@ class _Row:
     token: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     event_ids: dict[str, int] = field(default_factory=dict)
+    view: Snapshot | None = None
+    """The decoded ``doc``, cached for scans; never handed to a caller."""
+
+
+_Waiter = tuple[frozenset[str], asyncio.AbstractEventLoop, "asyncio.Future[bool]"]
 
 
 class MemoryStore:
@@ -112,7 +118,7 @@ class MemoryStore:
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rows: dict[str, _Row] = {}
-        self._waiters: list[tuple[frozenset[str], asyncio.AbstractEventLoop, asyncio.Future[bool]]] = []
+        self._waiters: list[_Waiter] = []
         self._closed = False
 
     @property
@@ -130,19 +136,31 @@ class MemoryStore:
 
     def _decode(self, task_id: str, row: _Row) -> Snapshot:
         try:
-            return Snapshot.model_validate(row.doc)
+            # Validate a copy: pydantic keeps JSON values by reference, and a caller
+            # mutating a returned payload must never reach the stored document.
+            return Snapshot.model_validate(copy.deepcopy(row.doc))
         except ValidationError:
             raise StoreCorrupt(task_id) from None
 
     def _decode_record(self, task_id: str, doc: dict[str, Any]) -> EventRecord:
         try:
-            return EventRecord.model_validate(doc)
+            return EventRecord.model_validate(copy.deepcopy(doc))
         except ValidationError:
             raise StoreCorrupt(task_id) from None
 
     @staticmethod
     def _encode(snapshot: Snapshot) -> dict[str, Any]:
         return snapshot.model_dump(mode="json")
+
+    def _view(self, task_id: str, row: _Row) -> Snapshot:
+        """The stored snapshot for internal decisions (cached; never returned)."""
+        if row.view is None:
+            row.view = self._decode(task_id, row)
+        return row.view
+
+    def _set(self, row: _Row, snapshot: Snapshot) -> None:
+        row.doc = self._encode(snapshot)
+        row.view = None
 
     def _row(self, task_id: str) -> _Row:
         row = self._rows.get(task_id)
@@ -185,7 +203,7 @@ class MemoryStore:
             if row.doc.get("tenant") != new.tenant or task_id == new.id:
                 continue
             try:
-                snapshot = self._decode(task_id, row)
+                snapshot = self._view(task_id, row)
             except Exception:
                 continue
             if rules.counts_as_active(snapshot, now):
@@ -241,7 +259,7 @@ class MemoryStore:
         with self._locked() as now:
             return rules.present(self._visible(task_id, tenant, now)[1], now)
 
-    async def list(self, query: TaskQuery) -> list[Snapshot]:
+    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
         """Matching tasks by id (see ``TaskStore.list``); corrupt records are skipped."""
         with self._locked() as now:
             page: list[Snapshot] = []
@@ -249,7 +267,7 @@ class MemoryStore:
                 if query.after is not None and task_id <= query.after:
                     continue
                 try:
-                    snapshot = self._decode(task_id, self._rows[task_id])
+                    snapshot = self._view(task_id, self._rows[task_id])
                 except Exception:
                     log.warning("skipping corrupt record of task %r in a listing", task_id)
                     continue
@@ -258,12 +276,12 @@ class MemoryStore:
                 if self._expired(snapshot, now):
                     continue
                 if rules.matches(snapshot, query.model_copy(update={"tenant": None}), now):
-                    page.append(rules.present(snapshot, now))
+                    page.append(rules.present(self._decode(task_id, self._rows[task_id]), now))
                     if len(page) >= query.limit:
                         break
             return page
 
-    async def history(self, task_id: str, *, tenant: str | None) -> list[EventRecord]:
+    async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
         """Applied events of the current run (see ``TaskStore.history``).
 
         Raises:
@@ -320,7 +338,7 @@ class MemoryStore:
             return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
 
     def _append(self, row: _Row, snapshot: Snapshot, record: EventRecord) -> None:
-        row.doc = self._encode(snapshot)
+        self._set(row, snapshot)
         row.event_ids[record.event_id] = len(row.history)
         row.history.append(record.model_dump(mode="json"))
 
@@ -351,7 +369,7 @@ class MemoryStore:
             self._append(row, new, failure)
             return None
         assert lease is not None
-        row.doc = self._encode(new)
+        self._set(row, new)
         row.token = token
         return Claim(rules.present(new, now), lease)
 
@@ -363,7 +381,7 @@ class MemoryStore:
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
-    ) -> list[Claim]:
+    ) -> builtins.list[Claim]:
         """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
 
         Raises:
@@ -382,7 +400,7 @@ class MemoryStore:
                 if row.doc.get("queue") not in wanted:
                     continue
                 try:
-                    snapshot = self._decode(task_id, row)
+                    snapshot = self._view(task_id, row)
                 except Exception:
                     continue
                 if snapshot.queue in exclusive_set and snapshot.lease_live(now):
@@ -412,7 +430,7 @@ class MemoryStore:
         with self._locked() as now:
             row, snapshot = self._leased(lease, now)
             new, token, new_lease = rules.renew(snapshot, row.token, lease, lease_for, now)
-            row.doc = self._encode(new)
+            self._set(row, new)
             row.token = token
             return Claim(rules.present(new, now), new_lease)
 
@@ -425,7 +443,7 @@ class MemoryStore:
         with self._locked() as now:
             row, snapshot = self._leased(lease, now)
             new = rules.report_progress(snapshot, row.token, lease, value, message, now)
-            row.doc = self._encode(new)
+            self._set(row, new)
             return rules.present(new, now)
 
     async def release(self, lease: Lease) -> Snapshot:
@@ -437,7 +455,7 @@ class MemoryStore:
         with self._locked() as now:
             row, snapshot = self._leased(lease, now, live=False)
             new = rules.release(snapshot, row.token, lease, now)
-            row.doc = self._encode(new)
+            self._set(row, new)
             self._notify(new.queue)
             return rules.present(new, now)
 
@@ -477,7 +495,7 @@ class MemoryStore:
                 raise Unavailable("Only a terminal task can be deleted")
             del self._rows[task_id]
 
-    async def reap(self, limit: int = 1000) -> list[str]:
+    async def reap(self, limit: int = 1000) -> builtins.list[str]:
         """Delete up to ``limit`` expired tasks (see ``TaskStore.reap``).
 
         Raises:
@@ -491,7 +509,7 @@ class MemoryStore:
                 if len(reaped) >= limit:
                     break
                 try:
-                    snapshot = self._decode(task_id, self._rows[task_id])
+                    snapshot = self._view(task_id, self._rows[task_id])
                 except Exception:
                     log.warning("reap skipped the corrupt record of task %r", task_id)
                     continue
@@ -531,7 +549,9 @@ class MemoryStore:
     def _corrupt(self, task_id: str) -> None:
         """Damage the stored document of ``task_id`` (contract-suite support only)."""
         with self._lock:
-            self._row(task_id).doc["revision"] = "not a number \x00 secret"
+            row = self._row(task_id)
+            row.view = None
+            row.doc["revision"] = "not a number \x00 secret"
 
 
 def _resolve(future: asyncio.Future[bool]) -> None:

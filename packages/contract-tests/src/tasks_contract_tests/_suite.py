@@ -1,0 +1,70 @@
+"""The aggregate ``StoreContract`` (imported lazily by the package)."""
+
+from __future__ import annotations
+
+from tasks_contract_tests.contract.capabilities import CapabilityContract
+from tasks_contract_tests.contract.capacity import CapacityContract
+from tasks_contract_tests.contract.claims import ClaimContract
+from tasks_contract_tests.contract.clock import RealClockContract
+from tasks_contract_tests.contract.corrupt import CorruptContract
+from tasks_contract_tests.contract.create import CreateContract
+from tasks_contract_tests.contract.delete import DeleteContract
+from tasks_contract_tests.contract.fixture import FixtureContract
+from tasks_contract_tests.contract.inbox import InboxContract
+from tasks_contract_tests.contract.leases import LeaseContract
+from tasks_contract_tests.contract.listing import ListingContract
+from tasks_contract_tests.contract.model import ModelContract
+from tasks_contract_tests.contract.progress import ProgressContract
+from tasks_contract_tests.contract.races import RaceContract
+from tasks_contract_tests.contract.replay import ReplayContract
+from tasks_contract_tests.contract.retry import RetryContract
+from tasks_contract_tests.contract.tenants import TenantContract
+from tasks_contract_tests.contract.transition import TransitionContract
+from tasks_contract_tests.contract.ttl import TTLContract
+
+__all__ = [
+    "CapabilityContract",
+    "CapacityContract",
+    "ClaimContract",
+    "CorruptContract",
+    "CreateContract",
+    "DeleteContract",
+    "FixtureContract",
+    "InboxContract",
+    "LeaseContract",
+    "ListingContract",
+    "ModelContract",
+    "ProgressContract",
+    "RaceContract",
+    "RealClockContract",
+    "ReplayContract",
+    "RetryContract",
+    "StoreContract",
+    "TTLContract",
+    "TenantContract",
+    "TransitionContract",
+]
+
+
+class StoreContract(
+    FixtureContract,
+    CreateContract,
+    TransitionContract,
+    ReplayContract,
+    RaceContract,
+    ClaimContract,
+    LeaseContract,
+    RetryContract,
+    CapacityContract,
+    TenantContract,
+    TTLContract,
+    InboxContract,
+    ListingContract,
+    ProgressContract,
+    DeleteContract,
+    CorruptContract,
+    CapabilityContract,
+    RealClockContract,
+    ModelContract,
+):
+    """Every contract test. Override the ``store_factory`` fixture (and ``corrupt_task``)."""
