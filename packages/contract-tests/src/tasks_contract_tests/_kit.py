@@ -73,7 +73,7 @@ def new_task(
 
 def access(principal: Owner | System, visibility: str = "watchers") -> Access:
     """Request authority for ``principal`` under ``visibility``."""
-    return Access(principal=principal, visibility=visibility)  # type: ignore[arg-type]
+    return Access(principal=principal, visibility=visibility)
 
 
 async def claim(store: TaskStore, task_id: str, worker: str = "w1", lease_for: float = LEASE_S) -> Claim:

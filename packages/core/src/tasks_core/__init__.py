@@ -1,4 +1,5 @@
-"""tasks-core: models, errors, the ``TaskStore`` protocol, authority and the plugin registry.
+"""tasks-core: models, errors, the ``TaskStore`` protocol, authority, the plugin registry,
+and the runtime (``App``, ``Worker``, ``TaskContext``, the ``tasks`` CLI).
 
 The public API is what ``__all__`` lists; modules starting with ``_`` are private.
 """
@@ -6,6 +7,7 @@ The public API is what ``__all__`` lists; modules starting with ``_`` are privat
 from __future__ import annotations
 
 from tasks_core._registry import available_stores, find_store, open_store
+from tasks_core.app import App, Page, Submitted
 from tasks_core.authority import (
     Access,
     Authority,
@@ -16,7 +18,10 @@ from tasks_core.authority import (
     require_authority,
     scoped_task_key,
 )
+from tasks_core.cancel import CancelToken, RunCancelled
 from tasks_core.clock import Clock, ManualClock, SystemClock
+from tasks_core.context import TaskContext
+from tasks_core.definitions import Queue, Retry, TaskDef
 from tasks_core.errors import (
     AuthorizationError,
     CapabilityNotSupported,
@@ -65,16 +70,20 @@ from tasks_core.models import (
     Work,
 )
 from tasks_core.plugins import StoreSpec, hookimpl
+from tasks_core.policy import Limits, Policy
 from tasks_core.reasons import CancelReason
 from tasks_core.store import TaskStore
+from tasks_core.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "App",
     "Authority",
     "AuthorizationError",
     "CancelReason",
+    "CancelToken",
     "Cancelled",
     "CapabilityNotSupported",
     "CapacityExceeded",
@@ -93,14 +102,20 @@ __all__ = [
     "InvalidInput",
     "Lease",
     "LeaseLost",
+    "Limits",
     "ManualClock",
     "NewTask",
     "Owner",
+    "Page",
     "PluginConflict",
+    "Policy",
     "Progress",
+    "Queue",
+    "Retry",
     "RetryPolicy",
     "RetryRequested",
     "RevisionConflict",
+    "RunCancelled",
     "Snapshot",
     "StoreCapabilities",
     "StoreCorrupt",
@@ -108,8 +123,11 @@ __all__ = [
     "StoreLimits",
     "StoreSpec",
     "StoreUnavailable",
+    "Submitted",
     "System",
     "SystemClock",
+    "TaskContext",
+    "TaskDef",
     "TaskExists",
     "TaskNotFound",
     "TaskQuery",
@@ -122,6 +140,7 @@ __all__ = [
     "UnknownStore",
     "WatcherAdded",
     "Work",
+    "Worker",
     "available_stores",
     "find_store",
     "hookimpl",

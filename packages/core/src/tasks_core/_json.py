@@ -26,10 +26,27 @@ def check_json(value: Any, *, what: str = "value") -> Any:
     return value
 
 
+def check_text(value: str, *, what: str = "text") -> str:
+    """Return ``value`` if it encodes as UTF-8 (no lone surrogates), the encoding every
+    store persists text in.
+
+    Raises:
+        ValueError: naming ``what``.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what}: text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
 def _check(value: Any, path: str, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        check_text(value, what=path)
         return
     if isinstance(value, int):
         return
@@ -41,6 +58,7 @@ def _check(value: Any, path: str, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError(f"{path}: dict keys must be strings")
+            check_text(key, what=f"{path} key")
             _check(item, f"{path}[{key[:32]!r}]", depth + 1)
         return
     if isinstance(value, list):

@@ -11,12 +11,14 @@ Ids (``scoped_task_key``):
 
 - ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
   ``"acme::alice::report_42"`` in tenant ``acme``;
-- ``dedup="global"``: the key verbatim;
+- ``dedup="global"``: the key verbatim in tenant ``default``, ``"acme::::report"`` in
+  tenant ``acme`` (tenants never share a global key);
 - no key: a random id (:func:`random_task_id`).
 
 User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
 (we refuse it for both dedup modes, see docs/design.md). So an owner id has exactly one
-``::`` in the default tenant, two in any other tenant, and a global key none: no two
+``::`` in the default tenant, two in any other tenant (with a non-empty user between),
+a global key none in ``default`` and two around an empty user elsewhere: no two
 (tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back.
 """
 
@@ -152,20 +154,27 @@ def require_authority(authority: object) -> Authority:
     )
 
 
-def scoped_task_key(key: str, owner: Owner | None, *, dedup: str = "owner") -> str:
+def scoped_task_key(
+    key: str, owner: Owner | None, *, dedup: str = "owner", tenant: str | None = None
+) -> str:
     """Build the task id of ``key`` submitted by ``owner``.
 
     Args:
         key: the caller's key.
         owner: the submitter; ``None`` (System) only with ``dedup="global"``.
-        dedup: ``"owner"`` (scoped to owner and tenant) or ``"global"`` (verbatim).
+        dedup: ``"owner"`` (scoped to owner and tenant) or ``"global"`` (one id per key in
+            the tenant: the key verbatim in tenant ``default``, ``"tenant::::key"`` in any
+            other, so that tenants never share — or probe — each other's global keys).
+        tenant: the tenant of a global key (default: the owner's, else ``default``).
 
     Raises:
-        InvalidInput: bad key, unknown dedup, or owner dedup without an owner.
+        InvalidInput: bad key, tenant, unknown dedup, or owner dedup without an owner.
     """
     check_key(key)
     if dedup == "global":
-        return key
+        scope = check_name(tenant, what="tenant") if tenant is not None else None
+        scope = scope or (owner.tenant if owner is not None else DEFAULT_TENANT)
+        return key if scope == DEFAULT_TENANT else f"{scope}{SEPARATOR}{SEPARATOR}{key}"
     if dedup != "owner":
         raise InvalidInput("dedup must be 'owner' or 'global'")
     if owner is None:
@@ -176,16 +185,17 @@ def scoped_task_key(key: str, owner: Owner | None, *, dedup: str = "owner") -> s
 
 
 def owner_of(task_id: str) -> Owner | None:
-    """Read the owner back from an owner-scoped id; ``None`` for global or random ids."""
+    """Read the owner back from an owner-scoped id; ``None`` for global or random ids, and
+    for any id :func:`scoped_task_key` would not build (``"a::"``, ``"default::a::k"``)."""
     parts = task_id.split(SEPARATOR, 2)
+    if len(parts) == 1:
+        return None
     try:
-        if len(parts) == 2:
-            return Owner(parts[0])
-        if len(parts) == 3:
-            return Owner(parts[1], tenant=parts[0])
+        owner = Owner(parts[-2], tenant=parts[0] if len(parts) == 3 else DEFAULT_TENANT)
+        rebuilt = scoped_task_key(parts[-1], owner)
     except InvalidInput:
         return None
-    return None
+    return owner if rebuilt == task_id else None
 
 
 def random_task_id() -> str:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from tasks_core._json import check_json
+from tasks_core._json import check_json, check_text
 from tasks_core._model import Model
 from tasks_core.authority import Owner, check_key, check_name
 from tasks_core.clock import utc
@@ -52,7 +52,7 @@ JSONValue = Annotated[Any, AfterValidator(_json)]
 
 def _cap(limit: int) -> BeforeValidator:
     def cut(value: Any) -> Any:
-        return value[:limit] if isinstance(value, str) else value
+        return check_text(value[:limit], what="text") if isinstance(value, str) else value
 
     return BeforeValidator(cut)
 
@@ -65,6 +65,12 @@ def _named(what: str) -> AfterValidator:
             raise ValueError(str(exc)) from None
 
     return AfterValidator(validate)
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError("must be printable text")
+    return value
 
 
 def _task_id(value: str) -> str:
@@ -160,7 +166,7 @@ class RetryPolicy(Model):
 class Work(Model):
     """What to run: serializable, so any process can run it after a restart."""
 
-    name: Annotated[str, Field(min_length=1, max_length=256)]
+    name: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)]
     input: JSONValue = None
     idempotency_key: str | None = Field(default=None, max_length=512)
     retry_policy: RetryPolicy = RetryPolicy()
@@ -252,8 +258,12 @@ class Snapshot(Model):
         return self.expires_at is not None and now >= self.expires_at
 
     def lease_live(self, now: datetime) -> bool:
-        """Whether a lease on the task is live at ``now``."""
-        return self.claim is not None and now < self.claim.expires_at
+        """Whether a lease on the task is live at ``now`` (not ended, not expired).
+
+        ``ended`` counts even while ``expires_at`` is still ahead: an event's commit instant
+        may lie a millisecond past the store clock (``rules.next_commit_time``).
+        """
+        return self.claim is not None and not self.claim.ended and now < self.claim.expires_at
 
 
 def _in_tenant(owners: tuple[Owner, ...], tenant: str) -> bool:

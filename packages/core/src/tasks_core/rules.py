@@ -232,8 +232,8 @@ def check_lease(
         or lease.worker_id != claim.worker_id
     ):
         raise LeaseLost()
-    if require_live and now >= claim.expires_at:
-        raise LeaseLost("The lease has expired")
+    if require_live and (claim.ended or now >= claim.expires_at):
+        raise LeaseLost("The lease has ended or expired")
 
 
 def authorize_event(

@@ -184,6 +184,13 @@ class MemoryStore:
     def _find_event(self, row: _Row, event_id: str) -> int | None:
         return row.event_ids.get(event_id)
 
+    def _check_revision(self, snapshot: Snapshot, expected_revision: int, now: datetime) -> None:
+        rules.check_revision(snapshot, expected_revision, now)
+
+    def _claimable(self, snapshot: Snapshot, now: datetime) -> bool:
+        """Whether ``claim_next`` may serve ``snapshot`` at ``now``."""
+        return rules.is_claimable(snapshot, now)
+
     def _lease_check(
         self,
         snapshot: Snapshot,
@@ -327,7 +334,7 @@ class MemoryStore:
                 return Transition(
                     outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
                 )
-            rules.check_revision(snapshot, expected_revision, now)
+            self._check_revision(snapshot, expected_revision, now)
             applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
             if applied is None:
                 return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
@@ -405,7 +412,7 @@ class MemoryStore:
                     continue
                 if snapshot.queue in exclusive_set and snapshot.lease_live(now):
                     busy.add(snapshot.queue)
-                if rules.is_claimable(snapshot, now):
+                if self._claimable(snapshot, now):
                     candidates.append((snapshot.created_at, task_id, snapshot))
             candidates.sort(key=lambda c: (c[0], c[1]))
             claims: list[Claim] = []
@@ -547,11 +554,15 @@ class MemoryStore:
     # -- test support --------------------------------------------------------------------
 
     def _corrupt(self, task_id: str) -> None:
-        """Damage the stored document of ``task_id`` (contract-suite support only)."""
+        """Damage the stored document of ``task_id`` (contract-suite support only).
+
+        The damage carries the marker ``tasks-corrupt-secret``: the suite checks that
+        ``StoreCorrupt`` never quotes it.
+        """
         with self._lock:
             row = self._row(task_id)
             row.view = None
-            row.doc["revision"] = "not a number \x00 secret"
+            row.doc["revision"] = "not a number \x00 tasks-corrupt-secret"
 
 
 def _resolve(future: asyncio.Future[bool]) -> None:

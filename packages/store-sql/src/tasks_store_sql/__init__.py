@@ -1,9 +1,19 @@
 """tasks-store-sql: the SQL store of tasks (SQLite, PostgreSQL, MariaDB/MySQL).
 
-Not implemented yet. This distribution declares no ``tasks`` entry point, so
-``tasks_core.open_store("sqlite:///tasks.db")`` raises ``UnknownStore`` until it does.
+``open_store("sqlite:///tasks.db")`` (or ``postgresql://…``, ``mysql://…``) opens an
+:class:`SQLStore`; see :mod:`tasks_store_sql.store` for capabilities, URLs and options, and
+:func:`migrate` for schema migrations.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tasks_store_sql.migrations_api import (
+    SchemaMismatch,
+    current_revision,
+    head,
+    migrate,
+    revisions,
+)
+from tasks_store_sql.store import SQLStore
+
+__all__ = ["SQLStore", "SchemaMismatch", "current_revision", "head", "migrate", "revisions"]

@@ -2,8 +2,122 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from tasks_core import (
+    CapacityExceeded,
+    ManualClock,
+    Snapshot,
+    TaskNotFound,
+    TaskQuery,
+    TaskStore,
+)
+
 from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import MALLORY, finished_task, new_task
+
+MakeStore = Callable[..., Awaitable[TaskStore]]
 
 
 class CapacityContract(ContractBase):
     """max_tasks and max_active_tasks_per_scope."""
+
+    async def test_max_tasks_refuses_with_capacity_exceeded_and_stores_nothing(
+        self, make_store: MakeStore
+    ) -> None:
+        """Past ``max_tasks``, ``create`` MUST raise ``CapacityExceeded`` with
+        ``limit == "max_tasks"`` and ``retryable`` true, storing nothing; ``max_tasks``
+        counts every stored task, terminal ones included, in every tenant.
+
+        Troubleshooting: count the stored tasks inside the creating transaction (or keep a
+        counter row updated in it); counting before it opens lets concurrent creators
+        overshoot.
+        """
+        store = await make_store(max_tasks=3)
+        await finished_task(store)
+        await store.create(new_task())
+        await store.create(new_task(owner=MALLORY))
+        refused = new_task()
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(refused)
+        assert ("max_tasks", True) == (caught.value.limit, caught.value.retryable)
+        with pytest.raises(TaskNotFound):
+            await store.get(refused.id, tenant=None)
+        assert 3 == len(await store.list(TaskQuery(tenant=None)))
+
+    async def test_active_limit_counts_per_tenant(self, make_store: MakeStore) -> None:
+        """``max_active_tasks_per_scope`` MUST count the live tasks of the creating task's
+        tenant only: a full tenant is refused with ``limit ==
+        "max_active_tasks_per_scope"`` while another tenant still creates.
+
+        Troubleshooting: filter the count by tenant; a global count starves every tenant
+        because of one.
+        """
+        store = await make_store(max_active_tasks_per_scope=2)
+        await store.create(new_task())
+        await store.create(new_task())
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(new_task())
+        assert ("max_active_tasks_per_scope", True) == (
+            caught.value.limit,
+            caught.value.retryable,
+        )
+        other = await store.create(new_task(owner=MALLORY))
+        assert other == await store.get(other.id, tenant="evil")
+
+    async def test_finished_and_expired_tasks_free_an_active_slot(
+        self, make_store: MakeStore, clock: ManualClock
+    ) -> None:
+        """Terminal tasks and expired tasks MUST NOT count against
+        ``max_active_tasks_per_scope``.
+
+        Troubleshooting: count only non-terminal tasks whose ``expires_at`` is unset or
+        still ahead of the store clock (``rules.counts_as_active``).
+        """
+        store = await make_store(max_active_tasks_per_scope=2)
+        await finished_task(store)
+        await store.create(new_task(ttl_s=5))
+        await store.create(new_task())
+        with pytest.raises(CapacityExceeded):
+            await store.create(new_task())
+        clock.advance(5)
+        await store.create(new_task())
+        with pytest.raises(CapacityExceeded):
+            await store.create(new_task())
+
+    async def test_replacing_a_finished_task_needs_no_free_slot(
+        self, make_store: MakeStore
+    ) -> None:
+        """Replacing a finished task with a new run MUST succeed at ``max_tasks`` (the id is
+        reused, the task count does not grow).
+
+        Troubleshooting: a replace swaps a row; do not count it as an additional task.
+        """
+        store = await make_store(max_tasks=1)
+        done = await finished_task(store)
+        fresh = await store.create(new_task(done.id), replace=done)
+        assert [fresh] == await store.list(TaskQuery(tenant=None))
+
+    @pytest.mark.parametrize("limit", ["max_tasks", "max_active_tasks_per_scope"])
+    async def test_capacity_holds_under_concurrent_creation(
+        self, make_store: MakeStore, limit: str
+    ) -> None:
+        """20 concurrent creators against a limit of 5 MUST yield exactly 5 tasks and 15
+        ``CapacityExceeded``, and a listing MUST show exactly those 5.
+
+        Troubleshooting: the check and the insert are one atomic step (a serializable
+        transaction, a lock on a per-tenant counter row, or a conditional insert); a count
+        read outside it admits every concurrent creator.
+        """
+        store = await make_store(**{limit: 5})
+        attempts = [new_task() for _ in range(20)]
+        results = await asyncio.gather(
+            *(store.create(task) for task in attempts), return_exceptions=True
+        )
+        created = sorted(r.id for r in results if isinstance(r, Snapshot))
+        refused = [r for r in results if isinstance(r, CapacityExceeded)]
+        assert (5, 15) == (len(created), len(refused))
+        assert {limit} == {r.limit for r in refused}
+        assert created == [s.id for s in await store.list(TaskQuery(tenant=None))]

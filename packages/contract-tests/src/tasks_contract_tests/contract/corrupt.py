@@ -1,9 +1,161 @@
-"""Corrupt records cost only themselves."""
+"""Corrupt records: ``StoreCorrupt`` names the task, never quotes it, and costs only itself.
+
+These tests need the ``corrupt_task`` fixture: ``async corrupt(store, task_id)`` damaging the
+persisted record so that it fails validation (a non-number where a number belongs, a
+truncated JSON document…). Write the marker :data:`CORRUPT_MARKER` into the damaged value:
+the suite checks that no error ever quotes it.
+"""
 
 from __future__ import annotations
 
-from tasks_contract_tests._base import ContractBase
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from tasks_core import (
+    Cancelled,
+    ManualClock,
+    StoreCorrupt,
+    TaskQuery,
+    TaskStore,
+)
+
+from tasks_contract_tests._base import ContractBase, Corrupter
+from tasks_contract_tests._kit import (
+    LEASE_S,
+    SYSTEM,
+    access,
+    created_and_claimed,
+    new_task,
+)
+
+CORRUPT_MARKER = "tasks-corrupt-secret"
+"""Text a corrupter writes into the damaged record; no error may quote it."""
+INPUT_SECRET = "input-secret-4b1d"
+"""Text in the task's own input; no error may quote it either."""
+
+
+def _corrupter(corrupt_task: Corrupter | None) -> Corrupter:
+    if corrupt_task is None:
+        pytest.fail(
+            "Override the `corrupt_task` fixture in your StoreContract subclass: return "
+            "`async corrupt(store, task_id)` that damages the persisted record (write "
+            f"{CORRUPT_MARKER!r} into it), or set `StoreSpec.corrupt` for URL runs"
+        )
+    return corrupt_task
+
+
+def _shown(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception a traceback of it would print."""
+    current: BaseException | None = exc
+    while current is not None:
+        yield current
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+
+
+def _assert_names_only_the_id(exc: StoreCorrupt, task_id: str) -> None:
+    assert task_id == exc.task_id
+    assert task_id in str(exc)
+    for shown in _shown(exc):
+        for secret in (CORRUPT_MARKER, INPUT_SECRET):
+            assert secret not in str(shown), f"{type(shown).__name__} quotes stored text"
 
 
 class CorruptContract(ContractBase):
-    """Corrupt records cost only themselves."""
+    """Corrupt records: ``StoreCorrupt`` names the task, never quotes it, costs only itself."""
+
+    async def test_corrupt_record_reads_as_store_corrupt_naming_only_its_id(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """``get`` and ``history`` of a record that fails validation MUST raise
+        ``StoreCorrupt`` whose message names the task id and quotes no stored text — not in
+        the message, nor in any chained exception a traceback would print.
+
+        Troubleshooting: catch the validation error in your codec and ``raise
+        StoreCorrupt(task_id) from None``. Stored text may be secret or attacker-controlled;
+        pydantic's ``ValidationError`` quotes the offending value.
+        """
+        corrupt = _corrupter(corrupt_task)
+        victim = await store.create(new_task(input={"token": INPUT_SECRET}))
+        await corrupt(store, victim.id)
+        with pytest.raises(StoreCorrupt) as read:
+            await store.get(victim.id, tenant=None)
+        _assert_names_only_the_id(read.value, victim.id)
+        with pytest.raises(StoreCorrupt) as listed:
+            await store.history(victim.id, tenant=None)
+        _assert_names_only_the_id(listed.value, victim.id)
+
+    async def test_operations_on_a_corrupt_record_raise_store_corrupt(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """``claim``, ``transition`` and lease operations on a corrupt record MUST raise
+        ``StoreCorrupt`` (naming only the id) and never guess at the record.
+
+        Troubleshooting: decode through the same codec on every path; a store that falls
+        back to defaults for a broken field would run or change a task it cannot read.
+        """
+        corrupt = _corrupter(corrupt_task)
+        victim, lease = await created_and_claimed(store, input={"token": INPUT_SECRET})
+        await corrupt(store, victim.id)
+        attempts: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.claim(victim.id, "w2", LEASE_S),
+            lambda: store.transition(victim.id, 0, Cancelled(event_id="c"), access(SYSTEM)),
+            lambda: store.renew(lease, LEASE_S),
+            lambda: store.worker_snapshot(lease),
+        ]
+        for attempt in attempts:
+            with pytest.raises(StoreCorrupt) as caught:
+                await attempt()
+            _assert_names_only_the_id(caught.value, victim.id)
+
+    async def test_corrupt_record_costs_only_itself(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """A listing MUST still return every other matching task when one record is
+        corrupt — before and after it in id order, across tenants and within one.
+
+        Troubleshooting: decode row by row and skip (and log) the rows that fail; never let
+        one bad record fail the whole page.
+        """
+        corrupt = _corrupter(corrupt_task)
+        ids = [(await store.create(new_task())).id for _ in range(5)]
+        await corrupt(store, ids[2])
+        others = ids[:2] + ids[3:]
+        everywhere = await store.list(TaskQuery(tenant=None, limit=100))
+        in_tenant = await store.list(TaskQuery(tenant="default", limit=100))
+        assert others == [s.id for s in everywhere]
+        assert others == [s.id for s in in_tenant]
+
+    async def test_reap_carries_on_past_a_corrupt_record(
+        self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None
+    ) -> None:
+        """``reap`` MUST still delete every other expired task when a record is corrupt.
+
+        Troubleshooting: skip (and log) records that fail validation in the sweep; a sweep
+        that raises on one bad record never frees anything again.
+        """
+        corrupt = _corrupter(corrupt_task)
+        ids = [(await store.create(new_task(ttl_s=10))).id for _ in range(4)]
+        await corrupt(store, ids[1])
+        clock.advance(11)
+        reaped = await store.reap(100)
+        assert sorted([ids[0], *ids[2:]]) == sorted(reaped)
+
+    async def test_claim_next_carries_on_past_a_corrupt_record(
+        self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None
+    ) -> None:
+        """``claim_next`` MUST still claim the other tasks when the oldest record is
+        corrupt, and MUST NOT claim the corrupt one.
+
+        Troubleshooting: skip records that fail validation when choosing candidates (or
+        filter in the query and decode each claimed row, skipping failures).
+        """
+        corrupt = _corrupter(corrupt_task)
+        ids = []
+        for _ in range(3):
+            ids.append((await store.create(new_task())).id)
+            clock.advance(1)
+        await corrupt(store, ids[0])
+        got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=5)
+        assert ids[1:] == [c.snapshot.id for c in got]

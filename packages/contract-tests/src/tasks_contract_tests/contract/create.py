@@ -3,18 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import (
-    ALICE,
-    BOB,
-    SYSTEM,
-    access,
-    claim,
-    created_and_claimed,
-    finished_task,
-    new_task,
-)
 from tasks_core import (
     Cancelled,
     Completed,
@@ -28,6 +16,18 @@ from tasks_core import (
     TaskStore,
     Unavailable,
     WatcherAdded,
+)
+
+from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import (
+    ALICE,
+    BOB,
+    SYSTEM,
+    access,
+    claim,
+    created_and_claimed,
+    finished_task,
+    new_task,
 )
 
 

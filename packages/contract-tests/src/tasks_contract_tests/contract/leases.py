@@ -6,18 +6,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
-
-from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import (
-    ALICE,
-    LEASE_S,
-    access,
-    claim,
-    created_and_claimed,
-    new_task,
-)
 from tasks_core import (
-    AuthorizationError,
     Cancelled,
     Completed,
     Event,
@@ -29,9 +18,17 @@ from tasks_core import (
     ManualClock,
     RetryPolicy,
     RetryRequested,
-    TaskNotFound,
     TaskStatus,
     TaskStore,
+)
+
+from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import (
+    ALICE,
+    LEASE_S,
+    access,
+    claim,
+    created_and_claimed,
 )
 
 WorkerOp = Callable[[TaskStore, str, Lease], Awaitable[object]]
@@ -112,7 +109,8 @@ class LeaseContract(ContractBase):
         second = await claim(store, first.snapshot.id, worker="w2")
         clock.advance(LEASE_S)
         [third] = await store.claim_next("w3", LEASE_S, queues=["default"])
-        assert [1, 2, 3] == [first.lease.generation, second.lease.generation, third.lease.generation]
+        generations = [first.lease.generation, second.lease.generation, third.lease.generation]
+        assert [1, 2, 3] == generations
         assert 3 == third.snapshot.deliveries
 
     # -- fencing ------------------------------------------------------------------------------
@@ -149,18 +147,6 @@ class LeaseContract(ContractBase):
         after = await store.worker_snapshot(current.lease)
         assert before == after
         assert (0, TaskStatus.RUNNING, None) == (after.revision, after.status, after.progress)
-
-    async def test_lease_never_authorizes_request_events(self, store: TaskStore) -> None:
-        """A lease MUST NOT authorize a request event (here ``cancelled``): the store
-        refuses it and records nothing.
-
-        Troubleshooting: lease events and request events are disjoint
-        (``tasks_core.events.LEASE_EVENTS``); use ``rules.authorize_event``.
-        """
-        snapshot, lease = await created_and_claimed(store)
-        with pytest.raises(AuthorizationError):
-            await store.transition(snapshot.id, 0, Cancelled(event_id="c"), lease)
-        assert [] == await store.history(snapshot.id, tenant=None)
 
     # -- expiry -------------------------------------------------------------------------------
 
@@ -222,23 +208,6 @@ class LeaseContract(ContractBase):
             done.outcome, done.snapshot.status, done.snapshot.result
         )
         assert ["new"] == [r.event_id for r in await store.history(old.snapshot.id, tenant=None)]
-
-    async def test_worker_snapshot_serves_the_holder_after_the_ttl_passed(
-        self, store: TaskStore, clock: ManualClock
-    ) -> None:
-        """``worker_snapshot`` MUST serve the exact live lease holder even when the task's
-        TTL has passed (requests see it as missing by then): a lease ignores tenant and TTL.
-
-        Troubleshooting: find the task by the lease's task id without the tenant and TTL
-        filters used for request reads.
-        """
-        created = await store.create(new_task(owner=ALICE, ttl_s=60))
-        clock.advance(50)
-        _, lease = await claim(store, created.id, lease_for=60)
-        clock.advance(20)
-        with pytest.raises(TaskNotFound):
-            await store.get(created.id, tenant=ALICE.tenant)
-        assert created.id == (await store.worker_snapshot(lease)).id
 
     # -- renew ----------------------------------------------------------------------------------
 

@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from tasks_core import (
+    Cancelled,
+    Completed,
+    EventIdReused,
+    LeaseLost,
+    ManualClock,
+    Owner,
+    TaskStore,
+    WatcherAdded,
+)
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (
@@ -13,16 +23,6 @@ from tasks_contract_tests._kit import (
     claim,
     created_and_claimed,
     new_task,
-)
-from tasks_core import (
-    Cancelled,
-    Completed,
-    EventIdReused,
-    LeaseLost,
-    ManualClock,
-    Owner,
-    TaskStore,
-    WatcherAdded,
 )
 
 

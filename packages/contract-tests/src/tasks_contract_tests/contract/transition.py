@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import (
-    ALICE,
-    BOB,
-    MALLORY,
-    SYSTEM,
-    access,
-    created_and_claimed,
-    finished_task,
-    new_task,
-)
 from tasks_core import (
     Access,
     AuthorizationError,
-    CancelReason,
     Cancelled,
+    CancelReason,
     Completed,
     ErrorInfo,
     Event,
@@ -31,11 +19,23 @@ from tasks_core import (
     Owner,
     RetryRequested,
     RevisionConflict,
+    System,
     TaskNotFound,
     TaskStatus,
-    System,
     TaskStore,
     WatcherAdded,
+)
+
+from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import (
+    ALICE,
+    BOB,
+    MALLORY,
+    SYSTEM,
+    access,
+    created_and_claimed,
+    finished_task,
+    new_task,
 )
 
 REQUEST_KINDS = ("cancelled", "input_responses_accepted", "watcher_added")
@@ -205,7 +205,8 @@ class TransitionContract(ContractBase):
         """
         ok_snapshot, ok_lease = await created_and_claimed(store)
         clock.advance(2)
-        await store.transition(ok_snapshot.id, 0, Completed(event_id="d", result=[1, "a"]), ok_lease)
+        done = Completed(event_id="d", result=[1, "a"])
+        await store.transition(ok_snapshot.id, 0, done, ok_lease)
         ok = await store.get(ok_snapshot.id, tenant="default")
         assert (TaskStatus.COMPLETED, [1, "a"], None) == (ok.status, ok.result, ok.error)
         assert clock.now() == ok.finished_at

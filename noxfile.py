@@ -1,0 +1,174 @@
+"""Every check of the repository. `nox` runs the sessions that need no server; `nox -l` lists all.
+
+One table of packages and one of stores drive every session below: adding a package or a
+store is one line here. Sessions install the workspace from freshly built wheels (never
+editable), so they test what users install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import nox
+
+ROOT = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Package:
+    """A distribution of the repository: where it lives, and what its tests install."""
+
+    path: str
+    module: str
+    needs: tuple[str, ...]  # what its tests install besides "<itself>[test]"
+
+
+def reachable(url: str) -> bool:
+    """Whether the server of ``url`` accepts TCP connections (the default probe)."""
+    parts = urlsplit(url)
+    port = parts.port or DEFAULT_PORTS.get(parts.scheme.split("+")[0], 0)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Store:
+    """A store the contract suite runs against, by URL (``TASKS_<NAME>_URL`` overrides)."""
+
+    url: str  # "{tmp}" is replaced by the session's temporary directory
+    targets: tuple[str, ...]  # packages to install ("name" or "name[extra]")
+    server: bool = False  # needs a running database server
+    probe: Callable[[str], bool] = reachable  # asked before running when `server`
+
+
+SUITE = ("core", "store-memory", "contract-tests")
+
+# fmt: off
+PACKAGES = {
+    "core": Package("packages/core", "tasks_core", ("store-memory",)),
+    "store-memory": Package("packages/store-memory", "tasks_store_memory", SUITE),
+    "store-sql": Package("packages/store-sql", "tasks_store_sql", SUITE),
+    "store-mongo": Package("packages/store-mongo", "tasks_store_mongo", SUITE),
+    "contract-tests": Package("packages/contract-tests", "tasks_contract_tests", SUITE),
+}
+EXAMPLES = {
+    "acme": Package("examples/acme-store", "tasks_store_acme", SUITE),
+}
+STORES = {
+    "memory": Store("memory://", SUITE),
+    # When their stores exist, each backend is one line, e.g.:
+    # "sqlite":     Store("sqlite:///{tmp}/contract.db", (*SUITE, "store-sql")),
+    # "postgresql": Store("postgresql://postgres@localhost/postgres", (*SUITE, "store-sql"), server=True),  # noqa: E501
+    # "mariadb":    Store("mariadb://root@localhost/tasks", (*SUITE, "store-sql[mysql]"), server=True),  # noqa: E501
+    # "mongodb":    Store("mongodb://localhost", (*SUITE, "store-mongo"), server=True),
+}
+# fmt: on
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mongodb": 27017}
+TEST_DEPS = ("pytest>=8", "anyio>=4.4", "hypothesis>=6.100")
+RUFF = "ruff==0.17.6"
+MYPY = "mypy>=1.11"
+
+nox.needs_version = ">=2024.3.2"
+nox.options.default_venv_backend = "virtualenv"
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    *(f"contract({name})" for name, store in STORES.items() if not store.server),
+    "acme",
+]
+
+
+def install(session: nox.Session, *targets: str) -> None:
+    """Build wheels of ``targets`` (workspace packages or examples) and install them,
+    non-editable, with their dependencies and the test tools."""
+    known = {**PACKAGES, **EXAMPLES}
+    wheels = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    session.install("hatchling>=1.25", *TEST_DEPS)
+    chosen: dict[str, str] = {}  # one target per package; "name[extra]" wins over "name"
+    for target in targets:
+        name = target.partition("[")[0]
+        if name not in chosen or "[" in target:
+            chosen[name] = target
+    requirements, built = [], []
+    for target in chosen.values():
+        name, bracket, extra = target.partition("[")
+        out = wheels / name
+        build = ["python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        session.run(*build, "--wheel-dir", str(out), str(ROOT / known[name].path))
+        wheel = str(next(out.glob("*.whl")))
+        built.append(wheel)
+        requirements.append(wheel + bracket + extra)
+    session.install(*requirements)
+    # A reused venv may hold an older build of the same version: replace it.
+    session.install("--no-deps", "--force-reinstall", *built)
+    for name in chosen:  # and prove that the wheel, not the source tree, gets imported
+        module = known[name].module
+        check = f"import {module} as m, sys; sys.exit('site-packages' not in m.__file__)"
+        session.run("python", "-c", check, silent=True)
+
+
+def unavailable(session: nox.Session, message: str) -> None:
+    """Skip locally; fail under CI (``CI`` set), where a missing server is a broken setup."""
+    if os.environ.get("CI"):
+        session.error(f"{message} (CI is set: a database that cannot be reached is a failure)")
+    session.skip(message)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Lint every package, the example and this file with ruff (`ruff check`)."""
+    session.install(RUFF)
+    # `ruff format --check` is left out until every file in the tree is formatted.
+    session.run("ruff", "check", "packages", "examples", "noxfile.py", *session.posargs)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """Type-check each package's and the example's `src/` with strict mypy."""
+    install(session, *PACKAGES, *(f"{name}[test]" for name in EXAMPLES))
+    session.install(MYPY)
+    for package in (*PACKAGES.values(), *EXAMPLES.values()):
+        session.run("mypy", f"{package.path}/src", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("package", list(PACKAGES), ids=list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's `tests/` against its built wheels (no tests collected fails)."""
+    install(session, *PACKAGES[package].needs, f"{package}[test]")
+    # pytest exits 5 when it collects nothing; nox fails on every exit code but 0.
+    session.run("pytest", f"{PACKAGES[package].path}/tests", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("store", list(STORES), ids=list(STORES))
+def contract(session: nox.Session, store: str) -> None:
+    """Run the contract suite by URL (`python -m tasks_contract_tests --store-url URL`)."""
+    spec = STORES[store]
+    url = os.environ.get(f"TASKS_{store.upper()}_URL", spec.url)
+    url = url.replace("{tmp}", session.create_tmp())
+    if spec.server and not spec.probe(url):
+        hint = f"start it or set TASKS_{store.upper()}_URL"
+        unavailable(session, f"{store}: no server answers at {url}; {hint}")
+    install(session, *spec.targets)
+    session.run("python", "-m", "tasks_contract_tests", "--store-url", url, *session.posargs)
+
+
+@nox.session
+def acme(session: nox.Session) -> None:
+    """The example third-party store: its own tests, then the suite by URL (`acme://`)."""
+    example = EXAMPLES["acme"]
+    install(session, *example.needs, "acme[test]")
+    session.run("pytest", f"{example.path}/tests", *session.posargs)
+    session.run("python", "-m", "tasks_contract_tests", "--store-url", "acme://")

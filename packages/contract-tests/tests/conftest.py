@@ -1,0 +1,3 @@
+"""Self-tests of the contract suite run broken stores through ``pytester``."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,184 @@
+"""The suite tests itself: every deliberately broken store fails the test meant to catch it.
+
+Each case writes a small test module that subclasses ``StoreContract`` with a broken
+store's factory, runs only the catching test in a subprocess (``pytester``), and checks
+that this very test failed. The control case runs the same tests against the unmodified
+``MemoryStore`` and checks that they all pass — so a catch is never a broken test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import broken_stores as broken
+import pytest
+from tasks_contract_tests.state_machine import run_model_check
+from tasks_core import TaskStore
+
+HERE = Path(__file__).parent
+
+BROKEN: list[tuple[type, str]] = [
+    (broken.NoReplayCheck, "test_duplicate_event_returns_original_outcome"),
+    (broken.NoReplayCheck, "test_lease_holder_hears_duplicate_after_its_lease_ended"),
+    (broken.NoTokenCheck, "test_stale_lease_is_refused_everywhere[completed-forged_token]"),
+    (broken.NoTokenCheck, "test_stale_lease_is_refused_everywhere[renew-forged_token]"),
+    (broken.NoTokenCheck, "test_renew_extends_the_lease_and_makes_the_old_one_stale"),
+    (
+        broken.OlderGenerationAccepted,
+        "test_stale_lease_is_refused_everywhere[completed-older_generation]",
+    ),
+    (broken.GenerationNotBumped, "test_each_claim_has_a_higher_generation"),
+    (broken.NoTenantFilter, "test_get_in_another_tenant_reads_as_missing"),
+    (broken.NoTenantFilter, "test_listing_never_shows_another_tenants_tasks"),
+    (broken.ExpiredTasksStayVisible, "test_expired_task_is_hidden_before_reap"),
+    (
+        broken.CapacityCheckedOutsideTheAtomicStep,
+        "test_capacity_holds_under_concurrent_creation[max_tasks]",
+    ),
+    (
+        broken.CapacityCheckedOutsideTheAtomicStep,
+        "test_capacity_holds_under_concurrent_creation[max_active_tasks_per_scope]",
+    ),
+    (broken.LastWriterWins, "test_stale_revision_raises_conflict"),
+    (broken.LastWriterWins, "test_concurrent_writers_have_exactly_one_winner"),
+    (broken.ClaimNextIgnoresLiveLeases, "test_concurrent_claim_next_never_shares_a_task"),
+    (
+        broken.ClaimNextIgnoresLiveLeases,
+        "test_claim_next_skips_leased_terminal_waiting_and_deferred_tasks",
+    ),
+    (broken.ReleaseResetsDeliveries, "test_release_consumes_no_retry_but_counts_the_delivery"),
+    (broken.ReleaseResetsDeliveries, "test_released_deliveries_count_towards_the_limit"),
+    (broken.ReleaseConsumesARetry, "test_release_consumes_no_retry_but_counts_the_delivery"),
+    (broken.ClaimNextIgnoresRetryAt, "test_claim_next_skips_retry_not_due"),
+    (broken.DeliveryLimitIgnored, "test_claim_past_the_delivery_limit_fails_the_task"),
+    (
+        broken.DeliveryLimitIgnored,
+        "test_claim_next_fails_a_task_past_the_delivery_limit_instead_of_serving_it",
+    ),
+    (broken.CorruptRecordBreaksListing, "test_corrupt_record_costs_only_itself"),
+    (broken.NoTenantFilter, "test_store_agrees_with_the_reference_model"),
+]
+"""(broken store, the contract test that must fail against it)."""
+
+MODEL_CATCHES: list[type] = [
+    broken.LastWriterWins,
+    broken.NoReplayCheck,
+    broken.NoTokenCheck,
+    broken.OlderGenerationAccepted,
+    broken.GenerationNotBumped,
+    broken.NoTenantFilter,
+    broken.ExpiredTasksStayVisible,
+    broken.ClaimNextIgnoresLiveLeases,
+    broken.ClaimNextIgnoresRetryAt,
+    broken.ReleaseResetsDeliveries,
+    broken.ReleaseConsumesARetry,
+    broken.DeliveryLimitIgnored,
+]
+"""Broken stores the model check catches on its own (the rest need races or corrupt
+records, which the model does not generate)."""
+MODEL_BUDGET: dict[str, int] = {"max_examples": 100, "steps": 25}
+"""Small, fixed (seeded) budget: the run is deterministic."""
+
+SUITE = '''
+import sys
+
+import pytest
+
+sys.path.insert(0, {here!r})
+
+from tasks_contract_tests import StoreContract
+from {module} import {name} as Store
+
+
+class TestStore(StoreContract):
+    @pytest.fixture
+    async def store_factory(self):
+        async def factory(**options):
+            return Store(**options)
+
+        return factory
+
+    @pytest.fixture
+    def corrupt_task(self):
+        async def corrupt(store, task_id):
+            store._corrupt(task_id)
+
+        return corrupt
+'''
+
+
+def _run_suite(pytester: pytest.Pytester, store: type, tests: list[str]) -> pytest.RunResult:
+    """Run ``tests`` (test ids, optionally with a ``[param]`` part) of ``StoreContract``
+    against ``store`` in a subprocess."""
+    source = SUITE.format(here=str(HERE), module=store.__module__, name=store.__name__)
+    pytester.makepyfile(test_contract=source)
+    names = sorted({test.split("[")[0] for test in tests})
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "-rf", "-k", " or ".join(names)
+    )
+
+
+def _failed(result: pytest.RunResult) -> list[str]:
+    """The test ids the run reported as failed."""
+    prefix = "FAILED test_contract.py::TestStore::"
+    return [
+        line.removeprefix(prefix).split(" - ")[0]
+        for line in result.outlines
+        if line.startswith(prefix)
+    ]
+
+
+def _ids(cases: list[tuple[type, str]]) -> list[str]:
+    return [f"{store.__name__}-{test.replace('[', ':').rstrip(']')}" for store, test in cases]
+
+
+@pytest.mark.parametrize(("store", "catcher"), BROKEN, ids=_ids(BROKEN))
+def test_broken_store_fails_the_test_meant_to_catch_it(
+    pytester: pytest.Pytester, store: type, catcher: str
+) -> None:
+    """Each broken store MUST fail the contract test named for its defect.
+
+    Troubleshooting: if this fails, the named contract test no longer detects the defect
+    the broken store has (or was renamed): strengthen the test, do not weaken the store.
+    """
+    result = _run_suite(pytester, store, [catcher])
+    failed = _failed(result)
+    assert result.parseoutcomes().get("failed", 0) >= 1, result.stdout.str()
+    if "[" in catcher:
+        assert catcher in failed
+    else:
+        assert catcher in {test.split("[")[0] for test in failed}
+
+
+def test_reference_store_passes_every_catching_test(pytester: pytest.Pytester) -> None:
+    """The unmodified ``MemoryStore`` MUST pass every test that catches a broken store, so
+    each catch above is the defect's doing, not a broken test."""
+    from tasks_store_memory import MemoryStore
+
+    catchers = [test for _, test in BROKEN]
+    result = _run_suite(pytester, MemoryStore, catchers)
+    outcomes = result.parseoutcomes()
+    assert ([], 0) == (_failed(result), outcomes.get("failed", 0) + outcomes.get("errors", 0))
+    assert outcomes.get("passed", 0) >= len({test.split("[")[0] for test in catchers})
+
+
+@pytest.mark.parametrize("store", MODEL_CATCHES, ids=lambda store: store.__name__)
+def test_model_check_catches_a_broken_store(store: type[TaskStore]) -> None:
+    """The model check MUST find a disagreement with the reference for a broken store,
+    within a small budget."""
+
+    async def factory(**options: object) -> TaskStore:
+        return store(**options)
+
+    with pytest.raises(AssertionError, match=r"disagree|revision|terminal|live lease"):
+        run_model_check(factory, **MODEL_BUDGET, shrink=False)
+
+
+def test_model_check_passes_for_the_reference_store() -> None:
+    """The model check of ``MemoryStore`` against itself MUST pass (the control case)."""
+    from tasks_store_memory import MemoryStore
+
+    async def factory(**options: object) -> TaskStore:
+        return MemoryStore(**options)  # type: ignore[arg-type]
+
+    run_model_check(factory, **MODEL_BUDGET)

@@ -1,0 +1,225 @@
+"""Rendering for the ``tasks`` CLI: tables and live progress bars (rich)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from tasks_core.events import EventRecord
+from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.plugins import StoreSpec
+
+__all__ = [
+    "Bars",
+    "backends_table",
+    "history_table",
+    "short",
+    "snapshot_table",
+    "status_text",
+    "summary_table",
+    "tasks_table",
+]
+
+STATUS_STYLE = {
+    TaskStatus.PENDING: "white",
+    TaskStatus.RUNNING: "cyan",
+    TaskStatus.WAITING_INPUT: "magenta",
+    TaskStatus.COMPLETED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.CANCELLED: "yellow",
+}
+
+
+def status_text(status: TaskStatus) -> Text:
+    """The status, coloured."""
+    return Text(status.value, style=STATUS_STYLE.get(status, ""))
+
+
+def short(value: Any, width: int = 48) -> str:
+    """A one-line JSON rendering of ``value``, cut to ``width`` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if value else "—"
+
+
+def _progress(snapshot: Snapshot) -> str:
+    if snapshot.progress is None:
+        return "—"
+    return f"{snapshot.progress.value:5.1f}%"
+
+
+def _outcome(snapshot: Snapshot) -> str:
+    if snapshot.status == TaskStatus.COMPLETED:
+        return short(snapshot.result)
+    if snapshot.error is not None:
+        return short(f"{snapshot.error.type}: {snapshot.error.message}")
+    if snapshot.input_requests:
+        return "asks: " + ", ".join(snapshot.input_requests)
+    if snapshot.retry_at is not None and snapshot.last_failure is not None:
+        return short(f"retry after {snapshot.last_failure.type}")
+    if snapshot.progress is not None and snapshot.progress.message:
+        return short(snapshot.progress.message)
+    return ""
+
+
+def tasks_table(
+    snapshots: Sequence[Snapshot], *, title: str | None = None, wide: bool = False
+) -> Table:
+    """The ``tasks ls`` table (``wide``: owner, deliveries and update time too)."""
+    table = Table(title=title, header_style="bold", show_lines=False)
+    columns = ["ID", "TASK", "QUEUE", "STATUS", "PROGRESS", "TRY"]
+    if wide:
+        columns += ["DELIVERIES", "OWNER", "UPDATED"]
+    columns.append("OUTCOME")
+    for column in columns:
+        table.add_column(column, no_wrap=column in ("STATUS", "PROGRESS", "TRY"),
+                         overflow="fold" if column in ("ID", "OUTCOME") else "ellipsis")
+    for s in snapshots:
+        row: list[Any] = [s.id, s.work.name, s.queue, status_text(s.status), _progress(s),
+                          str(s.retry_count + 1)]
+        if wide:
+            row += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
+        row.append(_outcome(s))
+        table.add_row(*row)
+    return table
+
+
+def snapshot_table(s: Snapshot) -> Table:
+    """Every field of one task that a person reads (``tasks show``)."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    rows: list[tuple[str, Any]] = [
+        ("id", s.id),
+        ("task", s.work.name),
+        ("status", status_text(s.status)),
+        ("queue", s.queue),
+        ("tenant", s.tenant),
+        ("owner", str(s.owner or "system")),
+        ("watchers", ", ".join(str(w) for w in s.watchers) or "—"),
+        ("run", s.run_id),
+        ("revision", str(s.revision)),
+        ("attempt", f"{s.retry_count + 1} of {s.work.retry_policy.attempts}"),
+        ("deliveries", f"{s.deliveries} (limit {s.work.max_deliveries})"),
+        ("progress", _progress(s) + (f"  {s.progress.message}" if s.progress and
+                                     s.progress.message else "")),
+        ("input", short(s.work.input, 200)),
+        ("timeout", f"{s.work.timeout_s:g}s" if s.work.timeout_s else "—"),
+    ]
+    if s.input_requests:
+        rows.append(("asks", short(s.input_requests, 200)))
+    if s.accepted_input_responses:
+        rows.append(("answers", short(s.accepted_input_responses, 200)))
+    if s.status == TaskStatus.COMPLETED:
+        rows.append(("result", short(s.result, 400)))
+    if s.error is not None:
+        rows.append(("error", f"{s.error.type}: {s.error.message}"))
+    if s.cancel_reason is not None:
+        rows.append(("cancel reason", s.cancel_reason.value))
+    if s.retry_at is not None:
+        rows.append(("retry at", _when(s.retry_at)))
+    if s.last_failure is not None and s.error is None:
+        rows.append(("last failure", f"{s.last_failure.type}: {s.last_failure.message}"))
+    if s.claim is not None:
+        state = "ended" if s.claim.ended else "held"
+        rows.append(("lease", f"{s.claim.worker_id} gen {s.claim.generation} ({state}, "
+                              f"until {_when(s.claim.expires_at)})"))
+    rows += [("created", _when(s.created_at)), ("started", _when(s.started_at)),
+             ("finished", _when(s.finished_at)), ("expires", _when(s.expires_at))]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _detail(record: EventRecord) -> str:
+    event = record.event.model_dump(mode="json", exclude={"event_id", "kind"})
+    if record.retry_at is not None:
+        event["retry_at"] = _when(record.retry_at)
+    if record.error is not None and "error" not in event:
+        event["error"] = f"{record.error.type}: {record.error.message}"
+    return short({k: v for k, v in event.items() if v not in (None, "")}, 160)
+
+
+def history_table(records: Iterable[EventRecord]) -> Table:
+    """The event history of one task."""
+    table = Table(title="history", header_style="bold")
+    for column in ("REV", "COMMITTED", "EVENT", "STATUS", "DETAIL"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("REV", "COMMITTED"))
+    for r in records:
+        table.add_row(str(r.revision), _when(r.committed_at)[11:], r.kind,
+                      status_text(r.status), _detail(r))
+    return table
+
+
+def backends_table(specs: Sequence[StoreSpec], default_url: str) -> Table:
+    """Installed store plugins and their capabilities."""
+    table = Table(title=f"store plugins (default store: {default_url})", header_style="bold")
+    for column in ("NAME", "SCHEMES", "DISTRIBUTION", "DURABLE", "MULTI-PROCESS", "WAKEUPS",
+                   "EXCLUSIVE QUEUES"):
+        table.add_column(column)
+    for spec in specs:
+        caps = spec.capabilities
+        table.add_row(spec.name, ", ".join(spec.schemes), spec.distribution,
+                      *("yes" if flag else "no" for flag in (caps.durable, caps.multi_process,
+                                                              caps.wakeups,
+                                                              caps.exclusive_queues)))
+    return table
+
+
+def summary_table(snapshots: Sequence[Snapshot], labels: dict[str, str]) -> Table:
+    """The demo's closing table: what happened to each task."""
+    table = Table(title="summary", header_style="bold")
+    for column in ("TASK", "STATUS", "ATTEMPTS", "DELIVERIES", "OUTCOME", "ID"):
+        table.add_column(column, overflow="fold" if column == "ID" else "ellipsis")
+    for s in snapshots:
+        table.add_row(labels.get(s.id, s.work.name), status_text(s.status),
+                      str(s.retry_count + 1), str(s.deliveries), _outcome(s), s.id)
+    return table
+
+
+class Bars:
+    """Live progress bars, one per task, fed with snapshots."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}", justify="left"),
+            BarColumn(bar_width=30),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[status]}"),
+            TextColumn("[dim]{task.fields[note]}"),
+            console=console,
+            auto_refresh=False,
+        )
+        self._rows: dict[str, TaskID] = {}
+
+    def update(self, snapshot: Snapshot, label: str | None = None) -> None:
+        """Show ``snapshot`` on its bar (added on first sight)."""
+        value = snapshot.progress.value if snapshot.progress else 0.0
+        if snapshot.status == TaskStatus.COMPLETED:
+            value = 100.0
+        style = STATUS_STYLE.get(snapshot.status, "")
+        status = f"[{style}]{snapshot.status.value}[/]"
+        note = _outcome(snapshot)
+        row = self._rows.get(snapshot.id)
+        if row is None:
+            self._rows[snapshot.id] = self.progress.add_task(
+                label or snapshot.work.name, total=100, completed=round(value), status=status,
+                note=note,
+            )
+        else:
+            self.progress.update(row, completed=round(value), status=status, note=note)
+
+    def renderable(self) -> Group:
+        """What a ``rich.live.Live`` shows."""
+        return Group(self.progress)

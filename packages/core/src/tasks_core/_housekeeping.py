@@ -1,0 +1,72 @@
+"""Housekeeping: the periodic reaper of expired tasks.
+
+``reap`` is idempotent and cheap, so every worker may run a reaper; each tick deletes
+expired tasks in batches and logs what it did, even when it did nothing. A failing tick is
+logged and costs that tick only: the next one runs on schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tasks_core.store import TaskStore
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger("tasks_core.housekeeping")
+
+
+class Reaper:
+    """Deletes expired tasks every ``interval`` seconds.
+
+    Args:
+        store: the store to sweep.
+        interval: seconds between ticks.
+        batch: tasks per ``reap`` call.
+        max_batches: ``reap`` calls per tick at most (the rest waits for the next tick).
+    """
+
+    def __init__(
+        self, store: TaskStore, *, interval: float = 60.0, batch: int = 1000, max_batches: int = 10
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        self.batch = batch
+        self.max_batches = max_batches
+        self.ticks = 0
+        self.failures = 0
+
+    async def sweep(self) -> list[str]:
+        """One tick: delete expired tasks and log how many.
+
+        Raises:
+            StoreUnavailable: the store failed (nothing is lost; the next tick retries).
+        """
+        reaped: list[str] = []
+        for _ in range(self.max_batches):
+            ids = await self.store.reap(self.batch)
+            reaped.extend(ids)
+            if len(ids) < self.batch:
+                break
+        log.info("reaper: removed %d expired task(s)", len(reaped))
+        return reaped
+
+    async def tick(self) -> list[str] | None:
+        """:meth:`sweep`, logging a failure instead of raising it; ``None`` on failure."""
+        self.ticks += 1
+        try:
+            return await self.sweep()
+        except Exception:
+            self.failures += 1
+            log.exception("reaper: tick failed; the next runs in %gs", self.interval)
+            return None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until ``stop`` is set (the first tick runs at once)."""
+        while not stop.is_set():
+            await self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), self.interval)
+            except TimeoutError:
+                continue

@@ -1,0 +1,105 @@
+"""The lease of one run, and every store operation made with it, one at a time.
+
+``renew`` hands out a new token and makes the old lease stale, so two operations of one
+run must never overlap: one may otherwise use a token the other just replaced. A
+:class:`LeaseCell` holds the current lease behind a lock and retries what may be retried:
+a ``RevisionConflict`` by taking the current revision from the conflict (bounded), and a
+``StoreUnavailable`` with a short backoff (bounded; the event id is stable, so a retried
+write that had in fact landed answers ``duplicate``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tasks_core.errors import RevisionConflict, StoreUnavailable
+from tasks_core.events import Event, Transition
+from tasks_core.models import Lease, Snapshot
+from tasks_core.store import TaskStore
+
+__all__ = ["LeaseCell"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONFLICTS = 8
+MAX_UNAVAILABLE = 5
+
+
+class LeaseCell:
+    """The current lease of one run; see the module docstring."""
+
+    def __init__(self, store: TaskStore, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+        self._lock = asyncio.Lock()
+
+    async def renew(self, lease_for: float) -> Snapshot:
+        """Extend the lease; the cell keeps the new one.
+
+        Raises:
+            LeaseLost: the lease is no longer this run's.
+            StoreUnavailable: the store failed (the lease is unchanged).
+        """
+        async with self._lock:
+            claim = await self.store.renew(self.lease, lease_for)
+            self.lease = claim.lease
+            return claim.snapshot
+
+    async def progress(self, value: float, message: str | None) -> Snapshot:
+        """Report progress.
+
+        Raises:
+            LeaseLost, StoreUnavailable.
+        """
+        async with self._lock:
+            return await self.store.report_progress(self.lease, value, message)
+
+    async def snapshot(self) -> Snapshot:
+        """The task as the lease holder sees it.
+
+        Raises:
+            LeaseLost, StoreUnavailable.
+        """
+        async with self._lock:
+            return await self.store.worker_snapshot(self.lease)
+
+    async def release(self) -> Snapshot:
+        """Give the task back (claimable at once).
+
+        Raises:
+            LeaseLost, StoreUnavailable.
+        """
+        async with self._lock:
+            return await self.store.release(self.lease)
+
+    async def write(self, event: Event, revision: int) -> Transition:
+        """Send a worker event at ``revision``, retrying conflicts and transient failures.
+
+        Raises:
+            LeaseLost: the lease is no longer this run's (the write is fenced off).
+            RevisionConflict: still conflicting after ``MAX_CONFLICTS`` re-reads.
+            StoreUnavailable: still failing after ``MAX_UNAVAILABLE`` tries.
+            EventIdReused, InvalidInput: as ``TaskStore.transition``.
+        """
+        conflicts = unavailable = 0
+        while True:
+            try:
+                async with self._lock:
+                    return await self.store.transition(
+                        self.lease.task_id, revision, event, self.lease
+                    )
+            except RevisionConflict as exc:
+                conflicts += 1
+                if conflicts >= MAX_CONFLICTS:
+                    raise
+                revision = exc.current.revision
+            except StoreUnavailable:
+                unavailable += 1
+                if unavailable >= MAX_UNAVAILABLE:
+                    raise
+                log.warning(
+                    "store unavailable writing %s of task %r; retry %d",
+                    event.kind, self.lease.task_id, unavailable,
+                )
+                await asyncio.sleep(0.05 * 2**unavailable)

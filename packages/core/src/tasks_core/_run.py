@@ -1,0 +1,546 @@
+"""One run: a claimed task executed by its handler, from claim to the last write.
+
+Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
+
+1. a drain already started → release the claim (nothing lost, nothing cancelled);
+2. ``recover="fail"`` and the claim took over an expired lease → ``failed``
+   ("Worker process terminated unexpectedly");
+3. an unknown task name → ``failed`` (``UnknownTask``), never retried;
+4. start the heartbeat (renew every ``lease/3``; a renew showing ``cancelled`` sets the
+   token to ``user``, ``LeaseLost`` or another ``run_id`` to ``superseded``) and the
+   throttled progress writer; start the handler (async: a task on the loop; sync: a thread
+   of its own), in a fresh ``contextvars.Context``;
+5. supervise: the handler ends; or the token gets ``user``/``superseded`` (stop waiting:
+   the stored state already says what happened); or the timeout passes (set ``timeout``,
+   write ``failed``/``TaskTimeout``). Time spent waiting for input does not count. A
+   ``shutdown`` token does not stop the wait: the drain bounds it;
+6. write the outcome with the lease: ``completed``; ``retry_requested`` for an exception
+   or ``Retry``; ``failed`` at once for ``MemoryError``, ``RecursionError``,
+   ``KeyboardInterrupt``, ``SystemExit`` or a result that is not JSON; a release for a
+   parked run or a run that stopped with an error for a ``shutdown``.
+
+A run that stopped waiting early frees its slot; the handler's late outcome is still
+written with the old lease, which the store refuses (``LeaseLost``: fenced off) or ignores
+(``unchanged`` on a finished task). Event ids are ``"<run_id>:<generation>:<step>"``: the
+same for every retry of one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from tasks_core._json import check_json, json_size
+from tasks_core._lease import LeaseCell
+from tasks_core.authority import check_key
+from tasks_core.cancel import CancelToken, RunCancelled
+from tasks_core.context import TaskContext
+from tasks_core.definitions import Retry, TaskDef
+from tasks_core.errors import InvalidInput, LeaseLost, TasksError
+from tasks_core.events import Completed, Event, Failed, InputRequested, RetryRequested
+from tasks_core.models import Claim, Snapshot, TaskStatus
+from tasks_core.reasons import WORKER_LOST_MESSAGE, CancelReason, reason_error, timeout_message
+
+if TYPE_CHECKING:
+    from tasks_core._notify import Changes
+    from tasks_core.policy import Limits, Policy
+    from tasks_core.store import TaskStore
+
+__all__ = ["UNRECOVERABLE", "Run", "RunEnv"]
+
+log = logging.getLogger("tasks_core.worker")
+
+UNRECOVERABLE: tuple[type[BaseException], ...] = (
+    MemoryError,
+    RecursionError,
+    KeyboardInterrupt,
+    SystemExit,
+)
+"""Errors that fail a task at once, never retried."""
+
+
+class _Parked(BaseException):
+    """The run waited for input longer than the park time: give the slot back."""
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """What a run needs from its worker and app."""
+
+    store: TaskStore
+    policy: Policy
+    limits: Limits
+    changes: Changes
+    work: Changes
+    worker_id: str
+    lease_for: float
+    input_park: float
+    poll_interval: float
+    progress_interval: float
+    recover: Literal["retry", "fail"]
+    stopping: Callable[[], bool]
+    keep: Callable[[asyncio.Future[Any]], None]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Run:
+    """One claim being executed; see the module docstring."""
+
+    def __init__(self, env: RunEnv, claim: Claim, task: TaskDef | None) -> None:
+        self.env = env
+        self.task = task
+        self.snapshot: Snapshot = claim.snapshot
+        self.task_id = claim.snapshot.id
+        self.run_id = claim.snapshot.run_id
+        self.generation = claim.lease.generation
+        self.cell = LeaseCell(env.store, claim.lease)
+        self.token = CancelToken()
+        self.loop = asyncio.get_running_loop()
+        self.started = False
+        self.parked = False
+        self.dead = False
+        self._poke = asyncio.Event()
+        self._handler: asyncio.Future[_Outcome] | None = None
+        self._helpers: list[asyncio.Task[None]] = []
+        self._stop_helpers = asyncio.Event()
+        self._progress: tuple[float, str | None] | None = None
+        self._progress_ready = asyncio.Event()
+        self._started_at = 0.0
+        self._waited = 0.0
+        self._wait_since: float | None = None
+
+    # -- identity ------------------------------------------------------------------------
+
+    def event_id(self, step: str) -> str:
+        """The stable id of this run's write ``step``."""
+        return f"{self.run_id}:{self.generation}:{step}"
+
+    def stop(self, reason: CancelReason) -> None:
+        """Set the token (first cause wins) and wake the supervisor; any thread."""
+        if self.token.cancel(reason):
+            log.info("task %r: run asked to stop (%s)", self.task_id, reason.value)
+        self._kick()
+
+    def _kick(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._poke.set()
+        else:
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._poke.set)
+        self.env.changes.notify()
+
+    def observe(self, snapshot: Snapshot) -> None:
+        """Learn from a snapshot read with the lease: a cancel or a new run."""
+        if snapshot.run_id != self.run_id:
+            self.stop(CancelReason.SUPERSEDED)
+            return
+        self.snapshot = snapshot
+        if snapshot.status == TaskStatus.CANCELLED:
+            self.stop(CancelReason.USER)
+
+    def lost(self) -> None:
+        """The lease is gone: this run is superseded; its writes are fenced."""
+        self.stop(CancelReason.SUPERSEDED)
+
+    # -- the lifecycle -------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Run the claim to the end of its slot (see the module docstring)."""
+        try:
+            await self._execute()
+        except asyncio.CancelledError:
+            self.abandon()
+            raise
+
+    async def _execute(self) -> None:
+        claim = self.snapshot.claim
+        if self.env.stopping():
+            await self._release("the worker is shutting down; released before start")
+            return
+        if self.env.recover == "fail" and claim is not None and claim.recovered:
+            log.warning("task %r: took over an expired lease; failing it (recover='fail')",
+                        self.task_id)
+            await self._write(Failed(event_id=self.event_id("worker-lost"), error="WorkerLost",
+                                     message=WORKER_LOST_MESSAGE))
+            return
+        if claim is not None and claim.recovered:
+            log.warning("task %r: recovered from an expired lease (delivery %d)",
+                        self.task_id, self.snapshot.deliveries)
+        if self.task is None:
+            await self._write(Failed(event_id=self.event_id("unknown-task"), error="UnknownTask",
+                                     message=f"No task named {self.snapshot.work.name!r} is "
+                                             "registered in this worker"))
+            return
+        log.info("task %r: running %s (attempt %d, delivery %d)", self.task_id, self.task.name,
+                 self.snapshot.retry_count + 1, self.snapshot.deliveries)
+        self._start_helpers()
+        handler = self._start_handler(self.task)
+        finished = await self._supervise(handler)
+        if finished:
+            await self._stop_helpers_gracefully(flush=True)
+            await self._finish(handler.result())
+            return
+        await self._stop_helpers_gracefully(flush=False)
+        await self._stopped_early(handler)
+
+    def abandon(self) -> None:
+        """The worker died (or was cancelled): stop everything, write nothing."""
+        self.dead = True
+        for helper in self._helpers:
+            helper.cancel()
+        if self._handler is not None and isinstance(self._handler, asyncio.Task):
+            self._handler.cancel()
+
+    # -- the handler ---------------------------------------------------------------------
+
+    def _start_handler(self, task: TaskDef) -> asyncio.Future[_Outcome]:
+        ctx = TaskContext(self.snapshot, self.token, self)
+        args, kwargs = _arguments(self.snapshot.work.input)
+        self.started = True
+        self._started_at = self.loop.time()
+        fresh = contextvars.Context()
+        if task.is_async:
+            handler: asyncio.Future[_Outcome] = self.loop.create_task(
+                _call_async(task.fn, ctx, args, kwargs), context=fresh
+            )
+        else:
+            handler = self.loop.create_future()
+            thread = threading.Thread(
+                target=_thread_main,
+                args=(self.loop, handler, fresh, task.fn, ctx, args, kwargs),
+                name=f"tasks:{task.name}:{self.task_id}",
+                daemon=True,
+            )
+            thread.start()
+        self._handler = handler
+        return handler
+
+    def _active_time(self) -> float:
+        now = self.loop.time()
+        waiting = now - self._wait_since if self._wait_since is not None else 0.0
+        return now - self._started_at - self._waited - waiting
+
+    async def _supervise(self, handler: asyncio.Future[_Outcome]) -> bool:
+        """Wait for the handler; ``False`` when the run stopped waiting early."""
+        timeout = self.snapshot.work.timeout_s
+        while True:
+            self._poke.clear()
+            if handler.done():
+                return True
+            reason = self.token.reason
+            if reason in (CancelReason.USER, CancelReason.SUPERSEDED):
+                return False
+            remaining: float | None = None
+            if timeout is not None and reason is None and self._wait_since is None:
+                remaining = timeout - self._active_time()
+                if remaining <= 0:
+                    if self.token.cancel(CancelReason.TIMEOUT):
+                        return False
+                    continue
+            poke: asyncio.Future[Any] = asyncio.ensure_future(self._poke.wait())
+            waits: set[asyncio.Future[Any]] = {handler, poke}
+            try:
+                await asyncio.wait(waits, timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                poke.cancel()
+
+    async def _stopped_early(self, handler: asyncio.Future[_Outcome]) -> None:
+        reason = self.token.reason
+        if isinstance(handler, asyncio.Task):
+            handler.cancel()
+        if reason == CancelReason.TIMEOUT:
+            timeout = self.snapshot.work.timeout_s or 0.0
+            error, _ = reason_error(CancelReason.TIMEOUT, timeout=timeout)
+            log.warning("task %r: timed out after %gs", self.task_id, timeout)
+            await self._write(Failed(event_id=self.event_id("timeout"), error=error,
+                                     message=timeout_message(timeout), reason="timeout"))
+        elif reason == CancelReason.USER:
+            await self._release("cancelled by user")
+        self.env.keep(asyncio.ensure_future(self._late(handler)))
+
+    async def _late(self, handler: asyncio.Future[_Outcome]) -> None:
+        """Write the handler's late outcome with the old lease: it is fenced off."""
+        try:
+            outcome = await handler
+        except asyncio.CancelledError:
+            return
+        error = outcome.error
+        if isinstance(error, (RunCancelled, asyncio.CancelledError)) or self.dead:
+            return
+        log.info("task %r: the handler of a stopped run (%s) ended; writing its late outcome "
+                 "with the old lease", self.task_id, self.token.reason)
+        await self._finish(outcome, late=True)
+
+    # -- outcomes ------------------------------------------------------------------------
+
+    async def _finish(self, outcome: _Outcome, *, late: bool = False) -> None:
+        error = outcome.error
+        if not late:
+            if self.parked or isinstance(error, _Parked):
+                await self._release("parked while waiting for input")
+                return
+            if self.token.reason == CancelReason.SHUTDOWN and error is not None:
+                await self._release("stopped for the shutdown")
+                return
+        event = self._outcome_event(outcome)
+        transition = await self._write(event, late=late)
+        if (
+            transition is not None
+            and transition.outcome == "unchanged"
+            and transition.snapshot.terminal
+            and not late
+        ):
+            await self._release("the task had finished already")
+
+    def _outcome_event(self, outcome: _Outcome) -> Event:
+        error = outcome.error
+        retry = outcome.value if isinstance(outcome.value, Retry) else error
+        if isinstance(retry, Retry):
+            return RetryRequested(event_id=self.event_id("retry"),
+                                  error=retry.error[:256] or "Retry",
+                                  message=self.env.policy.redact(retry))
+        if error is None:
+            try:
+                check_json(outcome.value, what="result")
+                return Completed(event_id=self.event_id("completed"), result=outcome.value)
+            except (ValueError, InvalidInput) as exc:
+                return Failed(event_id=self.event_id("failed"), error="InvalidResult",
+                              message=self.env.policy.redact(exc))
+        name = type(error).__name__[:256]
+        message = self.env.policy.redact(error)
+        if isinstance(error, UNRECOVERABLE):
+            log.error("task %r: unrecoverable %s; failing without retry", self.task_id, name)
+            return Failed(event_id=self.event_id("failed"), error=name, message=message)
+        log.info("task %r: handler raised %s; asking for a retry", self.task_id, name)
+        return RetryRequested(event_id=self.event_id("retry"), error=name, message=message)
+
+    async def _write(self, event: Event, *, late: bool = False) -> Any:
+        """Send a worker event; ``None`` when the store refused it."""
+        try:
+            transition = await self.cell.write(event, self.snapshot.revision)
+        except LeaseLost:
+            verb = "late outcome" if late else event.kind
+            log.warning("task %r: %s fenced off (this run no longer holds the lease)",
+                        self.task_id, verb)
+            self.lost()
+            return None
+        except TasksError:
+            log.exception("task %r: could not write %s", self.task_id, event.kind)
+            return None
+        self.observe(transition.snapshot)
+        self.env.changes.notify()
+        log.info("task %r: %s (%s)", self.task_id, event.kind, transition.outcome)
+        return transition
+
+    async def _release(self, why: str) -> None:
+        try:
+            await self.cell.release()
+        except LeaseLost:
+            return
+        except TasksError:
+            log.exception("task %r: could not release (%s)", self.task_id, why)
+            return
+        log.info("task %r: released (%s)", self.task_id, why)
+        self.env.changes.notify()
+        self.env.work.notify()
+
+    # -- heartbeat and progress ----------------------------------------------------------
+
+    def _start_helpers(self) -> None:
+        self._helpers = [
+            asyncio.ensure_future(self._heartbeat()),
+            asyncio.ensure_future(self._progress_writer()),
+        ]
+
+    async def _stop_helpers_gracefully(self, *, flush: bool) -> None:
+        if not flush:
+            self._progress = None
+        self._stop_helpers.set()
+        self._progress_ready.set()
+        await asyncio.gather(*self._helpers, return_exceptions=True)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep unless the helpers are told to stop; ``True`` when told to stop."""
+        try:
+            await asyncio.wait_for(self._stop_helpers.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _heartbeat(self) -> None:
+        interval = self.env.lease_for / 3
+        while not await self._pause(interval):
+            try:
+                snapshot = await self.cell.renew(self.env.lease_for)
+            except LeaseLost:
+                log.warning("task %r: lease lost on renew", self.task_id)
+                self.lost()
+                return
+            except Exception:
+                log.exception("task %r: renew failed; trying again", self.task_id)
+                continue
+            self.observe(snapshot)
+
+    def progress(self, value: float, message: str | None) -> None:
+        """Record the latest progress; the writer stores it, throttled. Any thread."""
+        if self.dead or self._stop_helpers.is_set():
+            return
+        self._progress = (value, message)
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._progress_ready.set)
+
+    async def _progress_writer(self) -> None:
+        while True:
+            await self._progress_ready.wait()
+            self._progress_ready.clear()
+            await self._write_progress()
+            if self._stop_helpers.is_set():
+                return
+            if await self._pause(self.env.progress_interval):
+                await self._write_progress()
+                return
+
+    async def _write_progress(self) -> None:
+        pending, self._progress = self._progress, None
+        if pending is None or self.token.cancelled:
+            return
+        try:
+            snapshot = await self.cell.progress(*pending)
+        except LeaseLost:
+            self.lost()
+            return
+        except Exception:
+            log.exception("task %r: progress write failed", self.task_id)
+            return
+        self.observe(snapshot)
+        self.env.changes.notify()
+
+    # -- input requests ------------------------------------------------------------------
+
+    async def request_input(self, key: str, request: Any) -> Any:
+        """Ask under ``key`` and wait for the answer (see ``TaskContext.request_input``)."""
+        if self.dead:
+            raise RunCancelled(CancelReason.SUPERSEDED)
+        check_key(key)
+        answers = self.snapshot.accepted_input_responses
+        if key in answers:
+            return answers[key]
+        reason = self.token.reason
+        if reason == CancelReason.SHUTDOWN:
+            raise self._park()
+        if reason is not None:
+            raise RunCancelled(reason)
+        if json_size(request) > self.env.limits.max_input_bytes:
+            raise InvalidInput(f"an input request must be at most "
+                               f"{self.env.limits.max_input_bytes} bytes of JSON")
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        event = InputRequested(event_id=self.event_id(f"input:{digest}"), key=key, request=request)
+        transition = await self._write(event)
+        if transition is None:
+            raise RunCancelled(self.token.reason or CancelReason.SUPERSEDED)
+        snapshot: Snapshot = transition.snapshot
+        if key in snapshot.accepted_input_responses:
+            return snapshot.accepted_input_responses[key]
+        if snapshot.terminal:
+            raise RunCancelled(self.token.reason or CancelReason.USER)
+        if key not in snapshot.input_requests:
+            raise InvalidInput(f"input key {key!r} was already asked in this task")
+        log.info("task %r: waiting for input %r", self.task_id, key)
+        return await self._await_answer(key)
+
+    def _park(self) -> _Parked:
+        self.parked = True
+        return _Parked()
+
+    async def _await_answer(self, key: str) -> Any:
+        self._wait_since = self.loop.time()
+        self._kick()
+        deadline = self._wait_since + self.env.input_park
+        try:
+            while True:
+                reason = self.token.reason
+                if reason == CancelReason.SHUTDOWN:
+                    raise self._park()
+                if reason is not None:
+                    raise RunCancelled(reason)
+                remaining = deadline - self.loop.time()
+                if remaining <= 0:
+                    log.info("task %r: no answer to %r within %gs; parking the task",
+                             self.task_id, key, self.env.input_park)
+                    raise self._park()
+                version = self.env.changes.version
+                await self.env.changes.wait(version, min(remaining, self.env.poll_interval))
+                try:
+                    snapshot = await self.cell.snapshot()
+                except LeaseLost:
+                    self.lost()
+                    raise RunCancelled(CancelReason.SUPERSEDED) from None
+                self.observe(snapshot)
+                if key in snapshot.accepted_input_responses:
+                    return snapshot.accepted_input_responses[key]
+        finally:
+            self._waited += self.loop.time() - self._wait_since
+            self._wait_since = None
+            self._kick()
+
+
+def _arguments(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if value is None:
+        return (), {}
+    if isinstance(value, dict):
+        return (), dict(value)
+    return (value,), {}
+
+
+async def _call_async(
+    fn: Callable[..., Any], ctx: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _Outcome:
+    try:
+        return _Outcome(value=await fn(ctx, *args, **kwargs))
+    except BaseException as exc:  # every outcome is data; the worker decides what it means
+        return _Outcome(error=exc)
+
+
+def _call_sync(
+    fn: Callable[..., Any], ctx: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _Outcome:
+    try:
+        return _Outcome(value=fn(ctx, *args, **kwargs))
+    except BaseException as exc:
+        return _Outcome(error=exc)
+
+
+def _thread_main(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[_Outcome],
+    fresh: contextvars.Context,
+    fn: Callable[..., Any],
+    ctx: TaskContext,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    outcome = fresh.run(_call_sync, fn, ctx, args, kwargs)
+    with contextlib.suppress(RuntimeError):  # the loop is gone: the process is exiting
+        loop.call_soon_threadsafe(_settle, future, outcome)
+
+
+def _settle(future: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
+    if not future.done():
+        future.set_result(outcome)

@@ -1,0 +1,252 @@
+"""Submit: create a task, join a live key, or start a new run of a finished key.
+
+The App validates everything it can before calling :func:`submit` (input, queue, sizes,
+authority); this module decides what a key that already exists means:
+
+- no task with the id: create it (``created``);
+- a live task: the submitter (and any ``watchers=``) join it as watchers (``joined``);
+  the submitted input and options are ignored — the live run is the answer;
+- a finished (or expired, not yet reaped) task: a new run replaces it atomically
+  (``replaced``), keeping the owner and watchers and adding the newcomers.
+
+Joining or re-running a task you do not own, adding anyone who is not already a member,
+needs the policy's ``watch_authorizer``; otherwise ``AuthorizationError``. A task of
+another tenant under the same (global) id is refused the same way. Everything refused is
+refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tasks_core._json import check_json, json_size
+from tasks_core.authority import Access, Authority, Owner, System
+from tasks_core.definitions import TaskDef
+from tasks_core.errors import (
+    AuthorizationError,
+    CapacityExceeded,
+    InvalidInput,
+    RevisionConflict,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+    Unavailable,
+)
+from tasks_core.events import WatcherAdded
+from tasks_core.models import NewTask, Snapshot, TaskQuery, TaskStatus
+from tasks_core.policy import Limits, Policy
+from tasks_core.store import TaskStore
+
+__all__ = ["MAX_RACES", "Submitted", "check_input", "check_watchers", "grant_watcher", "submit"]
+
+log = logging.getLogger(__name__)
+
+MAX_RACES = 8
+"""How often submit re-reads after losing a race before giving up."""
+
+_LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING_INPUT})
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What ``submit`` did.
+
+    Attributes:
+        id: the task id (derived from the key, or random).
+        run_id: the run this submit refers to.
+        outcome: ``created`` (a new task), ``joined`` (a live run of the key: the submitter
+            is now a watcher) or ``replaced`` (a new run of a finished key).
+        snapshot: the task right after the submit.
+    """
+
+    id: str
+    run_id: str
+    outcome: Literal["created", "joined", "replaced"]
+    snapshot: Snapshot
+
+
+async def submit(
+    store: TaskStore,
+    policy: Policy,
+    limits: Limits,
+    new: NewTask,
+    authority: Authority,
+    *,
+    keyed: bool,
+) -> Submitted:
+    """Create ``new``, or join/replace the task that holds its id (module docstring).
+
+    Raises:
+        AuthorizationError: joining a task the submitter may not join.
+        CapacityExceeded: a store capacity or ``max_runs_per_owner``.
+        StoreUnavailable: the store failed, or submit lost ``MAX_RACES`` races in a row.
+    """
+    for _ in range(MAX_RACES):
+        await _check_owner_runs(store, limits, new)
+        try:
+            snapshot = await store.create(new)
+        except TaskExists as exc:
+            if not keyed:
+                raise
+            current = exc.current
+        else:
+            return Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
+        done = await _existing(store, policy, limits, new, authority, current)
+        if done is not None:
+            return done
+    raise StoreUnavailable(f"submit of {new.id!r} kept losing races; try again")
+
+
+async def _existing(
+    store: TaskStore,
+    policy: Policy,
+    limits: Limits,
+    new: NewTask,
+    authority: Authority,
+    current: Snapshot,
+) -> Submitted | None:
+    """Join or replace ``current``; ``None`` when a race means: start over."""
+    if current.tenant != new.tenant:
+        raise AuthorizationError("This key is taken")
+    newcomers = _newcomers(current, authority, new.watchers)
+    if (
+        isinstance(authority, Owner)
+        and authority != current.owner
+        and newcomers
+        and not policy.allows_watch(current.id, newcomers, authority)
+    ):
+        raise AuthorizationError("Not authorized to join this task")
+    now = await store.now()
+    if current.status in _LIVE and not current.expired(now):
+        snapshot = current
+        for principal in newcomers:
+            granted = await grant_watcher(store, policy, snapshot, principal)
+            if granted is None:
+                return None
+            snapshot = granted
+        return Submitted(snapshot.id, snapshot.run_id, "joined", snapshot)
+    replacement = new.model_copy(
+        update={"owner": current.owner, "watchers": (*current.watchers, *newcomers)}
+    )
+    if replacement.owner is not None and replacement.owner != new.owner:
+        # The run is owned by the key's owner; count it against them, not the submitter.
+        await _check_owner_runs(store, limits, replacement)
+    try:
+        snapshot = await store.create(replacement, replace=current)
+    except (RevisionConflict, TaskNotFound, Unavailable) as exc:
+        log.debug("submit of %r raced (%s); re-reading", new.id, type(exc).__name__)
+        return None
+    return Submitted(snapshot.id, snapshot.run_id, "replaced", snapshot)
+
+
+def _newcomers(
+    current: Snapshot, authority: Authority, watchers: tuple[Owner, ...]
+) -> tuple[Owner, ...]:
+    candidates = ([authority] if isinstance(authority, Owner) else []) + list(watchers)
+    seen: list[Owner] = []
+    for principal in candidates:
+        if principal == current.owner or principal in current.watchers or principal in seen:
+            continue
+        seen.append(principal)
+    return tuple(seen)
+
+
+async def grant_watcher(
+    store: TaskStore, policy: Policy, snapshot: Snapshot, principal: Owner
+) -> Snapshot | None:
+    """Add ``principal`` as a watcher of the live ``snapshot`` (core only, at submit).
+
+    Returns:
+        The task afterwards, or ``None`` when it finished or went away meanwhile.
+    """
+    digest = hashlib.sha256(f"{principal.tenant}\n{principal.user_id}".encode()).hexdigest()
+    event = WatcherAdded(event_id=f"{snapshot.run_id}:watcher:{digest[:24]}", principal=principal)
+    access = Access(principal=System(snapshot.tenant), visibility=policy.visibility)
+    revision = snapshot.revision
+    for _ in range(MAX_RACES):
+        try:
+            result = await store.transition(snapshot.id, revision, event, access)
+        except RevisionConflict as exc:
+            if exc.current.run_id != snapshot.run_id:
+                return None
+            revision = exc.current.revision
+            continue
+        except TaskNotFound:
+            return None
+        if result.outcome == "unchanged" and result.snapshot.terminal:
+            return None
+        return result.snapshot
+    return None
+
+
+async def _check_owner_runs(store: TaskStore, limits: Limits, new: NewTask) -> None:
+    """Refuse a new run beyond ``limits.max_runs_per_owner`` live tasks of its owner.
+
+    Raises:
+        CapacityExceeded: ``max_runs_per_owner``.
+    """
+    cap = limits.max_runs_per_owner
+    owner = new.owner
+    if cap is None or owner is None:
+        return
+    query = TaskQuery(tenant=new.tenant, principal=owner, statuses=_LIVE, limit=1000)
+    count = 0
+    while True:
+        page = await store.list(query)
+        count += sum(1 for s in page if s.owner == owner and s.id != new.id)
+        if count >= cap:
+            raise CapacityExceeded("max_runs_per_owner")
+        if len(page) < query.limit:
+            return
+        query = query.model_copy(update={"after": page[-1].id})
+
+
+def check_input(
+    input: Mapping[str, Any] | None, definition: TaskDef | None, limits: Limits
+) -> dict[str, Any] | None:
+    """The input as stored: a JSON object (or ``None``) within ``limits.max_input_bytes``
+    that binds to the handler when it is known.
+
+    Raises:
+    InvalidInput: naming the rule that failed; nothing was written.
+    """
+    if input is None:
+        data = None
+    elif isinstance(input, Mapping):
+        data = dict(input)
+    else:
+        raise InvalidInput("input must be a dict of the handler's keyword arguments, or None")
+    try:
+        check_json(data, what="input")
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if json_size(data) > limits.max_input_bytes:
+        raise InvalidInput(f"input must be at most {limits.max_input_bytes} bytes of JSON")
+    if definition is not None:
+        definition.check_input(data)
+    return data
+
+def check_watchers(
+    watchers: Sequence[Owner], tenant: str, owner: Owner | None
+) -> tuple[Owner, ...]:
+    """The watchers to grant: owners of ``tenant``, without duplicates or the owner.
+
+    Raises:
+    InvalidInput: not a list of ``Owner``, or one of another tenant.
+    """
+    given: object = watchers
+    if isinstance(given, (str, Owner)):
+        raise InvalidInput("watchers must be a list of Owner(...)")
+    granted: list[Owner] = []
+    for watcher in watchers:
+        if not isinstance(watcher, Owner):
+            raise InvalidInput("watchers must be Owner(...) principals")
+        if watcher.tenant != tenant:
+            raise InvalidInput("watchers must belong to the submitter's tenant")
+        if watcher != owner and watcher not in granted:
+            granted.append(watcher)
+    return tuple(granted)

@@ -1,0 +1,186 @@
+"""``tasks``: the command line of tasks-core.
+
+::
+
+    tasks demo                          a batch of tasks and a worker, live, in one process
+    tasks worker myapp:app              run a worker (SIGTERM/SIGINT drain it)
+    tasks submit NAME --input '{...}'   submit a task by name
+    tasks ls [--status running]         list tasks
+    tasks show ID [--follow]            one task and its event history (live with --follow)
+    tasks cancel ID                     cancel a task
+    tasks respond ID key=value …        answer a task's input request
+    tasks reap                          delete expired tasks now
+    tasks backends                      installed store plugins and their capabilities
+
+Every command takes ``--store URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db``
+when the sql plugin is installed, else ``memory://``). Commands act as the operator
+(``System``) unless ``--user`` (and ``--tenant``) say whom to act as.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from tasks_core._cli_commands import COMMANDS
+from tasks_core._defaults import ENV_VAR, default_store_url
+from tasks_core.app import App
+from tasks_core.errors import TasksError
+
+__all__ = ["build_parser", "load_app", "main", "run"]
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (``attribute`` defaults to ``app``) from the current
+    directory or ``sys.path``.
+
+    Raises:
+        InvalidInput: the module or attribute is missing, or is not an ``App``.
+    """
+    from tasks_core.errors import InvalidInput
+
+    module_name, _, attribute = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInput(f"cannot import {module_name!r}: {exc}") from None
+    app = getattr(module, attribute or "app", None)
+    if not isinstance(app, App):
+        raise InvalidInput(f"{spec!r} is not an App (expected module:attribute)")
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tasks``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="URL",
+                        help=f"store URL (default ${ENV_VAR}, else sqlite:///tasks.db when "
+                             "tasks-store-sql is installed, else memory://)")
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    who = argparse.ArgumentParser(add_help=False)
+    who.add_argument("--user", help="act as Owner(USER) instead of the operator (System)")
+    who.add_argument("--tenant", help="the tenant (default: 'default' for --user, all for "
+                                      "the operator)")
+
+    parser = argparse.ArgumentParser(prog="tasks", parents=[common],
+                                     description="Durable background tasks.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("worker", parents=[common], help="run a worker for APP (module:attr)")
+    p.add_argument("app", metavar="APP", help="module:attribute of your App, e.g. myapp:app")
+    p.add_argument("--queues", help="comma-separated queues (default: every declared queue)")
+    p.add_argument("--concurrency", type=int, help="runs at once (default 8)")
+    p.add_argument("--recover", choices=("retry", "fail"), default="retry",
+                   help="what to do with tasks of a dead worker (default: retry)")
+    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--input-park", type=float, default=30.0,
+                   help="seconds a run waits for input before freeing its slot (default 30)")
+    p.add_argument("--drain-timeout", type=float, default=5.0,
+                   help="seconds to wait for running tasks on SIGTERM (default 5)")
+    p.add_argument("--reap-interval", type=float, default=60.0,
+                   help="seconds between reaper sweeps (default 60)")
+    p.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
+
+    p = sub.add_parser("submit", parents=[common, who], help="submit a task by name")
+    p.add_argument("name", help="the registered task name")
+    p.add_argument("--input", help="JSON object of keyword arguments")
+    p.add_argument("--key", help="dedup key")
+    p.add_argument("--global", dest="global_key", action="store_true",
+                   help="the key is global (not scoped to the owner)")
+    p.add_argument("--queue", help="queue (default: 'default')")
+    p.add_argument("--wait", action="store_true", help="follow the task until it ends")
+
+    p = sub.add_parser("ls", parents=[common, who], help="list tasks")
+    p.add_argument("--status", action="append",
+                   choices=("pending", "running", "waiting_input", "completed", "failed",
+                            "cancelled"), help="filter by status (repeatable)")
+    p.add_argument("--queue", help="filter by queue")
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--after", help="the last id of the previous page")
+    p.add_argument("--wide", action="store_true", help="more columns")
+
+    p = sub.add_parser("show", parents=[common, who], help="a task and its event history")
+    p.add_argument("id")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="draw live progress until the task ends")
+
+    p = sub.add_parser("cancel", parents=[common, who], help="cancel a task")
+    p.add_argument("id")
+
+    p = sub.add_parser("respond", parents=[common, who], help="answer a task's input request")
+    p.add_argument("id")
+    p.add_argument("answers", nargs="+", metavar="KEY=VALUE",
+                   help="an answer per key; VALUE is JSON (or else a string)")
+
+    p = sub.add_parser("reap", parents=[common], help="delete expired tasks now")
+    p.add_argument("--limit", type=int, default=1000)
+
+    sub.add_parser("backends", parents=[common], help="installed store plugins")
+    sub.add_parser("demo", parents=[common], help="run the demo (about ten seconds)")
+    return parser
+
+
+async def run(argv: Sequence[str], *, app: App | None = None,
+              console: Console | None = None) -> int:
+    """Run one command; ``app`` replaces the one built from ``--store`` (tests, embedding).
+
+    Returns:
+        The exit code.
+    """
+    args = build_parser().parse_args(list(argv))
+    console = console or Console()
+    owned = app is None
+    if app is None:
+        if args.command == "worker":
+            app = load_app(args.app)
+            if args.store:
+                app.use_store(args.store)
+        else:
+            app = App(args.store or default_store_url()[0])
+    if args.command not in ("demo", "backends") and (app.url or "").startswith("memory://"):
+        Console(stderr=True).print(
+            "[yellow]note:[/] memory:// is private to this process and starts empty; use "
+            "--store sqlite:///tasks.db (pip install tasks-store-sql) to share tasks between "
+            "commands and workers.")
+    try:
+        return await COMMANDS[args.command](app, args, console)
+    finally:
+        if owned:
+            await app.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``tasks`` console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(args_list)
+    quiet = logging.INFO if args.command == "worker" else logging.ERROR
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("tasks_core").setLevel(quiet)
+    err = Console(stderr=True)
+    try:
+        return asyncio.run(run(args_list))
+    except KeyboardInterrupt:
+        return 130
+    except TasksError as exc:
+        err.print(f"[red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+        return 2
+    except TypeError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""``TaskContext``: what a handler receives as its first argument.
+
+A handler is ``async def handler(ctx, **input)`` (run on the worker's event loop) or
+``def handler(ctx, **input)`` (run in a thread of its own). Either way it runs in a fresh
+``contextvars.Context``: it never sees the submitter's (or the worker's) context variables.
+
+Handlers are deterministic up to their input requests: a run that waits for a person
+longer than the worker's park time gives its slot back and is run again from the start
+once the answer arrives; on that re-run ``request_input`` returns the stored answer at once
+instead of asking again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from tasks_core.authority import Owner
+from tasks_core.cancel import CancelToken, RunCancelled
+from tasks_core.models import Progress, Snapshot
+from tasks_core.reasons import CancelReason
+
+__all__ = ["TaskContext"]
+
+
+class _RunHooks(Protocol):
+    """What the worker's run offers its context (see ``tasks_core._run``)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def progress(self, value: float, message: str | None) -> None: ...
+
+    async def request_input(self, key: str, request: Any) -> Any: ...
+
+
+class TaskContext:
+    """The run as its handler sees it.
+
+    Attributes:
+        task_id: the task id.
+        run_id: the run of the key this execution belongs to.
+        name: the registered task name.
+        queue: the queue it was claimed from.
+        owner: the submitter (``None`` for ``System``).
+        input: the input dict (``{}`` when none was given).
+        attempt: 1 on the first run, +1 per application retry (a redelivery after a
+            crash or a park is the same attempt).
+        deliveries: how many times the task has been claimed, this claim included.
+        idempotency_key: for side effects — the submitter's, else ``"<task_id>:<run_id>"``:
+            the same for every attempt and redelivery of this run.
+        token: the run's :class:`~tasks_core.cancel.CancelToken`.
+    """
+
+    def __init__(self, snapshot: Snapshot, token: CancelToken, hooks: _RunHooks) -> None:
+        work = snapshot.work
+        self.task_id: str = snapshot.id
+        self.run_id: str = snapshot.run_id
+        self.name: str = work.name
+        self.queue: str = snapshot.queue
+        self.owner: Owner | None = snapshot.owner
+        self.input: dict[str, Any] = dict(work.input) if isinstance(work.input, dict) else {}
+        self.attempt: int = snapshot.retry_count + 1
+        self.deliveries: int = snapshot.deliveries
+        self.idempotency_key: str = work.idempotency_key or f"{snapshot.id}:{snapshot.run_id}"
+        self.token = token
+        self._hooks = hooks
+
+    # -- cancellation --------------------------------------------------------------------
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the run was asked to stop (by a user, a timeout, a new run, a drain)."""
+        return self.token.cancelled
+
+    @property
+    def cancel_reason(self) -> CancelReason | None:
+        """Why: ``user``, ``timeout``, ``superseded`` or ``shutdown`` (``None`` if not)."""
+        return self.token.reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`~tasks_core.cancel.RunCancelled` if the run was asked to stop.
+
+        Stopping this way for a ``shutdown`` releases the task for another worker; returning
+        a value instead records it as the result.
+
+        Raises:
+            RunCancelled: with ``.reason``.
+        """
+        reason = self.token.reason
+        if reason is not None:
+            raise RunCancelled(reason)
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking early when the run is asked to stop.
+
+        Returns:
+            Whether the run was asked to stop.
+        """
+        if self.token.cancelled:
+            return True
+        try:
+            await asyncio.wait_for(self.token.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- progress ------------------------------------------------------------------------
+
+    def progress(self, value: float, message: str | None = None) -> None:
+        """Report progress 0–100 (throttled: the store sees the latest value at most every
+        ``progress_interval`` seconds). Safe from async and sync handlers alike; never
+        blocks.
+
+        Raises:
+            InvalidInput: ``value`` outside 0..100 or not finite.
+        """
+        progress = Progress(value=value, message=message)
+        self._hooks.progress(progress.value, progress.message)
+
+    # -- input requests ------------------------------------------------------------------
+
+    async def request_input(self, key: str, request: Any = None) -> Any:
+        """Ask a person for input under ``key`` and wait for the answer.
+
+        On a re-run the stored answer is returned at once, without asking again. The wait
+        does not count against the task's timeout. After the worker's park time the run
+        gives its slot back (the task waits in ``waiting_input``, holding no worker) and is
+        run again from the start when the answer arrives.
+
+        Args:
+            key: the question's key; each key is asked at most once per task.
+            request: JSON describing the question (shown to whoever answers).
+
+        Returns:
+            The accepted answer.
+
+        Raises:
+            RunCancelled: the task was cancelled or the run lost its lease while waiting.
+            InvalidInput: a bad key or request.
+        """
+        return await self._hooks.request_input(key, request)
+
+    def request_input_sync(self, key: str, request: Any = None) -> Any:
+        """:meth:`request_input` for sync handlers (blocks the handler's thread).
+
+        Raises:
+            RunCancelled, InvalidInput: as :meth:`request_input`.
+            RuntimeError: called on the worker's event loop (use ``await request_input``).
+        """
+        loop = self._hooks.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("request_input_sync is for sync handlers; await request_input")
+        future = asyncio.run_coroutine_threadsafe(self._hooks.request_input(key, request), loop)
+        return future.result()
+
+    def __repr__(self) -> str:
+        return f"TaskContext(task_id={self.task_id!r}, name={self.name!r}, attempt={self.attempt})"

@@ -1,0 +1,149 @@
+"""What an application declares: tasks (``@app.task``), queues, and the ``Retry`` signal.
+
+A :class:`TaskDef` is what ``@app.task`` returns. It is still callable like the function it
+wraps (handy in unit tests) and knows its defaults: queue, retry policy, timeout, delivery
+limit, ttl and retention.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from tasks_core.authority import check_name
+from tasks_core.errors import InvalidInput
+from tasks_core.models import RetryPolicy
+
+if TYPE_CHECKING:
+    from tasks_core.app import App, Submitted
+    from tasks_core.authority import Authority
+
+__all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "TaskDef"]
+
+DEFAULT_QUEUE = "default"
+
+
+class _Unset(Enum):
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET
+"""Marks an option left to the task's (or app's) default; ``None`` means "none"."""
+
+
+class Retry(Exception):
+    """Return it or raise it from a handler to ask for another attempt.
+
+    The task's retry policy decides whether there is one and when (the store computes
+    ``retry_at`` from its own clock); without attempts left the task fails with this
+    message.
+
+    Args:
+        message: why (stored as the failure message, after the policy's redactor).
+        error: the error type name stored (default ``"Retry"``).
+    """
+
+    def __init__(self, message: str = "retry requested", *, error: str = "Retry") -> None:
+        super().__init__(message)
+        self.message = message
+        self.error = error
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A declared queue.
+
+    Attributes:
+        name: the queue name (validated like a user id).
+        concurrency: at most this many runs of the queue at once in one worker (``1`` =
+            sequential, FIFO in that worker); ``None``: only the worker's total applies.
+        exclusive: at most one run of the queue at once across *every* worker (needs a
+            store with the ``exclusive_queues`` capability; the worker refuses to start
+            otherwise).
+    """
+
+    name: str
+    concurrency: int | None = None
+    exclusive: bool = False
+
+    def __post_init__(self) -> None:
+        check_name(self.name, what="queue")
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool)
+            or not isinstance(self.concurrency, int)
+            or self.concurrency < 1
+        ):
+            raise InvalidInput("queue concurrency must be a positive integer or None")
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    """A registered task: the handler and its defaults.
+
+    Attributes:
+        name: the registered name stored in ``Work.name`` (default: the function's name).
+        fn: the handler, ``fn(ctx, **input)``; ``async def`` runs on the worker's loop,
+            ``def`` in a thread.
+        queue: default queue.
+        retry: default retry policy.
+        timeout: default timeout in seconds (``None``: none).
+        max_deliveries: default delivery limit.
+        ttl: default time to live in seconds from creation (``None``: none).
+        retention: seconds a finished task is kept (``None``: the app default).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str = DEFAULT_QUEUE
+    retry: RetryPolicy = field(default_factory=RetryPolicy.none)
+    timeout: float | None = None
+    max_deliveries: int = 25
+    ttl: float | None = None
+    retention: float | None = None
+    app: App | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise InvalidInput("a task handler must be callable")
+        check_name(self.queue, what="queue")
+        if not isinstance(self.retry, RetryPolicy):
+            raise InvalidInput("retry must be a RetryPolicy")
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the handler is an ``async def`` (run on the loop, not in a thread)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def check_input(self, input: dict[str, Any] | None) -> None:
+        """Refuse an input that does not bind to ``fn(ctx, **input)``.
+
+        Raises:
+            InvalidInput: naming the mismatch (never the values).
+        """
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return
+        try:
+            signature.bind(None, **(input or {}))
+        except TypeError as exc:
+            raise InvalidInput(f"input does not match task {self.name!r}: {exc}") from None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the handler directly (no store, no worker): for unit tests."""
+        return self.fn(*args, **kwargs)
+
+    async def submit(
+        self, input: dict[str, Any] | None, authority: Authority, /, **options: Any
+    ) -> Submitted:
+        """Shortcut for ``app.submit(self, input, authority, **options)``.
+
+        Raises:
+            InvalidInput: the task is not registered with an app.
+        """
+        if self.app is None:
+            raise InvalidInput(f"task {self.name!r} is not registered with an App")
+        return await self.app.submit(self, input, authority, **options)

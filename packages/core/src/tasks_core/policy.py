@@ -1,0 +1,150 @@
+"""Policy and limits: the security and size rules the runtime applies for every backend.
+
+``Policy`` holds the pure hooks deciding who may use a queue, who may join someone else's
+task, and what an error message may say; ``Limits`` holds the sizes. Both live in core and
+are applied once, before a store is called, so no two stores can differ in security.
+
+Hooks must be pure (no I/O, no side effects). A hook that raises denies: the authorizers
+answer ``False``, the redactor withholds the message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from tasks_core.authority import Authority, Owner, System
+from tasks_core.errors import AuthorizationError, InvalidInput
+from tasks_core.models import MAX_MESSAGE_CHARS
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_INPUT_BYTES",
+    "Limits",
+    "Policy",
+    "QueueAuthorizer",
+    "Redactor",
+    "WatchAuthorizer",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_INPUT_BYTES = 256 * 1024
+DEFAULT_CONCURRENCY = 8
+
+QueueAuthorizer = Callable[[str, Owner], bool]
+"""``f(queue, owner) -> bool``: may ``owner`` submit to ``queue``?"""
+WatchAuthorizer = Callable[[str, tuple[Owner, ...], Owner], bool]
+"""``f(task_id, newcomers, submitter) -> bool``: may ``submitter`` add ``newcomers`` (itself
+included when it joins) as watchers of a task it does not own?"""
+Redactor = Callable[[BaseException, str], str]
+"""``f(exc, text) -> str``: the error text that may be stored for ``exc``."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who may do what, applied in core for every store.
+
+    Attributes:
+        queue_authorizer: ``f(queue, owner) -> bool``; default: every owner, every declared
+            queue. ``System`` is not asked (it is the explicit bypass).
+        watch_authorizer: ``f(task_id, newcomers, submitter) -> bool``; asked when a
+            submitter who does not own a task joins it (a live key) or starts a new run of
+            it (a finished key), or grants further watchers on it. Default: deny.
+        error_redactor: ``f(exc, text) -> str``; default: the text unchanged. The result is
+            capped at 2048 characters before it is stored.
+        visibility: ``"watchers"`` (owner, watchers and System see a task) or ``"tenant"``
+            (every principal of the tenant may read; only members cancel and respond).
+    """
+
+    queue_authorizer: QueueAuthorizer | None = None
+    watch_authorizer: WatchAuthorizer | None = None
+    error_redactor: Redactor | None = None
+    visibility: Literal["watchers", "tenant"] = "watchers"
+
+    def __post_init__(self) -> None:
+        if self.visibility not in ("watchers", "tenant"):
+            raise InvalidInput("visibility must be 'watchers' or 'tenant'")
+
+    def check_queue(self, queue: str, authority: Authority) -> None:
+        """Refuse ``queue`` to ``authority`` unless the queue authorizer allows it.
+
+        Raises:
+            AuthorizationError: the authorizer said no (or raised).
+        """
+        if isinstance(authority, System) or self.queue_authorizer is None:
+            return
+        if not _ask("queue_authorizer", self.queue_authorizer, queue, authority):
+            raise AuthorizationError(f"Not authorized to submit to queue {queue!r}")
+
+    def allows_watch(self, task_id: str, newcomers: tuple[Owner, ...], submitter: Owner) -> bool:
+        """Whether ``submitter`` may add ``newcomers`` as watchers of ``task_id``."""
+        if self.watch_authorizer is None:
+            return False
+        return _ask("watch_authorizer", self.watch_authorizer, task_id, newcomers, submitter)
+
+    def redact(self, exc: BaseException) -> str:
+        """The storable message of ``exc``: redacted, then capped at 2048 characters."""
+        text = _text(exc)
+        if self.error_redactor is not None:
+            try:
+                text = self.error_redactor(exc, text)
+                if not isinstance(text, str):
+                    raise TypeError("error_redactor must return a str")
+            except Exception:
+                log.exception("error_redactor raised; the message of %s is withheld", _name(exc))
+                text = f"{_name(exc)} (message withheld: the error redactor failed)"
+        return text[:MAX_MESSAGE_CHARS]
+
+
+def _ask(hook: str, fn: Callable[..., bool], *args: object) -> bool:
+    try:
+        return fn(*args) is True
+    except Exception:
+        log.exception("%s raised; denying", hook)
+        return False
+
+
+def _name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return _name(exc)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes and counts, each with a default and a defined refusal (nothing is written).
+
+    Attributes:
+        max_input_bytes: compact JSON size of a task's input (and of one ``respond``
+            payload); above it ``InvalidInput``. Default 256 KiB.
+        max_runs_per_owner: live (non-terminal) tasks one owner may own; above it
+            ``CapacityExceeded("max_runs_per_owner")``. Default: off. Checked by the
+            runtime before the create, so concurrent submits may overshoot it slightly.
+        concurrency: default worker concurrency (runs at once per worker). Default 8.
+        max_tasks: passed to a store the ``App`` opens from a URL (the store enforces it
+            atomically: ``CapacityExceeded("max_tasks")``). Default 1 000 000.
+        max_active_tasks_per_scope: likewise, per tenant. Default 10 000.
+    """
+
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    max_runs_per_owner: int | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_tasks: int = 1_000_000
+    max_active_tasks_per_scope: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_input_bytes", "concurrency", "max_tasks", "max_active_tasks_per_scope"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{name} must be a positive integer")
+        runs = self.max_runs_per_owner
+        if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+            raise InvalidInput("max_runs_per_owner must be a positive integer or None")

@@ -1,0 +1,394 @@
+"""The worker: claims tasks in batches and runs them with bounded concurrency.
+
+Loop: claim with ``claim_next(limit=free slots)`` — never more than can start now, so
+nothing waits in a local buffer holding a lease (no prefetch) — start a :class:`Run` per
+claim, and when nothing was claimed wait for work: the store's wakeups where it offers
+them (``capabilities.wakeups``), else polling with exponential backoff; submits, answers
+and releases made through the same ``App`` wake it at once either way.
+
+Concurrency: ``concurrency`` runs at once in this worker, and per queue at most
+``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
+``exclusive=True`` runs one task at a time across every worker (store capability
+``exclusive_queues``; refused at start otherwise).
+
+Shutdown (:meth:`Worker.shutdown`): stop claiming first; claims that arrive afterwards
+are released unstarted (nothing lost, nothing cancelled); running tokens get
+``shutdown``; wait up to ``drain_timeout``; runs that outlive the wait keep their lease
+(and heartbeat) until they end or the process exits, so nobody declares them dead early.
+Returns whether everything settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from tasks_core._housekeeping import Reaper
+from tasks_core._run import Run, RunEnv
+from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
+from tasks_core.models import Claim
+from tasks_core.reasons import CancelReason
+
+if TYPE_CHECKING:
+    from tasks_core.app import App
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("tasks_core.worker")
+
+
+class Worker:
+    """Runs the tasks of an :class:`~tasks_core.app.App`.
+
+    Args:
+        app: the app (its store is opened on :meth:`run` if needed).
+        queues: queues to serve (default: every queue the app declares).
+        concurrency: runs at once (default ``app.limits.concurrency``, 8).
+        queue_concurrency: per-queue limits overriding the app's ``Queue.concurrency``.
+        worker_id: default ``"<host>:<pid>:<random>"``.
+        lease_for: lease length in seconds; heartbeats renew every ``lease_for / 3``.
+        recover: ``"retry"`` runs a task again after its worker died (at least once);
+            ``"fail"`` fails it with "Worker process terminated unexpectedly".
+        input_park: seconds a run waits for input before giving its slot back.
+        poll_interval: the longest wait between claims when idle (backoff cap).
+        min_poll: the first idle wait (backoff start) for stores without wakeups.
+        progress_interval: at most one progress write per run per this many seconds.
+        reap_interval: seconds between reaper ticks; ``None``: no reaper in this worker.
+
+    Raises:
+        InvalidInput: a bad argument or an undeclared queue.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        queue_concurrency: Mapping[str, int] | None = None,
+        worker_id: str | None = None,
+        lease_for: float = 30.0,
+        recover: Literal["retry", "fail"] = "retry",
+        input_park: float = 30.0,
+        poll_interval: float = 1.0,
+        min_poll: float = 0.05,
+        progress_interval: float = 0.5,
+        reap_interval: float | None = 60.0,
+    ) -> None:
+        self.app = app
+        declared = app.queues
+        names = list(dict.fromkeys(queues)) if queues is not None else list(declared)
+        if isinstance(queues, str) or not names:
+            raise InvalidInput("queues must be a non-empty list of queue names")
+        unknown = [q for q in names if q not in declared]
+        if unknown:
+            raise InvalidInput(f"undeclared queue(s): {', '.join(unknown)}")
+        self.queues: tuple[str, ...] = tuple(names)
+        self.concurrency = concurrency if concurrency is not None else app.limits.concurrency
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
+                or self.concurrency < 1:
+            raise InvalidInput("concurrency must be a positive integer")
+        if recover not in ("retry", "fail"):
+            raise InvalidInput("recover must be 'retry' or 'fail'")
+        for value, what in ((lease_for, "lease_for"), (input_park, "input_park"),
+                            (poll_interval, "poll_interval"), (min_poll, "min_poll"),
+                            (progress_interval, "progress_interval")):
+            if not value > 0:
+                raise InvalidInput(f"{what} must be positive")
+        self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
+        self.limits: dict[str, int] = {}
+        for q in self.queues:
+            limit = (queue_concurrency or {}).get(q, declared[q].concurrency)
+            if q in self.exclusive:
+                limit = 1
+            if limit is not None:
+                self.limits[q] = limit
+        self.worker_id = worker_id or _default_worker_id()
+        self.lease_for = lease_for
+        self.recover: Literal["retry", "fail"] = recover
+        self.input_park = input_park
+        self.poll_interval = poll_interval
+        self.min_poll = min(min_poll, poll_interval)
+        self.progress_interval = progress_interval
+        self.reap_interval = reap_interval
+        self.runs: dict[str, Run] = {}
+        self._run_tasks: dict[asyncio.Task[None], Run] = {}
+        self._releasing: set[asyncio.Future[Any]] = set()
+        self._late: set[asyncio.Future[Any]] = set()
+        self._active: Counter[str] = Counter()
+        self._stopping = False
+        self._stop = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._loop_done = asyncio.Event()
+        self._shutdown_done = asyncio.Event()
+        self._settled: bool | None = None
+        self._env: RunEnv | None = None
+        self._main: asyncio.Task[None] | None = None
+        self.claimed = 0
+        self.reaper: Reaper | None = None
+        self._work_seen = 0
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a shutdown has begun (no more claims)."""
+        return self._stopping
+
+    @property
+    def running(self) -> list[str]:
+        """Ids of the tasks this worker is running now."""
+        return sorted(self.runs)
+
+    async def run(self) -> None:
+        """Serve until :meth:`shutdown` finishes (or this coroutine is cancelled: then
+        every run is abandoned without a write, like a killed process).
+
+        Raises:
+            CapabilityNotSupported: exclusive queues on a store without them.
+        """
+        store = await self.app._opened()
+        if self.exclusive and not store.capabilities.exclusive_queues:
+            raise CapabilityNotSupported(
+                f"queue(s) {', '.join(sorted(self.exclusive))} are exclusive, but this store "
+                "has no exclusive_queues capability"
+            )
+        self._env = RunEnv(
+            store=store, policy=self.app.policy, limits=self.app.limits,
+            changes=self.app._changes, work=self.app._work, worker_id=self.worker_id,
+            lease_for=self.lease_for, input_park=self.input_park,
+            poll_interval=self.poll_interval, progress_interval=self.progress_interval,
+            recover=self.recover, stopping=lambda: self._stopping, keep=self._keep_late,
+        )
+        self._work_seen = self.app._work.version
+        self.app._changes.add_cancel_listener(self._on_cancel)
+        reaper_task: asyncio.Task[None] | None = None
+        if self.reap_interval is not None:
+            self.reaper = Reaper(store, interval=self.reap_interval)
+            reaper_task = asyncio.create_task(self.reaper.run(self._stop))
+        log.info("worker %s serving %s (concurrency %d, store %s)", self.worker_id,
+                 ", ".join(self.queues), self.concurrency, type(store).__name__)
+        claiming = asyncio.create_task(self._claim_loop(store), name="tasks:claim-loop")
+        claiming.add_done_callback(lambda _: self._loop_done.set())
+        try:
+            finished = asyncio.ensure_future(self._shutdown_done.wait())
+            try:
+                await asyncio.wait({claiming, finished}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                finished.cancel()
+            if claiming.done() and not self._stopping:
+                claiming.result()  # the claim loop died: say why
+                raise RuntimeError("the claim loop ended without a shutdown")
+            await self._shutdown_done.wait()
+        except BaseException:
+            for task in list(self._run_tasks):
+                task.cancel()
+            raise
+        finally:
+            if not claiming.done():  # a claim outlived the drain: give up on it
+                claiming.cancel()
+            self.app._changes.remove_cancel_listener(self._on_cancel)
+            if reaper_task is not None:
+                reaper_task.cancel()
+            log.info("worker %s stopped", self.worker_id)
+
+    async def shutdown(self, drain_timeout: float = 5.0) -> bool:
+        """Drain (see the module docstring) and return whether everything settled.
+
+        Safe to call more than once and from any task of the worker's loop.
+        """
+        if self._settled is not None:
+            return self._settled
+        if self._stopping:
+            await self._shutdown_done.wait()
+            return bool(self._settled)
+        self._stopping = True
+        self._stop.set()
+        log.info("worker %s: shutting down (drain %gs)", self.worker_id, drain_timeout)
+        deadline = asyncio.get_running_loop().time() + drain_timeout
+        started = self._env is not None
+        if started:
+            await _wait_until(self._loop_done.wait(), deadline)
+        for run in list(self.runs.values()):
+            if run.started:
+                run.stop(CancelReason.SHUTDOWN)
+        pending = [*self._run_tasks, *self._releasing]
+        if pending:
+            await _wait_until(asyncio.wait(pending), deadline)
+        outliving = sorted(self.runs)
+        settled = (self._loop_done.is_set() or not started) and not outliving
+        if outliving:
+            log.warning("worker %s: %d run(s) outlived the drain and keep their lease: %s",
+                        self.worker_id, len(outliving), ", ".join(outliving))
+        log.info("worker %s: drain %s", self.worker_id, "settled" if settled else "unsettled")
+        self._settled = settled
+        self._shutdown_done.set()
+        return settled
+
+    async def __aenter__(self) -> Worker:
+        """Start :meth:`run` in the background."""
+        await self.app._opened()
+        self._main = asyncio.create_task(self.run())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Shut down (5 s drain) and wait for :meth:`run` to return."""
+        main = self._main
+        if main is None:
+            return
+        if main.done():
+            main.result()
+            return
+        await self.shutdown()
+        await main
+
+    # -- claiming ------------------------------------------------------------------------
+
+    def _free(self) -> int:
+        return self.concurrency - sum(self._active.values())
+
+    def _plan(self) -> list[tuple[list[str], int, tuple[str, ...]]]:
+        """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first."""
+        free = self._free()
+        plan: list[tuple[list[str], int, tuple[str, ...]]] = []
+        open_queues: list[str] = []
+        for q in self.queues:
+            limit = self.limits.get(q)
+            if limit is None:
+                open_queues.append(q)
+            elif self._active[q] < limit:
+                exclusive = (q,) if q in self.exclusive else ()
+                plan.append(([q], min(free, limit - self._active[q]), exclusive))
+        if open_queues:
+            plan.append((open_queues, free, ()))
+        return plan
+
+    async def _claim_loop(self, store: Any) -> None:
+        backoff = self.min_poll
+        while not self._stopping:
+            self._slot_freed.clear()
+            plan = self._plan() if self._free() > 0 else []
+            if not plan:
+                await _first(self._slot_freed.wait(), self._stop.wait())
+                continue
+            claimed = 0
+            for queues, limit, exclusive in plan:
+                limit = min(limit, self._free())
+                if limit <= 0 or self._stopping:
+                    continue
+                try:
+                    claims = await store.claim_next(self.worker_id, self.lease_for,
+                                                    queues=queues, limit=limit,
+                                                    exclusive=exclusive)
+                except TasksError:
+                    log.exception("worker %s: claim failed; backing off", self.worker_id)
+                    claims = []
+                for claim in claims:
+                    self._start(claim)
+                claimed += len(claims)
+            if claimed:
+                backoff = self.min_poll
+                continue
+            await self._idle(store, backoff)
+            backoff = min(backoff * 2, self.poll_interval)
+
+    async def _idle(self, store: Any, backoff: float) -> None:
+        """Wait for work: store wakeups or the backoff; local work, freed slots and a
+        shutdown wake it early."""
+        waits = [self._stop.wait(), self._slot_freed.wait(),
+                 self.app._work.wait(self._work_seen, self.poll_interval)]
+        if store.capabilities.wakeups:
+            waits.append(store.wait_for_work(list(self.queues), self.poll_interval))
+            timeout = self.poll_interval
+        else:
+            timeout = backoff
+        await _first(*waits, timeout=timeout)
+        self._work_seen = self.app._work.version
+
+    def _start(self, claim: Claim) -> None:
+        assert self._env is not None
+        self.claimed += 1
+        snapshot = claim.snapshot
+        if self._stopping:
+            release = asyncio.ensure_future(self._release_unstarted(claim))
+            self._releasing.add(release)
+            release.add_done_callback(self._releasing.discard)
+            return
+        run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name))
+        self.runs[snapshot.id] = run
+        self._active[snapshot.queue] += 1
+        task = asyncio.create_task(self._execute(run), name=f"tasks:run:{snapshot.id}")
+        self._run_tasks[task] = run
+
+    async def _execute(self, run: Run) -> None:
+        try:
+            await run.execute()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %r: the run failed unexpectedly", run.task_id)
+        finally:
+            self._active[run.snapshot.queue] -= 1
+            if self.runs.get(run.task_id) is run:
+                del self.runs[run.task_id]
+            current = asyncio.current_task()
+            if current is not None:
+                self._run_tasks.pop(current, None)
+            self._slot_freed.set()
+
+    async def _release_unstarted(self, claim: Claim) -> None:
+        try:
+            assert self._env is not None
+            await self._env.store.release(claim.lease)
+        except LeaseLost:
+            return
+        except TasksError:
+            log.exception("task %r: could not release an unstarted claim", claim.snapshot.id)
+            return
+        log.info("task %r: released unstarted (the worker is shutting down)", claim.snapshot.id)
+        self.app._work.notify()
+        self.app._changes.notify()
+
+    def _keep_late(self, future: asyncio.Future[Any]) -> None:
+        self._late.add(future)
+        future.add_done_callback(self._late.discard)
+
+    def _on_cancel(self, task_id: str, run_id: str) -> None:
+        run = self.runs.get(task_id)
+        if run is not None and run.run_id == run_id:
+            run.stop(CancelReason.USER)
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+async def _wait_until(awaitable: Any, deadline: float) -> None:
+    remaining = deadline - asyncio.get_running_loop().time()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(awaitable)), max(remaining, 0))
+
+
+async def _first(*awaitables: Any, timeout: float | None = None) -> None:
+    """Wait until the first of ``awaitables`` finishes (or ``timeout``); cancel the rest."""
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.warning("a wait for work failed: %r", task.exception())
+            task.cancel()

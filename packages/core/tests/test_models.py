@@ -1,0 +1,181 @@
+"""Model rules: retry delays, JSON-safe payloads, capped messages."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from tasks_core import (
+    Completed,
+    ErrorInfo,
+    Failed,
+    InputRequested,
+    InvalidInput,
+    RetryPolicy,
+    RetryRequested,
+    Snapshot,
+    Work,
+    rules,
+)
+from tasks_core.models import MAX_MESSAGE_CHARS
+
+
+def _delays(policy: RetryPolicy, retries: int) -> list[float]:
+    return [policy.delay_for(n).total_seconds() for n in range(1, retries + 1)]
+
+
+def _runs(policy: RetryPolicy) -> int:
+    """How many runs the policy allows in all (the first one included)."""
+    runs = 1
+    while policy.allows_retry(runs - 1):
+        runs += 1
+    return runs
+
+
+# -- RetryPolicy -------------------------------------------------------------------------
+
+
+def test_fixed_policy_waits_the_same_delay_every_time() -> None:
+    """``fixed(d)`` MUST wait ``d`` before every retry."""
+    assert [1.5, 1.5, 1.5] == _delays(RetryPolicy.fixed(1.5, attempts=4), 3)
+
+
+def test_exponential_policy_doubles_up_to_the_cap() -> None:
+    """``exponential(b, cap=c)`` MUST wait b, 2b, 4b… but never more than c."""
+    policy = RetryPolicy.exponential(1.0, attempts=10, cap=5.0)
+    assert [1.0, 2.0, 4.0, 5.0, 5.0] == _delays(policy, 5)
+
+
+def test_exponential_policy_without_cap_keeps_doubling() -> None:
+    """Without a cap the delay MUST keep doubling."""
+    assert [0.25, 0.5, 1.0, 2.0] == _delays(RetryPolicy.exponential(0.25, attempts=9), 4)
+
+
+def test_delays_are_whole_milliseconds() -> None:
+    """Delays MUST be rounded to whole milliseconds (the store resolution)."""
+    assert timedelta(milliseconds=123) == RetryPolicy.fixed(0.1234, attempts=2).delay_for(1)
+
+
+@pytest.mark.parametrize(
+    ("policy", "runs"),
+    [
+        (RetryPolicy.none(), 1),
+        (RetryPolicy.fixed(1.0, attempts=1), 1),
+        (RetryPolicy.fixed(1.0, attempts=3), 3),
+        (RetryPolicy.exponential(1.0, attempts=5, cap=60), 5),
+    ],
+)
+def test_attempts_count_every_run_the_first_included(policy: RetryPolicy, runs: int) -> None:
+    """``attempts=n`` MUST allow n runs in all: the first run plus n-1 retries."""
+    assert runs == _runs(policy)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"delay": -1.0, "attempts": 2},
+        {"delay": 1.0, "attempts": 0},
+        {"delay": 1.0, "attempts": 10_001},
+    ],
+)
+def test_policy_arguments_are_validated(arguments: dict[str, Any]) -> None:
+    """Negative delays and out-of-range attempts MUST raise InvalidInput."""
+    with pytest.raises(InvalidInput):
+        RetryPolicy.fixed(**arguments)
+
+
+def test_retry_event_schedules_the_policy_delay_from_commit_time(
+    snapshot: Snapshot, now: datetime
+) -> None:
+    """``retry_requested`` MUST set ``retry_at = committed_at + delay`` until the policy is
+    exhausted, and then fail the task in the same step."""
+    work = snapshot.work.model_copy(update={"retry_policy": RetryPolicy.fixed(2.0, attempts=2)})
+    task = snapshot.model_copy(update={"work": work})
+    applied = rules.apply_event(task, RetryRequested(event_id="r1", error="Boom"), now)
+    assert applied is not None
+    retried = applied[0]
+    assert (1, now + timedelta(seconds=2)) == (retried.retry_count, retried.retry_at)
+    later = now + timedelta(seconds=3)
+    exhausted = rules.apply_event(retried, RetryRequested(event_id="r2", error="Boom"), later)
+    assert exhausted is not None
+    assert ("failed", "Boom", None) == (
+        exhausted[0].status,
+        exhausted[0].error and exhausted[0].error.type,
+        exhausted[0].retry_at,
+    )
+
+
+# -- JSON safety -------------------------------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+REFUSED: dict[str, Any] = {
+    "nan": float("nan"),
+    "infinity": float("inf"),
+    "negative infinity": [float("-inf")],
+    "int key": {1: "a"},
+    "tuple": ("a", "b"),
+    "set": {"a"},
+    "bytes": b"a",
+    "datetime": datetime(2030, 1, 1),
+    "nested tuple": {"a": [1, (2,)]},
+    "65 levels": _nested(65),
+}
+
+
+@pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
+def test_payloads_that_are_not_plain_json_are_refused(value: Any) -> None:
+    """Only dicts with str keys, lists, str, int, finite float, bool and None at most 64
+    levels deep MUST be accepted; anything else raises InvalidInput."""
+    with pytest.raises(InvalidInput, match="input"):
+        Work(name="job", input=value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -1.5, "text", [1, "a", None], {"a": {"b": [1.0, False]}}, _nested(64)],
+)
+def test_plain_json_payloads_are_kept_exactly(value: Any) -> None:
+    """A plain JSON payload MUST read back exactly as given."""
+    assert value == Work(name="job", input=value).input
+
+
+def test_results_and_input_requests_are_checked_too() -> None:
+    """Every payload the model carries MUST be JSON-checked, not only ``Work.input``."""
+    with pytest.raises(InvalidInput):
+        Completed(event_id="e", result={"when": datetime(2030, 1, 1)})
+    with pytest.raises(InvalidInput):
+        InputRequested(event_id="e", key="k", request=float("nan"))
+
+
+# -- message capping ---------------------------------------------------------------------
+
+
+def test_stored_messages_are_capped_at_2048_characters() -> None:
+    """Error and event messages MUST be cut to 2048 characters, not refused."""
+    long = "x" * 5000
+    assert 2048 == MAX_MESSAGE_CHARS
+    assert "x" * 2048 == ErrorInfo(type="Boom", message=long).message
+    assert "x" * 2048 == Failed(event_id="e", error="Boom", message=long).message
+    assert "x" * 2048 == RetryRequested(event_id="e", error="Boom", message=long).message
+
+
+def test_a_failure_stores_the_capped_message(snapshot: Snapshot, now: datetime) -> None:
+    """The terminal snapshot MUST carry the capped message."""
+    applied = rules.apply_event(
+        snapshot, Failed(event_id="e", error="Boom", message="é" * 3000), now
+    )
+    assert applied is not None
+    assert applied[0].error == ErrorInfo(type="Boom", message="é" * 2048)
+
+
+def test_short_messages_are_kept() -> None:
+    """A message within the cap MUST be stored unchanged."""
+    assert "short" == ErrorInfo(type="Boom", message="short").message

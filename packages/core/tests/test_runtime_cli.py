@@ -1,0 +1,200 @@
+"""The ``tasks`` CLI: commands on a shared store, the worker loader, the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app, until
+from rich.console import Console
+from tasks_core import (
+    App,
+    InvalidInput,
+    ManualClock,
+    System,
+    TaskContext,
+    TaskNotFound,
+    TaskStatus,
+    find_store,
+)
+from tasks_core._defaults import EMBEDDED_STORE_URL, FALLBACK_STORE_URL, default_store_url
+from tasks_core.cli import load_app, run
+
+pytestmark = pytest.mark.anyio
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=200, color_system=None), out
+
+
+def _app(clock: ManualClock | None = None) -> App:
+    app = make_app(clock)
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        ctx.progress(40, "asking")
+        return await ctx.request_input("approve", {"q": "ok?"})
+
+    return app
+
+
+async def _cli(app: App, *argv: str) -> tuple[int, str]:
+    console, out = _console()
+    code = await run(list(argv), app=app, console=console)
+    return code, out.getvalue()
+
+
+async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
+    """The commands MUST act on the store they are given, as the operator by default and
+    as ``--user`` when told."""
+    app = _app()
+    async with app:
+        code, out = await _cli(app, "submit", "ask", "--user", "alice", "--key", "k1")
+        assert (0, "created: alice::k1") == (code, out.strip())
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, "alice::k1", ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            code, out = await _cli(app, "ls")
+            assert 0 == code
+            assert "alice::k1" in out
+            assert "waiting_input" in out
+            code, out = await _cli(app, "ls", "--user", "bob")
+            assert "alice::k1" not in out
+            code, out = await _cli(app, "show", "alice::k1")
+            assert 0 == code
+            assert "input_requested" in out
+            assert "asks" in out
+            code, out = await _cli(app, "respond", "alice::k1", 'approve={"ok": true}')
+            assert (0, "alice::k1: answer applied; now running") == (code, out.strip())
+            done = await app.wait("alice::k1", ALICE, timeout=TIMEOUT)
+        assert {"ok": True} == done.result
+        code, out = await _cli(app, "show", "alice::k1", "--user", "alice")
+        assert "completed" in out
+        assert "input_responses_accepted" in out
+        await _cli(app, "submit", "ask", "--user", "alice", "--key", "k2")
+        code, out = await _cli(app, "cancel", "alice::k2", "--user", "alice")
+        assert (0, "alice::k2: cancelled") == (code, out.strip())
+        code, out = await _cli(app, "respond", "alice::k2", "approve=yes")
+        assert (1, "no outstanding question matched") == (code, out.strip()[:31])
+
+
+async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None:
+    """``show --follow`` and ``submit --wait`` MUST follow the task live to its end and
+    exit 0 for a completed task."""
+    app = make_app()
+
+    @app.task
+    async def steps(ctx: TaskContext, n: int) -> int:
+        for i in range(n):
+            ctx.progress(100 * (i + 1) / n, f"step {i + 1}")
+            await asyncio.sleep(0)
+        return n
+
+    async with app, fast_worker(app):
+        code, out = await _cli(app, "submit", "steps", "--input", '{"n": 3}', "--wait")
+        assert 0 == code
+        assert "100%" in out
+        t = await app.submit(steps, {"n": 2}, ALICE)
+        code, out = await _cli(app, "show", t.id, "--follow")
+        assert 0 == code
+        assert "completed" in out
+        assert "history" in out
+
+
+async def test_ls_filters_and_pages() -> None:
+    """``ls`` MUST filter by status and say how to get the next page."""
+    app = _app()
+    async with app:
+        for n in range(3):
+            await app.submit("ask", None, ALICE, key=f"k{n}")
+        await app.cancel("alice::k0", ALICE)
+        code, out = await _cli(app, "ls", "--status", "cancelled")
+        assert (0, True, False) == (code, "alice::k0" in out, "alice::k1" in out)
+        code, out = await _cli(app, "ls", "--limit", "2", "--wide")
+        assert 0 == code
+        assert "tasks ls --after 'alice::k1'" in out
+        assert "OWNER" in out
+
+
+async def test_show_of_an_invisible_task_reads_as_missing() -> None:
+    """``show`` as another user MUST fail exactly as for a missing task."""
+    app = _app()
+    async with app:
+        await app.submit("ask", None, ALICE, key="k")
+        with pytest.raises(TaskNotFound):
+            await _cli(app, "show", "alice::k", "--user", "bob")
+
+
+async def test_reap_and_backends() -> None:
+    """``reap`` MUST delete expired tasks; ``backends`` MUST list installed plugins with
+    their capabilities and the default store."""
+    clock = ManualClock()
+    app = _app(clock)
+    async with app:
+        await app.submit("ask", None, System(), ttl=1)
+        clock.advance(2)
+        code, out = await _cli(app, "reap")
+        assert (0, "reaped 1 expired task(s)") == (code, out.splitlines()[0])
+        code, out = await _cli(app, "backends")
+    assert 0 == code
+    assert "memory" in out
+    assert "tasks-store-memory" in out
+    assert default_store_url()[0] in out
+
+
+async def test_default_store_prefers_sqlite_when_its_plugin_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default store MUST be ``$TASKS_STORE``, else SQLite when a plugin serves it,
+    else memory."""
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    try:
+        find_store("sqlite")
+        expected = EMBEDDED_STORE_URL
+    except Exception:
+        expected = FALLBACK_STORE_URL
+    assert expected == default_store_url()[0]
+    monkeypatch.setenv("TASKS_STORE", "memory://elsewhere")
+    assert ("memory://elsewhere", "from $TASKS_STORE") == default_store_url()
+
+
+def test_load_app_imports_module_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tasks worker module:attr`` MUST import from the current directory and refuse
+    anything that is not an App."""
+    (tmp_path / "cli_probe_app.py").write_text(
+        "from tasks_core import App\napp = App('memory://')\nother = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(load_app("cli_probe_app:app"), App)
+    assert isinstance(load_app("cli_probe_app"), App)
+    with pytest.raises(InvalidInput):
+        load_app("cli_probe_app:other")
+    with pytest.raises(InvalidInput):
+        load_app("no_such_module_here:app")
+
+
+async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
+    """``tasks demo`` MUST run every scenario to its expected end and print a summary."""
+    console, out = _console()
+    code = await run(["demo", "--store", "memory://"], console=console)
+    text = out.getvalue()
+    assert 0 == code, text
+    assert "every task ended as expected" in text
+    for word in ("TaskTimeout", "Cancelled by user", "completed", "summary"):
+        assert word in text
+
+
+def test_console_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:
+    """The ``tasks`` entry point MUST print a one-line error and exit 2 on a refusal."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks_core.cli", "show", "nope", "--store", "memory://"],
+        capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path,
+    )
+    assert 2 == proc.returncode
+    assert "TaskNotFound" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,138 @@
+"""Input requests: answered in the slot, parked and re-run with the stored answer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, BOB, TIMEOUT, fast_worker, make_app, until
+from tasks_core import CancelReason, InvalidInput, RunCancelled, TaskContext, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_answer_within_the_park_time_resumes_the_same_run() -> None:
+    """An answer that arrives while the run waits MUST be returned by ``request_input``
+    in the same delivery."""
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        answer = await ctx.request_input("approve", {"question": "ok?"})
+        return {"answer": answer, "deliveries": ctx.deliveries}
+
+    async with app:
+        t = await app.submit(ask, None, ALICE, watchers=[BOB])
+        async with fast_worker(app, input_park=TIMEOUT):
+            waiting = await until(app, t.id, ALICE,
+                                  lambda s: s.status == TaskStatus.WAITING_INPUT)
+            assert {"approve": {"question": "ok?"}} == waiting.input_requests
+            assert waiting.claim is not None
+            assert not waiting.claim.ended
+            result = await app.respond(t.id, {"approve": True}, BOB)
+            assert "applied" == result.outcome
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert ({"answer": True, "deliveries": 1}, 1) == (done.result, done.deliveries)
+
+
+async def test_a_parked_run_frees_its_slot_and_reruns_with_the_stored_answer() -> None:
+    """After the park time the run MUST release its lease without writing (the task
+    waits in ``waiting_input``, holding no worker); the answer MUST make it claimable; the
+    re-run MUST get the stored answer without asking again."""
+    app = make_app()
+    calls: list[int] = []
+    other_ran = asyncio.Event()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        calls.append(ctx.deliveries)
+        first = await ctx.request_input("first", None)
+        return {"first": first, "deliveries": ctx.deliveries}
+
+    @app.task
+    async def other(ctx: TaskContext) -> None:
+        other_ran.set()
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app, concurrency=1, input_park=0.05):
+            parked = await until(app, t.id, ALICE,
+                                 lambda s: s.claim is not None and s.claim.ended)
+            assert (TaskStatus.WAITING_INPUT, 1) == (parked.status, parked.revision)
+            await app.submit(other, None, ALICE)
+            await asyncio.wait_for(other_ran.wait(), TIMEOUT)  # the one slot is free
+            await app.respond(t.id, {"first": "yes"}, ALICE)
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+        history = [r.kind for r in await app.history(t.id, ALICE)]
+    assert ({"first": "yes", "deliveries": 2}, [1, 2]) == (done.result, calls)
+    assert ["input_requested", "input_responses_accepted", "completed"] == history
+
+
+async def test_a_sync_handler_asks_with_request_input_sync() -> None:
+    """A sync handler MUST be able to ask and wait with ``request_input_sync``."""
+    app = make_app()
+
+    @app.task
+    def ask(ctx: TaskContext) -> Any:
+        return ctx.request_input_sync("name", {"q": "who?"})
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            await app.respond(t.id, {"name": "ada"}, ALICE)
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert "ada" == done.result
+
+
+async def test_cancel_while_waiting_for_input_stops_the_run() -> None:
+    """A cancel while the run waits MUST end the wait with the ``user`` cause and leave
+    the task ``cancelled``."""
+    app = make_app()
+    stopped = threading.Event()
+    seen: list[Any] = []
+
+    @app.task
+    def ask(ctx: TaskContext) -> Any:
+        try:
+            return ctx.request_input_sync("go", None)
+        except RunCancelled as exc:
+            seen.append(exc.reason)
+            raise
+        finally:
+            stopped.set()
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            await app.cancel(t.id, ALICE)
+            assert await asyncio.to_thread(stopped.wait, TIMEOUT)
+        snapshot = await app.get(t.id, ALICE)
+    assert [CancelReason.USER] == seen
+    assert TaskStatus.CANCELLED == snapshot.status
+
+
+async def test_request_input_validates_keys_and_size() -> None:
+    """A bad key or an oversized request MUST raise InvalidInput in the handler."""
+    from tasks_core import Limits
+
+    app = make_app(limits=Limits(max_input_bytes=50))
+
+    @app.task
+    async def ask(ctx: TaskContext) -> list[str]:
+        refused = []
+        for key, request in (("a::b", None), ("big", "x" * 100)):
+            try:
+                await ctx.request_input(key, request)
+            except InvalidInput:
+                refused.append(key)
+        return refused
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert ["a::b", "big"] == done.result

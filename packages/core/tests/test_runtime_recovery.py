@@ -1,0 +1,301 @@
+"""Recovery of a dead worker's tasks, the delivery limit, ``recover="fail"``, the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app, until
+from tasks_core import (
+    App,
+    ManualClock,
+    StoreUnavailable,
+    System,
+    TaskContext,
+    TasksError,
+    TaskStatus,
+    Worker,
+    find_store,
+)
+from tasks_core._housekeeping import Reaper
+from tasks_core.reasons import WORKER_LOST_MESSAGE
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+def _hanging_app(clock: ManualClock, **submit: Any) -> tuple[App, list[int], asyncio.Event]:
+    """An app whose handler hangs on its first ``hang`` deliveries (a worker that dies)."""
+    app = make_app(clock)
+    runs: list[int] = []
+    started = asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext, hang: int) -> dict[str, Any]:
+        runs.append(ctx.deliveries)
+        if ctx.deliveries <= hang:
+            started.set()
+            await asyncio.Event().wait()
+        return {"deliveries": ctx.deliveries}
+
+    return app, runs, started
+
+
+async def _kill_worker_mid_run(app: App, started: asyncio.Event, worker_id: str) -> None:
+    """Start a worker, wait for its handler to start, then kill it: its asyncio task is
+    cancelled, nothing is written or released (like a process that died)."""
+    started.clear()
+    worker = fast_worker(app, worker_id=worker_id)
+    serving = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), TIMEOUT)
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+
+
+async def test_a_killed_workers_task_is_recovered_after_its_lease_expires() -> None:
+    """The task of a dead worker MUST stay leased until its lease expires, then another
+    worker MUST claim it (``claim.recovered``) and run it again."""
+    clock = ManualClock()
+    app, runs, started = _hanging_app(clock)
+    async with app:
+        t = await app.submit("job", {"hang": 1}, ALICE)
+        await _kill_worker_mid_run(app, started, "doomed")
+        held = await app.get(t.id, ALICE)
+        assert (TaskStatus.RUNNING, "doomed") == (held.status, held.claim and held.claim.worker_id)
+        assert [] == await app.store.claim_next("probe", 30, queues=["default"])
+        clock.advance(30)  # the dead worker's lease (30 s) expires
+        async with fast_worker(app, worker_id="rescuer"):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.claim is not None
+    assert ({"deliveries": 2}, "rescuer", True, [1, 2]) == (
+        done.result, done.claim.worker_id, done.claim.recovered, runs)
+
+
+async def test_a_task_that_kills_its_workers_runs_at_most_max_deliveries_times() -> None:
+    """A poison task MUST run at most ``max_deliveries`` times; the next claim MUST fail it
+    ("exceeded N deliveries")."""
+    clock = ManualClock()
+    app, runs, started = _hanging_app(clock)
+    async with app:
+        t = await app.submit("job", {"hang": 99}, ALICE, max_deliveries=2)
+        for n in range(2):
+            await _kill_worker_mid_run(app, started, f"doomed-{n}")
+            clock.advance(30)
+        async with fast_worker(app, worker_id="last"):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.error is not None
+    assert (TaskStatus.FAILED, "DeliveryLimitExceeded", "exceeded 2 deliveries", [1, 2]) == (
+        done.status, done.error.type, done.error.message, runs)
+
+
+async def test_recover_fail_marks_a_dead_workers_task_failed() -> None:
+    """With ``recover="fail"`` a claim that took over an expired lease MUST fail the task
+    with "Worker process terminated unexpectedly" instead of running it again."""
+    clock = ManualClock()
+    app, runs, started = _hanging_app(clock)
+    async with app:
+        t = await app.submit("job", {"hang": 1}, ALICE)
+        await _kill_worker_mid_run(app, started, "doomed")
+        clock.advance(30)
+        healthy = await app.submit("job", {"hang": 0}, ALICE)
+        async with fast_worker(app, recover="fail"):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+            fine = await app.wait(healthy.id, ALICE, timeout=TIMEOUT)
+    assert done.error is not None
+    assert (TaskStatus.FAILED, "WorkerLost", WORKER_LOST_MESSAGE) == (
+        done.status, done.error.type, done.error.message)
+    assert "Worker process terminated unexpectedly" == WORKER_LOST_MESSAGE
+    assert TaskStatus.COMPLETED == fine.status, "a first delivery is never 'recovered'"
+    assert [1, 1] == runs, "the dead worker's task never ran again"
+
+
+def _sqlite_or_skip() -> None:
+    try:
+        find_store("sqlite")
+    except TasksError:
+        pytest.skip("needs a multi-process store: pip install tasks-store-sql (sqlite)")
+
+
+def _write_module(directory: Path, name: str, body: str) -> None:
+    (directory / f"{name}.py").write_text(textwrap.dedent(body))
+
+
+def _spawn_worker(directory: Path, spec: str, url: str, *extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tasks_core.cli", "worker", spec, "--store", url,
+         "--no-reaper", *extra],
+        cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+
+
+async def test_a_killed_worker_process_is_recovered_by_another_process(tmp_path: Path) -> None:
+    """A worker process killed with SIGKILL mid-run MUST have its task recovered by
+    another process once the lease expires (real processes, a shared SQLite file)."""
+    _sqlite_or_skip()
+    _write_module(tmp_path, "victimapp", """
+        import time
+        from tasks_core import App, TaskContext
+        app = App(queues=["kill"])
+
+        @app.task(queue="kill")
+        def victim(ctx: TaskContext) -> dict:
+            time.sleep(600)  # the doomed process never finishes
+            return {"never": True}
+    """)
+    url = f"sqlite:///{tmp_path}/kill.db"
+    app = App(url, queues=["kill"])
+
+    @app.task(queue="kill")
+    def victim(ctx: TaskContext) -> dict[str, Any]:
+        return {"deliveries": ctx.deliveries}
+
+    async with app:
+        t = await app.submit(victim, None, ALICE)
+        proc = _spawn_worker(tmp_path, "victimapp:app", url, "--lease", "1")
+        try:
+            held = await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            proc.kill()
+            proc.wait(TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert held.claim is not None
+        doomed = held.claim.worker_id
+        async with Worker(app, poll_interval=0.05, reap_interval=None):
+            done = await app.wait(t.id, ALICE, timeout=30)
+    assert done.claim is not None
+    assert ({"deliveries": 2}, True) == (done.result, done.claim.recovered)
+    assert doomed != done.claim.worker_id
+
+
+async def test_sigterm_drains_the_cli_worker(tmp_path: Path) -> None:
+    """SIGTERM MUST make ``tasks worker`` drain: the running task stops for the shutdown
+    and is released (pending, not cancelled), and the process exits 0."""
+    _sqlite_or_skip()
+    _write_module(tmp_path, "drainapp", """
+        from tasks_core import App, TaskContext
+        app = App(queues=["drain"])
+
+        @app.task(queue="drain")
+        def patient(ctx: TaskContext) -> None:
+            ctx.token.wait_sync(600)
+            ctx.raise_if_cancelled()
+    """)
+    url = f"sqlite:///{tmp_path}/drain.db"
+    app = App(url, queues=["drain"])
+    async with app:
+        t = await app.submit("patient", None, ALICE, queue="drain")
+        proc = _spawn_worker(tmp_path, "drainapp:app", url)
+        try:
+            await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        snapshot = await app.get(t.id, ALICE)
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    assert 0 == code, output
+    assert (TaskStatus.PENDING, None, 0) == (snapshot.status, snapshot.cancel_reason,
+                                             snapshot.revision)
+    assert snapshot.claim is not None
+    assert snapshot.claim.ended
+
+
+class _FlakyReap(DelegatingStore):
+    """``reap`` fails on its first call, then works; counts calls."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.calls = 0
+        self.second = asyncio.Event()
+
+    async def reap(self, limit: int = 1000) -> list[str]:
+        self.calls += 1
+        if self.calls == 1:
+            raise StoreUnavailable("database is locked")
+        if self.calls >= 2:
+            self.second.set()
+        return await self.inner.reap(limit)
+
+
+async def test_a_failing_reaper_tick_costs_only_that_tick(caplog: pytest.LogCaptureFixture) -> None:
+    """A tick that fails MUST be logged and the next tick MUST run and reap."""
+    clock = ManualClock()
+    inner = MemoryStore(clock=clock)
+    store = _FlakyReap(inner)
+    app = make_app(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None: ...
+
+    async with app:
+        t = await app.submit(job, None, ALICE, ttl=10)
+        clock.advance(11)
+        reaper = Reaper(store, interval=0.01)
+        stop = asyncio.Event()
+        with caplog.at_level(logging.INFO, logger="tasks_core.housekeeping"):
+            running = asyncio.create_task(reaper.run(stop))
+            await asyncio.wait_for(store.second.wait(), TIMEOUT)
+            stop.set()
+            await running
+    assert 1 == reaper.failures
+    assert any("tick failed" in r.getMessage() for r in caplog.records)
+    assert any("removed 1 expired task(s)" in r.getMessage() for r in caplog.records)
+    assert [] == await inner.list(_all())
+    assert t.id not in [s.id for s in await inner.list(_all())]
+
+
+def _all() -> Any:
+    from tasks_core import TaskQuery
+
+    return TaskQuery(tenant=None)
+
+
+async def test_every_sweep_logs_what_it_did(caplog: pytest.LogCaptureFixture) -> None:
+    """A sweep MUST log its count, even when it removed nothing."""
+    store = MemoryStore(clock=ManualClock())
+    with caplog.at_level(logging.INFO, logger="tasks_core.housekeeping"):
+        assert [] == await Reaper(store).sweep()
+    assert ["reaper: removed 0 expired task(s)"] == [r.getMessage() for r in caplog.records]
+
+
+async def test_a_worker_runs_the_reaper() -> None:
+    """A worker with ``reap_interval`` MUST reap expired tasks in the background."""
+    clock = ManualClock()
+    app = make_app(clock)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None: ...
+
+    async with app:
+        t = await app.submit(job, None, System(), ttl=5)
+        clock.advance(6)
+        store = app.store
+        assert isinstance(store, MemoryStore)
+        reaped = asyncio.Event()
+        original = store.reap
+
+        async def reap(limit: int = 1000) -> list[str]:
+            ids = await original(limit)
+            if ids:
+                reaped.set()
+            return ids
+
+        store.reap = reap  # type: ignore[method-assign]
+        async with fast_worker(app, reap_interval=0.01):
+            await asyncio.wait_for(reaped.wait(), TIMEOUT)
+        with pytest.raises(TasksError):
+            await app.store.get(t.id, tenant=None)
+        assert [] == await app.store.list(_all())

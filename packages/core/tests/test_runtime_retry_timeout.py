@@ -1,0 +1,240 @@
+"""Retries through the store's ``retry_at``, unrecoverable errors, timeouts and results."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, RecordingStore, fast_worker, make_app, until
+from tasks_core import (
+    CancelReason,
+    LeaseLost,
+    ManualClock,
+    Retry,
+    RetryPolicy,
+    TaskContext,
+    TaskStatus,
+)
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_raising_handler_is_retried_after_the_store_deadline() -> None:
+    """A handler exception with attempts left MUST become ``retry_requested`` with
+    ``retry_at = committed_at + delay`` by the store clock; no claim MUST run it before
+    then; afterwards it runs again as attempt 2."""
+    clock = ManualClock()
+    app = make_app(clock)
+    attempts: list[int] = []
+
+    @app.task(retry=RetryPolicy.fixed(30, attempts=3))
+    async def flaky(ctx: TaskContext) -> int:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream down")
+        return ctx.attempt
+
+    async with app:
+        t = await app.submit(flaky, None, ALICE)
+        async with fast_worker(app):
+            waiting = await until(app, t.id, ALICE, lambda s: s.retry_at is not None)
+            history = await app.history(t.id, ALICE)
+            assert ["retry_requested"] == [r.kind for r in history]
+            assert history[0].committed_at + timedelta(seconds=30) == waiting.retry_at
+            assert waiting.last_failure is not None
+            assert ("ConnectionError", "upstream down") == (waiting.last_failure.type,
+                                                            waiting.last_failure.message)
+            assert [1] == attempts, "no run before retry_at"
+            assert waiting.retry_at is not None
+            clock.advance((waiting.retry_at - clock.now()).total_seconds())
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, 2, [1, 2]) == (done.status, done.result, attempts)
+
+
+async def test_exhausted_retries_fail_the_task() -> None:
+    """Without attempts left the store MUST fail the task with the handler's error."""
+    app = make_app(store=MemoryStore())  # the system clock: retry_at comes due by itself
+
+    @app.task(retry=RetryPolicy.fixed(0, attempts=2))
+    async def always(ctx: TaskContext) -> None:
+        raise ValueError(f"bad {ctx.attempt}")
+
+    async with app:
+        t = await app.submit(always, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.error is not None
+    assert (TaskStatus.FAILED, "ValueError", "bad 2", 1) == (
+        done.status, done.error.type, done.error.message, done.retry_count)
+
+
+@pytest.mark.parametrize("how", ["returned", "raised"])
+async def test_retry_returned_or_raised_asks_for_a_retry(how: str) -> None:
+    """Returning or raising ``Retry(...)`` MUST request a retry under the policy, storing
+    its message."""
+    app = make_app(store=MemoryStore())  # the system clock: retry_at comes due by itself
+
+    @app.task(retry=RetryPolicy.fixed(0, attempts=2))
+    async def job(ctx: TaskContext) -> Any:
+        if ctx.attempt == 1:
+            if how == "raised":
+                raise Retry("not ready yet")
+            return Retry("not ready yet")
+        return "ready"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.last_failure is not None
+    assert ("ready", 1, "Retry", "not ready yet") == (
+        done.result, done.retry_count, done.last_failure.type, done.last_failure.message)
+
+
+@pytest.mark.parametrize("error", [RecursionError, MemoryError, SystemExit, KeyboardInterrupt])
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_unrecoverable_errors_fail_at_once(error: type[BaseException], kind: str) -> None:
+    """MemoryError, RecursionError, KeyboardInterrupt and SystemExit MUST fail the task at
+    once even with attempts left, and MUST NOT stop the worker."""
+    app = make_app()
+
+    def boom() -> None:
+        raise error("deep trouble")
+
+    if kind == "async":
+
+        @app.task(name="job", retry=RetryPolicy.fixed(0, attempts=5))
+        async def job_async(ctx: TaskContext) -> None:
+            boom()
+    else:
+
+        @app.task(name="job", retry=RetryPolicy.fixed(0, attempts=5))
+        def job_sync(ctx: TaskContext) -> None:
+            boom()
+
+    @app.task
+    async def after(ctx: TaskContext) -> str:
+        return "still serving"
+
+    async with app:
+        t = await app.submit("job", None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+            later = await app.submit(after, None, ALICE)
+            assert "still serving" == (await app.wait(later.id, ALICE, timeout=TIMEOUT)).result
+    assert done.error is not None
+    assert (TaskStatus.FAILED, error.__name__, 0) == (done.status, done.error.type,
+                                                      done.retry_count)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_timeout_fails_with_task_timeout_and_is_never_retried(kind: str) -> None:
+    """A run past its timeout MUST be recorded ``failed`` with ``TaskTimeout`` and the
+    message "Timeout of Ns exceeded", cancel reason ``timeout``, even with attempts left;
+    the handler's token MUST get ``timeout``."""
+    app = make_app()
+    reasons: list[Any] = []
+    noted = threading.Event()
+
+    if kind == "async":
+
+        @app.task(name="slow", timeout=0.05, retry=RetryPolicy.fixed(0, attempts=5))
+        async def slow_async(ctx: TaskContext) -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                reasons.append(ctx.cancel_reason)
+                noted.set()
+    else:
+
+        @app.task(name="slow", timeout=0.05, retry=RetryPolicy.fixed(0, attempts=5))
+        def slow_sync(ctx: TaskContext) -> None:
+            ctx.token.wait_sync(TIMEOUT)
+            reasons.append(ctx.cancel_reason)
+            noted.set()
+
+    async with app:
+        t = await app.submit("slow", None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+            assert await asyncio.to_thread(noted.wait, TIMEOUT)
+    assert done.error is not None
+    assert (TaskStatus.FAILED, "TaskTimeout", "Timeout of 0.05s exceeded", CancelReason.TIMEOUT,
+            0, 1) == (done.status, done.error.type, done.error.message, done.cancel_reason,
+                      done.retry_count, done.deliveries)
+    assert [CancelReason.TIMEOUT] == reasons
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_late_result_of_a_timed_out_run_is_fenced_off(kind: str) -> None:
+    """The result a handler produces after its run timed out MUST be refused by the store
+    (the Failed event ended the lease: LeaseLost) and never replace ``failed``."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    release = threading.Event()
+
+    if kind == "async":
+
+        @app.task(name="slow", timeout=0.05)
+        async def slow_async(ctx: TaskContext) -> str:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return "late"  # ignores the stop and returns anyway
+            return "never"
+    else:
+
+        @app.task(name="slow", timeout=0.05)
+        def slow_sync(ctx: TaskContext) -> str:
+            release.wait(TIMEOUT)
+            return "late"
+
+    async with app:
+        t = await app.submit("slow", None, ALICE)
+        async with fast_worker(app):
+            await app.wait(t.id, ALICE, timeout=TIMEOUT)
+            release.set()
+            fenced = await store.wait_for(lambda r: r.event.kind == "completed")
+        assert isinstance(fenced.error, LeaseLost)
+        snapshot = await app.get(t.id, ALICE)
+        assert (TaskStatus.FAILED, None) == (snapshot.status, snapshot.result)
+        assert ["failed"] == [r.kind for r in await app.history(t.id, ALICE)]
+
+
+async def test_time_waiting_for_input_does_not_count_against_the_timeout() -> None:
+    """The timeout MUST bound the handler's own time, not a wait for a person."""
+    app = make_app()
+
+    @app.task(timeout=0.2)
+    async def ask(ctx: TaskContext) -> Any:
+        return await ctx.request_input("go", None)
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            await asyncio.sleep(0.4)  # time passes: twice the timeout, waiting for a person
+            await app.respond(t.id, {"go": "now"}, ALICE)
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, "now", 1) == (done.status, done.result, done.deliveries)
+
+
+async def test_a_result_that_is_not_json_fails_without_retry() -> None:
+    """A non-JSON result MUST fail the task (``InvalidResult``), never retried."""
+    app = make_app()
+
+    @app.task(retry=RetryPolicy.fixed(0, attempts=3))
+    async def job(ctx: TaskContext) -> Any:
+        return {1, 2}
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.error is not None
+    assert (TaskStatus.FAILED, "InvalidResult", 0) == (done.status, done.error.type,
+                                                       done.retry_count)

@@ -1,0 +1,153 @@
+"""Shutdown drain: stop claiming, release the unstarted, token, bounded wait, leases kept."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, GateStore, fast_worker, make_app, until
+from tasks_core import CancelReason, ManualClock, RunCancelled, TaskContext, TaskStatus
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_drain_releases_claimed_but_unstarted_tasks() -> None:
+    """Claims that reach the worker after the drain began MUST be released at once:
+    pending again, nothing cancelled, no handler run, and the drain settles."""
+    inner = MemoryStore(clock=ManualClock())
+    store = GateStore(inner)
+    app = make_app(store=store)
+    ran: list[str] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        ran.append(ctx.task_id)
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(3)]
+        store.armed = True
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(store.entered.wait(), TIMEOUT)  # claimed, not yet handed over
+        drain = asyncio.create_task(worker.shutdown(drain_timeout=TIMEOUT))
+        await asyncio.sleep(0)  # let the drain begin: it stops claiming before any await
+        assert worker.stopping
+        store.gate.set()
+        assert await drain
+        await serving
+        snapshots = [await app.get(task_id, ALICE) for task_id in ids]
+    assert [] == ran
+    assert [TaskStatus.PENDING] * 3 == [s.status for s in snapshots]
+    assert [1] * 3 == [s.deliveries for s in snapshots], "the delivery stays counted"
+    assert all(s.claim is not None and s.claim.ended for s in snapshots)
+    assert [0] * 3 == [s.revision for s in snapshots], "nothing was written"
+
+
+async def test_a_run_that_stops_for_the_shutdown_is_released_not_cancelled() -> None:
+    """Running tokens MUST get ``shutdown``; a handler that stops for it (raising) MUST be
+    released for another worker — pending, not cancelled, no retry consumed."""
+    app = make_app()
+    started = asyncio.Event()
+    seen: list[Any] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        started.set()
+        woke = await ctx.sleep(TIMEOUT)
+        try:
+            ctx.raise_if_cancelled()
+        except RunCancelled as exc:
+            seen.append((woke, exc.reason))
+            raise
+        return "finished"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        assert await worker.shutdown(drain_timeout=TIMEOUT)
+        await serving
+        snapshot = await app.get(t.id, ALICE)
+    assert [(True, CancelReason.SHUTDOWN)] == seen
+    assert (TaskStatus.PENDING, None, 0, 0) == (snapshot.status, snapshot.cancel_reason,
+                                                snapshot.retry_count, snapshot.revision)
+    assert snapshot.claim is not None
+    assert snapshot.claim.ended
+
+
+async def test_a_run_that_finishes_during_the_drain_is_recorded() -> None:
+    """A handler that returns a value during the drain MUST be recorded ``completed``."""
+    app = make_app()
+    started = asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        started.set()
+        await ctx.token.wait()
+        return "done in time"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        assert await worker.shutdown(drain_timeout=TIMEOUT)
+        await serving
+        snapshot = await app.get(t.id, ALICE)
+    assert (TaskStatus.COMPLETED, "done in time") == (snapshot.status, snapshot.result)
+
+
+async def test_runs_that_outlive_the_drain_keep_their_lease_and_are_reported() -> None:
+    """``shutdown`` MUST return False when a run outlives ``drain_timeout``; that run MUST
+    keep its (live) lease rather than be released or cancelled, and may still finish."""
+    app = make_app()
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.task
+    def stubborn(ctx: TaskContext) -> str:
+        started.set()
+        release.wait(TIMEOUT)  # ignores the token
+        return "late but fine"
+
+    async with app:
+        t = await app.submit(stubborn, None, ALICE)
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        assert await asyncio.to_thread(started.wait, TIMEOUT)
+        assert not await worker.shutdown(drain_timeout=0.05)
+        await serving
+        assert [t.id] == worker.running
+        held = await app.get(t.id, ALICE)
+        assert (TaskStatus.RUNNING, 0) == (held.status, held.revision)
+        assert held.claim is not None
+        assert not held.claim.ended
+        assert not await worker.shutdown(), "asking again gives the same answer"
+        release.set()
+        done = await until(app, t.id, ALICE, lambda s: s.terminal)
+    assert (TaskStatus.COMPLETED, "late but fine") == (done.status, done.result)
+
+
+async def test_worker_as_context_manager_drains_on_exit() -> None:
+    """``async with worker`` MUST drain on exit (stop claiming, wait for runs)."""
+    app = make_app()
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        started.set()
+        await ctx.sleep(TIMEOUT)
+        finished.append(str(ctx.cancel_reason))
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+        snapshot = await app.get(t.id, ALICE)
+    assert ["shutdown"] == finished
+    assert TaskStatus.COMPLETED == snapshot.status

@@ -1,0 +1,411 @@
+"""The worker: running handlers, contexts, concurrency, claiming and waking (memory store)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from _runtime_kit import (
+    ALICE,
+    BOB,
+    TIMEOUT,
+    CapabilityStore,
+    RecordingStore,
+    fast_worker,
+    make_app,
+    until,
+)
+from tasks_core import (
+    App,
+    CapabilityNotSupported,
+    InvalidInput,
+    ManualClock,
+    Queue,
+    Snapshot,
+    TaskContext,
+    TaskStatus,
+    Worker,
+)
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+async def test_async_and_sync_handlers_complete_with_their_results() -> None:
+    """An async handler MUST run on the worker's loop thread and a sync one in another
+    thread; both results MUST be stored."""
+    app = make_app()
+    threads: dict[str, str] = {}
+
+    @app.task
+    async def add(ctx: TaskContext, a: int, b: int) -> int:
+        threads["async"] = threading.current_thread().name
+        return a + b
+
+    @app.task
+    def mul(ctx: TaskContext, a: int, b: int) -> int:
+        threads["sync"] = threading.current_thread().name
+        return a * b
+
+    async with app:
+        s = await app.submit(add, {"a": 2, "b": 3}, ALICE)
+        m = await app.submit(mul, {"a": 2, "b": 3}, ALICE)
+        async with fast_worker(app):
+            done = [await app.wait(t.id, ALICE, timeout=TIMEOUT) for t in (s, m)]
+    assert [5, 6] == [d.result for d in done]
+    assert [TaskStatus.COMPLETED] * 2 == [d.status for d in done]
+    assert threading.current_thread().name == threads["async"]
+    assert threading.current_thread().name != threads["sync"]
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_handlers_do_not_inherit_the_submitters_context_variables(kind: str) -> None:
+    """A handler MUST run in a fresh contextvars.Context: a variable the submitter (and
+    the worker's creator) set is not visible, and what the handler sets does not leak
+    back."""
+    app = make_app()
+
+    def body(ctx: TaskContext) -> str:
+        seen = REQUEST_ID.get()
+        REQUEST_ID.set("set-by-handler")
+        return seen
+
+    if kind == "async":
+
+        @app.task(name="probe")
+        async def probe_async(ctx: TaskContext) -> str:
+            return body(ctx)
+    else:
+
+        @app.task(name="probe")
+        def probe_sync(ctx: TaskContext) -> str:
+            return body(ctx)
+
+    async with app:
+        REQUEST_ID.set("submitter-request-42")
+        t = await app.submit("probe", None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+        assert "unset" == done.result
+        assert "submitter-request-42" == REQUEST_ID.get()
+
+
+async def test_context_describes_the_run() -> None:
+    """TaskContext MUST carry the task id, input, attempt, deliveries and an idempotency
+    key stable for the run (the submitter's when given)."""
+    app = make_app()
+    seen: dict[str, dict[str, Any]] = {}
+
+    @app.task
+    async def probe(ctx: TaskContext, x: int) -> None:
+        seen[ctx.task_id] = ({"id": ctx.task_id, "input": ctx.input, "attempt": ctx.attempt,
+                     "deliveries": ctx.deliveries, "key": ctx.idempotency_key,
+                     "name": ctx.name, "queue": ctx.queue, "owner": ctx.owner})
+
+    async with app:
+        a = await app.submit(probe, {"x": 1}, ALICE)
+        b = await app.submit(probe, {"x": 2}, ALICE, idempotency_key="pay-7")
+        async with fast_worker(app, concurrency=1):
+            for t in (a, b):
+                await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert {"id": a.id, "input": {"x": 1}, "attempt": 1, "deliveries": 1,
+            "key": f"{a.id}:{a.run_id}", "name": "probe", "queue": "default",
+            "owner": ALICE} == seen[a.id]
+    assert "pay-7" == seen[b.id]["key"]
+
+
+async def test_progress_reaches_the_store() -> None:
+    """``ctx.progress`` MUST be stored (throttled) and its last value kept after the end."""
+    app = make_app()
+
+    @app.task
+    def job(ctx: TaskContext) -> None:
+        for value in range(0, 101, 10):
+            ctx.progress(value, f"at {value}")
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app, progress_interval=60):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert done.progress is not None
+    assert (100.0, "at 100") == (done.progress.value, done.progress.message)
+
+
+async def test_progress_out_of_range_raises_in_the_handler() -> None:
+    """A progress value outside 0..100 MUST raise InvalidInput in the handler."""
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        try:
+            ctx.progress(101)
+        except InvalidInput:
+            return "refused"
+        return "accepted"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            assert "refused" == (await app.wait(t.id, ALICE, timeout=TIMEOUT)).result
+
+
+async def _running_at_most(
+    app: App, clock: ManualClock, n_tasks: int, **worker: Any
+) -> tuple[int, list[int]]:
+    """Run ``n_tasks`` (submitted 1 ms apart) that overlap as much as the worker lets
+    them; return the highest number running at once and the start order."""
+    running = 0
+    highest = 0
+    order: list[int] = []
+    gates: list[asyncio.Event] = [asyncio.Event() for _ in range(n_tasks)]
+    started = asyncio.Condition()
+
+    @app.task(queue="q")
+    async def job(ctx: TaskContext, n: int) -> None:
+        nonlocal running, highest
+        async with started:
+            running += 1
+            highest = max(highest, running)
+            order.append(n)
+            started.notify_all()
+        await gates[n].wait()
+        running -= 1
+
+    async with app:
+        ids = []
+        for n in range(n_tasks):
+            ids.append((await app.submit(job, {"n": n}, ALICE)).id)
+            clock.advance(0.001)
+        async with fast_worker(app, **worker):
+            for n in range(n_tasks):
+                def reached(n: int = n) -> bool:
+                    return len(order) > n
+
+                async with started:
+                    await asyncio.wait_for(started.wait_for(reached), TIMEOUT)
+                gates[order[n]].set()
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    return highest, order
+
+
+async def test_worker_concurrency_bounds_runs_at_once() -> None:
+    """No more than ``concurrency`` runs MUST overlap; the default MUST be 8."""
+    clock = ManualClock()
+    app = make_app(clock)
+    assert 8 == Worker(app).concurrency
+    highest, _ = await _running_at_most(app, clock, 6, concurrency=3)
+    assert 3 == highest
+
+
+async def test_queue_concurrency_one_runs_sequentially_in_fifo_order() -> None:
+    """A queue with concurrency 1 MUST run one task at a time, oldest first."""
+    clock = ManualClock()
+    app = make_app(clock, queues=[Queue("q", concurrency=1)])
+    highest, order = await _running_at_most(app, clock, 5, concurrency=8)
+    assert (1, [0, 1, 2, 3, 4]) == (highest, order)
+
+
+async def test_worker_queue_concurrency_overrides_the_declaration() -> None:
+    """``Worker(queue_concurrency=…)`` MUST override the queue's declared concurrency."""
+    clock = ManualClock()
+    app = make_app(clock, queues=[Queue("q", concurrency=1)])
+    highest, _ = await _running_at_most(app, clock, 4, concurrency=8,
+                                        queue_concurrency={"q": 2})
+    assert 2 == highest
+
+
+async def test_exclusive_queue_runs_one_task_across_workers() -> None:
+    """An exclusive queue MUST run one task at a time across several workers."""
+    app = make_app(queues=[Queue("q", exclusive=True)])
+    running = 0
+    highest = 0
+    done = 0
+
+    @app.task(queue="q")
+    async def job(ctx: TaskContext) -> None:
+        nonlocal running, highest, done
+        running += 1
+        highest = max(highest, running)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        running -= 1
+        done += 1
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(6)]
+        async with fast_worker(app, worker_id="w1"), fast_worker(app, worker_id="w2"):
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert (1, 6) == (highest, done)
+
+
+async def test_exclusive_queue_on_a_store_without_the_capability_is_refused() -> None:
+    """A worker serving an exclusive queue MUST refuse to start on a store without
+    ``exclusive_queues`` (CapabilityNotSupported), instead of running it in parallel."""
+    store = CapabilityStore(MemoryStore(clock=ManualClock()), exclusive_queues=False)
+    app = make_app(store=store, queues=[Queue("q", exclusive=True)])
+    async with app:
+        with pytest.raises(CapabilityNotSupported):
+            await fast_worker(app).run()
+
+
+async def test_claims_ask_for_the_free_slots_only() -> None:
+    """``claim_next`` MUST be asked for at most the free slots (no prefetch)."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    gate = asyncio.Event()
+    started = 0
+    all_started = asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_started.set()
+        await gate.wait()
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(5)]
+        async with fast_worker(app, concurrency=3):
+            await asyncio.wait_for(all_started.wait(), TIMEOUT)
+            gate.set()
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert 3 == store.claim_limits[0]
+    assert all(1 <= limit <= 3 for limit in store.claim_limits)
+
+
+async def test_worker_uses_store_wakeups_when_offered() -> None:
+    """On a store with ``wakeups`` the idle worker MUST wait with ``wait_for_work``."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        return "ok"
+
+    async with app:
+        async with fast_worker(app) as worker:
+            await asyncio.wait_for(store.idle.wait(), TIMEOUT)  # idle on the store's wakeup
+            t = await app.submit(job, None, ALICE)
+            assert "ok" == (await app.wait(t.id, ALICE, timeout=TIMEOUT)).result
+        assert worker.claimed == 1
+
+
+async def test_worker_polls_a_store_without_wakeups() -> None:
+    """On a store without ``wakeups`` the worker MUST never call ``wait_for_work`` and
+    still find work submitted by another app (polling)."""
+    inner = MemoryStore(clock=ManualClock())
+    store = RecordingStore(CapabilityStore(inner, wakeups=False))
+    app = make_app(store=store)
+    client = make_app(store=inner)
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        return "ok"
+
+    async with app, client:
+        async with fast_worker(app):
+            t = await client.submit("job", None, ALICE)
+            assert "ok" == (await client.wait(t.id, ALICE, timeout=TIMEOUT)).result
+    assert 0 == store.wakeup_waits
+
+
+async def test_a_worker_write_that_meets_a_new_revision_retries_and_lands() -> None:
+    """A worker event sent at a stale revision (a watcher joined meanwhile) MUST be retried
+    at the current revision and applied, with the same event id."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    started = asyncio.Event()
+    proceed = asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        started.set()
+        await proceed.wait()
+        return "ok"
+
+    async with app:
+        t = await app.submit(job, None, ALICE, key="k")
+        async with fast_worker(app):
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+            joined = await app.submit(job, None, ALICE, key="k", watchers=[BOB])
+            assert 1 == joined.snapshot.revision
+            proceed.set()
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    writes = [r for r in store.records if r.event.kind == "completed"]
+    assert ["RevisionConflict", "applied"] == [
+        type(r.error).__name__ if r.error else r.result.outcome  # type: ignore[union-attr]
+        for r in writes
+    ]
+    assert 1 == len({r.event.event_id for r in writes})
+    assert ("ok", 2) == (done.result, done.revision)
+
+
+async def test_heartbeats_keep_a_long_run_leased() -> None:
+    """Heartbeats MUST renew the lease, so a run longer than one lease stays with its
+    worker (no second delivery)."""
+    clock = ManualClock()
+    app = make_app(clock)
+    started = asyncio.Event()
+    proceed = asyncio.Event()
+
+    @app.task
+    async def long(ctx: TaskContext) -> int:
+        started.set()
+        await proceed.wait()
+        return ctx.deliveries
+
+    async with app:
+        t = await app.submit(long, None, ALICE)
+        async with fast_worker(app, lease_for=0.3):
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+            for _ in range(4):  # 4 x 0.2 s of store time: well past one 0.3 s lease
+                renewed_after = clock.now() + timedelta(seconds=0.25)
+
+                def renewed(s: Snapshot, after: datetime = renewed_after) -> bool:
+                    return s.claim is not None and s.claim.expires_at > after
+
+                await until(app, t.id, ALICE, renewed)
+                clock.advance(0.2)
+            proceed.set()
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, 1, 1) == (done.status, done.result, done.deliveries)
+
+
+def test_worker_refuses_undeclared_queues_and_bad_settings() -> None:
+    """Serving an undeclared queue, or a non-positive setting, MUST raise InvalidInput."""
+    app = make_app()
+    with pytest.raises(InvalidInput, match="undeclared"):
+        Worker(app, queues=["nope"])
+    with pytest.raises(InvalidInput):
+        Worker(app, concurrency=0)
+    with pytest.raises(InvalidInput):
+        Worker(app, lease_for=0)
+    with pytest.raises(InvalidInput):
+        Worker(app, queues="default")
+
+
+async def test_run_worker_serves_until_cancelled() -> None:
+    """``app.run_worker(...)`` MUST run a worker until cancelled."""
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        return "ok"
+
+    async with app:
+        serving = asyncio.create_task(app.run_worker(poll_interval=0.02, reap_interval=None))
+        t = await app.submit(job, None, ALICE)
+        assert "ok" == (await app.wait(t.id, ALICE, timeout=TIMEOUT)).result
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving

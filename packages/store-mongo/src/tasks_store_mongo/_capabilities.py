@@ -1,0 +1,22 @@
+"""What a MongoStore can offer at most (private; see the matrix in ``store.py``)."""
+
+from __future__ import annotations
+
+from tasks_core.models import StoreCapabilities
+
+__all__ = ["MAX_CAPABILITIES", "capabilities_for"]
+
+MAX_CAPABILITIES = StoreCapabilities(
+    durable=True, multi_process=True, wakeups=True, exclusive_queues=True
+)
+"""On a replica set or a sharded cluster (what ``StoreSpec.capabilities`` declares)."""
+
+
+def capabilities_for(*, replica_set: bool) -> StoreCapabilities:
+    """The capabilities on a deployment: change streams and multi-document transactions
+    (hence wakeups and exclusive queues) need a replica set or a sharded cluster."""
+    if replica_set:
+        return MAX_CAPABILITIES
+    return StoreCapabilities(
+        durable=True, multi_process=True, wakeups=False, exclusive_queues=False
+    )

@@ -1,0 +1,207 @@
+"""Claims (private): ``claim`` and ``claim_next``, exclusive queues included.
+
+A claim is a compare-and-set on the task document like every other write (see
+``_base``). ``claim_next`` streams candidates from the ``claim_next`` index in
+(created_at, id) order and claims each by compare-and-set; a candidate lost to another
+claimer is skipped, never waited for. An exclusive queue is claimed inside a transaction
+that first writes the queue's own document, so exclusive claimers of one queue always
+conflict and serialize.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from tasks_core import rules
+from tasks_core.authority import check_name
+from tasks_core.errors import CapabilityNotSupported, InvalidInput, TaskNotFound, Unavailable
+from tasks_core.models import Claim, Snapshot
+
+from tasks_store_mongo import _codec
+from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
+from tasks_store_mongo._driver import settle
+
+__all__ = ["MongoClaims", "check_queues"]
+
+_LOST = "lost"  # a compare-and-set lost to another writer
+_BUSY = "busy"  # an exclusive queue already has a live lease
+
+
+class MongoClaims(MongoBase):
+    """``claim`` and ``claim_next``."""
+
+    # -- claims --------------------------------------------------------------------------
+
+    @operation
+    async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
+        """Claim exactly ``task_id`` (see ``TaskStore.claim``).
+
+        Raises:
+            TaskNotFound, Unavailable, Deferred, InvalidInput, StoreCorrupt,
+            StoreUnavailable.
+        """
+        rules.check_lease_for(lease_for)
+        _check_worker(worker_id)
+        for attempt in range(CAS_ATTEMPTS):
+            doc = await self._load(task_id)
+            if doc is None:
+                raise TaskNotFound(task_id)
+            now = await self._now()
+            snapshot = _codec.decode_task(task_id, doc)
+            rules.check_claimable(snapshot, now)
+            outcome = await self._start(doc, snapshot, worker_id, lease_for, now)
+            if isinstance(outcome, Claim):
+                return outcome
+            if outcome is None:
+                raise Unavailable(
+                    f"The task exceeded {snapshot.work.max_deliveries} deliveries"
+                )
+            await self._contended(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _start(
+        self,
+        doc: dict[str, Any],
+        snapshot: Snapshot,
+        worker_id: str,
+        lease_for: float,
+        now: datetime,
+        session: Any = None,
+    ) -> Claim | str | None:
+        """Claim a claimable task: the claim, ``None`` if it was failed for exceeding its
+        delivery limit instead, or ``_LOST``."""
+        new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
+        if failure is not None:
+            won = await self._cas(doc, self._update(new, record=failure), session=session)
+            return None if won else _LOST
+        assert lease is not None
+        if not await self._cas(doc, self._update(new, token=token), session=session):
+            return _LOST
+        return Claim(rules.present(new, now), lease)
+
+    @operation
+    async def claim_next(
+        self,
+        worker_id: str,
+        lease_for: float,
+        *,
+        queues: Sequence[str],
+        limit: int = 1,
+        exclusive: Collection[str] = (),
+    ) -> builtins.list[Claim]:
+        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
+
+        Candidates stream in (created_at, id) order from the ``claim_next`` index; each is
+        claimed by compare-and-set, and one lost to another claimer is skipped, never
+        waited for.
+
+        Raises:
+            CapabilityNotSupported: ``exclusive`` on a deployment without transactions.
+            InvalidInput: bad arguments.
+            StoreUnavailable: transient failure.
+        """
+        rules.check_lease_for(lease_for)
+        _check_worker(worker_id)
+        wanted = check_queues(queues)
+        exclusive_set = check_queues(exclusive, allow_empty=True) if exclusive else frozenset()
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be an integer in 1..1000")
+        if exclusive_set and not self.capabilities.exclusive_queues:
+            raise CapabilityNotSupported(
+                "exclusive queues need a MongoDB replica set (multi-document transactions)"
+            )
+        now = await self._now()
+        busy = {q for q in exclusive_set & wanted if await self._has_live_lease(q, now, None)}
+        claims: builtins.list[Claim] = []
+        open_queues = sorted(wanted - busy)
+        if not open_queues:
+            return claims
+        cursor = self._tasks.find(
+            {
+                "queue": {"$in": open_queues},
+                "_ready": True,
+                "_ready_at": {"$lte": now},
+                "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
+            },
+            NO_HISTORY,
+            sort=[("created_at", 1), ("_id", 1)],
+        )
+        cursor.batch_size(limit * 2 + 8)
+        try:
+            async for doc in cursor:
+                queue = doc.get("queue")
+                if queue in busy:
+                    continue
+                snapshot = self._decoded_or_none(doc, "claim_next")
+                if snapshot is None or not rules.is_claimable(snapshot, now):
+                    continue
+                if queue in exclusive_set:
+                    outcome = await self._claim_exclusive(snapshot, worker_id, lease_for, now)
+                else:
+                    outcome = await self._start(doc, snapshot, worker_id, lease_for, now)
+                if isinstance(outcome, Claim):
+                    claims.append(outcome)
+                    if queue in exclusive_set:
+                        busy.add(snapshot.queue)
+                    if len(claims) >= limit:
+                        break
+                elif outcome == _BUSY:
+                    busy.add(snapshot.queue)
+        finally:
+            await settle(cursor.close())
+        return claims
+
+    async def _has_live_lease(self, queue: str, now: datetime, session: Any) -> bool:
+        found = await self._tasks.find_one(
+            {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}},
+            {"_id": 1},
+            session=session,
+        )
+        return found is not None
+
+    async def _claim_exclusive(
+        self, candidate: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> Claim | str | None:
+        """Claim ``candidate`` only while no task of its queue holds a live lease, in one
+        transaction that first writes the queue's document: two exclusive claimers of a
+        queue always conflict, so one of them retries and sees the other's lease."""
+        queue = candidate.queue
+
+        async def body(session: Any) -> Claim | str | None:
+            await self._queues.update_one(
+                {"_id": queue}, {"$inc": {"claims": 1}}, upsert=True, session=session
+            )
+            if await self._has_live_lease(queue, now, session):
+                return _BUSY
+            doc = await self._load(candidate.id, session=session)
+            if doc is None:
+                return _LOST
+            snapshot = _codec.decode_task(candidate.id, doc)
+            if not rules.is_claimable(snapshot, now):
+                return _LOST
+            return await self._start(doc, snapshot, worker_id, lease_for, now, session)
+
+        if queue not in self._queue_docs:  # created outside the transaction, once
+            await self._queues.update_one(
+                {"_id": queue}, {"$setOnInsert": {"claims": 0}}, upsert=True
+            )
+            self._queue_docs.add(queue)
+        outcome: Claim | str | None = await self._atomically(body)
+        return outcome
+
+
+def _check_worker(worker_id: str) -> None:
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+
+
+def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
+    if isinstance(queues, str):
+        raise InvalidInput("queues must be a collection of queue names, not a string")
+    names = frozenset(check_name(q, what="queue") for q in queues)
+    if not names and not allow_empty:
+        raise InvalidInput("at least one queue is required")
+    return names

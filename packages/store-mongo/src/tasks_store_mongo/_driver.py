@@ -1,0 +1,216 @@
+"""The driver boundary (private): motor or PyMongo's async client, errors, transactions.
+
+Both drivers expose the same collection API; they differ only where a call is a coroutine
+in one and a plain call in the other (``start_session``, ``start_transaction``, ``watch``,
+``close``, ``cursor.close``). :func:`settle` absorbs that difference, so the store has one
+implementation for both.
+
+:func:`translate` is the one point where driver errors become the core error tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+from bson.errors import InvalidDocument
+from pymongo.errors import (
+    ConfigurationError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    ExecutionTimeout,
+    InvalidOperation,
+    OperationFailure,
+    PyMongoError,
+    WTimeoutError,
+)
+from tasks_core.errors import (
+    InvalidInput,
+    StoreError,
+    StoreUnavailable,
+    TasksError,
+)
+
+__all__ = [
+    "DRIVERS",
+    "TRANSACTION_ATTEMPTS",
+    "Driver",
+    "driver_of",
+    "in_transaction",
+    "open_client",
+    "settle",
+    "translate",
+]
+
+log = logging.getLogger(__name__)
+
+Driver = Literal["pymongo", "motor"]
+DRIVERS: tuple[Driver, ...] = ("pymongo", "motor")
+TRANSACTION_ATTEMPTS = 60
+_COMMIT_ATTEMPTS = 5
+# mongod codes for "the document would be too large" (BSONObjectTooLarge and friends).
+_TOO_LARGE = frozenset({10334, 17419, 17420})
+# Codes that mean "try again later": shutting down, not primary, interrupted, busy.
+_TRANSIENT_CODES = frozenset(
+    {6, 7, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 251}
+)
+
+T = TypeVar("T")
+
+
+async def settle(value: Any) -> Any:
+    """``await value`` if it is awaitable (PyMongo async), else return it (motor)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def driver_of(client: Any) -> Driver:
+    """Which driver ``client`` belongs to.
+
+    Raises:
+        InvalidInput: neither a motor ``AsyncIOMotorClient`` nor a PyMongo
+            ``AsyncMongoClient`` (a synchronous ``MongoClient`` is refused too).
+    """
+    module = type(client).__module__
+    if module.startswith("motor.") and hasattr(client, "start_session"):
+        return "motor"
+    from pymongo import AsyncMongoClient
+
+    if isinstance(client, AsyncMongoClient):
+        return "pymongo"
+    raise InvalidInput(
+        "client must be a pymongo AsyncMongoClient or a motor AsyncIOMotorClient"
+    )
+
+
+def open_client(url: str, driver: Driver) -> Any:
+    """A new client for ``url`` with ``driver`` (connects lazily).
+
+    Raises:
+        InvalidInput: motor asked for but not installed, or a malformed URL.
+    """
+    with translate():
+        if driver == "motor":
+            try:
+                from motor.motor_asyncio import AsyncIOMotorClient
+            except ImportError:
+                raise InvalidInput(
+                    "driver=motor needs motor: pip install 'tasks-store-mongo[motor]'"
+                ) from None
+            return AsyncIOMotorClient(url, tz_aware=True)
+        from pymongo import AsyncMongoClient
+
+        return AsyncMongoClient(url, tz_aware=True)
+
+
+@contextmanager
+def translate() -> Iterator[None]:
+    """Turn driver errors into the core tree (``raise … from exc``).
+
+    Messages name the error class and code only: a server message can quote stored data
+    (a duplicate key, a failing document).
+    """
+    try:
+        yield
+    except TasksError:
+        raise
+    except UnicodeEncodeError as exc:  # BSON strings are UTF-8: no lone surrogates
+        raise InvalidInput(
+            "Text stored outside a payload (a message, a name) must be valid Unicode: "
+            "MongoDB cannot store lone surrogates"
+        ) from exc
+    except (DocumentTooLarge, InvalidDocument) as exc:
+        raise InvalidInput(
+            f"The task document cannot be stored ({type(exc).__name__}): a MongoDB "
+            "document holds at most 16 MiB, history included"
+        ) from exc
+    except (ConnectionFailure, ExecutionTimeout, WTimeoutError) as exc:
+        raise StoreUnavailable(f"MongoDB is unavailable right now ({type(exc).__name__})") from exc
+    except OperationFailure as exc:
+        if exc.code in _TOO_LARGE:
+            raise InvalidInput(
+                "The task document would exceed MongoDB's 16 MiB document limit"
+            ) from exc
+        if exc.code in _TRANSIENT_CODES or _has_label(exc, "TransientTransactionError"):
+            raise StoreUnavailable(
+                f"MongoDB is unavailable right now (code {exc.code})"
+            ) from exc
+        raise StoreError(f"MongoDB refused the operation (code {exc.code})") from exc
+    except InvalidOperation as exc:
+        raise StoreUnavailable("The MongoDB client is closed") from exc
+    except ConfigurationError as exc:
+        raise InvalidInput(f"Invalid MongoDB URL or option ({type(exc).__name__})") from exc
+    except PyMongoError as exc:
+        raise StoreError(f"MongoDB driver error ({type(exc).__name__})") from exc
+
+
+def _has_label(exc: PyMongoError, label: str) -> bool:
+    return bool(exc.has_error_label(label))
+
+
+async def in_transaction(
+    client: Any,
+    body: Callable[[Any], Awaitable[T]],
+    *,
+    on_retry: Callable[[], None] | None = None,
+    attempts: int = TRANSACTION_ATTEMPTS,
+) -> T:
+    """Run ``body(session)`` in a multi-document transaction, retrying the whole of it on
+    ``TransientTransactionError`` (a write conflict with a concurrent transaction, a
+    failover) and the commit on ``UnknownTransactionCommitResult``.
+
+    The session is always ended, which aborts a transaction left open (a server may never
+    expire an abandoned one). A core error raised by ``body`` aborts and propagates.
+
+    Raises:
+        StoreUnavailable: still conflicting after ``attempts`` tries.
+    """
+    for attempt in range(attempts):
+        session = await settle(client.start_session())
+        try:
+            await settle(session.start_transaction())
+            try:
+                result = await body(session)
+            except BaseException:
+                await _abort(session)
+                raise
+            await _commit(session)
+            return result
+        except PyMongoError as exc:
+            if not _has_label(exc, "TransientTransactionError"):
+                raise
+            log.debug("transient transaction error (attempt %d): retrying", attempt + 1)
+            if on_retry is not None:
+                on_retry()
+        finally:
+            await settle(session.end_session())
+        # Spread competing writers apart: they conflicted on the same document.
+        await asyncio.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+    raise StoreUnavailable("A MongoDB transaction kept conflicting; retry later")
+
+
+async def _commit(session: Any) -> None:
+    for attempt in range(_COMMIT_ATTEMPTS):
+        try:
+            await settle(session.commit_transaction())
+            return
+        except PyMongoError as exc:
+            if attempt + 1 < _COMMIT_ATTEMPTS and _has_label(
+                exc, "UnknownTransactionCommitResult"
+            ):
+                continue
+            raise
+
+
+async def _abort(session: Any) -> None:
+    if session.in_transaction:
+        try:
+            await settle(session.abort_transaction())
+        except PyMongoError:  # the session end aborts it anyway
+            log.debug("abort_transaction failed; ending the session aborts it")

@@ -1,0 +1,99 @@
+"""Store URLs (private): ``mongodb://[user:pass@]host[:port][,host…]/[database][?options]``.
+
+Our own query options are taken out before the URL reaches the driver:
+
+- ``driver=pymongo`` (default) or ``driver=motor``;
+- ``namespace=NAME``: the collection prefix (default ``tasks``).
+
+Everything else (``replicaSet``, ``w``, ``authSource``, ``tls``…) goes to the driver as
+given. ``mongodb+srv://`` works the same; ``mongo://`` is an alias of ``mongodb://``.
+The database is the URL path (default ``tasks``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from tasks_core.errors import InvalidInput
+
+from tasks_store_mongo._driver import DRIVERS, Driver
+
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_NAMESPACE", "MongoURL", "check_namespace", "parse_url"]
+
+DEFAULT_DATABASE = "tasks"
+DEFAULT_NAMESPACE = "tasks"
+_SCHEMES = {"mongodb": "mongodb", "mongo": "mongodb", "mongodb+srv": "mongodb+srv"}
+_NAMESPACE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+_DATABASE = re.compile(r"[^/\\. \"$\x00]{1,63}")
+_OURS = ("driver", "namespace")
+
+
+@dataclass(frozen=True)
+class MongoURL:
+    """A parsed store URL.
+
+    Attributes:
+        client_url: the URL for the driver (our options removed).
+        database: the database name.
+        driver: ``pymongo`` or ``motor``.
+        namespace: the collection prefix given in the URL, if any.
+    """
+
+    client_url: str
+    database: str
+    driver: Driver
+    namespace: str | None
+
+
+def check_namespace(namespace: str) -> str:
+    """Validate a collection prefix: 1-64 of ``A-Z a-z 0-9 _ - .``, not starting with a dot.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+        raise InvalidInput(
+            "namespace must be 1-64 characters of A-Z a-z 0-9 _ - . (not starting with '.')"
+        )
+    return namespace
+
+
+def parse_url(url: str) -> MongoURL:
+    """Split a store URL into what the driver gets and what the store keeps.
+
+    Raises:
+        InvalidInput: another scheme, an unknown driver, a bad database or namespace.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidInput("MongoStore URLs look like 'mongodb://host:27017/tasks'")
+    scheme, rest = url.split("://", 1)
+    canonical = _SCHEMES.get(scheme.lower())
+    if canonical is None:
+        raise InvalidInput("MongoStore URLs start with mongodb:// or mongodb+srv://")
+    parts = urlsplit(f"{canonical}://{rest}")
+    ours: dict[str, str] = {}
+    kept: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key.lower() in _OURS:
+            ours[key.lower()] = value
+        else:
+            kept.append((key, value))
+    driver = ours.get("driver", "pymongo").lower()
+    if driver not in DRIVERS:
+        raise InvalidInput(f"driver must be one of {', '.join(DRIVERS)}")
+    database = unquote(parts.path.lstrip("/")) or DEFAULT_DATABASE
+    if not _DATABASE.fullmatch(database):
+        raise InvalidInput("Invalid MongoDB database name in the URL path")
+    namespace = ours.get("namespace")
+    if namespace is not None:
+        check_namespace(namespace)
+    netloc = parts.netloc or "localhost"
+    client_url = urlunsplit((canonical, netloc, f"/{database}", urlencode(kept), ""))
+    return MongoURL(
+        client_url=client_url,
+        database=database,
+        driver=driver,
+        namespace=namespace,
+    )

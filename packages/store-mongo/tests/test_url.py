@@ -1,0 +1,64 @@
+"""Store URLs: what the store keeps (database, driver, namespace) and what the driver gets."""
+
+from __future__ import annotations
+
+import pytest
+from tasks_core import InvalidInput, find_store
+from tasks_store_mongo._url import parse_url
+from tasks_store_mongo.plugin import open_mongo
+
+
+def test_defaults_are_pymongo_database_tasks_and_no_namespace() -> None:
+    """A bare URL MUST mean PyMongo's async client, database ``tasks``, default prefix."""
+    parsed = parse_url("mongodb://db.example:27017")
+    assert ("pymongo", "tasks", None) == (parsed.driver, parsed.database, parsed.namespace)
+    assert "mongodb://db.example:27017/tasks" == parsed.client_url
+
+
+def test_our_options_are_taken_out_and_driver_options_are_kept() -> None:
+    """``driver`` and ``namespace`` MUST be removed before the URL reaches the driver;
+    every other option MUST be passed on unchanged."""
+    parsed = parse_url(
+        "mongodb://u:p@h1,h2:27018/jobs?replicaSet=rs0&driver=motor&namespace=app1&w=majority"
+    )
+    assert ("motor", "jobs", "app1") == (parsed.driver, parsed.database, parsed.namespace)
+    assert "mongodb://u:p@h1,h2:27018/jobs?replicaSet=rs0&w=majority" == parsed.client_url
+
+
+def test_srv_and_the_mongo_alias_are_accepted() -> None:
+    """``mongodb+srv://`` MUST be kept; ``mongo://`` MUST be an alias of ``mongodb://``."""
+    assert parse_url("mongodb+srv://cluster.example/x").client_url.startswith("mongodb+srv://")
+    assert "mongodb://localhost/tasks" == parse_url("mongo://").client_url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://localhost/tasks",
+        "mongodb://localhost/tasks?driver=mongoengine",
+        "mongodb://localhost/bad.name",
+        "mongodb://localhost/tasks?namespace=$x",
+        "mongodb://localhost/tasks?namespace=",
+        "localhost:27017",
+    ],
+)
+def test_bad_urls_are_refused(url: str) -> None:
+    """Another scheme, an unknown driver, a bad database or namespace MUST raise
+    ``InvalidInput`` before anything connects."""
+    with pytest.raises(InvalidInput):
+        parse_url(url)
+
+
+@pytest.mark.anyio
+async def test_unknown_options_are_refused() -> None:
+    """An option the store does not know MUST raise ``InvalidInput``."""
+    with pytest.raises(InvalidInput, match="poolsize"):
+        await open_mongo("mongodb://localhost/tasks", poolsize=3)
+
+
+def test_both_schemes_find_the_mongo_plugin() -> None:
+    """``mongodb://``, ``mongodb+srv://`` and ``mongo://`` MUST all find this plugin."""
+    names = {find_store(u).name for u in ("mongodb://h/x", "mongodb+srv://h/x", "mongo://h")}
+    assert {"mongodb"} == names
+    assert "tasks-store-mongo" == find_store("mongodb").distribution
+

@@ -1,0 +1,339 @@
+"""What every operation of :class:`~tasks_store_sql.store.SQLStore` shares: opening,
+schema readiness, the clock, and reading/writing one task row."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from tasks_core import rules
+from tasks_core.authority import check_name
+from tasks_core.clock import Clock
+from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
+from tasks_core.events import EventRecord
+from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
+
+from tasks_store_sql import _codec
+from tasks_store_sql._db import Database
+from tasks_store_sql._dialect import (
+    Target,
+    create_engine,
+    kind_of,
+    loop_engine_factory,
+    parse_url,
+)
+from tasks_store_sql._migrate import migrate_database, mismatch, schema_state
+from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
+from tasks_store_sql._writers import WriterQueue, writer_queue
+
+__all__ = ["SchemaMode", "StoreBase", "TaskRow"]
+
+SchemaMode = Literal["create", "upgrade", "check"]
+_memory_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A ``tasks`` row as operations need it."""
+
+    id: str
+    snapshot: str
+    token: str | None
+    row_version: int
+    revision: int
+
+    def decode(self) -> Snapshot:
+        """The stored snapshot.
+
+        Raises:
+            StoreCorrupt: it fails validation.
+        """
+        return _codec.decode_snapshot(self.id, self.snapshot)
+
+
+class StoreBase:
+    """Construction, readiness and row helpers (see ``SQLStore``)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        namespace: str | None = None,
+        clock: Clock | None = None,
+        limits: StoreLimits | None = None,
+        max_tasks: int | None = None,
+        max_active_tasks_per_scope: int | None = None,
+        schema: SchemaMode = "create",
+        busy_timeout: float = 5.0,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if (url is None) == (engine is None):
+            raise InvalidInput("SQLStore needs exactly one of a URL or an engine")
+        if schema not in ("create", "upgrade", "check"):
+            raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
+            raise InvalidInput("busy_timeout must be a number of seconds")
+        if not 0 < busy_timeout <= 3600:
+            raise InvalidInput("busy_timeout must be in (0, 3600] seconds")
+        target: Target | None = parse_url(url) if url is not None else None
+        if target is not None and target.namespace is not None:
+            if namespace is not None and namespace != target.namespace:
+                raise InvalidInput("namespace given twice (option and URL) with two values")
+            namespace = target.namespace
+        try:
+            self.namespace = check_namespace(namespace)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        base = limits or StoreLimits()
+        overrides = {
+            k: v
+            for k, v in {
+                "max_tasks": max_tasks,
+                "max_active_tasks_per_scope": max_active_tasks_per_scope,
+            }.items()
+            if v is not None
+        }
+        self.limits = StoreLimits(**{**base.model_dump(), **overrides})
+        self.tables = Tables.build(prefix_of(self.namespace))
+        self._clock = clock
+        self._schema_mode: SchemaMode = schema
+        self._ready = False
+        self._queue_locks: set[str] = set()
+        self._db = self._database(target, engine, busy_timeout, engine_options)
+        self._durable = not self._db.memory
+
+    def _database(
+        self,
+        target: Target | None,
+        engine: AsyncEngine | None,
+        busy_timeout: float,
+        engine_options: Mapping[str, Any] | None,
+    ) -> Database:
+        memory = False
+        loop_engine = None
+        if target is not None:
+            engine = create_engine(target, busy_timeout=busy_timeout, options=engine_options)
+            loop_engine = loop_engine_factory(target, engine_options)
+            memory = target.memory
+        assert engine is not None
+        kind = kind_of(engine)
+        writers: WriterQueue | None = None
+        if kind == "sqlite":
+            database = engine.url.database
+            memory = memory or database in (None, "", ":memory:")
+            key = f":memory:{next(_memory_ids)}" if memory else _sqlite_key(database)
+            writers = WriterQueue() if memory else writer_queue(key)
+        db = Database(
+            engine=engine,
+            kind=kind,
+            owns_engine=target is not None,
+            managed_sqlite=target is not None and kind == "sqlite",
+            memory=memory,
+            writers=writers,
+            busy_timeout=float(busy_timeout),
+            loop_engine=loop_engine,
+        )
+        if kind == "sqlite" and target is None:
+            db.write_prelude = self._take_write_lock
+        return db
+
+    # -- capabilities and readiness ------------------------------------------------------
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """What this store offers on its database (see the module docstring)."""
+        return StoreCapabilities(
+            durable=self._durable,
+            multi_process=self._durable,
+            wakeups=self._wakeups_supported(),
+            exclusive_queues=True,
+        )
+
+    def _wakeups_supported(self) -> bool:
+        return False  # SQLStore: PostgreSQL with asyncpg
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine (owned by the store only if it made it from a URL)."""
+        return self._db.engine
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"``, ``"postgresql"`` or ``"mysql"`` (MariaDB included)."""
+        return self._db.kind
+
+    async def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        async with self._db.connection(write=False) as conn:
+            state, current = await schema_state(conn, self.tables)
+        if state == "current":
+            self._ready = True
+            return
+        mode = self._schema_mode
+        if (state == "empty" and mode in ("create", "upgrade")) or (
+            state == "older" and mode == "upgrade"
+        ):
+            await migrate_database(self._db, self.tables)
+            async with self._db.connection(write=False) as conn:
+                state, current = await schema_state(conn, self.tables)
+            if state == "current":
+                self._ready = True
+                return
+        raise mismatch(self.tables, state, current)
+
+    async def migrate(self, to: str = "head") -> str | None:
+        """Move this store's namespace to schema revision ``to`` (``"head"`` by default;
+        ``"base"`` removes every table). Safe to run from several processes at once.
+
+        Returns:
+            The revision the namespace was at before (``None``: it had no schema).
+
+        Raises:
+            InvalidInput: an unknown revision.
+            SchemaMismatch: the namespace is at a revision this code does not know.
+            StoreUnavailable: the database is unavailable.
+        """
+        before = await migrate_database(self._db, self.tables, to)
+        self._ready = False
+        return before
+
+    async def schema_revision(self) -> str | None:
+        """The namespace's schema revision (``None``: no schema).
+
+        Raises:
+            StoreUnavailable: the database is unavailable.
+        """
+        async with self._db.connection(write=False) as conn:
+            _, current = await schema_state(conn, self.tables)
+        return current
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _now(self, conn: AsyncConnection) -> datetime:
+        """The store clock (injected, or the database's), whole milliseconds."""
+        if self._clock is not None:
+            return rules.tick(self._clock.now())
+        return rules.tick(await self._db.now(conn))
+
+    async def _take_write_lock(self, conn: AsyncConnection) -> None:
+        """SQLite on an engine we do not manage: take the write lock at once."""
+        locks = self.tables.locks
+        await conn.execute(
+            sa.update(locks).where(locks.c.name == COUNTER).values(value=locks.c.value)
+        )
+
+    def _task_columns(self) -> list[sa.ColumnElement[Any]]:
+        t = self.tables.tasks
+        return [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.revision]
+
+    async def _fetch(self, conn: AsyncConnection, task_id: str, *, lock: bool) -> TaskRow | None:
+        """The row of ``task_id`` (locked for update when ``lock``), or ``None``."""
+        if not isinstance(task_id, str):
+            raise InvalidInput("task_id must be a string")
+        stmt = sa.select(*self._task_columns()).where(self.tables.tasks.c.id == task_id)
+        if lock and self._db.kind != "sqlite":
+            stmt = stmt.with_for_update()
+        row = (await conn.execute(stmt)).first()
+        return None if row is None else TaskRow(*row)
+
+    async def _save(
+        self, conn: AsyncConnection, row: TaskRow, snapshot: Snapshot, token: str | None
+    ) -> None:
+        """Write ``snapshot`` over ``row``: ``UPDATE … WHERE id AND revision AND
+        row_version`` (the row is locked, so this cannot miss; if it does, nothing is
+        committed)."""
+        t = self.tables.tasks
+        stmt = (
+            sa.update(t)
+            .where(t.c.id == row.id, t.c.revision == row.revision)
+            .where(t.c.row_version == row.row_version)
+            .values(row_version=row.row_version + 1, **_codec.projection(snapshot, token))
+        )
+        result = await conn.execute(stmt)
+        if result.rowcount != 1:
+            raise StoreUnavailable("The task changed during the write; nothing was written")
+
+    async def _record(self, conn: AsyncConnection, task_id: str, record: EventRecord) -> None:
+        await conn.execute(sa.insert(self.tables.events).values(_codec.event_row(task_id, record)))
+
+    async def _lock_counter(self, conn: AsyncConnection) -> int:
+        """Lock the creators' row; return the number of stored tasks.
+
+        Raises:
+            StoreError: the row is missing (a damaged schema).
+        """
+        locks = self.tables.locks
+        stmt = sa.select(locks.c.value).where(locks.c.name == COUNTER)
+        if self._db.kind != "sqlite":
+            stmt = stmt.with_for_update()
+        value = (await conn.execute(stmt)).scalar()
+        if value is None:
+            raise StoreError("The creators' lock row is missing: the schema is damaged")
+        return int(value)
+
+    async def _add_to_counter(self, conn: AsyncConnection, delta: int) -> None:
+        locks = self.tables.locks
+        await conn.execute(
+            sa.update(locks)
+            .where(locks.c.name == COUNTER)
+            .values(value=locks.c.value + delta)
+        )
+
+    async def _delete_tasks(self, conn: AsyncConnection, ids: Collection[str]) -> None:
+        """Delete tasks with their history and members (caller holds the counter)."""
+        if not ids:
+            return
+        t = self.tables
+        ids = list(ids)
+        await conn.execute(sa.delete(t.events).where(t.events.c.task_id.in_(ids)))
+        await conn.execute(sa.delete(t.members).where(t.members.c.task_id.in_(ids)))
+        await conn.execute(sa.delete(t.tasks).where(t.tasks.c.id.in_(ids)))
+        await self._add_to_counter(conn, -len(ids))
+
+    async def _notify(self, conn: AsyncConnection, queue: str) -> None:
+        """Tell idle workers that ``queue`` may have work (PostgreSQL overrides)."""
+
+    async def aclose(self) -> None:
+        """Dispose of the engine if the store created it (never one passed in)."""
+        await self._db.dispose()
+
+
+def _sqlite_key(database: str | None) -> str:
+    return os.path.realpath(database or "")
+
+
+def check_worker(worker_id: str) -> None:
+    """Raises: InvalidInput: not a non-empty string of at most 256 characters."""
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+
+
+def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
+    """Validate queue names.
+
+    Raises:
+        InvalidInput: a bad name, a bare string, or none at all.
+    """
+    if isinstance(queues, str):
+        raise InvalidInput("queues must be a collection of queue names, not a string")
+    names = frozenset(check_name(q, what="queue") for q in queues)
+    if not names and not allow_empty:
+        raise InvalidInput("at least one queue is required")
+    return names
+
+
+def check_limit(limit: int, *, maximum: int | None = None) -> int:
+    """Raises: InvalidInput: not an integer in 1..maximum."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit must be a positive integer")
+    if maximum is not None and limit > maximum:
+        raise InvalidInput(f"limit must be an integer in 1..{maximum}")
+    return limit

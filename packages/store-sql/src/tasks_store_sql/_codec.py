@@ -1,0 +1,137 @@
+"""Rows <-> core models. The only module that knows how a task is laid out in SQL.
+
+A snapshot is stored as JSON text (``Snapshot.model_dump(mode="json")``) beside the
+projection columns queries filter on; the lease token only ever lives in its own column.
+Decoding a row that fails validation raises ``StoreCorrupt`` naming the task id and
+nothing of the stored text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tasks_core.errors import StoreCorrupt
+from tasks_core.events import EventRecord
+from tasks_core.models import Snapshot, TaskStatus
+
+__all__ = [
+    "decode_record",
+    "decode_snapshot",
+    "encode",
+    "event_row",
+    "member_rows",
+    "projection",
+    "status_value",
+]
+
+
+def encode(document: dict[str, Any]) -> str:
+    """Compact JSON text (ASCII-escaped, so any string survives any column charset)."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def decode_snapshot(task_id: str, text: Any) -> Snapshot:
+    """The snapshot stored as ``text`` for ``task_id``.
+
+    Raises:
+        StoreCorrupt: the text is not a valid snapshot of that task.
+    """
+    try:
+        snapshot = Snapshot.model_validate(json.loads(text))
+    except (ValueError, TypeError, RecursionError):
+        raise StoreCorrupt(task_id) from None
+    if snapshot.id != task_id:
+        raise StoreCorrupt(task_id)
+    return snapshot
+
+
+def decode_record(task_id: str, text: Any) -> EventRecord:
+    """An event record of ``task_id``.
+
+    Raises:
+        StoreCorrupt: the text is not a valid event record.
+    """
+    try:
+        return EventRecord.model_validate(json.loads(text))
+    except (ValueError, TypeError, RecursionError):
+        raise StoreCorrupt(task_id) from None
+
+
+def status_value(status: TaskStatus) -> str:
+    """The stored status (``running`` is derived, never stored)."""
+    return TaskStatus.PENDING.value if status == TaskStatus.RUNNING else status.value
+
+
+def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
+    """Every column of the ``tasks`` row but ``id`` and ``row_version``.
+
+    ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL`` once the
+    holder released it or wrote its last event), so "live lease" is
+    ``claim_expires_at > now`` in SQL, exactly :meth:`Snapshot.lease_live`.
+    """
+    claim = snapshot.claim
+    return {
+        "tenant": snapshot.tenant,
+        "queue": snapshot.queue,
+        "status": status_value(snapshot.status),
+        "revision": snapshot.revision,
+        "run_id": snapshot.run_id,
+        "claim_token": token,
+        "claim_generation": claim.generation if claim else None,
+        "claim_expires_at": claim.expires_at if claim and not claim.ended else None,
+        "retry_at": snapshot.retry_at,
+        "created_at": snapshot.created_at,
+        "updated_at": snapshot.updated_at,
+        "expires_at": snapshot.expires_at,
+        "snapshot": encode(snapshot.model_dump(mode="json")),
+    }
+
+
+def event_row(task_id: str, record: EventRecord) -> dict[str, Any]:
+    """The ``task_events`` row of ``record``."""
+    return {
+        "task_id": task_id,
+        "event_id": record.event_id,
+        "revision": record.revision,
+        "kind": record.kind,
+        "committed_at": record.committed_at,
+        "record": encode(record.model_dump(mode="json")),
+    }
+
+
+def member_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """The ``task_members`` rows of the owner and watchers."""
+    rows = []
+    if snapshot.owner is not None:
+        rows.append(
+            {
+                "tenant": snapshot.owner.tenant,
+                "user_id": snapshot.owner.user_id,
+                "task_id": snapshot.id,
+                "role": "owner",
+            }
+        )
+    for watcher in snapshot.watchers:
+        if watcher == snapshot.owner:
+            continue
+        rows.append(
+            {
+                "tenant": watcher.tenant,
+                "user_id": watcher.user_id,
+                "task_id": snapshot.id,
+                "role": "watcher",
+            }
+        )
+    return _unique(rows)
+
+
+def _unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for row in rows:
+        key = (row["tenant"], row["user_id"])
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out

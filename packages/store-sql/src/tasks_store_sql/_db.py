@@ -1,0 +1,206 @@
+"""One database as the store uses it: an engine, its dialect, and the transaction runner.
+
+Every store operation is one call of :meth:`Database.run`: one transaction on one
+connection (SQLite writes first take this process's FIFO write slot and begin with
+``BEGIN IMMEDIATE``), committed when the operation returns, rolled back when it raises,
+re-run from scratch after a deadlock, and with every driver error translated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from tasks_core.errors import TasksError
+
+from tasks_store_sql._dialect import WRITE, Kind, server_now
+from tasks_store_sql._errors import DRIVER_ERRORS, is_retryable, translate, translated
+from tasks_store_sql._writers import WriterQueue
+
+__all__ = ["CommitThenRaise", "Database"]
+
+log = logging.getLogger("tasks_store_sql")
+T = TypeVar("T")
+MAX_ATTEMPTS = 5
+
+
+class CommitThenRaise(Exception):
+    """Raised by an operation that wrote something and must still refuse: the runner
+    commits, then raises ``error`` (a claim past the delivery limit fails the task, then
+    refuses the claim)."""
+
+    def __init__(self, error: TasksError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+Operation = Callable[[AsyncConnection], Awaitable[T]]
+
+
+@dataclass(eq=False)
+class Database:
+    """An engine and how to run transactions on it.
+
+    Attributes:
+        engine: the SQLAlchemy async engine.
+        kind: ``sqlite``, ``postgresql`` or ``mysql`` (MariaDB too).
+        owns_engine: the store created the engine (and disposes of it on close).
+        managed_sqlite: our SQLite hooks run on this engine (``BEGIN IMMEDIATE``).
+        memory: an in-memory SQLite database (one shared connection).
+        writers: the SQLite write queue (``None`` elsewhere).
+        busy_timeout: seconds a SQLite writer may wait for its turn.
+        write_prelude: run first in a SQLite write transaction on an engine we do not
+            manage, to take the write lock at once.
+        loop_engine: makes an engine for another event loop (PostgreSQL and MariaDB
+            connections belong to the loop that opened them). ``None``: use ``engine``
+            everywhere (SQLite's driver is loop-agnostic; an application's engine is the
+            application's business).
+    """
+
+    engine: AsyncEngine
+    kind: Kind
+    owns_engine: bool
+    managed_sqlite: bool = False
+    memory: bool = False
+    writers: WriterQueue | None = None
+    busy_timeout: float = 5.0
+    write_prelude: Operation[None] | None = field(default=None, repr=False)
+    loop_engine: Callable[[], AsyncEngine] | None = field(default=None, repr=False)
+    _home: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    _others: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def current(self) -> AsyncEngine:
+        """The engine for the running event loop: ``engine`` on the loop that first used
+        it, a pool-less engine of the same URL on any other loop (a thread running its
+        own loop, as a sync facade does)."""
+        if self.loop_engine is None:
+            return self.engine
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._home is None or self._home.is_closed():
+                self._home = loop
+            if loop is self._home:
+                return self.engine
+            engine = self._others.get(loop)
+            if engine is None:
+                engine = self._others[loop] = self.loop_engine()
+            return engine
+
+    @property
+    def what(self) -> str:
+        """How error messages name this database."""
+        return {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB/MySQL"}[
+            self.kind
+        ]
+
+    async def now(self, conn: AsyncConnection) -> datetime:
+        """The database clock, read on ``conn``."""
+        return await server_now(conn, self.kind)
+
+    def _slot(self, write: bool) -> AbstractAsyncContextManager[None]:
+        if self.writers is None or not (write or self.memory):
+            return nullcontext()
+        return self.writers.slot(self.busy_timeout)
+
+    async def run(
+        self,
+        operation: Operation[T],
+        *,
+        write: bool,
+        connection: AsyncConnection | None = None,
+    ) -> T:
+        """Run ``operation`` in one transaction and return its result.
+
+        Args:
+            operation: ``async (conn) -> result``; raising rolls everything back
+                (``CommitThenRaise`` commits first).
+            write: the operation may write (SQLite: take the write slot, BEGIN IMMEDIATE).
+            connection: run on the caller's connection inside the caller's transaction
+                instead (nothing is committed or rolled back here).
+
+        Raises:
+            StoreUnavailable: transient database failure; nothing was written.
+            StoreError: the database refused the operation.
+            TasksError: whatever ``operation`` raises.
+        """
+        if connection is not None:
+            with translate(self.what):
+                try:
+                    return await operation(connection)
+                except CommitThenRaise as outcome:
+                    raise outcome.error from None
+        for attempt in itertools.count(1):
+            try:
+                async with self._slot(write):
+                    return await self._once(operation, write)
+            except TasksError:
+                raise
+            except DRIVER_ERRORS as exc:
+                if attempt < MAX_ATTEMPTS and is_retryable(exc):
+                    log.info("transaction hit a deadlock; running it again (%d)", attempt)
+                    continue
+                raise translated(exc, self.what) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _once(self, operation: Operation[T], write: bool) -> T:
+        async with self.current().connect() as conn:
+            if write and self.kind == "sqlite" and self.managed_sqlite:
+                await conn.execution_options(**{WRITE: True})
+            elif self.kind != "sqlite" and not self.owns_engine:
+                await conn.execution_options(isolation_level="READ COMMITTED")
+            transaction = await conn.begin()
+            try:
+                if write and self.write_prelude is not None:
+                    await self.write_prelude(conn)
+                result = await operation(conn)
+            except CommitThenRaise as outcome:
+                await transaction.commit()
+                raise outcome.error from None
+            except BaseException:
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await transaction.rollback()
+                raise
+            await transaction.commit()
+            return result
+
+    @asynccontextmanager
+    async def connection(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction for maintenance (migrations); no retries.
+
+        Raises:
+            StoreUnavailable, StoreError: as for :meth:`run`.
+        """
+        with translate(self.what):
+            async with self._slot(write), self.current().connect() as conn:
+                if write and self.kind == "sqlite" and self.managed_sqlite:
+                    await conn.execution_options(**{WRITE: True})
+                async with conn.begin():
+                    yield conn
+
+    async def dispose(self) -> None:
+        """Dispose of the engines the store created (connections of another, or a closed,
+        event loop are let go without a goodbye: they cannot be closed from here)."""
+        if not self.owns_engine:
+            return
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            home = self._home
+            others = list(self._others.items())
+            self._others.clear()
+        with translate(self.what):
+            await self.engine.dispose(close=home is None or home is loop)
+            for other_loop, engine in others:
+                await engine.dispose(close=other_loop is loop)

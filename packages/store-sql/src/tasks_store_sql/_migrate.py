@@ -1,0 +1,165 @@
+"""Running the shipped Alembic migrations on one namespace, and checking its schema.
+
+A namespace is migrated under a lock, so that processes starting together never race on
+DDL: a transaction-scoped advisory lock on PostgreSQL (whose DDL is transactional), a
+named lock (``GET_LOCK``) on MariaDB/MySQL, the write lock (``BEGIN IMMEDIATE``) on SQLite.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Literal
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
+
+from tasks_store_sql._db import Database
+from tasks_store_sql._schema import Tables
+
+__all__ = [
+    "SchemaMismatch",
+    "SchemaState",
+    "head",
+    "migrate_database",
+    "revisions",
+    "schema_state",
+]
+
+SchemaState = Literal["empty", "current", "older", "newer", "foreign"]
+LOCK_TIMEOUT_S = 60
+
+
+class SchemaMismatch(StoreError):
+    """The database schema does not match this version of tasks-store-sql."""
+
+
+@functools.cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config())
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", "tasks_store_sql:migrations")
+    return config
+
+
+@functools.cache
+def revisions() -> tuple[str, ...]:
+    """Every shipped revision, oldest first."""
+    walked = [rev.revision for rev in _script().walk_revisions("base", "heads")]
+    return tuple(reversed(walked))
+
+
+def head() -> str:
+    """The revision this version of the code expects."""
+    return revisions()[-1]
+
+
+def _current(sync_conn: sa.Connection, tables: Tables) -> str | None:
+    context = MigrationContext.configure(sync_conn, opts={"version_table": tables.version_table})
+    return context.get_current_revision()
+
+
+def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str | None]:
+    current = _current(sync_conn, tables)
+    if current is None:
+        exists = sa.inspect(sync_conn).has_table(tables.tasks.name)
+        return ("foreign" if exists else "empty"), None
+    if current == head():
+        return "current", current
+    if current in revisions():
+        return "older", current
+    return "newer", current
+
+
+async def schema_state(conn: AsyncConnection, tables: Tables) -> tuple[SchemaState, str | None]:
+    """Where the namespace's schema stands, and its revision."""
+    return await conn.run_sync(_state, tables)
+
+
+def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
+    current = _current(sync_conn, tables)
+    config = _config()
+    config.attributes["connection"] = sync_conn
+    config.attributes["prefix"] = tables.prefix
+    order = {rev: i for i, rev in enumerate(revisions())}
+    position = -1 if current is None else order.get(current)
+    goal = -1 if target == "base" else order[target]
+    if position is None:
+        raise _newer(tables, current)
+    if goal >= position:
+        command.upgrade(config, target)
+    else:
+        command.downgrade(config, target)
+
+
+def _newer(tables: Tables, current: str | None) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"The schema of namespace {tables.prefix.rstrip('_') or '(default)'} is at revision "
+        f"{current!r}, which this tasks-store-sql does not know (it ships up to {head()!r}): "
+        "upgrade tasks-store-sql"
+    )
+
+
+def mismatch(tables: Tables, state: SchemaState, current: str | None) -> SchemaMismatch:
+    """The error that refuses to open a namespace in ``state``."""
+    where = tables.prefix.rstrip("_") or "(default)"
+    if state == "newer":
+        return _newer(tables, current)
+    if state == "older":
+        return SchemaMismatch(
+            f"The schema of namespace {where} is at revision {current!r}, older than this "
+            f"tasks-store-sql expects ({head()!r}): run `tasks migrate --store URL`, "
+            "tasks_store_sql.migrate(url) or open with schema='upgrade'"
+        )
+    if state == "foreign":
+        return SchemaMismatch(
+            f"Namespace {where} holds a table {tables.tasks.name!r} without a tasks schema "
+            "version: it is not a tasks store, or its version table was dropped"
+        )
+    return SchemaMismatch(
+        f"Namespace {where} has no tasks schema yet: run `tasks migrate --store URL`, "
+        "tasks_store_sql.migrate(url) or open with schema='create'"
+    )
+
+
+def _lock_key(tables: Tables) -> int:
+    return zlib.crc32(f"tasks-migrate:{tables.prefix}".encode()) - 2**31
+
+
+async def migrate_database(db: Database, tables: Tables, target: str = "head") -> str | None:
+    """Move the namespace to ``target`` (``"head"``, a revision, or ``"base"``: nothing),
+    up or down, under the migration lock. Returns the revision it was at before.
+
+    Raises:
+        InvalidInput: an unknown target revision.
+        SchemaMismatch: the namespace is at a revision this code does not know.
+        StoreUnavailable: the lock or the database is unavailable.
+    """
+    target = head() if target == "head" else target
+    if target != "base" and target not in revisions():
+        raise InvalidInput(f"Unknown schema revision {target!r}; known: {', '.join(revisions())}")
+    async with db.connection(write=True) as conn:
+        if db.kind == "postgresql":
+            await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(tables))))
+        elif db.kind == "mysql":
+            name = f"tasks-migrate:{tables.prefix}"[:64]
+            got = (
+                await conn.execute(sa.select(sa.func.get_lock(name, LOCK_TIMEOUT_S)))
+            ).scalar()
+            if got != 1:
+                raise StoreUnavailable("Another process holds the migration lock")
+        try:
+            before = await conn.run_sync(_current, tables)
+            await conn.run_sync(_run, tables, target)
+        finally:
+            if db.kind == "mysql":
+                await conn.execute(sa.select(sa.func.release_lock(name)))
+    return before

@@ -1,0 +1,122 @@
+"""PostgreSQL wakeups: ``NOTIFY`` on commit, ``LISTEN`` on one dedicated connection.
+
+Every write that may make work claimable (create, release, an event that leaves the task
+pending) runs ``pg_notify(channel, queue)`` in its transaction; PostgreSQL delivers it on
+commit, and never for a rolled-back transaction. Each event loop that waits gets one
+listening connection (asyncpg delivers notifications to the loop that owns the
+connection); waiters on that loop are woken by queue name. A lost listening connection
+wakes every waiter (a spurious wakeup only costs one empty poll) and is reopened by the
+next wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tasks_store_sql._errors import DRIVER_ERRORS, translate
+
+__all__ = ["Listener", "asyncpg_connector", "channel_of"]
+
+Connector = Callable[[], Awaitable[Any]]
+
+log = logging.getLogger("tasks_store_sql")
+
+
+def channel_of(prefix: str) -> str:
+    """The notification channel of a namespace."""
+    return f"tasks_{prefix}work"
+
+
+class Listener:
+    """One listening connection and the waiters of one event loop."""
+
+    def __init__(self, connect: Connector, channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._driver: Any = None
+        self._waiters: list[tuple[frozenset[str], asyncio.Future[bool]]] = []
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    async def wait(self, queues: frozenset[str], timeout: float) -> bool:
+        """Wait until a notification names one of ``queues`` or ``timeout`` passes.
+
+        Raises:
+            StoreUnavailable: the listening connection cannot be opened.
+        """
+        if self._closed:
+            return True
+        await self._listen()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry = (queues, future)
+        self._waiters.append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+        except TimeoutError:
+            return False
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    async def _listen(self) -> None:
+        async with self._opening:
+            if self._driver is not None and not self._driver.is_closed():
+                return
+            await self._drop()
+            with translate("PostgreSQL"):
+                driver = await self._connect()
+                try:
+                    await driver.add_listener(self._channel, self._on_notify)
+                except BaseException:
+                    await driver.close()
+                    raise
+                driver.add_termination_listener(self._on_lost)
+                self._driver = driver
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        for queues, future in list(self._waiters):
+            if payload in queues and not future.done():
+                future.set_result(True)
+
+    def _on_lost(self, _conn: Any) -> None:
+        log.warning("the PostgreSQL wakeup connection was lost; it reopens on the next wait")
+        self._driver = None
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        for _, future in list(self._waiters):
+            if not future.done():
+                future.set_result(True)
+
+    async def _drop(self) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            with contextlib.suppress(*DRIVER_ERRORS, RuntimeError):
+                await driver.close(timeout=5)
+
+    async def close(self) -> None:
+        """Stop listening and wake every waiter (they return ``True``)."""
+        self._closed = True
+        self._wake_all()
+        async with self._opening:
+            await self._drop()
+
+
+def asyncpg_connector(engine: AsyncEngine, connect_args: Mapping[str, Any]) -> Connector:
+    """Opens a plain asyncpg connection to the database of ``engine`` (outside its pool:
+    a listening connection lives as long as the store)."""
+
+    async def connect() -> Any:
+        import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+        args, params = engine.dialect.create_connect_args(engine.url)
+        params.update(connect_args)
+        return await asyncpg.connect(*args, **params)
+
+    return connect

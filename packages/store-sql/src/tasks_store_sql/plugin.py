@@ -1,0 +1,93 @@
+"""The ``tasks`` plugin of tasks-store-sql: serves ``sqlite://``, ``postgresql://``
+(``postgres://``), ``mysql://`` and ``mariadb://`` (store name ``sql``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from tasks_core.errors import InvalidInput
+from tasks_core.plugins import StoreSpec, hookimpl
+
+from tasks_store_sql._db import Database
+from tasks_store_sql._dialect import create_engine, parse_url
+from tasks_store_sql._errors import translate
+from tasks_store_sql._schema import Tables, check_namespace, prefix_of
+from tasks_store_sql.migrations_api import migrate
+from tasks_store_sql.store import SQLStore
+
+__all__ = ["OPTIONS", "open_sql", "tasks_stores"]
+
+OPTIONS = frozenset(
+    {
+        "clock",
+        "limits",
+        "max_tasks",
+        "max_active_tasks_per_scope",
+        "namespace",
+        "engine",
+        "schema",
+        "busy_timeout",
+        "engine_options",
+    }
+)
+
+
+async def open_sql(url: str, **options: Any) -> SQLStore:
+    """Open an ``SQLStore`` for ``url`` and check (or create) its schema.
+
+    Raises:
+        InvalidInput: not an SQL URL, or an unknown option.
+        SchemaMismatch: the schema is older or newer than this code.
+        StoreUnavailable: the database is unavailable.
+    """
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise InvalidInput(f"Unknown SQLStore option(s): {', '.join(unknown)}")
+    if options.get("engine") is not None:
+        return await SQLStore.open(**options)
+    options.pop("engine", None)
+    return await SQLStore.open(url, **options)
+
+
+async def create_namespace(base_url: str, namespace: str) -> None:
+    """Create the empty, current schema of ``namespace`` (contract-suite support)."""
+    await migrate(base_url, namespace=namespace)
+
+
+async def drop_namespace(base_url: str, namespace: str) -> None:
+    """Drop every table of ``namespace`` (contract-suite support)."""
+    target = parse_url(base_url)
+    tables = Tables.build(prefix_of(check_namespace(namespace)))
+    engine = create_engine(target, busy_timeout=30)
+    db = Database(engine=engine, kind=target.kind, owns_engine=True, managed_sqlite=True)
+    try:
+        with translate(db.what):
+            async with engine.begin() as conn:
+                for name in tables.names:
+                    await conn.execute(sa.text(f"DROP TABLE IF EXISTS {_quoted(conn, name)}"))
+    finally:
+        await db.dispose()
+
+
+def _quoted(conn: Any, name: str) -> str:
+    return str(conn.dialect.identifier_preparer.quote_identifier(name))
+
+
+async def _corrupt(store: SQLStore, task_id: str) -> None:
+    await store._corrupt(task_id)
+
+
+@hookimpl
+def tasks_stores() -> StoreSpec:
+    """Declare the SQL store."""
+    return StoreSpec(
+        name="sql",
+        schemes=("sqlite", "postgresql", "postgres", "mysql", "mariadb"),
+        factory=open_sql,
+        capabilities=SQLStore.CAPABILITIES,
+        distribution="tasks-store-sql",
+        create_namespace=create_namespace,
+        drop_namespace=drop_namespace,
+        corrupt=_corrupt,
+    )

@@ -1,0 +1,577 @@
+"""``SQLStore``: the ``TaskStore`` on SQLAlchemy 2's asyncio Core — SQLite (the embedded
+default), PostgreSQL and MariaDB/MySQL.
+
+Capability matrix (each store reports its own; the plugin declares the maximum):
+
+=================  ===========  ==========  =============  ============================
+capability         SQLite file  SQLite mem  PostgreSQL     MariaDB/MySQL
+=================  ===========  ==========  =============  ============================
+durable            yes          no          yes            yes
+multi_process      yes (file    no          yes            yes
+                   locking)
+wakeups            no (poll)    no (poll)   yes            no (poll)
+                                            LISTEN/NOTIFY
+exclusive_queues   yes          yes         yes            yes
+=================  ===========  ==========  =============  ============================
+
+URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is kept):
+
+- ``sqlite:///relative/tasks.db``, ``sqlite:////absolute/tasks.db``; ``sqlite://`` is an
+  in-memory database (one process, not durable) — aiosqlite;
+- ``postgresql://user:password@host:5432/dbname`` (also ``postgres://``,
+  ``postgresql+asyncpg://``, ``postgresql+psycopg://``) — asyncpg by default;
+- ``mysql://user:password@host:3306/dbname`` or ``mariadb://…`` (also ``+asyncmy``,
+  ``+aiomysql``) — asyncmy, from the ``tasks-store-sql[mysql]`` extra. MariaDB 10.6+ or
+  MySQL 8.0+ (``SKIP LOCKED``).
+- ``?namespace=name`` (any scheme): an isolated set of tables (``name_tasks``…) so several
+  applications or test runs can share one database.
+
+Options (``open_store(url, **options)`` or ``SQLStore(url, **options)``): ``clock``,
+``namespace``, ``max_tasks``, ``max_active_tasks_per_scope``, ``limits``; ``engine`` (an
+``AsyncEngine`` the application owns, instead of a URL: the store never disposes of it);
+``schema`` — ``"create"`` (default: an empty namespace gets the current schema; an older
+or newer one is refused with ``SchemaMismatch``), ``"upgrade"`` (also migrates an older
+schema) or ``"check"`` (never runs DDL); ``busy_timeout`` (seconds a SQLite writer waits
+for its turn, default 5); ``engine_options`` (passed to ``create_async_engine``).
+
+Atomicity: every operation is one transaction. Operations on one task lock its row
+(``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), read
+the clock after the lock is held (``clock_timestamp()``, ``UTC_TIMESTAMP(6)``, SQLite
+``strftime('now')``, or the injected ``clock``), apply :mod:`tasks_core.rules` and write
+back with ``UPDATE … WHERE id AND revision AND row_version`` plus the event insert.
+Creators serialize on one lock row that also counts the stored tasks, so both capacity
+limits hold under concurrent creators. ``claim_next`` never waits for another claimer
+(``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import rules
+from tasks_core.authority import Access
+from tasks_core.errors import (
+    CapabilityNotSupported,
+    CapacityExceeded,
+    InvalidInput,
+    StoreCorrupt,
+    TaskExists,
+    TaskNotFound,
+    Unavailable,
+)
+from tasks_core.events import Event, EventRecord, Transition, WatcherAdded
+from tasks_core.models import (
+    Lease,
+    NewTask,
+    Snapshot,
+    StoreCapabilities,
+    TaskQuery,
+    TaskStatus,
+)
+
+from tasks_store_sql import _codec
+from tasks_store_sql._base import TaskRow, check_limit, check_queues
+from tasks_store_sql._claims import ClaimOps
+from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
+
+__all__ = ["SQLStore"]
+
+log = logging.getLogger("tasks_store_sql")
+_ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
+
+
+class SQLStore(ClaimOps):
+    """The SQL store (see the module docstring). Create with a URL or an engine; nothing
+    touches the database until the first operation (or :meth:`open`)."""
+
+    CAPABILITIES = StoreCapabilities(
+        durable=True, multi_process=True, wakeups=True, exclusive_queues=True
+    )
+    """The most any URL gets (PostgreSQL); an instance reports its own."""
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        """Create a store; see the module docstring for URLs and options.
+
+        Raises:
+            InvalidInput: a bad URL or option, or a driver that is not installed.
+        """
+        super().__init__(url, **options)
+        self._channel = channel_of(self.tables.prefix)
+        self._connect_args: dict[str, Any] = dict(
+            (options.get("engine_options") or {}).get("connect_args", {})
+        )
+        self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._listeners_lock = threading.Lock()
+
+    @classmethod
+    async def open(cls, url: str | None = None, **options: Any) -> SQLStore:
+        """Create a store and check (or create) its schema now.
+
+        Raises:
+            InvalidInput: a bad URL or option.
+            SchemaMismatch: the schema is older or newer than this code (see ``schema``).
+            StoreUnavailable: the database is unavailable.
+        """
+        store = cls(url, **options)
+        try:
+            await store._ensure_ready()
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    async def now(self) -> datetime:
+        """The store clock: the injected ``clock``, or database time (whole ms).
+
+        Raises:
+            StoreUnavailable: the database is unavailable.
+        """
+        if self._clock is not None:
+            return rules.tick(self._clock.now())
+        return await self._db.run(self._now, write=False)
+
+    # -- creation ------------------------------------------------------------------------
+
+    async def create(
+        self,
+        new: NewTask,
+        *,
+        replace: Snapshot | None = None,
+        connection: AsyncConnection | None = None,
+    ) -> Snapshot:
+        """Store ``new`` at revision 0 (see ``TaskStore.create``).
+
+        Args:
+            new: the task.
+            replace: the current snapshot of a finished or expired task to replace.
+            connection: the application's connection, inside its own transaction: the task
+                then exists if and only if that transaction commits. The creators' lock row
+                is held until it ends, so keep that transaction short.
+
+        Raises:
+            TaskExists: the id is taken.
+            RevisionConflict: ``replace`` is not the current run and revision.
+            Unavailable: ``replace`` names a live task.
+            TaskNotFound: ``replace`` names no task.
+            CapacityExceeded: a capacity limit; nothing stored.
+            StoreCorrupt: the existing record fails validation.
+            StoreUnavailable: transient failure; nothing stored.
+        """
+        if not isinstance(new, NewTask):
+            raise InvalidInput("create() takes a NewTask")
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> Snapshot:
+            total = await self._lock_counter(conn)
+            now = await self._now(conn)
+            row = await self._fetch(conn, new.id, lock=True)
+            current = row.decode() if row is not None else None
+            if replace is None and current is not None:
+                raise TaskExists(rules.present(current, now))
+            if replace is not None:
+                if current is None:
+                    raise TaskNotFound(new.id)
+                rules.check_replace(current, replace, now)
+            if row is None and total >= self.limits.max_tasks:
+                raise CapacityExceeded("max_tasks")
+            active = await self._count_active(conn, new.tenant, new.id, now)
+            if active >= self.limits.max_active_tasks_per_scope:
+                raise CapacityExceeded("max_active_tasks_per_scope")
+            snapshot = rules.new_snapshot(new, now, replace=current)
+            await self._put_new(conn, row, snapshot)
+            await self._notify(conn, snapshot.queue)
+            return snapshot
+
+        return await self._db.run(op, write=True, connection=connection)
+
+    async def _count_active(
+        self, conn: AsyncConnection, tenant: str, other_than: str, now: datetime
+    ) -> int:
+        """Active tasks of ``tenant`` (not terminal, not expired), counted up to the limit."""
+        t = self.tables.tasks
+        capped = (
+            sa.select(t.c.id)
+            .where(
+                t.c.tenant == tenant,
+                t.c.status.in_(_ACTIVE),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+                t.c.id != other_than,
+            )
+            .limit(self.limits.max_active_tasks_per_scope)
+            .subquery()
+        )
+        count = sa.select(sa.func.count()).select_from(capped)
+        return int((await conn.execute(count)).scalar_one())
+
+    async def _put_new(
+        self, conn: AsyncConnection, row: TaskRow | None, snapshot: Snapshot
+    ) -> None:
+        t = self.tables
+        values = _codec.projection(snapshot, None)
+        if row is None:
+            await conn.execute(sa.insert(t.tasks).values(id=snapshot.id, row_version=0, **values))
+            await self._add_to_counter(conn, 1)
+        else:
+            await conn.execute(sa.delete(t.events).where(t.events.c.task_id == snapshot.id))
+            await conn.execute(sa.delete(t.members).where(t.members.c.task_id == snapshot.id))
+            await self._save(conn, row, snapshot, None)
+        members = _codec.member_rows(snapshot)
+        if members:
+            await conn.execute(sa.insert(t.members), members)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def _visible(
+        self, conn: AsyncConnection, task_id: str, tenant: str | None
+    ) -> tuple[Snapshot, datetime]:
+        if tenant is not None and not isinstance(tenant, str):
+            raise InvalidInput("tenant must be a string or None")
+        row = await self._fetch(conn, task_id, lock=False)
+        now = await self._now(conn)
+        if row is None:
+            raise TaskNotFound(task_id)
+        snapshot = row.decode()
+        if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
+            raise TaskNotFound(task_id)
+        return snapshot, now
+
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        """The current snapshot (see ``TaskStore.get``).
+
+        Raises:
+            TaskNotFound: unknown, in another tenant, or expired.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> Snapshot:
+            snapshot, now = await self._visible(conn, task_id, tenant)
+            return rules.present(snapshot, now)
+
+        return await self._db.run(op, write=False)
+
+    async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
+        """Applied events of the current run, in order (see ``TaskStore.history``).
+
+        Raises:
+            TaskNotFound: as for :meth:`get`.
+            StoreCorrupt: the record or one of its events fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+        events = self.tables.events
+
+        async def op(conn: AsyncConnection) -> list[EventRecord]:
+            await self._visible(conn, task_id, tenant)
+            rows = await conn.execute(
+                sa.select(events.c.record)
+                .where(events.c.task_id == task_id)
+                .order_by(events.c.revision)
+            )
+            return [_codec.decode_record(task_id, r[0]) for r in rows]
+
+        return await self._db.run(op, write=False)
+
+    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
+        """Matching tasks ordered by id (see ``TaskStore.list``); expired and corrupt
+        records are left out without shortening the page.
+
+        Raises:
+            StoreUnavailable: transient failure.
+        """
+        if not isinstance(query, TaskQuery):
+            raise InvalidInput("list() takes a TaskQuery")
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> list[Snapshot]:
+            now = await self._now(conn)
+            page: list[Snapshot] = []
+            after = query.after
+            while len(page) < query.limit:
+                want = query.limit - len(page)
+                rows = (await conn.execute(self._listing(query, now, after, want))).all()
+                for task_id, text in rows:
+                    try:
+                        snapshot = _codec.decode_snapshot(task_id, text)
+                    except StoreCorrupt:
+                        log.warning("skipping corrupt record of task %r in a listing", task_id)
+                        continue
+                    if rules.matches(snapshot, query, now):
+                        page.append(rules.present(snapshot, now))
+                if len(rows) < want:
+                    break
+                after = rows[-1][0]
+            return page
+
+        return await self._db.run(op, write=False)
+
+    def _listing(
+        self, query: TaskQuery, now: datetime, after: str | None, limit: int
+    ) -> sa.Select[Any]:
+        t = self.tables.tasks
+        stmt = sa.select(t.c.id, t.c.snapshot).where(
+            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now)
+        )
+        if query.tenant is not None:
+            stmt = stmt.where(t.c.tenant == query.tenant)
+        if after is not None:
+            stmt = stmt.where(t.c.id > after)
+        if query.queue is not None:
+            stmt = stmt.where(t.c.queue == query.queue)
+        if query.principal is not None:
+            m = self.tables.members
+            members = sa.select(m.c.task_id).where(
+                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id
+            )
+            stmt = stmt.where(t.c.id.in_(members))
+        if query.statuses is not None:
+            wanted = [self._status_is(s, now) for s in query.statuses]
+            stmt = stmt.where(sa.or_(sa.false(), *wanted))
+        return stmt.order_by(t.c.id).limit(limit)
+
+    def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
+        t = self.tables.tasks
+        if status == TaskStatus.RUNNING:
+            return sa.and_(t.c.status == TaskStatus.PENDING.value, t.c.claim_expires_at > now)
+        if status == TaskStatus.PENDING:
+            return sa.and_(
+                t.c.status == TaskStatus.PENDING.value,
+                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
+            )
+        return t.c.status == status.value
+
+    # -- transitions ---------------------------------------------------------------------
+
+    async def transition(
+        self,
+        task_id: str,
+        expected_revision: int,
+        event: Event,
+        authority: Lease | Access,
+    ) -> Transition:
+        """Apply ``event`` atomically (see ``TaskStore.transition``).
+
+        Raises:
+            TaskNotFound: unknown; for request access also another tenant, invisible or
+                expired.
+            LeaseLost: the lease is not the exact live lease.
+            AuthorizationError: wrong kind of authority, or a missing right.
+            EventIdReused: this event id was applied with different content.
+            RevisionConflict: ``expected_revision`` is not current.
+            InvalidInput: the event is not valid for this task.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        if not isinstance(authority, (Lease, Access)):
+            raise TypeError("authority must be a Lease or an Access")
+        await self._ensure_ready()
+        events = self.tables.events
+
+        async def op(conn: AsyncConnection) -> Transition:
+            row = await self._fetch(conn, task_id, lock=True)
+            if row is None:
+                raise TaskNotFound(task_id)
+            now = await self._now(conn)
+            snapshot = row.decode()
+            earlier = (
+                await conn.execute(
+                    sa.select(events.c.record).where(
+                        events.c.task_id == task_id, events.c.event_id == event.event_id
+                    )
+                )
+            ).scalar()
+            rules.authorize_event(
+                snapshot, row.token, authority, event, now, replayed=earlier is not None
+            )
+            if earlier is not None:
+                record = _codec.decode_record(task_id, earlier)
+                rules.check_replay(record, event)
+                return Transition(
+                    outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
+                )
+            rules.check_revision(snapshot, expected_revision, now)
+            applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
+            if applied is None:
+                return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
+            new, record = applied
+            await self._save(conn, row, new, row.token)
+            await self._record(conn, task_id, record)
+            if isinstance(event, WatcherAdded):
+                await conn.execute(
+                    sa.insert(self.tables.members).values(
+                        tenant=event.principal.tenant,
+                        user_id=event.principal.user_id,
+                        task_id=task_id,
+                        role="watcher",
+                    )
+                )
+            if new.status == TaskStatus.PENDING:
+                await self._notify(conn, new.queue)
+            return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
+
+        return await self._db.run(op, write=True)
+
+    # -- administration ------------------------------------------------------------------
+
+    async def delete(self, task_id: str, *, expected_revision: int) -> None:
+        """Remove a terminal task with its history (see ``TaskStore.delete``).
+
+        Raises:
+            TaskNotFound: unknown task.
+            RevisionConflict: ``expected_revision`` is not current.
+            Unavailable: the task is not terminal.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> None:
+            await self._lock_counter(conn)
+            row = await self._fetch(conn, task_id, lock=True)
+            if row is None:
+                raise TaskNotFound(task_id)
+            now = await self._now(conn)
+            snapshot = row.decode()
+            rules.check_revision(snapshot, expected_revision, now)
+            if not snapshot.terminal:
+                raise Unavailable("Only a terminal task can be deleted")
+            await self._delete_tasks(conn, [task_id])
+
+        await self._db.run(op, write=True)
+
+    async def reap(self, limit: int = 1000) -> builtins.list[str]:
+        """Delete up to ``limit`` expired tasks with their history (see
+        ``TaskStore.reap``); a corrupt record is skipped, not fatal.
+
+        Raises:
+            InvalidInput: ``limit`` < 1.
+            StoreUnavailable: transient failure.
+        """
+        check_limit(limit)
+        await self._ensure_ready()
+        t = self.tables.tasks
+
+        async def op(conn: AsyncConnection) -> list[str]:
+            await self._lock_counter(conn)
+            now = await self._now(conn)
+            reaped: list[str] = []
+            after: str | None = None
+            while len(reaped) < limit:
+                want = min(limit - len(reaped), 500)
+                stmt = (
+                    sa.select(t.c.id, t.c.snapshot)
+                    .where(t.c.expires_at <= now)
+                    .order_by(t.c.id)
+                    .limit(want)
+                )
+                if after is not None:
+                    stmt = stmt.where(t.c.id > after)
+                if self._db.kind != "sqlite":
+                    stmt = stmt.with_for_update(skip_locked=True)
+                rows = (await conn.execute(stmt)).all()
+                batch = []
+                for task_id, text in rows:
+                    try:
+                        snapshot = _codec.decode_snapshot(task_id, text)
+                    except StoreCorrupt:
+                        log.warning("reap skipped the corrupt record of task %r", task_id)
+                        continue
+                    if snapshot.expired(now):
+                        batch.append(task_id)
+                await self._delete_tasks(conn, batch)
+                reaped += batch
+                if len(rows) < want:
+                    break
+                after = rows[-1][0]
+            log.info("reaped %d expired task(s)", len(reaped))
+            return reaped
+
+        return await self._db.run(op, write=True)
+
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Wait until work may be claimable on ``queues`` — a task created, released,
+        answered or rescheduled there — or ``timeout`` seconds pass (see
+        ``TaskStore.wait_for_work``). PostgreSQL only (``LISTEN``/``NOTIFY``).
+
+        Returns:
+            ``True`` when woken early (or the store is closing), ``False`` on timeout.
+
+        Raises:
+            CapabilityNotSupported: this database has no wakeups (the runtime polls).
+            InvalidInput: bad queue names or timeout.
+            StoreUnavailable: the listening connection cannot be opened.
+        """
+        wanted = check_queues(queues)
+        if not self._wakeups_supported():
+            raise CapabilityNotSupported(
+                f"{self._db.what} has no wakeups; poll claim_next with backoff"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise InvalidInput("timeout must be a non-negative number of seconds")
+        await self._ensure_ready()
+        return await self._listener().wait(wanted, float(timeout))
+
+    def _wakeups_supported(self) -> bool:
+        return self._db.kind == "postgresql" and self._db.engine.dialect.driver == "asyncpg"
+
+    def _listener(self) -> Listener:
+        loop = asyncio.get_running_loop()
+        with self._listeners_lock:
+            listener = self._listeners.get(loop)
+            if listener is None:
+                connect = asyncpg_connector(self._db.engine, self._connect_args)
+                listener = self._listeners[loop] = Listener(connect, self._channel)
+            return listener
+
+    async def _notify(self, conn: AsyncConnection, queue: str) -> None:
+        if self._wakeups_supported():
+            await conn.execute(sa.select(sa.func.pg_notify(self._channel, queue)))
+
+    async def aclose(self) -> None:
+        """Stop listening (waiters return ``True``) and dispose of the engine if the store
+        created it (never one passed in).
+
+        Raises:
+            StoreUnavailable: closing a connection failed.
+        """
+        loop = asyncio.get_running_loop()
+        with self._listeners_lock:
+            listeners = list(self._listeners.items())
+            self._listeners.clear()
+        for owner, listener in listeners:
+            if owner is loop:
+                await listener.close()
+        await super().aclose()
+
+    # -- test support --------------------------------------------------------------------
+
+    async def _corrupt(self, task_id: str) -> None:
+        """Damage the stored snapshot of ``task_id`` (contract-suite support only)."""
+        t = self.tables.tasks
+
+        async def op(conn: AsyncConnection) -> None:
+            row = await self._fetch(conn, task_id, lock=True)
+            if row is None:
+                raise TaskNotFound(task_id)
+            try:
+                document = json.loads(row.snapshot)
+            except ValueError:
+                document = {"id": task_id}
+            document["revision"] = "not a number: tasks-corrupt-secret"
+            await conn.execute(
+                sa.update(t).where(t.c.id == task_id).values(snapshot=_codec.encode(document))
+            )
+
+        await self._db.run(op, write=True)

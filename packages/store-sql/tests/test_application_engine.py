@@ -1,0 +1,107 @@
+"""An engine the application owns: the store uses it and never disposes of it; a task
+can be created inside the application's own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from tasks_core import CapacityExceeded, NewTask, Owner, TaskNotFound, TaskQuery, Work
+from tasks_store_sql import SQLStore
+from tasks_store_sql._dialect import parse_url
+
+pytestmark = pytest.mark.anyio
+
+ORDERS = sa.Table("app_orders", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=Owner("alice"), work=Work(name="job"))
+
+
+@pytest.fixture
+async def app_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """The application's engine, with a business table of its own."""
+    engine = create_async_engine(parse_url(db_url).url)
+    async with engine.begin() as conn:
+        await conn.run_sync(ORDERS.metadata.drop_all)
+        await conn.run_sync(ORDERS.metadata.create_all)
+    yield engine
+    async with engine.begin() as conn:
+        await conn.run_sync(ORDERS.metadata.drop_all)
+    await engine.dispose()
+
+
+async def test_the_store_never_disposes_of_an_application_engine(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """Closing a store given ``engine=`` MUST leave that engine usable."""
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    await store.create(_new("t"))
+    await store.aclose()
+    async with app_engine.connect() as conn:
+        assert 1 == (await conn.execute(sa.select(sa.literal(1)))).scalar()
+    again = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    try:
+        assert ["t"] == [s.id for s in await again.list(TaskQuery(tenant=None))]
+    finally:
+        await again.aclose()
+
+
+async def test_a_store_disposes_of_the_engine_it_made(db_url: str, fresh_namespace: str) -> None:
+    """Closing a store opened from a URL MUST close every pooled connection it opened."""
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)
+    await store.create(_new("t"))
+    await store.aclose()
+    assert 0 == store.engine.pool.checkedin()
+
+
+async def test_a_task_created_in_the_application_transaction_exists_only_if_it_commits(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """``create(new, connection=conn)`` MUST create the task inside the caller's
+    transaction: rolled back with it, committed with it.
+
+    Troubleshooting: run the create's statements on the caller's connection without
+    beginning or committing anything of your own.
+    """
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    try:
+        async with app_engine.connect() as conn:
+            trans = await conn.begin()
+            await conn.execute(sa.insert(ORDERS).values(id=1))
+            created = await store.create(_new("rolled-back"), connection=conn)
+            assert "rolled-back" == created.id
+            await trans.rollback()
+        with pytest.raises(TaskNotFound):
+            await store.get("rolled-back", tenant=None)
+
+        async with app_engine.begin() as conn:
+            await conn.execute(sa.insert(ORDERS).values(id=2))
+            await store.create(_new("committed"), connection=conn)
+        assert "committed" == (await store.get("committed", tenant=None)).id
+        async with app_engine.connect() as conn:
+            assert [2] == list((await conn.execute(sa.select(ORDERS.c.id))).scalars())
+    finally:
+        await store.aclose()
+
+
+async def test_a_refused_create_leaves_the_application_transaction_usable(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """A create refused inside the caller's transaction (capacity) MUST raise before
+    writing anything, and the caller's own writes MUST still commit."""
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace, max_tasks=1)
+    try:
+        await store.create(_new("first"))
+        async with app_engine.begin() as conn:
+            await conn.execute(sa.insert(ORDERS).values(id=3))
+            with pytest.raises(CapacityExceeded):
+                await store.create(_new("second"), connection=conn)
+        async with app_engine.connect() as conn:
+            assert [3] == list((await conn.execute(sa.select(ORDERS.c.id))).scalars())
+        assert ["first"] == [s.id for s in await store.list(TaskQuery(tenant=None))]
+    finally:
+        await store.aclose()

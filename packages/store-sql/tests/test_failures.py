@@ -1,0 +1,159 @@
+"""Failures: a killed backend, a busy SQLite file, an unreachable server, a broken
+schema. Driver errors never escape; nothing is half-written; the store recovers."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from tasks_core import (
+    Completed,
+    ManualClock,
+    NewTask,
+    Owner,
+    StoreError,
+    StoreUnavailable,
+    TaskQuery,
+    Work,
+)
+from tasks_store_sql import SQLStore
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Owner("alice")
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=ALICE, work=Work(name="job"))
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """Each server database."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+_WAITING = {
+    "postgresql": (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE '%%task_events%%' "
+        "AND pid <> pg_backend_pid()"
+    ),
+    # (not innodb_trx: MariaDB caches it while it is read more often than every 0.1 s)
+    "mysql": (
+        "SELECT id FROM information_schema.processlist WHERE command = 'Query' "
+        "AND info LIKE 'INSERT INTO %%task_events%%' AND id <> connection_id()"
+    ),
+}
+_KILL = {"postgresql": "SELECT pg_terminate_backend({})", "mysql": "KILL CONNECTION {}"}
+
+
+async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_recovers(
+    server_url: str,
+) -> None:
+    """When the database kills the store's connection in the middle of a transaction
+    (after the task row was updated, before the event was recorded), the call MUST raise
+    ``StoreUnavailable``, nothing of it MUST be visible, and the next call MUST succeed.
+
+    Troubleshooting: one transaction per operation, no autocommit between its
+    statements; translate connection loss to ``StoreUnavailable``; let the pool drop the
+    dead connection instead of handing it out again.
+    """
+    store = await SQLStore.open(server_url, namespace="killed", clock=ManualClock())
+    events = store.tables.events
+    try:
+        async with store.engine.begin() as conn:
+            for table in (events, store.tables.members, store.tables.tasks):
+                await conn.execute(sa.delete(table))
+            await conn.execute(sa.update(store.tables.locks).values(value=0))
+        await store.create(_new("t"))
+        held = await store.claim("t", "w1", 30)
+        done = Completed(event_id="done", result="r")
+        async with store.engine.connect() as blocker, store.engine.connect() as monitor:
+            trans = await blocker.begin()
+            # An uncommitted row with the same key makes the store's event insert wait.
+            await blocker.execute(
+                sa.insert(events).values(
+                    task_id="t", event_id="done", revision=99, kind="completed",
+                    committed_at=held.lease.expires_at, record="{}",
+                )
+            )
+            writer = asyncio.ensure_future(store.transition("t", 0, done, held.lease))
+            victim = None
+            for _ in range(500):
+                async with monitor.begin():  # statistics are a snapshot per transaction
+                    found = await monitor.execute(sa.text(_WAITING[store.dialect]))
+                    victim = found.scalar()
+                if victim is not None or writer.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert victim is not None, "the store's transaction never waited on the lock"
+            async with monitor.begin():
+                await monitor.execute(sa.text(_KILL[store.dialect].format(int(victim))))
+            with pytest.raises(StoreUnavailable):
+                await writer
+            await trans.rollback()
+        assert 0 == (await store.get("t", tenant=None)).revision
+        assert [] == await store.history("t", tenant=None)
+        applied = await store.transition("t", 0, done, held.lease)
+        assert ("applied", 1) == (applied.outcome, applied.snapshot.revision)
+    finally:
+        await store.aclose()
+
+
+async def test_an_unreachable_server_raises_store_unavailable() -> None:
+    """A server that refuses connections MUST surface as ``StoreUnavailable``, never as a
+    driver or socket error."""
+    for url in ("postgresql://postgres@127.0.0.1:1/x", "mysql://root@127.0.0.1:1/x"):
+        with pytest.raises(StoreUnavailable):
+            await SQLStore.open(url)
+
+
+async def test_a_dropped_table_raises_a_store_error_not_a_driver_error(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A database error that is not transient (a table dropped under the store) MUST be
+    a ``StoreError`` whose message names the error class, never a driver exception."""
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)
+    try:
+        async with store.engine.begin() as conn:
+            await conn.execute(sa.text(f"DROP TABLE {store.tables.events.name}"))
+        await store.create(_new("t"))
+        with pytest.raises(StoreError) as failed:
+            await store.history("t", tenant=None)
+        assert not isinstance(failed.value, StoreUnavailable)
+        assert "tasks_core" == type(failed.value).__module__.split(".")[0]
+    finally:
+        await store.aclose()
+
+
+async def test_a_busy_sqlite_file_fails_fast_and_writes_nothing(tmp_path: Path) -> None:
+    """While another process holds SQLite's write lock longer than ``busy_timeout``, a
+    write MUST raise ``StoreUnavailable`` having written nothing, and succeed once the
+    lock is free. Reads MUST NOT wait for the writer (WAL).
+
+    Troubleshooting: WAL mode, ``BEGIN IMMEDIATE`` (take the write lock first, so no
+    transaction has to be abandoned halfway), and a bounded busy timeout.
+    """
+    path = tmp_path / "busy.db"
+    store = await SQLStore.open(f"sqlite:///{path}", busy_timeout=0.2)
+    try:
+        await store.create(_new("before"))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreUnavailable):
+                await store.create(_new("refused"))
+            assert ["before"] == [s.id for s in await store.list(TaskQuery(tenant=None))]
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await store.create(_new("after"))
+        ids = [s.id for s in await store.list(TaskQuery(tenant=None))]
+        assert ["after", "before"] == ids
+    finally:
+        await store.aclose()

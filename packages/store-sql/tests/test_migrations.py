@@ -1,0 +1,187 @@
+"""Schema migrations: up, down and up again keeping data; refusing mismatched schemas."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from tasks_core import (
+    CapacityExceeded,
+    Completed,
+    ManualClock,
+    NewTask,
+    Owner,
+    Work,
+)
+from tasks_store_sql import SQLStore, SchemaMismatch, current_revision, head, migrate, revisions
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Owner("alice")
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=ALICE, work=Work(name="job"))
+
+
+async def test_migrations_go_up_down_and_up_again_keeping_tasks(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Migrating to head, down one revision and up again MUST keep every task and its
+    history, and the creators' counter MUST be rebuilt from the stored tasks.
+
+    Troubleshooting: a downgrade may drop only what its upgrade added; an upgrade that
+    adds derived data (the task counter) must backfill it from existing rows.
+    """
+    ns = fresh_namespace
+    assert None is await migrate(db_url, namespace=ns)
+    clock = ManualClock()
+    store = await SQLStore.open(db_url, namespace=ns, clock=clock, schema="check")
+    try:
+        await store.create(_new("kept"))
+        [held] = await store.claim_next("w1", 30, queues=["default"])
+        await store.transition("kept", 0, Completed(event_id="done", result=7), held.lease)
+        before = (await store.get("kept", tenant=None), await store.history("kept", tenant=None))
+    finally:
+        await store.aclose()
+
+    assert head() == await migrate(db_url, namespace=ns, to=revisions()[-2])
+    assert revisions()[-2] == await current_revision(db_url, namespace=ns)
+    assert head() != revisions()[-2]
+    assert revisions()[-2] == await migrate(db_url, namespace=ns)
+
+    store = await SQLStore.open(db_url, namespace=ns, clock=clock, max_tasks=2, schema="check")
+    try:
+        after = (await store.get("kept", tenant=None), await store.history("kept", tenant=None))
+        assert before == after
+        await store.create(_new("second"))
+        with pytest.raises(CapacityExceeded):
+            await store.create(_new("third"))
+    finally:
+        await store.aclose()
+
+
+async def test_an_older_schema_is_refused_unless_upgrade_is_asked(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Opening a namespace at an older revision MUST raise ``SchemaMismatch`` saying how
+    to migrate; ``schema="upgrade"`` MUST migrate it and open.
+
+    Troubleshooting: compare the stored revision with the shipped head before any
+    operation; never guess at a schema.
+    """
+    await migrate(db_url, namespace=fresh_namespace, to=revisions()[0])
+    with pytest.raises(SchemaMismatch, match="older") as refused:
+        await SQLStore.open(db_url, namespace=fresh_namespace)
+    assert "migrate" in str(refused.value)
+    store = await SQLStore.open(db_url, namespace=fresh_namespace, schema="upgrade")
+    try:
+        assert head() == await store.schema_revision()
+    finally:
+        await store.aclose()
+
+
+async def test_a_newer_schema_is_refused_even_with_upgrade(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A namespace at a revision this code does not ship MUST be refused with
+    ``SchemaMismatch`` (never downgraded or used), whatever the ``schema`` option.
+
+    Troubleshooting: an unknown revision means newer code migrated the database; the
+    fix is upgrading tasks-store-sql, which the message says.
+    """
+    await migrate(db_url, namespace=fresh_namespace)
+    store = SQLStore(db_url, namespace=fresh_namespace)
+    try:
+        async with store.engine.begin() as conn:
+            version = sa.table(store.tables.version_table, sa.column("version_num"))
+            await conn.execute(sa.update(version).values(version_num="9999_future"))
+    finally:
+        await store.aclose()
+    for mode in ("create", "upgrade", "check"):
+        with pytest.raises(SchemaMismatch, match="upgrade tasks-store-sql"):
+            await SQLStore.open(db_url, namespace=fresh_namespace, schema=mode)
+    with pytest.raises(SchemaMismatch):
+        await migrate(db_url, namespace=fresh_namespace)
+
+
+async def test_check_mode_never_creates_a_schema(db_url: str, fresh_namespace: str) -> None:
+    """``schema="check"`` on an empty namespace MUST raise ``SchemaMismatch`` and create
+    nothing."""
+    with pytest.raises(SchemaMismatch, match="no tasks schema"):
+        await SQLStore.open(db_url, namespace=fresh_namespace, schema="check")
+    assert None is await current_revision(db_url, namespace=fresh_namespace)
+
+
+async def test_a_foreign_table_in_the_namespace_is_refused(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A ``tasks`` table without a schema version MUST be refused, not adopted."""
+    store = SQLStore(db_url, namespace=fresh_namespace)
+    try:
+        async with store.engine.begin() as conn:
+            await conn.execute(sa.text(f"CREATE TABLE {fresh_namespace}_tasks (x INTEGER)"))
+        with pytest.raises(SchemaMismatch, match="not a tasks store"):
+            await store.get("any", tenant=None)
+    finally:
+        await store.aclose()
+
+
+async def test_the_migration_chain_builds_exactly_the_declared_schema(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Running every migration MUST produce exactly the tables, columns and indexes the
+    code queries (``_schema.Tables``): Alembic's autogenerate finds no difference.
+
+    Troubleshooting: a schema change needs both a new revision and the matching change in
+    ``_schema.py``.
+    """
+    await migrate(db_url, namespace=fresh_namespace)
+    store = SQLStore(db_url, namespace=fresh_namespace, schema="check")
+    names = set(store.tables.names) - {store.tables.version_table}
+
+    def diff(sync_conn: sa.Connection) -> list[Any]:
+        context = MigrationContext.configure(
+            sync_conn,
+            opts={
+                "compare_type": True,
+                "include_name": lambda name, kind, _parent: kind != "table" or name in names,
+            },
+        )
+        return list(compare_metadata(context, store.tables.metadata))
+
+    try:
+        async with store.engine.connect() as conn:
+            assert [] == await conn.run_sync(diff)
+    finally:
+        await store.aclose()
+
+
+async def test_processes_opening_a_fresh_namespace_together_both_succeed(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Several stores (separate engines) opening one empty namespace at once MUST all
+    succeed with one schema: the migration runs under a lock.
+
+    Troubleshooting: take the per-namespace migration lock, then re-read the revision
+    before migrating.
+    """
+    opened = await asyncio.gather(
+        *(SQLStore.open(db_url, namespace=fresh_namespace) for _ in range(3))
+    )
+    try:
+        await opened[0].create(_new("one"))
+        assert ["one"] == [s.id for s in await opened[2].list(_all())]
+    finally:
+        for store in opened:
+            await store.aclose()
+
+
+def _all() -> Any:
+    from tasks_core import TaskQuery
+
+    return TaskQuery(tenant=None)

@@ -1,0 +1,173 @@
+"""Races across separate engines (as separate processes would run them): exactly one
+winner, never two owners, never a blocked claimer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from tasks_core import (
+    Access,
+    CapacityExceeded,
+    Cancelled,
+    Completed,
+    ManualClock,
+    NewTask,
+    Owner,
+    RevisionConflict,
+    TaskQuery,
+    Unavailable,
+    Work,
+)
+from tasks_store_sql import SQLStore
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Owner("alice")
+ENGINES = 4
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=ALICE, work=Work(name="job"))
+
+
+@pytest.fixture
+async def stores(db_url: str, fresh_namespace: str) -> AsyncIterator[list[SQLStore]]:
+    """Stores on one namespace, each with its own engine (and connections)."""
+    clock = ManualClock()
+    opened = [
+        await SQLStore.open(db_url, namespace=fresh_namespace, clock=clock)
+        for _ in range(ENGINES)
+    ]
+    yield opened
+    for store in opened:
+        await store.aclose()
+
+
+async def _outcomes(calls: list[Any]) -> list[Any]:
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
+async def test_exact_claim_from_several_engines_has_one_winner(stores: list[SQLStore]) -> None:
+    """Claims of one task from several engines at once MUST give exactly one lease; the
+    others MUST be refused with ``Unavailable``."""
+    await stores[0].create(_new("t"))
+    results = await _outcomes([s.claim("t", f"w{i}", 30) for i, s in enumerate(stores)])
+    kinds = Counter(type(r).__name__ for r in results)
+    assert {"Claim": 1, "Unavailable": ENGINES - 1} == dict(kinds)
+    assert 1 == (await stores[0].get("t", tenant=None)).deliveries
+
+
+async def test_terminal_writes_from_several_engines_have_one_winner(
+    stores: list[SQLStore],
+) -> None:
+    """A completion by the lease holder racing cancels from other engines at one revision
+    MUST apply exactly one event; the others MUST raise ``RevisionConflict``."""
+    await stores[0].create(_new("t"))
+    held = await stores[0].claim("t", "w0", 30)
+    owner = Access(principal=ALICE, visibility="watchers")
+    calls = [stores[0].transition("t", 0, Completed(event_id="done"), held.lease)]
+    calls += [
+        s.transition("t", 0, Cancelled(event_id=f"cancel{i}"), owner)
+        for i, s in enumerate(stores[1:])
+    ]
+    results = await _outcomes(calls)
+    applied = [r for r in results if not isinstance(r, BaseException)]
+    assert 1 == len(applied)
+    assert all(isinstance(r, RevisionConflict) for r in results if r not in applied)
+    history = await stores[0].history("t", tenant=None)
+    assert [applied[0].record] == history
+
+
+async def test_one_event_sent_from_two_engines_is_applied_once(stores: list[SQLStore]) -> None:
+    """The same event sent at once through two engines MUST be applied once; the other
+    MUST answer ``duplicate`` with the same revision and commit time."""
+    await stores[0].create(_new("t"))
+    held = await stores[0].claim("t", "w0", 30)
+    done = Completed(event_id="done", result=1)
+    first, second = await asyncio.gather(
+        stores[1].transition("t", 0, done, held.lease),
+        stores[2].transition("t", 0, done, held.lease),
+    )
+    assert ["applied", "duplicate"] == sorted([first.outcome, second.outcome])
+    assert first.record == second.record
+    assert 1 == len(await stores[0].history("t", tenant=None))
+
+
+async def test_claim_next_from_several_engines_never_shares_a_task(
+    stores: list[SQLStore],
+) -> None:
+    """Workers on separate engines draining one queue MUST claim every task exactly
+    once."""
+    ids = {f"t{i:03d}" for i in range(40)}
+    for task_id in sorted(ids):
+        await stores[0].create(_new(task_id))
+
+    async def drain(store: SQLStore, worker: str) -> list[str]:
+        got: list[str] = []
+        while batch := await store.claim_next(worker, 30, queues=["default"], limit=3):
+            got += [c.snapshot.id for c in batch]
+        return got
+
+    batches = await asyncio.gather(*(drain(s, f"w{i}") for i, s in enumerate(stores)))
+    claimed = [task_id for batch in batches for task_id in batch]
+    assert {} == {k: n for k, n in Counter(claimed).items() if n > 1}
+    assert ids == set(claimed)
+
+
+async def test_capacity_holds_for_creators_on_several_engines(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Creators on separate engines MUST together store no more than ``max_tasks``."""
+    stores = [
+        await SQLStore.open(db_url, namespace=fresh_namespace, max_tasks=5) for _ in range(3)
+    ]
+    try:
+        results = await _outcomes(
+            [s.create(_new(f"t{i}-{n}")) for i, s in enumerate(stores) for n in range(4)]
+        )
+        refused = [r for r in results if isinstance(r, CapacityExceeded)]
+        assert (5, 7) == (len(results) - len(refused), len(refused))
+        assert 5 == len(await stores[0].list(TaskQuery(tenant=None)))
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_claim_next_skips_a_row_another_session_holds(
+    stores: list[SQLStore],
+) -> None:
+    """``claim_next`` MUST NOT wait for a row another session holds locked: it takes the
+    next claimable task (``FOR UPDATE SKIP LOCKED``).
+
+    Troubleshooting: SQLite has no row locks (writers take turns), so this is a server
+    database test.
+    """
+    store = stores[0]
+    if store.dialect == "sqlite":
+        pytest.skip("SQLite serializes writers; there are no row locks to skip")
+    await store.create(_new("oldest"))
+    stores[0]._clock.advance(1)  # type: ignore[union-attr]
+    await store.create(_new("next"))
+    tasks = store.tables.tasks
+    async with stores[1].engine.connect() as other, other.begin():
+        locked = sa.select(tasks.c.id).where(tasks.c.id == "oldest").with_for_update()
+        assert "oldest" == (await other.execute(locked)).scalar()
+        got = await asyncio.wait_for(store.claim_next("w1", 30, queues=["default"]), 10)
+        assert ["next"] == [c.snapshot.id for c in got]
+    [later] = await store.claim_next("w1", 30, queues=["default"])
+    assert "oldest" == later.snapshot.id
+
+
+async def test_unavailable_is_what_losers_of_an_exact_claim_hear(stores: list[SQLStore]) -> None:
+    """A second exact claim after the first committed MUST be ``Unavailable`` on any
+    engine (the winner's lease is visible to every connection at once)."""
+    await stores[0].create(_new("t"))
+    await stores[0].claim("t", "w0", 30)
+    for store in stores[1:]:
+        with pytest.raises(Unavailable):
+            await store.claim("t", "w1", 30)
