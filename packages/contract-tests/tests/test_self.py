@@ -9,6 +9,7 @@ that this very test failed. The control case runs the same tests against the unm
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import broken_stores as broken
 import pytest
@@ -76,7 +77,7 @@ MODEL_CATCHES: list[type] = [
 ]
 """Broken stores the model check catches on its own (the rest need races or corrupt
 records, which the model does not generate)."""
-MODEL_BUDGET: dict[str, int] = {"max_examples": 100, "steps": 25}
+MODEL_EXAMPLES, MODEL_STEPS = 100, 25
 """Small, fixed (seeded) budget: the run is deterministic."""
 
 SUITE = '''
@@ -167,18 +168,18 @@ def test_model_check_catches_a_broken_store(store: type[TaskStore]) -> None:
     """The model check MUST find a disagreement with the reference for a broken store,
     within a small budget."""
 
-    async def factory(**options: object) -> TaskStore:
+    async def factory(**options: Any) -> TaskStore:
         return store(**options)
 
     with pytest.raises(AssertionError, match=r"disagree|revision|terminal|live lease"):
-        run_model_check(factory, **MODEL_BUDGET, shrink=False)
+        run_model_check(factory, max_examples=MODEL_EXAMPLES, steps=MODEL_STEPS, shrink=False)
 
 
 def test_model_check_passes_for_the_reference_store() -> None:
     """The model check of ``MemoryStore`` against itself MUST pass (the control case)."""
     from tasks_store_memory import MemoryStore
 
-    async def factory(**options: object) -> TaskStore:
-        return MemoryStore(**options)  # type: ignore[arg-type]
+    async def factory(**options: Any) -> TaskStore:
+        return MemoryStore(**options)
 
-    run_model_check(factory, **MODEL_BUDGET)
+    run_model_check(factory, max_examples=MODEL_EXAMPLES, steps=MODEL_STEPS)

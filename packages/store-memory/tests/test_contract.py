@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from tasks_contract_tests import StoreContract
 from tasks_core import TaskStore
 from tasks_store_memory import MemoryStore

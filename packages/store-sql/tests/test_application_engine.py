@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 from tasks_core import CapacityExceeded, NewTask, Owner, TaskNotFound, TaskQuery, Work
 from tasks_store_sql import SQLStore
 from tasks_store_sql._dialect import parse_url
@@ -55,7 +56,9 @@ async def test_a_store_disposes_of_the_engine_it_made(db_url: str, fresh_namespa
     store = await SQLStore.open(db_url, namespace=fresh_namespace)
     await store.create(_new("t"))
     await store.aclose()
-    assert 0 == store.engine.pool.checkedin()
+    pool = store.engine.pool
+    assert isinstance(pool, QueuePool)
+    assert 0 == pool.checkedin()
 
 
 async def test_a_task_created_in_the_application_transaction_exists_only_if_it_commits(

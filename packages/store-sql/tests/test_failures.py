@@ -157,3 +157,26 @@ async def test_a_busy_sqlite_file_fails_fast_and_writes_nothing(tmp_path: Path) 
         assert ["after", "before"] == ids
     finally:
         await store.aclose()
+
+
+def test_a_store_outlives_the_event_loop_that_opened_it(server_url: str) -> None:
+    """A store opened under one ``asyncio.run`` and used under the next (as a sync
+    facade may do) MUST keep working: connections of the finished loop are dropped, not
+    reused."""
+    async def open_empty() -> SQLStore:
+        store = await SQLStore.open(server_url, namespace="loops")
+        async with store.engine.begin() as conn:
+            for table in (store.tables.events, store.tables.members, store.tables.tasks):
+                await conn.execute(sa.delete(table))
+            await conn.execute(sa.update(store.tables.locks).values(value=0))
+        return store
+
+    store = asyncio.run(open_empty())
+
+    async def use(task_id: str) -> list[str]:
+        await store.create(_new(task_id))
+        return [s.id for s in await store.list(TaskQuery(tenant=None))]
+
+    assert ["a"] == asyncio.run(use("a"))
+    assert ["a", "b"] == asyncio.run(use("b"))
+    asyncio.run(store.aclose())

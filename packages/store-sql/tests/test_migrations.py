@@ -17,7 +17,7 @@ from tasks_core import (
     Owner,
     Work,
 )
-from tasks_store_sql import SQLStore, SchemaMismatch, current_revision, head, migrate, revisions
+from tasks_store_sql import SchemaMismatch, SQLStore, current_revision, head, migrate, revisions
 
 pytestmark = pytest.mark.anyio
 

@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from tasks_core import (
     Access,
-    CapacityExceeded,
     Cancelled,
+    CapacityExceeded,
     Completed,
     ManualClock,
     NewTask,

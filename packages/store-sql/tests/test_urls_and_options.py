@@ -87,7 +87,7 @@ def test_namespace_given_twice_with_two_values_is_refused() -> None:
 def test_bad_options_are_refused(options: dict[str, object]) -> None:
     """Bad option values MUST raise ``InvalidInput`` before any I/O."""
     with pytest.raises(InvalidInput):
-        SQLStore("sqlite://", **options)  # type: ignore[arg-type]
+        SQLStore("sqlite://", **options)
 
 
 @pytest.mark.anyio

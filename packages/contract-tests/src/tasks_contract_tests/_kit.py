@@ -76,7 +76,9 @@ def access(principal: Owner | System, visibility: str = "watchers") -> Access:
     return Access(principal=principal, visibility=visibility)
 
 
-async def claim(store: TaskStore, task_id: str, worker: str = "w1", lease_for: float = LEASE_S) -> Claim:
+async def claim(
+    store: TaskStore, task_id: str, worker: str = "w1", lease_for: float = LEASE_S
+) -> Claim:
     """Claim exactly ``task_id``."""
     return await store.claim(task_id, worker, lease_for)
 

@@ -10,9 +10,10 @@ authority); this module decides what a key that already exists means:
   (``replaced``), keeping the owner and watchers and adding the newcomers.
 
 Joining or re-running a task you do not own, adding anyone who is not already a member,
-needs the policy's ``watch_authorizer``; otherwise ``AuthorizationError``. A task of
-another tenant under the same (global) id is refused the same way. Everything refused is
-refused before anything is written.
+needs the policy's ``watch_authorizer``; otherwise ``AuthorizationError``. Keyed ids embed
+the tenant (``scoped_task_key``), so a key never meets another tenant's task; should an id
+ever do so, it is refused like a missing right. Everything refused is refused before
+anything is written.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from tasks_store_sql import _codec
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import (
     Target,
+    check_server_version,
     create_engine,
     kind_of,
     loop_engine_factory,
@@ -173,6 +174,7 @@ class StoreBase:
         if self._ready:
             return
         async with self._db.connection(write=False) as conn:
+            check_server_version(conn.dialect)
             state, current = await schema_state(conn, self.tables)
         if state == "current":
             self._ready = True

@@ -90,7 +90,11 @@ class Database:
             return self.engine
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._home is None or self._home.is_closed():
+            if self._home is None:
+                self._home = loop
+            elif self._home is not loop and self._home.is_closed():
+                # The pool's connections died with their loop: start a new pool here.
+                self.engine.sync_engine.dispose(close=False)
                 self._home = loop
             if loop is self._home:
                 return self.engine

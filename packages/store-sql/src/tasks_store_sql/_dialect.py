@@ -21,11 +21,12 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool, StaticPool
 from tasks_core.clock import utc
-from tasks_core.errors import InvalidInput
+from tasks_core.errors import InvalidInput, StoreError
 
 __all__ = [
     "Kind",
     "Target",
+    "check_server_version",
     "create_engine",
     "kind_of",
     "loop_engine_factory",
@@ -143,7 +144,7 @@ def create_engine(
     """
     kwargs: dict[str, Any] = dict(options or {})
     if target.kind == "sqlite":
-        kwargs.setdefault("connect_args", {"timeout": busy_timeout})
+        kwargs["connect_args"] = {"timeout": busy_timeout, **kwargs.get("connect_args", {})}
         if target.memory:
             kwargs["poolclass"] = StaticPool
     else:
@@ -219,3 +220,22 @@ async def server_now(conn: AsyncConnection, kind: Kind) -> datetime:
     if not isinstance(value, datetime):
         raise TypeError(f"the database clock returned {type(value).__name__}")
     return utc(value)
+
+
+def check_server_version(dialect: sa.Dialect) -> None:
+    """Refuse servers without ``SKIP LOCKED`` (MariaDB before 10.6, MySQL before 8.0).
+
+    Raises:
+        StoreError: naming the version needed.
+    """
+    if dialect.name not in ("mysql", "mariadb"):
+        return
+    version = tuple(v for v in (dialect.server_version_info or ()) if isinstance(v, int))
+    mariadb = bool(getattr(dialect, "is_mariadb", False))
+    needed = (10, 6) if mariadb else (8, 0)
+    if version and version[:2] < needed:
+        name = "MariaDB" if mariadb else "MySQL"
+        raise StoreError(
+            f"SQLStore needs {name} {needed[0]}.{needed[1]} or later (FOR UPDATE SKIP "
+            f"LOCKED); this server is {'.'.join(map(str, version))}"
+        )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from tasks_core import TaskQuery, TaskStore
+
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import SYSTEM, new_task
-from tasks_core import TaskQuery, TaskStore
 
 
 class FixtureContract(ContractBase):
