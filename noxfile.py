@@ -169,7 +169,9 @@ def lint(session: nox.Session) -> None:
 @nox.session(tags=["all"])
 def typecheck(session: nox.Session) -> None:
     """Type-check each package's and the example's `src/` with strict mypy."""
-    install(session, *PACKAGES, *(f"{name}[test]" for name in EXAMPLES))
+    optional = {"store-sql": "store-sql[mysql]", "store-mongo": "store-mongo[motor]"}
+    install(session, *(optional.get(name, name) for name in PACKAGES),
+            *(f"{name}[test]" for name in EXAMPLES))
     session.install(MYPY)
     for package in (*PACKAGES.values(), *EXAMPLES.values()):
         session.run("mypy", f"{package.path}/src", *session.posargs)

@@ -19,6 +19,7 @@ from tasks_core import (
     TaskContext,
     TaskNotFound,
     TaskStatus,
+    TaskTimeout,
     Unavailable,
 )
 
@@ -219,12 +220,14 @@ async def test_only_members_respond() -> None:
 
 
 async def test_wait_raises_timeout_error() -> None:
-    """``wait`` MUST raise TimeoutError when the task does not end in time."""
+    """``wait`` MUST raise TaskTimeout (a TimeoutError) when the task does not end in time."""
     app = _app()
     async with app:
         t = await app.submit("job", None, ALICE)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TaskTimeout) as info:
             await app.wait(t.id, ALICE, timeout=0.01)
+        assert isinstance(info.value, TimeoutError)
+        assert TaskStatus.PENDING == (await app.get(t.id, ALICE)).status
 
 
 async def test_watch_yields_each_change_and_ends_after_the_terminal_one() -> None:

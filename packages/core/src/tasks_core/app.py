@@ -40,7 +40,13 @@ from tasks_core.authority import (
     scoped_task_key,
 )
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
-from tasks_core.errors import AuthorizationError, InvalidInput, RevisionConflict, TaskNotFound
+from tasks_core.errors import (
+    AuthorizationError,
+    InvalidInput,
+    RevisionConflict,
+    TaskNotFound,
+    TaskTimeout,
+)
 from tasks_core.events import Cancelled, EventRecord, InputResponsesAccepted, Transition
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, TaskQuery, TaskStatus, Work
 from tasks_core.policy import Limits, Policy
@@ -397,13 +403,17 @@ class App(Registry):
         """Wait until the task is terminal and return it.
 
         Raises:
-            TimeoutError: ``timeout`` seconds passed first.
+            TaskTimeout: ``timeout`` seconds passed first (also a ``TimeoutError``); the
+                task itself is left alone.
             TypeError, TaskNotFound, StoreUnavailable: as :meth:`get`.
         """
-        async with asyncio.timeout(timeout):
-            async for snapshot in self.watch(task_id, authority):
-                if snapshot.terminal:
-                    return snapshot
+        try:
+            async with asyncio.timeout(timeout):
+                async for snapshot in self.watch(task_id, authority):
+                    if snapshot.terminal:
+                        return snapshot
+        except TimeoutError:
+            raise TaskTimeout(f"Waited {timeout:g}s; the task is not finished yet") from None
         raise TaskNotFound(task_id)  # pragma: no cover - watch ends only on terminal
 
     # -- request transitions -------------------------------------------------------------

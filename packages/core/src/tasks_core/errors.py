@@ -14,7 +14,7 @@
     ├── AuthorizationError      (PermissionError)
     ├── InvalidInput            (ValueError)   bad argument; nothing was written
     │   └── UnknownStore        (LookupError)  no installed plugin serves that URL or name
-    ├── TaskTimeout                            a run exceeded its timeout
+    ├── TaskTimeout             (TimeoutError) a run exceeded its timeout; app.wait ran out
     ├── CapabilityNotSupported                 optional feature the store does not offer
     └── StoreError                             the storage itself failed
         ├── StoreUnavailable                   transient: connection lost, busy, timed out
@@ -136,8 +136,8 @@ class UnknownStore(InvalidInput, LookupError):
     """No installed store plugin serves this URL or name."""
 
 
-class TaskTimeout(TasksError):
-    """The task exceeded its timeout."""
+class TaskTimeout(TasksError, TimeoutError):
+    """The task exceeded its timeout (or a wait for it did)."""
 
 
 class CapabilityNotSupported(TasksError):

@@ -336,6 +336,29 @@ class StoreLimits(Model):
     max_tasks: int = Field(default=1_000_000, ge=1)
     max_active_tasks_per_scope: int = Field(default=10_000, ge=1)
 
+    @classmethod
+    def resolve(
+        cls,
+        limits: StoreLimits | None = None,
+        *,
+        max_tasks: int | None = None,
+        max_active_tasks_per_scope: int | None = None,
+    ) -> StoreLimits:
+        """``limits`` (default: the defaults) with any limit given by keyword replaced: the
+        way every store factory reads its ``max_tasks``/``max_active_tasks_per_scope``.
+
+        Raises:
+            InvalidInput: a limit below 1.
+        """
+        base = (limits or cls()).model_dump()
+        for name, value in (
+            ("max_tasks", max_tasks),
+            ("max_active_tasks_per_scope", max_active_tasks_per_scope),
+        ):
+            if value is not None:
+                base[name] = value
+        return cls(**base)
+
 
 def new_run_id() -> str:
     """A fresh run id."""

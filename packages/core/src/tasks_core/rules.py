@@ -15,11 +15,11 @@ included — reads back exactly what it wrote.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Literal
 
-from tasks_core.authority import Access, Owner, System
+from tasks_core.authority import Access, Owner, System, check_name
 from tasks_core.clock import utc
 from tasks_core.errors import (
     AuthorizationError,
@@ -66,10 +66,13 @@ __all__ = [
     "check_claimable",
     "check_lease",
     "check_lease_for",
+    "check_limit",
+    "check_queues",
     "check_replace",
     "check_replay",
     "check_request",
     "check_revision",
+    "check_worker_id",
     "counts_as_active",
     "is_claimable",
     "matches",
@@ -427,6 +430,44 @@ def check_lease_for(lease_for: float) -> timedelta:
     if not 0 < lease_for <= MAX_LEASE_S:
         raise InvalidInput(f"lease_for must be in (0, {MAX_LEASE_S}] seconds")
     return timedelta(milliseconds=max(1, round(lease_for * 1000)))
+
+
+def check_worker_id(worker_id: str) -> str:
+    """Validate a worker id.
+
+    Raises:
+        InvalidInput: not a non-empty string of at most 256 characters.
+    """
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+    return worker_id
+
+
+def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
+    """Validate the queue names of ``claim_next``/``wait_for_work``.
+
+    Raises:
+        InvalidInput: a bare string, a bad name, or none at all (unless ``allow_empty``).
+    """
+    if isinstance(queues, str):
+        raise InvalidInput("queues must be a collection of queue names, not a string")
+    names = frozenset(check_name(q, what="queue") for q in queues)
+    if not names and not allow_empty:
+        raise InvalidInput("at least one queue is required")
+    return names
+
+
+def check_limit(limit: int, *, maximum: int | None = None) -> int:
+    """Validate a batch size (``claim_next``: 1..1000; ``reap``: at least 1).
+
+    Raises:
+        InvalidInput: not an integer in range.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit must be a positive integer")
+    if maximum is not None and limit > maximum:
+        raise InvalidInput(f"limit must be an integer in 1..{maximum}")
+    return limit
 
 
 def check_claimable(snapshot: Snapshot, now: datetime) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from tasks_core import rules
-from tasks_core.authority import Access, check_name
+from tasks_core.authority import Access
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import (
     CapacityExceeded,
@@ -104,16 +104,9 @@ class MemoryStore:
         Raises:
             InvalidInput: a limit below 1.
         """
-        base = limits or StoreLimits()
-        overrides = {
-            k: v
-            for k, v in {
-                "max_tasks": max_tasks,
-                "max_active_tasks_per_scope": max_active_tasks_per_scope,
-            }.items()
-            if v is not None
-        }
-        self.limits = StoreLimits(**{**base.model_dump(), **overrides})
+        self.limits = StoreLimits.resolve(
+            limits, max_tasks=max_tasks, max_active_tasks_per_scope=max_active_tasks_per_scope
+        )
         self.namespace = namespace
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
@@ -358,7 +351,7 @@ class MemoryStore:
             TaskNotFound, Unavailable, Deferred, InvalidInput, StoreCorrupt.
         """
         rules.check_lease_for(lease_for)
-        _check_worker(worker_id)
+        rules.check_worker_id(worker_id)
         with self._locked() as now:
             row = self._row(task_id)
             snapshot = self._decode(task_id, row)
@@ -395,11 +388,10 @@ class MemoryStore:
             InvalidInput: bad arguments.
         """
         rules.check_lease_for(lease_for)
-        _check_worker(worker_id)
-        wanted = _check_queues(queues)
-        exclusive_set = _check_queues(exclusive, allow_empty=True) if exclusive else frozenset()
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise InvalidInput("limit must be an integer in 1..1000")
+        rules.check_worker_id(worker_id)
+        wanted = rules.check_queues(queues)
+        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
+        rules.check_limit(limit, maximum=1000)
         with self._locked() as now:
             candidates: list[tuple[datetime, str, Snapshot]] = []
             busy: set[str] = set()
@@ -508,8 +500,7 @@ class MemoryStore:
         Raises:
             InvalidInput: ``limit`` < 1.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInput("limit must be a positive integer")
+        rules.check_limit(limit)
         with self._locked() as now:
             reaped: list[str] = []
             for task_id in sorted(self._rows):
@@ -528,7 +519,7 @@ class MemoryStore:
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Wait for a wakeup on ``queues`` or ``timeout`` seconds (see
         ``TaskStore.wait_for_work``)."""
-        wanted = _check_queues(queues)
+        wanted = rules.check_queues(queues)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         entry = (wanted, loop, future)
@@ -569,16 +560,3 @@ def _resolve(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(True)
 
-
-def _check_worker(worker_id: str) -> None:
-    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
-        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
-
-
-def _check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
-    if isinstance(queues, str):
-        raise InvalidInput("queues must be a collection of queue names, not a string")
-    names = frozenset(check_name(q, what="queue") for q in queues)
-    if not names and not allow_empty:
-        raise InvalidInput("at least one queue is required")
-    return names
