@@ -23,7 +23,7 @@ from tasks_core import (
     find_store,
 )
 from tasks_core._defaults import EMBEDDED_STORE_URL, FALLBACK_STORE_URL, default_store_url
-from tasks_core.cli import load_app, run
+from tasks_core.cli import build_parser, load_app, run
 
 pytestmark = pytest.mark.anyio
 
@@ -51,25 +51,25 @@ async def _cli(app: App, *argv: str) -> tuple[int, str]:
 
 
 async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
-    """The commands MUST act on the store they are given, as the operator by default and
-    as ``--user`` when told."""
+    """The commands MUST act on the store they are given, as the operator with
+    ``--system`` and as ``--user`` when told."""
     app = _app()
     async with app:
         code, out = await _cli(app, "submit", "ask", "--user", "alice", "--key", "k1")
         assert (0, "created: alice::k1") == (code, out.strip())
         async with fast_worker(app, input_park=TIMEOUT):
             await until(app, "alice::k1", ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
-            code, out = await _cli(app, "ls")
+            code, out = await _cli(app, "ls", "--system")
             assert 0 == code
             assert "alice::k1" in out
             assert "waiting_input" in out
             code, out = await _cli(app, "ls", "--user", "bob")
             assert "alice::k1" not in out
-            code, out = await _cli(app, "show", "alice::k1")
+            code, out = await _cli(app, "show", "alice::k1", "--system")
             assert 0 == code
             assert "input_requested" in out
             assert "asks" in out
-            code, out = await _cli(app, "respond", "alice::k1", 'approve={"ok": true}')
+            code, out = await _cli(app, "respond", "alice::k1", 'approve={"ok": true}', "--system")
             assert (0, "alice::k1: answer applied; now running") == (code, out.strip())
             done = await app.wait("alice::k1", ALICE, timeout=TIMEOUT)
         assert {"ok": True} == done.result
@@ -79,7 +79,7 @@ async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
         await _cli(app, "submit", "ask", "--user", "alice", "--key", "k2")
         code, out = await _cli(app, "cancel", "alice::k2", "--user", "alice")
         assert (0, "alice::k2: cancelled") == (code, out.strip())
-        code, out = await _cli(app, "respond", "alice::k2", "approve=yes")
+        code, out = await _cli(app, "respond", "alice::k2", "approve=yes", "--system")
         assert (1, "no outstanding question matched") == (code, out.strip()[:31])
 
 
@@ -96,11 +96,11 @@ async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None
         return n
 
     async with app, fast_worker(app):
-        code, out = await _cli(app, "submit", "steps", "--input", '{"n": 3}', "--wait")
+        code, out = await _cli(app, "submit", "steps", "--input", '{"n": 3}', "--wait", "--system")
         assert 0 == code
         assert "100%" in out
         t = await app.submit(steps, {"n": 2}, ALICE)
-        code, out = await _cli(app, "show", t.id, "--follow")
+        code, out = await _cli(app, "show", t.id, "--follow", "--system")
         assert 0 == code
         assert "completed" in out
         assert "history" in out
@@ -113,12 +113,27 @@ async def test_ls_filters_and_pages() -> None:
         for n in range(3):
             await app.submit("ask", None, ALICE, key=f"k{n}")
         await app.cancel("alice::k0", ALICE)
-        code, out = await _cli(app, "ls", "--status", "cancelled")
+        code, out = await _cli(app, "ls", "--status", "cancelled", "--system")
         assert (0, True, False) == (code, "alice::k0" in out, "alice::k1" in out)
-        code, out = await _cli(app, "ls", "--limit", "2", "--wide")
+        code, out = await _cli(app, "ls", "--limit", "2", "--wide", "--system")
         assert 0 == code
-        assert "tasks ls --after 'alice::k1'" in out
+        assert "tasks ls … --after 'alice::k1'" in out
         assert "OWNER" in out
+
+
+@pytest.mark.parametrize("command", [["ls"], ["show", "x"], ["cancel", "x"],
+                                     ["respond", "x", "a=1"], ["submit", "ask"]])
+def test_commands_refuse_to_run_without_saying_who_acts(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """There is no defaulted authority: a command that reads or acts on tasks MUST refuse
+    to run unless ``--user`` or ``--system`` says who acts (and not both)."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(command)
+    assert 2 == info.value.code
+    assert "--user" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--user", "alice", "--system"])
 
 
 async def test_show_of_an_invisible_task_reads_as_missing() -> None:
@@ -192,7 +207,7 @@ async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
 def test_console_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:
     """The ``tasks`` entry point MUST print a one-line error and exit 2 on a refusal."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tasks_core.cli", "show", "nope", "--store", "memory://"],
+        [sys.executable, "-m", "tasks_core.cli", "show", "nope", "--system", "--store", "memory://"],
         capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path,
     )
     assert 2 == proc.returncode

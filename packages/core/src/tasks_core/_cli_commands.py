@@ -36,13 +36,19 @@ Command = Callable[[App, argparse.Namespace, Console], Awaitable[int]]
 
 
 def authority_of(args: argparse.Namespace) -> Authority:
-    """``--user U [--tenant T]`` acts as ``Owner(U, T)``; without ``--user`` the CLI acts as
-    the operator: ``System(T)`` (every tenant when ``--tenant`` is not given)."""
+    """``--user U [--tenant T]`` acts as ``Owner(U, T)``; ``--system [--tenant T]`` as
+    ``System(T)`` (every tenant when ``--tenant`` is not given). The parser requires one.
+
+    Raises:
+        TypeError: neither was given (the parser prevents it).
+    """
     user = getattr(args, "user", None)
     tenant = getattr(args, "tenant", None)
     if user:
         return Owner(user, tenant or "default")
-    return System(tenant)
+    if getattr(args, "system", False):
+        return System(tenant)
+    raise TypeError("say whom to act as: --user USER or --system")
 
 
 async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
@@ -122,7 +128,7 @@ async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
                           after=args.after, limit=args.limit)
     console.print(tasks_table(page.items, wide=args.wide))
     if page.next_after:
-        console.print(f"more: tasks ls --after {page.next_after!r}", highlight=False)
+        console.print(f"more: tasks ls … --after {page.next_after!r}", highlight=False)
     return 0
 
 

@@ -5,7 +5,7 @@
     tasks demo                          a batch of tasks and a worker, live, in one process
     tasks worker myapp:app              run a worker (SIGTERM/SIGINT drain it)
     tasks submit NAME --input '{...}'   submit a task by name
-    tasks ls [--status running]         list tasks
+    tasks ls --system [--status …]      list tasks (--user U or --system on every command)
     tasks show ID [--follow]            one task and its event history (live with --follow)
     tasks cancel ID                     cancel a task
     tasks respond ID key=value …        answer a task's input request
@@ -13,8 +13,8 @@
     tasks backends                      installed store plugins and their capabilities
 
 Every command takes ``--store URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db``
-when the sql plugin is installed, else ``memory://``). Commands act as the operator
-(``System``) unless ``--user`` (and ``--tenant``) say whom to act as.
+when the sql plugin is installed, else ``memory://``). Commands that read or act on tasks
+say whom they act as — ``--user USER [--tenant T]`` or ``--system`` — there is no default.
 """
 
 from __future__ import annotations
@@ -67,9 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "tasks-store-sql is installed, else memory://)")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     who = argparse.ArgumentParser(add_help=False)
-    who.add_argument("--user", help="act as Owner(USER) instead of the operator (System)")
-    who.add_argument("--tenant", help="the tenant (default: 'default' for --user, all for "
-                                      "the operator)")
+    # No defaulted authority: every command that reads or acts says whom it acts as.
+    acting = who.add_argument_group("who acts (one is required)").add_mutually_exclusive_group(
+        required=True)
+    acting.add_argument("--user", help="act as Owner(USER)")
+    acting.add_argument("--system", action="store_true",
+                        help="act as the operator, System (every tenant unless --tenant)")
+    who.add_argument("--tenant", help="the tenant (default: 'default' for --user, every "
+                                      "tenant for --system)")
 
     parser = argparse.ArgumentParser(prog="tasks", parents=[common],
                                      description="Durable background tasks.")

@@ -190,5 +190,5 @@ def _hints(console: Console, url: str, items: list[_Item]) -> None:
         return
     store = f" --store {url}" if url != default_store_url()[0] else ""
     console.print("Inspect them:", highlight=False)
-    console.print(f"  tasks ls{store}", highlight=False)
-    console.print(f"  tasks show {items[-1].id}{store}", highlight=False)
+    console.print(f"  tasks ls --system{store}", highlight=False)
+    console.print(f"  tasks show --system {items[-1].id}{store}", highlight=False)
