@@ -13,11 +13,13 @@ import builtins
 from datetime import datetime
 from typing import Any
 
-from tasks_core import Claim, Lease, LeaseLost, NewTask, Snapshot, TaskQuery
+from tasks_core import Claim, Lease, LeaseLost, NewTask, Snapshot, TaskQuery, TasksError
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
 
 __all__ = [
+    "BatchFencedByItsFirstLease",
+    "BatchStopsAtFirstRefusal",
     "CapacityCheckedOutsideTheAtomicStep",
     "ClaimNextIgnoresLiveLeases",
     "ClaimNextIgnoresRetryAt",
@@ -242,4 +244,45 @@ class CorruptRecordBreaksListing(MemoryStore):
             for task_id, row in self._rows.items():
                 self._decode(task_id, row)
         return await super().list(query)
+
+
+class BatchStopsAtFirstRefusal(MemoryStore):
+    """``transition_many`` gives up at the first refused item: the rest never apply."""
+
+    async def transition_many(self, items: Any) -> builtins.list[Any]:
+        results: builtins.list[Any] = []
+        for item in items:
+            try:
+                results.append(await self.transition(*item))
+            except TasksError as refusal:
+                results.append(refusal)
+                results += [refusal] * (len(items) - len(results))
+                break
+        return results
+
+
+class BatchFencedByItsFirstLease(MemoryStore):
+    """``transition_many`` checks the first item's lease and trusts it for the others."""
+
+    async def transition_many(self, items: Any) -> builtins.list[Any]:
+        first: Lease | None = None
+        results: builtins.list[Any] = []
+        for task_id, revision, event, authority in items:
+            if isinstance(authority, Lease):
+                if first is not None:
+                    with self._lock:
+                        row = self._rows[task_id]
+                        claim = self._decode(task_id, row).claim
+                        if claim is not None and row.token is not None:
+                            authority = authority.model_copy(update={
+                                "token": row.token, "generation": claim.generation,
+                                "worker_id": claim.worker_id,
+                                "expires_at": claim.expires_at,
+                            })
+                first = first or authority
+            try:
+                results.append(await self.transition(task_id, revision, event, authority))
+            except TasksError as refusal:
+                results.append(refusal)
+        return results
 

@@ -58,6 +58,12 @@ BROKEN: list[tuple[type, str]] = [
     ),
     (broken.CorruptRecordBreaksListing, "test_corrupt_record_costs_only_itself"),
     (broken.NoTenantFilter, "test_store_agrees_with_the_reference_model"),
+    (broken.BatchStopsAtFirstRefusal, "test_one_refused_item_does_not_stop_the_others"),
+    (broken.BatchStopsAtFirstRefusal, "test_batch_results_equal_one_by_one_transitions"),
+    (
+        broken.BatchFencedByItsFirstLease,
+        "test_stale_lease_in_a_batch_is_refused_while_the_rest_apply",
+    ),
 ]
 """(broken store, the contract test that must fail against it)."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "BatchContract",
     "CapabilityContract",
     "CapacityContract",
     "ClaimContract",
@@ -45,6 +46,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from tasks_contract_tests._suite import (
+        BatchContract,
         CapabilityContract,
         CapacityContract,
         ClaimContract,

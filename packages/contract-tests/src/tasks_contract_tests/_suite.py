@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tasks_contract_tests.contract.batch import BatchContract
 from tasks_contract_tests.contract.capabilities import CapabilityContract
 from tasks_contract_tests.contract.capacity import CapacityContract
 from tasks_contract_tests.contract.claims import ClaimContract
@@ -23,6 +24,7 @@ from tasks_contract_tests.contract.transition import TransitionContract
 from tasks_contract_tests.contract.ttl import TTLContract
 
 __all__ = [
+    "BatchContract",
     "CapabilityContract",
     "CapacityContract",
     "ClaimContract",
@@ -52,6 +54,7 @@ class StoreContract(
     TransitionContract,
     ReplayContract,
     RaceContract,
+    BatchContract,
     ClaimContract,
     LeaseContract,
     RetryContract,

@@ -18,6 +18,7 @@ from tasks_core._cli_render import (
     Bars,
     backends_table,
     history_table,
+    plain,
     snapshot_table,
     tasks_table,
 )
@@ -44,11 +45,27 @@ def authority_of(args: argparse.Namespace) -> Authority:
     """
     user = getattr(args, "user", None)
     tenant = getattr(args, "tenant", None)
-    if user:
-        return Owner(user, tenant or "default")
+    if user is not None:  # an empty --user is refused (InvalidInput), never ignored
+        return Owner(user, tenant if tenant is not None else "default")
     if getattr(args, "system", False):
         return System(tenant)
     raise TypeError("say whom to act as: --user USER or --system")
+
+
+def _json_value(text: str, what: str) -> Any:
+    """Parse ``text`` as JSON.
+
+    Raises:
+        json.JSONDecodeError: not JSON at all.
+        InvalidInput: JSON that Python cannot read (nested too deeply, a number too long).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError):
+        raise InvalidInput(f"{what} cannot be read: nested too deeply or a number too "
+                           "long") from None
 
 
 async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
@@ -86,8 +103,9 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, on_signal, signum)
-    console.print(f"worker {worker.worker_id} on {app.url}: queues "
-                  f"{', '.join(worker.queues)}, concurrency {worker.concurrency}", highlight=False)
+    console.print(f"worker {plain(worker.worker_id)} on {plain(app.url)}: queues "
+                  f"{plain(', '.join(worker.queues))}, concurrency {worker.concurrency}",
+                  highlight=False)
     try:
         await worker.run()
     except asyncio.CancelledError:
@@ -106,7 +124,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
 async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> int:
     """Submit a task by name (optionally wait for it)."""
     try:
-        data = json.loads(args.input) if args.input else None
+        data = _json_value(args.input, "--input") if args.input else None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
     if args.queue:
@@ -116,7 +134,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
         args.name, data, authority, key=args.key,
         dedup="global" if args.global_key else "owner", queue=args.queue,
     )
-    console.print(f"{submitted.outcome}: {submitted.id}", highlight=False)
+    console.print(f"{submitted.outcome}: {plain(submitted.id)}", highlight=False)
     if args.wait:
         return await _follow(app, submitted.id, authority, console)
     return 0
@@ -128,7 +146,8 @@ async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
                           after=args.after, limit=args.limit)
     console.print(tasks_table(page.items, wide=args.wide))
     if page.next_after:
-        console.print(f"more: tasks ls … --after {page.next_after!r}", highlight=False)
+        console.print(f"more: tasks ls … --after {plain(repr(page.next_after))}",
+                      highlight=False)
     return 0
 
 
@@ -156,7 +175,7 @@ async def _follow(app: App, task_id: str, authority: Authority, console: Console
 async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> int:
     """Cancel a task."""
     snapshot = await app.cancel(args.id, authority_of(args))
-    console.print(f"{snapshot.id}: {snapshot.status.value}", highlight=False)
+    console.print(f"{plain(snapshot.id)}: {snapshot.status.value}", highlight=False)
     return 0
 
 
@@ -168,14 +187,14 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
         if not sep:
             raise InvalidInput(f"answers look like key=value, not {pair!r}")
         try:
-            answers[key] = json.loads(raw)
+            answers[key] = _json_value(raw, "an answer")
         except json.JSONDecodeError:
             answers[key] = raw
     result = await app.respond(args.id, answers, authority_of(args))
     if result.outcome == "unchanged":
         console.print("no outstanding question matched; nothing changed")
         return 1
-    console.print(f"{result.snapshot.id}: answer {result.outcome}; now "
+    console.print(f"{plain(result.snapshot.id)}: answer {result.outcome}; now "
                   f"{result.snapshot.status.value}", highlight=False)
     return 0
 
@@ -185,7 +204,7 @@ async def cmd_reap(app: App, args: argparse.Namespace, console: Console) -> int:
     reaped = await app.reap(System(), limit=args.limit)
     console.print(f"reaped {len(reaped)} expired task(s)")
     for task_id in reaped:
-        console.print(f"  {task_id}", highlight=False)
+        console.print(f"  {plain(task_id)}", highlight=False)
     return 0
 
 

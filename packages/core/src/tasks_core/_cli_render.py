@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +20,9 @@ from tasks_core.plugins import StoreSpec
 __all__ = [
     "Bars",
     "backends_table",
+    "cell",
     "history_table",
+    "plain",
     "short",
     "snapshot_table",
     "status_text",
@@ -35,6 +38,27 @@ STATUS_STYLE = {
     TaskStatus.FAILED: "red",
     TaskStatus.CANCELLED: "yellow",
 }
+
+
+def _inert(text: str) -> str:
+    """``text`` with every character that is not printable shown as its escape (``\\x1b``,
+    ``\\u202e``…): stored text never reaches the terminal as a control sequence."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+def plain(value: object) -> str:
+    """``value`` for a rich markup string: control characters escaped, markup inert."""
+    return escape(_inert(str(value)))
+
+
+def cell(value: object) -> Text:
+    """``value`` as a table cell: literal text (never markup), control characters escaped."""
+    if isinstance(value, Text):
+        return value
+    return Text(_inert(str(value)))
 
 
 def status_text(status: TaskStatus) -> Text:
@@ -91,7 +115,7 @@ def tasks_table(
         if wide:
             row += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
         row.append(_outcome(s))
-        table.add_row(*row)
+        table.add_row(*(cell(value) for value in row))
     return table
 
 
@@ -138,7 +162,7 @@ def snapshot_table(s: Snapshot) -> Table:
     rows += [("created", _when(s.created_at)), ("started", _when(s.started_at)),
              ("finished", _when(s.finished_at)), ("expires", _when(s.expires_at))]
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(name, cell(value))
     return table
 
 
@@ -158,7 +182,7 @@ def history_table(records: Iterable[EventRecord]) -> Table:
         table.add_column(column, overflow="fold", no_wrap=column in ("REV", "COMMITTED"))
     for r in records:
         table.add_row(str(r.revision), _when(r.committed_at)[11:], r.kind,
-                      status_text(r.status), _detail(r))
+                      status_text(r.status), cell(_detail(r)))
     return table
 
 
@@ -183,8 +207,8 @@ def summary_table(snapshots: Sequence[Snapshot], labels: dict[str, str]) -> Tabl
     for column in ("TASK", "STATUS", "ATTEMPTS", "DELIVERIES", "OUTCOME", "ID"):
         table.add_column(column, overflow="fold" if column == "ID" else "ellipsis")
     for s in snapshots:
-        table.add_row(labels.get(s.id, s.work.name), status_text(s.status),
-                      str(s.retry_count + 1), str(s.deliveries), _outcome(s), s.id)
+        table.add_row(cell(labels.get(s.id, s.work.name)), status_text(s.status),
+                      str(s.retry_count + 1), str(s.deliveries), cell(_outcome(s)), cell(s.id))
     return table
 
 
@@ -210,12 +234,12 @@ class Bars:
             value = 100.0
         style = STATUS_STYLE.get(snapshot.status, "")
         status = f"[{style}]{snapshot.status.value}[/]"
-        note = _outcome(snapshot)
+        note = plain(_outcome(snapshot))
         row = self._rows.get(snapshot.id)
         if row is None:
             self._rows[snapshot.id] = self.progress.add_task(
-                label or snapshot.work.name, total=100, completed=round(value), status=status,
-                note=note,
+                plain(label or snapshot.work.name), total=100, completed=round(value),
+                status=status, note=note,
             )
         else:
             self.progress.update(row, completed=round(value), status=status, note=note)

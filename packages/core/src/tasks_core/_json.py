@@ -1,8 +1,9 @@
 """JSON-safety: every payload the model carries is plain JSON.
 
-Allowed: dicts with string keys, lists, str, int, float (finite), bool, None — nested at
-most ``MAX_DEPTH`` levels. Tuples are refused rather than silently turned into lists so a
-value reads back exactly as it was written.
+Allowed: dicts with string keys, lists, str, int (at most ``MAX_INT_BITS`` bits, so every
+JSON encoder can write it), float (finite), bool, None — nested at most ``MAX_DEPTH``
+levels. Tuples are refused rather than silently turned into lists so a value reads back
+exactly as it was written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any, TypeAlias
 JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
 
 MAX_DEPTH = 64
+MAX_INT_BITS = 8192
+"""Integers beyond this many bits are refused: Python refuses to turn integers of more than
+4300 digits into text (``sys.get_int_max_str_digits``), so no store could write them."""
 
 
 def check_json(value: Any, *, what: str = "value") -> Any:
@@ -49,6 +53,8 @@ def _check(value: Any, path: str, depth: int) -> None:
         check_text(value, what=path)
         return
     if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise ValueError(f"{path}: integers must fit in {MAX_INT_BITS} bits")
         return
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -43,7 +43,7 @@ from tasks_core.authority import check_key
 from tasks_core.cancel import CancelToken, RunCancelled
 from tasks_core.context import TaskContext
 from tasks_core.definitions import Retry, TaskDef
-from tasks_core.errors import InvalidInput, LeaseLost, TasksError
+from tasks_core.errors import InvalidInput, LeaseLost, StoreUnavailable, TasksError
 from tasks_core.events import Completed, Event, Failed, InputRequested, RetryRequested
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import WORKER_LOST_MESSAGE, CancelReason, reason_error, timeout_message
@@ -454,7 +454,11 @@ class Run:
         event = InputRequested(event_id=self.event_id(f"input:{digest}"), key=key, request=request)
         transition = await self._write(event)
         if transition is None:
-            raise RunCancelled(self.token.reason or CancelReason.SUPERSEDED)
+            if self.token.reason is None:
+                # The store failed (not the lease): give the slot back like a park; the
+                # task runs again, from the start, without a retry counted against it.
+                raise self._park()
+            raise RunCancelled(self.token.reason)
         snapshot: Snapshot = transition.snapshot
         if key in snapshot.accepted_input_responses:
             return snapshot.accepted_input_responses[key]
@@ -492,6 +496,12 @@ class Run:
                 except LeaseLost:
                     self.lost()
                     raise RunCancelled(CancelReason.SUPERSEDED) from None
+                except StoreUnavailable:
+                    # The store's failure, not the handler's: look again (the park time
+                    # still bounds the wait).
+                    log.warning("task %r: store unavailable while waiting for input; "
+                                "looking again", self.task_id)
+                    continue
                 self.observe(snapshot)
                 if key in snapshot.accepted_input_responses:
                     return snapshot.accepted_input_responses[key]

@@ -15,6 +15,7 @@ import asyncio
 import builtins
 import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -35,6 +36,7 @@ from tasks_core.authority import (
     Owner,
     System,
     check_key,
+    owner_of,
     random_task_id,
     require_authority,
     scoped_task_key,
@@ -44,11 +46,20 @@ from tasks_core.errors import (
     AuthorizationError,
     InvalidInput,
     RevisionConflict,
+    StoreCorrupt,
     TaskNotFound,
     TaskTimeout,
 )
 from tasks_core.events import Cancelled, EventRecord, InputResponsesAccepted, Transition
-from tasks_core.models import NewTask, RetryPolicy, Snapshot, TaskQuery, TaskStatus, Work
+from tasks_core.models import (
+    MAX_ID_BYTES,
+    NewTask,
+    RetryPolicy,
+    Snapshot,
+    TaskQuery,
+    TaskStatus,
+    Work,
+)
 from tasks_core.policy import Limits, Policy
 from tasks_core.store import TaskStore
 
@@ -57,6 +68,8 @@ if TYPE_CHECKING:
     from tasks_core.worker import Worker
 
 __all__ = ["DEFAULT_RETENTION_S", "UNSET", "App", "Page", "Submitted"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_S = 7 * 86400.0
 """Finished tasks are kept a week unless the task or the app says otherwise."""
@@ -260,6 +273,8 @@ class App(Registry):
         if not isinstance(name, str):
             raise InvalidInput("task must be a registered task or a task name")
         queue_name = queue or (definition.queue if definition else DEFAULT_QUEUE)
+        if not isinstance(queue_name, str):
+            raise InvalidInput("queue must be the name of a declared queue")
         if queue_name not in self._queues:
             raise InvalidInput(f"queue {queue_name!r} is not declared")
         self.policy.check_queue(queue_name, authority)
@@ -308,8 +323,18 @@ class App(Registry):
         """
         authority = require_authority(authority)
         store = await self._opened()
-        return self._visible(await store.get(_task_id(task_id), tenant=authority.tenant),
-                             authority)
+        task_id = _task_id(task_id)
+        try:
+            snapshot = await store.get(task_id, tenant=authority.tenant)
+        except StoreCorrupt:
+            if _entitled(task_id, authority):
+                raise
+            # Whose record it is cannot be read: to anyone who cannot be shown to own it
+            # (by the id alone), it reads as missing — never as "exists, but broken".
+            log.warning("task %r: the stored record is corrupt; reported as not found to %s",
+                        task_id, authority)
+            raise TaskNotFound(task_id) from None
+        return self._visible(snapshot, authority)
 
     async def list(
         self,
@@ -342,8 +367,13 @@ class App(Registry):
             statuses = None
         elif isinstance(status, (str, TaskStatus)):
             statuses = frozenset({_status(status)})
-        else:
+        elif isinstance(status, Iterable):
             statuses = frozenset(_status(s) for s in status)
+        else:
+            raise InvalidInput("status must be a status or a list of statuses")
+        rules.check_limit(limit, maximum=1000)
+        if after is not None:
+            after = _task_id(after, what="after")
         principal = (
             authority
             if isinstance(authority, Owner) and self.policy.visibility == "watchers"
@@ -556,11 +586,33 @@ def _pick(value: float | _Unset | None, default: float | None) -> float | None:
 def _status(value: TaskStatus | str) -> TaskStatus:
     try:
         return TaskStatus(value)
-    except ValueError:
+    except (ValueError, TypeError):
         raise InvalidInput(f"unknown status {value!r}") from None
 
 
-def _task_id(value: object) -> str:
+def _entitled(task_id: str, authority: Authority) -> bool:
+    """Whether ``authority`` may learn that ``task_id`` is stored but corrupt: ``System()``,
+    or whoever the id itself names as owner (or as tenant, for ``System(tenant)``)."""
+    if isinstance(authority, Owner):
+        return owner_of(task_id) == authority
+    if authority.tenant is None:
+        return True
+    owner = owner_of(task_id)
+    if owner is not None:
+        return owner.tenant == authority.tenant
+    return task_id.startswith(f"{authority.tenant}::::")
+
+
+def _task_id(value: object, *, what: str = "task_id") -> str:
+    """``value`` if it could be a task id (what every store can look up); the rule depends
+    on the string alone, so a refusal tells nothing about stored tasks.
+
+    Raises:
+        InvalidInput: not 1..1024 UTF-8 bytes of printable text.
+    """
     if not isinstance(value, str) or not value:
-        raise InvalidInput("task_id must be a non-empty string")
+        raise InvalidInput(f"{what} must be a non-empty string")
+    # Printable first: lone surrogates (which no store can encode) are not printable.
+    if not value.isprintable() or len(value.encode()) > MAX_ID_BYTES:
+        raise InvalidInput(f"{what} must be 1..{MAX_ID_BYTES} bytes of printable text")
     return value

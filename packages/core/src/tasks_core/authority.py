@@ -67,10 +67,10 @@ def check_name(value: str, *, what: str = "name") -> str:
         raise InvalidInput(f"{what} must not contain '::'")
     if value.endswith(":"):
         raise InvalidInput(f"{what} must not end with ':'")
+    if not value.isprintable():  # before encoding: lone surrogates are not printable
+        raise InvalidInput(f"{what} must be printable")
     if len(value.encode()) > MAX_NAME_BYTES:
         raise InvalidInput(f"{what} must be at most {MAX_NAME_BYTES} bytes")
-    if not value.isprintable():
-        raise InvalidInput(f"{what} must be printable")
     return value
 
 
@@ -86,10 +86,10 @@ def check_key(key: str) -> str:
         raise InvalidInput("key must not be empty")
     if SEPARATOR in key:
         raise InvalidInput("key must not contain '::'")
+    if not key.isprintable():  # before encoding: lone surrogates are not printable
+        raise InvalidInput("key must be printable")
     if len(key.encode()) > MAX_NAME_BYTES:
         raise InvalidInput(f"key must be at most {MAX_NAME_BYTES} bytes")
-    if not key.isprintable():
-        raise InvalidInput("key must be printable")
     return key
 
 

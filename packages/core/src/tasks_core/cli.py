@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from tasks_core._cli_commands import COMMANDS
+from tasks_core._cli_render import plain
 from tasks_core._defaults import ENV_VAR, default_store_url
 from tasks_core.app import App
 from tasks_core.errors import TasksError
@@ -180,10 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except TasksError as exc:
-        err.print(f"[red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+        err.print(f"[red]error:[/] {type(exc).__name__}: {plain(exc)}", highlight=False)
         return 2
     except TypeError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {plain(exc)}", highlight=False)
         return 2
 
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, model_validator
 
 from tasks_core._json import check_json, check_text
 from tasks_core._model import Model
@@ -168,7 +168,7 @@ class Work(Model):
 
     name: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)]
     input: JSONValue = None
-    idempotency_key: str | None = Field(default=None, max_length=512)
+    idempotency_key: StrictStr | None = Field(default=None, max_length=512)
     retry_policy: RetryPolicy = RetryPolicy()
     timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400)
     max_deliveries: int = Field(default=25, ge=1, le=100_000)
@@ -322,12 +322,15 @@ class StoreCapabilities(Model):
         wakeups: ``wait_for_work`` returns early when work may be claimable.
         exclusive_queues: ``claim_next(..., exclusive=...)`` runs a queue one task at a time
             across every worker.
+        batch_transitions: ``transition_many`` applies several transitions in one atomic
+            step (group commit); the runtime then writes terminal events together.
     """
 
     durable: bool
     multi_process: bool
     wakeups: bool
     exclusive_queues: bool
+    batch_transitions: bool = False
 
 
 class StoreLimits(Model):

@@ -86,17 +86,26 @@ class Policy:
         return _ask("watch_authorizer", self.watch_authorizer, task_id, newcomers, submitter)
 
     def redact(self, exc: BaseException) -> str:
-        """The storable message of ``exc``: redacted, then capped at 2048 characters."""
+        """The storable message of ``exc``: redacted, capped at 2048 characters, and valid
+        Unicode (a lone surrogate, as ``surrogateescape`` decoding leaves them, is stored as
+        its escape ``\\udcff``: no store can encode it).
+
+        A redactor that raises (or returns something else than a ``str``) withholds the
+        message: the stored text is ``"<ErrorType> (message withheld: the error redactor
+        failed)"``, and the log names only the two exception types — never the original
+        text, which the redactor's own error might quote.
+        """
         text = _text(exc)
         if self.error_redactor is not None:
             try:
                 text = self.error_redactor(exc, text)
                 if not isinstance(text, str):
                     raise TypeError("error_redactor must return a str")
-            except Exception:
-                log.exception("error_redactor raised; the message of %s is withheld", _name(exc))
+            except Exception as failure:
+                log.error("error_redactor raised %s; the message of %s is withheld",
+                          _name(failure), _name(exc))
                 text = f"{_name(exc)} (message withheld: the error redactor failed)"
-        return text[:MAX_MESSAGE_CHARS]
+        return _storable(text[:MAX_MESSAGE_CHARS])[:MAX_MESSAGE_CHARS]
 
 
 def _ask(hook: str, fn: Callable[..., bool], *args: object) -> bool:
@@ -109,6 +118,10 @@ def _ask(hook: str, fn: Callable[..., bool], *args: object) -> bool:
 
 def _name(exc: BaseException) -> str:
     return type(exc).__name__
+
+
+def _storable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _text(exc: BaseException) -> str:

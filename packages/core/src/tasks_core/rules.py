@@ -15,7 +15,7 @@ included — reads back exactly what it wrote.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -58,11 +58,14 @@ from tasks_core.reasons import CancelReason, delivery_limit_message, reason_erro
 
 __all__ = [
     "DELIVERY_LIMIT_ERROR",
+    "MAX_BATCH",
     "MAX_LEASE_S",
+    "BatchItem",
     "Right",
     "apply_event",
     "authorize_event",
     "can_see",
+    "check_batch",
     "check_claimable",
     "check_lease",
     "check_lease_for",
@@ -90,6 +93,10 @@ Right = Literal["read", "cancel", "respond", "grant"]
 MAX_LEASE_S = 7 * 86400
 DELIVERY_LIMIT_ERROR = "DeliveryLimitExceeded"
 DELIVERY_LIMIT_EVENT_ID = "store:delivery-limit"
+_EVENT_TYPES = (
+    InputRequested, InputResponsesAccepted, RetryRequested, Completed, Failed, Cancelled,
+    WatcherAdded,
+)
 _EVENT_RIGHT: dict[str, Right] = {
     "cancelled": "cancel",
     "input_responses_accepted": "respond",
@@ -468,6 +475,42 @@ def check_limit(limit: int, *, maximum: int | None = None) -> int:
     if maximum is not None and limit > maximum:
         raise InvalidInput(f"limit must be an integer in 1..{maximum}")
     return limit
+
+
+MAX_BATCH = 1000
+"""The most items one ``transition_many`` takes (and one ``claim_next`` claims)."""
+
+BatchItem = tuple[str, int, Event, Lease | Access]
+"""One ``transition_many`` item: ``(task_id, expected_revision, event, authority)``."""
+
+
+def check_batch(items: Sequence[BatchItem]) -> list[BatchItem]:
+    """Validate the items of ``transition_many`` before anything is read or written.
+
+    Raises:
+        TypeError: not a sequence of ``(str, int, Event, Lease | Access)`` tuples.
+        InvalidInput: more than :data:`MAX_BATCH` items.
+    """
+    candidate: object = items
+    if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
+        raise TypeError("transition_many takes a sequence of (task_id, revision, event, "
+                        "authority) tuples")
+    checked = list(items)
+    if len(checked) > MAX_BATCH:
+        raise InvalidInput(f"transition_many takes at most {MAX_BATCH} items")
+    for item in checked:
+        if not isinstance(item, tuple) or len(item) != 4:
+            raise TypeError("each item must be a (task_id, revision, event, authority) tuple")
+        task_id, revision, event, authority = item
+        if not isinstance(task_id, str):
+            raise TypeError("task_id must be a string")
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise TypeError("expected_revision must be an integer")
+        if not isinstance(event, _EVENT_TYPES):
+            raise TypeError("event must be an Event")
+        if not isinstance(authority, (Lease, Access)):
+            raise TypeError("authority must be a Lease or an Access")
+    return checked
 
 
 def check_claimable(snapshot: Snapshot, now: datetime) -> None:

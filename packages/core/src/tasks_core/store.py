@@ -38,6 +38,16 @@ Rules (MUST):
    milliseconds; ``committed_at`` strictly increases along a task's history.
 8. A corrupt record raises ``StoreCorrupt`` naming its id and costs only itself: listings
    and ``reap`` carry on (``test_corrupt_record_costs_only_itself``).
+9. ``transition_many`` (capability ``batch_transitions``) decides every item exactly as
+   ``transition`` would, in order — each guarded by its own expected revision and its own
+   lease or access — and writes all of them in one atomic step where the store can
+   (``test_batch_results_equal_one_by_one_transitions``); an item's refusal is returned in
+   its place, never raised, and changes nothing for the other items
+   (``test_one_refused_item_does_not_stop_the_others``,
+   ``test_stale_lease_in_a_batch_is_refused_while_the_rest_apply``); batches racing on the
+   same tasks keep exactly one winner per revision
+   (``test_concurrent_batches_have_exactly_one_winner_per_revision``). Without the
+   capability it raises ``CapabilityNotSupported``.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from tasks_core.authority import Access
+from tasks_core.errors import TasksError
 from tasks_core.events import Event, EventRecord, Transition
 from tasks_core.models import (
     Claim,
@@ -143,6 +154,29 @@ class TaskStore(Protocol):
             RevisionConflict: ``expected_revision`` is not current.
             InvalidInput: the event is not valid for this task.
             StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        ...
+
+    async def transition_many(
+        self, items: Sequence[tuple[str, int, Event, Lease | Access]]
+    ) -> builtins.list[Transition | TasksError]:
+        """Apply several transitions ``(task_id, expected_revision, event, authority)`` in
+        one atomic step (capability ``batch_transitions``; rule 9).
+
+        Each item is decided exactly as :meth:`transition` would decide it, in order (a
+        later item on the same task sees the earlier one applied). An item's refusal is
+        returned in its place and writes nothing of that item; the other items still
+        apply. A failure of the whole step (``StoreUnavailable``) raises and writes
+        nothing: every item may simply be sent again (event ids make that safe).
+
+        Returns:
+            One ``Transition`` or refusal (a ``TasksError``) per item, in order.
+
+        Raises:
+            CapabilityNotSupported: the store has no ``batch_transitions``.
+            TypeError: an item is not a ``(str, int, Event, Lease | Access)`` tuple.
+            InvalidInput: more than 1000 items.
+            StoreUnavailable: transient failure; nothing written.
         """
         ...
 

@@ -11,6 +11,8 @@ wakeups            replica set  change streams; a standalone server has none
                                 (``wait_for_work`` raises; workers poll with backoff)
 exclusive_queues   replica set  a multi-document transaction on a per-queue document;
                                 a standalone server raises ``CapabilityNotSupported``
+batch_transitions  no           ``transition_many`` raises ``CapabilityNotSupported``;
+                                the runtime writes terminal events one by one
 =================  ===========  =====================================================
 
 URL format::
@@ -50,6 +52,7 @@ from tasks_core.errors import (
     LeaseLost,
     TaskExists,
     TaskNotFound,
+    TasksError,
     Unavailable,
 )
 from tasks_core.events import Event, EventRecord, Transition
@@ -315,6 +318,20 @@ class MongoStore(MongoClaims):
                 )
             await self._contended(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def transition_many(
+        self, items: Sequence[rules.BatchItem]
+    ) -> builtins.list[Transition | TasksError]:
+        """Not offered (capability ``batch_transitions`` is off): each task is its own
+        document, so a batch would be one transaction per call on a replica set and
+        nothing at all on a standalone server; the runtime writes one by one instead.
+
+        Raises:
+            CapabilityNotSupported: always.
+        """
+        raise CapabilityNotSupported(
+            "MongoStore has no batch_transitions; call transition() per task"
+        )
 
     # -- leases --------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core.errors import TasksError
@@ -158,6 +158,56 @@ class Database:
                     continue
                 raise translated(exc, self.what) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def run_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``operation(driver_connection)`` in one transaction on the driver's own
+        connection, outside SQLAlchemy's statement machinery (the PostgreSQL hot path on
+        asyncpg: prepared statements, no statement building per call). Retries and
+        error translation are those of :meth:`run`.
+
+        Raises:
+            StoreUnavailable: transient database failure; nothing was written.
+            StoreError: the database refused the operation.
+            TasksError: whatever ``operation`` raises.
+        """
+        for attempt in itertools.count(1):
+            try:
+                return await self._once_driver(operation)
+            except TasksError:
+                raise
+            except DRIVER_ERRORS as exc:
+                if attempt < MAX_ATTEMPTS and is_retryable(exc):
+                    log.info("transaction hit a deadlock; running it again (%d)", attempt)
+                    continue
+                raise translated(exc, self.what) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _once_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+        async with self.current().connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            transaction = driver.transaction(isolation="read_committed")
+            ended = False
+            try:
+                await transaction.start()
+                try:
+                    result = await operation(driver)
+                except CommitThenRaise as outcome:
+                    await transaction.commit()
+                    ended = True
+                    raise outcome.error from None
+                except BaseException:
+                    with contextlib.suppress(*DRIVER_ERRORS):
+                        await transaction.rollback()
+                        ended = True
+                    raise
+                await transaction.commit()
+                ended = True
+                return result
+            finally:
+                if not ended or driver.is_closed():
+                    # A transaction left open, or a dead connection: the pool must not
+                    # hand it out again.
+                    await conn.invalidate()
 
     async def _once(self, operation: Operation[T], write: bool) -> T:
         async with self.current().connect() as conn:

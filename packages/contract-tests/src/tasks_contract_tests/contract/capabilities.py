@@ -37,9 +37,14 @@ async def _probe_wakeups(store: TaskStore) -> object:
     return await store.wait_for_work(["default"], 0.01)
 
 
+async def _probe_batches(store: TaskStore) -> object:
+    return await store.transition_many([])
+
+
 PROBES: dict[str, Probe] = {
     "exclusive_queues": _probe_exclusive,
     "wakeups": _probe_wakeups,
+    "batch_transitions": _probe_batches,
 }
 """The feature each optional flag stands for."""
 NO_FEATURE = frozenset({"durable", "multi_process"})
@@ -118,7 +123,8 @@ class CapabilityContract(ContractBase):
     ) -> None:
         """Every capability flag that is off MUST make its feature raise
         ``CapabilityNotSupported`` (``exclusive_queues``: ``claim_next(exclusive=…)``;
-        ``wakeups``: ``wait_for_work``), and a flag that is on MUST NOT.
+        ``wakeups``: ``wait_for_work``; ``batch_transitions``: ``transition_many``), and a
+        flag that is on MUST NOT.
 
         Troubleshooting: check the flag at the top of the optional operation. A flag that
         says "on" while the feature refuses (or "off" while it silently does something
