@@ -84,7 +84,8 @@ PACKAGES = {
     "store-memory": Package("packages/store-memory", "tasks_store_memory", SUITE),
     "store-sql": Package("packages/store-sql", "tasks_store_sql", SUITE),
     "store-mongo": Package("packages/store-mongo", "tasks_store_mongo", SUITE),
-    "contract-tests": Package("packages/contract-tests", "tasks_contract_tests", SUITE),
+    "contract-tests": Package("packages/contract-tests", "tasks_contract_tests",
+                              (*SUITE, "store-sql")),
 }
 EXAMPLES = {
     "acme": Package("examples/acme-store", "tasks_store_acme", SUITE),
@@ -99,6 +100,8 @@ STORES = {
     "mongodb-motor": Store("{server}/tasks_test?driver=motor", MONGO, serve=secantusdb),
 }
 # fmt: on
+RELIABILITY = ("sqlite", "postgresql", "mariadb", "mongodb")  # stores shared by processes
+REPORTS = ROOT / "build" / "reliability"  # JSON reports of `nox -s stress chaos`
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mongodb": 27017}
 TEST_DEPS = ("pytest>=8", "anyio>=4.4", "hypothesis>=6.100")
 RUFF = "ruff==0.17.6"
@@ -209,3 +212,51 @@ def acme(session: nox.Session) -> None:
     install(session, *example.needs, "acme[test]")
     session.run("pytest", f"{example.path}/tests", *session.posargs)
     session.run("python", "-m", "tasks_contract_tests", "--store-url", "acme://")
+
+
+@contextlib.contextmanager
+def store_url(session: nox.Session, store: str) -> Iterator[str]:
+    """The URL of ``store`` for this session (``TASKS_<NAME>_URL`` overrides), its server
+    started when the table says so; an unreachable server skips (fails under CI)."""
+    spec = STORES[store]
+    env = f"TASKS_{store.upper().replace('-', '_')}_URL"
+    url = os.environ.get(env, spec.url).replace("{tmp}", session.create_tmp())
+    if spec.server and not spec.probe(url):
+        unavailable(session, f"{store}: no server answers at {url}; start it or set {env}")
+    with spec.serve(session) if spec.serve else contextlib.nullcontext("") as server:
+        yield url.replace("{server}", server)
+
+
+@nox.session(tags=["stress"])
+@nox.parametrize("store", list(RELIABILITY), ids=list(RELIABILITY))
+def stress(session: nox.Session, store: str) -> None:
+    """`tasks stress` on one store: CAS contention and the runner soak with real processes,
+    exact invariants; the JSON report goes to build/reliability/."""
+    install(session, *STORES[store].targets)
+    with store_url(session, store) as url:
+        session.run("tasks", "stress", "--store", url,
+                    "--out", str(REPORTS / f"stress-{store}.json"), *session.posargs)
+
+
+@nox.session(tags=["chaos"])
+@nox.parametrize("store", list(RELIABILITY), ids=list(RELIABILITY))
+def chaos(session: nox.Session, store: str) -> None:
+    """Every chaos scenario on one store (SIGKILL, SIGSTOP, SIGTERM, database faults — the
+    PostgreSQL one restarts the local server); the JSON report goes to build/reliability/.
+    `python -m tasks_contract_tests.stress.report build/reliability/*.json` then writes
+    docs/reliability.md."""
+    install(session, *STORES[store].targets)
+    with store_url(session, store) as url:
+        session.run("python", "-m", "tasks_contract_tests.chaos", "--store", url,
+                    "--out", str(REPORTS / f"chaos-{store}.json"), *session.posargs)
+
+
+@nox.session(tags=["all"])
+def reliability(session: nox.Session) -> None:
+    """The fast subset of `stress` and `chaos` for CI: small stress runs and the SIGKILL
+    and SIGSTOP scenarios, on SQLite and PostgreSQL."""
+    install(session, *STORES["postgresql"].targets)
+    for store in ("sqlite", "postgresql"):
+        with store_url(session, store) as url:
+            session.run("tasks", "stress", "--store", url, "--small")
+            session.run("python", "-m", "tasks_contract_tests.chaos", "--store", url, "--fast")

@@ -54,6 +54,7 @@ from tasks_core import (
     System,
     TasksError,
     TaskStore,
+    TaskTimeout,
 )
 from tasks_core.authority import scoped_task_key
 from tasks_core.cli import run as cli_run
@@ -81,6 +82,8 @@ BOB = Owner("bob")
 MALLORY = Owner("mallory", tenant="evil")
 AUTHORITIES: tuple[Owner | System, ...] = (ALICE, BOB, MALLORY, System(), System("evil"))
 LEASE_S = 30.0
+WAIT_S = 0.2
+"""``wait`` timeout: a refusal comes at once; a live task times out (``TaskTimeout``)."""
 NASTY = "boom \x1b[2J\x1b]52;c;cHduZWQ=\x07 [/] [link=https://evil.example]x \u202e"
 """Stored text (an error and a progress message) that must reach the terminal inert."""
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
@@ -178,7 +181,7 @@ def _read_calls(ids: st.SearchStrategy[Any], keys: Sequence[str]) -> st.SearchSt
         if name == "respond":
             return Call(name, (task_id, answers, who[0]), {}, who[1])
         if name == "wait":
-            return Call(name, (task_id, who[0]), {"timeout": 0.001}, who[1])
+            return Call(name, (task_id, who[0]), {"timeout": WAIT_S}, who[1])
         return Call(name, (task_id, who[0]), {}, who[1])
 
     return st.builds(
@@ -284,7 +287,8 @@ def _deep(depth: int) -> Any:
 
 BAD_JSON: tuple[Any, ...] = (
     {"x": math.nan}, {"x": -math.inf}, {1: 2}, {"x": (1, 2)}, {"\ud800": 1}, {"x": "\udcff"},
-    {"x": _deep(70)}, {"x": 2**8193}, {"x": -(10**5000)}, {"x": object()}, [1, 2], "text", {"x": "y" * 300_000},
+    {"x": _deep(70)}, {"x": 2**8193}, {"x": -(10**5000)}, {"x": object()}, [1, 2], "text",
+    {"x": "y" * 300_000},
 )
 """Payloads every JSON argument is tried with."""
 BAD_AUTHORITIES: tuple[Any, ...] = ("alice", None, {"user_id": "alice"})
@@ -317,7 +321,7 @@ def catalogue(task_id: str, shown: Sequence[str] = (), *, full: bool = True) -> 
         for name in ("get", "history", "cancel", "watch"):
             calls.append(Call(name, (text, ALICE)))
         calls.append(Call("release", (text, System())))
-        calls.append(Call("wait", (text, ALICE), {"timeout": 0.001}))
+        calls.append(Call("wait", (text, ALICE), {"timeout": WAIT_S}))
         calls.append(Call("respond", (text, {"q": 1}, ALICE)))
         if isinstance(text, str) and text:
             calls.append(Call("respond", (task_id, {text: 1}, ALICE)))
@@ -374,13 +378,15 @@ class World:
 
     store: TaskStore
     app: App
-    twin: App
+    twin: App | None
     ids: list[str]
     leases: list[Lease]
+    last: Any = None
 
     @classmethod
-    async def open(cls, factory: StoreFactory) -> World:
-        """Open the store and put a pending, a running, a waiting and a finished task in."""
+    async def open(cls, factory: StoreFactory, *, sync_twin: bool = True) -> World:
+        """Open the store and put a pending, a running, a waiting and a finished task in;
+        with ``sync_twin``, a second App on the same store for ``app.sync`` calls."""
         store = await factory(clock=ManualClock())
         app = _app(store)
         await app.open()
@@ -403,16 +409,20 @@ class World:
         await store.transition(failed.id, 0, Failed(event_id="f", error="Boom", message=NASTY),
                                claimed.lease)
         ids = [pending.id, running.id, waiting.id, done.id, mallory.id, failed.id]
-        return cls(store, app, _app(store), ids, leases[:2])
+        return cls(store, app, _app(store) if sync_twin else None, ids, leases[:2])
 
     async def close(self) -> None:
         """Close the twin's sync loop and the store."""
-        await asyncio.to_thread(self.twin.sync.close)
+        if self.twin is not None:
+            await asyncio.to_thread(self.twin.sync.close)
         await self.store.aclose()
 
     async def fingerprint(self) -> Any:
-        """The whole store, and whether the held leases still hold."""
-        return await store_fingerprint(self.store, leases=self.leases)
+        """Every task, the histories of the world's own tasks, and whether the held leases
+        still hold (remembered as ``last``)."""
+        self.last = await store_fingerprint(self.store, histories=self.ids[:6],
+                                            leases=self.leases)
+        return self.last
 
 
 def _app(store: TaskStore) -> App:
@@ -483,7 +493,8 @@ async def _check_success(world: World, call: Call, result: Any) -> None:
 
 async def check_call(world: World, call: Call) -> None:
     """Run ``call`` against the world and check the rules in the module docstring."""
-    before = await world.fingerprint()
+    before = world.last if world.last is not None else await world.fingerprint()
+    world.last = None
     result, error, output = await _call(world.app, call)
     assert not _CONTROL.search(output), f"{call!r} wrote a control character to the terminal"
     if error is None:
@@ -491,8 +502,10 @@ async def check_call(world: World, call: Call) -> None:
         return
     _check_refusal(call, error)
     assert before == await world.fingerprint(), f"{call!r} was refused but changed the store"
+    if world.twin is None or call.name in ("cli", "watch"):
+        return
     twin = await asyncio.to_thread(_sync_call, world.twin, call)
-    if call.name not in ("cli", "watch"):
+    if not isinstance(error, TaskTimeout) and not isinstance(twin, TaskTimeout):
         assert masked(error) == masked(twin), (
             f"app.sync.{call.name} failed otherwise than the async call: "
             f"{masked(twin)} != {masked(error)}"
@@ -501,11 +514,17 @@ async def check_call(world: World, call: Call) -> None:
 
 
 def run_client_fuzz(
-    factory: StoreFactory, *, max_examples: int = 60, full_catalogue: bool = True
+    factory: StoreFactory,
+    *,
+    max_examples: int = 60,
+    full_catalogue: bool = True,
+    sync_twin: bool = True,
 ) -> None:
     """Hostile arguments to every client call and CLI command (module docstring): first
     the :func:`catalogue` (every argument, one hostile value at a time), then
     ``max_examples`` random sequences of up to three calls with hostile combinations.
+    ``sync_twin=False`` skips repeating refusals through ``app.sync`` (which opens the
+    store on a second event loop: the sync facade is the same core code on every store).
 
     Raises:
         AssertionError: a call leaked a raw exception, wrote before refusing, or stored
@@ -513,7 +532,7 @@ def run_client_fuzz(
     """
     loop = asyncio.new_event_loop()
     try:
-        world = loop.run_until_complete(World.open(factory))
+        world = loop.run_until_complete(World.open(factory, sync_twin=sync_twin))
         try:
             for call in catalogue(world.ids[0], world.ids[1:], full=full_catalogue):
                 loop.run_until_complete(check_call(world, call))

@@ -37,6 +37,7 @@ __all__ = [
     "Fingerprint",
     "forged_leases",
     "hostile_texts",
+    "id_variants",
     "ids_like",
     "masked",
     "not_json",
@@ -134,7 +135,9 @@ def not_strings() -> st.SearchStrategy[Any]:
     )
 
 
-def _variants(known: str) -> list[str]:
+def id_variants(known: str) -> list[str]:
+    """Ids an attacker derives from the real id ``known``: padded, cut, extended, re-cased,
+    with NUL or SQL wildcards, with its ``::`` scopes moved, dropped or swapped."""
     parts = known.split("::")
     out = [
         known,
@@ -158,7 +161,7 @@ def _variants(known: str) -> list[str]:
 
 def ids_like(known: Sequence[str]) -> st.SearchStrategy[Any]:
     """Task ids guessed from ``known`` (real ids), hostile texts and non-strings."""
-    guesses = sorted({v for k in known for v in _variants(k)})
+    guesses = sorted({v for k in known for v in id_variants(k)})
     choices: list[st.SearchStrategy[Any]] = [hostile_texts(), not_strings()]
     if known:
         choices.insert(0, st.sampled_from(sorted(known)))
@@ -270,12 +273,20 @@ async def store_fingerprint(
     *,
     tenant: str | None = None,
     ids: Sequence[str] | None = None,
+    histories: Sequence[str] | None = None,
     leases: Sequence[Lease] = (),
 ) -> Fingerprint:
     """Everything a ``System`` reader can observe of ``store`` (or of one ``tenant``):
     every listed task's snapshot and history, and for each of ``leases`` whether the store
-    still accepts it (``worker_snapshot``). With ``ids``, only those tasks (read one by one,
-    missing ones recorded as such).
+    still accepts it (``worker_snapshot``).
+
+    Args:
+        store: the store.
+        tenant: one tenant, or ``None`` for all.
+        ids: only these tasks (read one by one; a missing or unreadable one is recorded by
+            its error type) instead of the whole listing.
+        histories: read the history of only these tasks (default: of every task).
+        leases: leases whose validity is part of the picture.
 
     Two fingerprints taken at the same store-clock instant are equal exactly when no
     observable write happened in between (lease tokens excepted: pass the leases whose
@@ -283,27 +294,31 @@ async def store_fingerprint(
     """
     tasks: dict[str, Any] = {}
     if ids is None:
-        found: list[str] = []
         after: str | None = None
         while True:
             page = await store.list(TaskQuery(tenant=tenant, after=after, limit=1000))
-            found += [s.id for s in page]
+            for snapshot in page:
+                tasks[snapshot.id] = {"snapshot": snapshot.model_dump(mode="json")}
             if len(page) < 1000:
                 break
             after = page[-1].id
     else:
-        found = list(ids)
-    for task_id in found:
-        try:
-            snapshot = await store.get(task_id, tenant=tenant)
-            history = await store.history(task_id, tenant=tenant)
-        except Exception as exc:  # a missing (or corrupt) task is part of the picture
-            tasks[task_id] = {"error": type(exc).__name__}
+        for task_id in ids:
+            try:
+                snapshot = await store.get(task_id, tenant=tenant)
+            except Exception as exc:  # a missing (or corrupt) task is part of the picture
+                tasks[task_id] = {"error": type(exc).__name__}
+            else:
+                tasks[task_id] = {"snapshot": snapshot.model_dump(mode="json")}
+    for task_id in tasks if histories is None else histories:
+        if "snapshot" not in tasks.get(task_id, {}):
             continue
-        tasks[task_id] = {
-            "snapshot": snapshot.model_dump(mode="json"),
-            "history": [r.model_dump(mode="json") for r in history],
-        }
+        try:
+            records = await store.history(task_id, tenant=tenant)
+        except Exception as exc:
+            tasks[task_id]["history"] = type(exc).__name__
+        else:
+            tasks[task_id]["history"] = [r.model_dump(mode="json") for r in records]
     return {"tasks": tasks, "leases": [await _accepts(store, lease) for lease in leases]}
 
 

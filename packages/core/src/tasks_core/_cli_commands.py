@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import signal
@@ -222,6 +223,23 @@ async def cmd_demo(app: App, args: argparse.Namespace, console: Console) -> int:
     return await run_demo(app.url or default_store_url()[0], console=console)
 
 
+async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> int:
+    """The stress harness of tasks-contract-tests, imported only now (core does not depend
+    on it)."""
+    try:
+        stress = importlib.import_module("tasks_contract_tests.stress")
+    except ImportError:
+        console.print("[red]error:[/] tasks stress needs the contract suite: "
+                      "pip install tasks-contract-tests", highlight=False)
+        return 2
+    argv = ["--store", args.store or app.url or default_store_url()[0]]
+    argv += [f"--{flag}" for flag in ("json", "small") if getattr(args, flag)]
+    for option in ("out", "tasks", "writers", "workers", "rounds", "timeout"):
+        if getattr(args, option) is not None:
+            argv += [f"--{option}", str(getattr(args, option))]
+    return int(await stress.main_async(argv, console))
+
+
 COMMANDS: dict[str, Command] = {
     "worker": cmd_worker,
     "submit": cmd_submit,
@@ -232,4 +250,5 @@ COMMANDS: dict[str, Command] = {
     "reap": cmd_reap,
     "backends": cmd_backends,
     "demo": cmd_demo,
+    "stress": cmd_stress,
 }

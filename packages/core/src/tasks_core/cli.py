@@ -11,6 +11,7 @@
     tasks respond ID key=value …        answer a task's input request
     tasks reap                          delete expired tasks now
     tasks backends                      installed store plugins and their capabilities
+    tasks stress [--json]               multi-process stress run (tasks-contract-tests)
 
 Every command takes ``--store URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db``
 when the sql plugin is installed, else ``memory://``). Commands that read or act on tasks
@@ -132,6 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (about ten seconds)")
+
+    p = sub.add_parser("stress", parents=[common],
+                       help="multi-process stress run with exact invariants (needs "
+                            "tasks-contract-tests)")
+    p.add_argument("--json", action="store_true",
+                   help='print the JSON report ("ok": true only when every invariant holds)')
+    p.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
+    p.add_argument("--small", action="store_true", help="the fast subset (CI sizes)")
+    for name, what in (("tasks", "CAS tasks, and soak tasks per round"),
+                       ("writers", "CAS writer processes"), ("workers", "soak worker processes"),
+                       ("rounds", "soak rounds")):
+        p.add_argument(f"--{name}", type=int, help=what)
+    p.add_argument("--timeout", type=float, help="seconds each workload may take")
     return parser
 
 
@@ -152,7 +166,8 @@ async def run(argv: Sequence[str], *, app: App | None = None,
                 app.use_store(args.store)
         else:
             app = App(args.store or default_store_url()[0])
-    if args.command not in ("demo", "backends") and (app.url or "").startswith("memory://"):
+    if args.command not in ("demo", "backends", "stress") \
+            and (app.url or "").startswith("memory://"):
         Console(stderr=True).print(
             "[yellow]note:[/] memory:// is private to this process and starts empty; use "
             "--store sqlite:///tasks.db (pip install tasks-store-sql) to share tasks between "

@@ -30,6 +30,7 @@ from tasks_store_sql._dialect import (
     parse_url,
 )
 from tasks_store_sql._migrate import migrate_database, mismatch, schema_state
+from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
@@ -109,6 +110,7 @@ class StoreBase:
         self._queue_locks: set[str] = set()
         self._db = self._database(target, engine, busy_timeout, engine_options)
         self._durable = not self._db.memory
+        self._fast: FastPath | None = None  # the PostgreSQL hot path (``SQLStore``)
 
     def _database(
         self,
@@ -155,6 +157,7 @@ class StoreBase:
             multi_process=self._durable,
             wakeups=self._wakeups_supported(),
             exclusive_queues=True,
+            batch_transitions=True,
         )
 
     def _wakeups_supported(self) -> bool:

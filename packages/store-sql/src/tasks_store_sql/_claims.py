@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
-from tasks_core.errors import LeaseLost, StoreCorrupt, TaskNotFound, Unavailable
+from tasks_core.errors import InvalidInput, LeaseLost, StoreCorrupt, TaskNotFound, Unavailable
 from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
 
 from tasks_store_sql._base import StoreBase, TaskRow, check_limit, check_queues, check_worker
@@ -51,7 +51,11 @@ class ClaimOps(StoreBase):
         """
         rules.check_lease_for(lease_for)
         check_worker(worker_id)
+        if not isinstance(task_id, str):
+            raise InvalidInput("task_id must be a string")
         await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.claim(task_id, worker_id, lease_for)
 
         async def op(conn: AsyncConnection) -> Claim:
             row = await self._fetch(conn, task_id, lock=True)
@@ -109,6 +113,8 @@ class ClaimOps(StoreBase):
         check_limit(limit, maximum=MAX_CLAIM_BATCH)
         await self._ensure_ready()
         guarded = sorted(wanted & exclusive_set)
+        if self._fast is not None and not guarded:
+            return await self._fast.claim_next(worker_id, lease_for, sorted(wanted), limit)
         if guarded and self._db.kind != "sqlite":
             await self._ensure_queue_locks(guarded)
 
@@ -254,7 +260,10 @@ class ClaimOps(StoreBase):
             InvalidInput: bad ``lease_for``.
             StoreCorrupt, StoreUnavailable: as for ``get``.
         """
+        _check_lease_type(lease)
         await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.renew(lease, lease_for)
 
         async def op(conn: AsyncConnection) -> Claim:
             row, snapshot, now = await self._leased(conn, lease)
@@ -273,7 +282,10 @@ class ClaimOps(StoreBase):
             InvalidInput: ``value`` outside 0..100.
             StoreCorrupt, StoreUnavailable: as for ``get``.
         """
+        _check_lease_type(lease)
         await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.report_progress(lease, value, message)
 
         async def op(conn: AsyncConnection) -> Snapshot:
             row, snapshot, now = await self._leased(conn, lease)
@@ -292,7 +304,10 @@ class ClaimOps(StoreBase):
             LeaseLost: not the exact lease (expiry is not checked).
             StoreCorrupt, StoreUnavailable: as for ``get``.
         """
+        _check_lease_type(lease)
         await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.release(lease)
 
         async def op(conn: AsyncConnection) -> Snapshot:
             row, snapshot, now = await self._leased(conn, lease)
@@ -324,6 +339,12 @@ class ClaimOps(StoreBase):
             return rules.present(snapshot, now)
 
         return await self._db.run(op, write=False)
+
+
+def _check_lease_type(lease: Lease) -> None:
+    """Raises: TypeError: not a ``Lease``."""
+    if not isinstance(lease, Lease):
+        raise TypeError("lease must be a Lease")
 
 
 def _queue_lock(queue: str) -> str:

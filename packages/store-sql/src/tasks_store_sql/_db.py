@@ -184,7 +184,7 @@ class Database:
 
     async def _once_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
         async with self.current().connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
+            driver: Any = (await conn.get_raw_connection()).driver_connection
             transaction = driver.transaction(isolation="read_committed")
             ended = False
             try:

@@ -12,6 +12,7 @@ multi_process      yes (file    no          yes            yes
 wakeups            no (poll)    no (poll)   yes            no (poll)
                                             LISTEN/NOTIFY
 exclusive_queues   yes          yes         yes            yes
+batch_transitions  yes          yes         yes            yes
 =================  ===========  ==========  =============  ============================
 
 URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is kept):
@@ -38,7 +39,11 @@ Atomicity: every operation is one transaction. Operations on one task lock its r
 (``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), read
 the clock after the lock is held (``clock_timestamp()``, ``UTC_TIMESTAMP(6)``, SQLite
 ``strftime('now')``, or the injected ``clock``), apply :mod:`tasks_core.rules` and write
-back with ``UPDATE … WHERE id AND revision AND row_version`` plus the event insert.
+back with ``UPDATE … WHERE id AND row_version`` plus the event insert. ``transition`` is
+``transition_many`` of one item: several transitions share one transaction and one commit
+(group commit), each still guarded by its own revision and lease. On PostgreSQL with
+asyncpg the hot path (claims, transitions, renew, release, progress) runs prebuilt
+statements on the driver connection in four round trips per call (:mod:`._pg`).
 Creators serialize on one lock row that also counts the stored tasks, so both capacity
 limits hold under concurrent creators. ``claim_next`` never waits for another claimer
 (``FOR UPDATE SKIP LOCKED``).
@@ -65,11 +70,13 @@ from tasks_core.errors import (
     CapacityExceeded,
     InvalidInput,
     StoreCorrupt,
+    StoreUnavailable,
     TaskExists,
     TaskNotFound,
+    TasksError,
     Unavailable,
 )
-from tasks_core.events import Event, EventRecord, Transition, WatcherAdded
+from tasks_core.events import Event, EventRecord, Transition
 from tasks_core.models import (
     Lease,
     NewTask,
@@ -81,7 +88,9 @@ from tasks_core.models import (
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow, check_limit, check_queues
+from tasks_store_sql._batch import Loaded, Plan, decide
 from tasks_store_sql._claims import ClaimOps
+from tasks_store_sql._pg import FastPath
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
 
 __all__ = ["SQLStore"]
@@ -95,7 +104,11 @@ class SQLStore(ClaimOps):
     touches the database until the first operation (or :meth:`open`)."""
 
     CAPABILITIES = StoreCapabilities(
-        durable=True, multi_process=True, wakeups=True, exclusive_queues=True
+        durable=True,
+        multi_process=True,
+        wakeups=True,
+        exclusive_queues=True,
+        batch_transitions=True,
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
@@ -114,6 +127,8 @@ class SQLStore(ClaimOps):
             weakref.WeakKeyDictionary()
         )
         self._listeners_lock = threading.Lock()
+        if self._wakeups_supported():
+            self._fast = FastPath(self._db, self.tables, self._clock, self._channel)
 
     @classmethod
     async def open(cls, url: str | None = None, **options: Any) -> SQLStore:
@@ -374,54 +389,104 @@ class SQLStore(ClaimOps):
             InvalidInput: the event is not valid for this task.
             StoreCorrupt, StoreUnavailable: as for :meth:`get`.
         """
+        if not isinstance(task_id, str):
+            raise InvalidInput("task_id must be a string")
         if not isinstance(authority, (Lease, Access)):
             raise TypeError("authority must be a Lease or an Access")
-        await self._ensure_ready()
-        events = self.tables.events
+        [result] = await self.transition_many([(task_id, expected_revision, event, authority)])
+        if isinstance(result, TasksError):
+            raise result
+        return result
 
-        async def op(conn: AsyncConnection) -> Transition:
-            row = await self._fetch(conn, task_id, lock=True)
-            if row is None:
-                raise TaskNotFound(task_id)
+    async def transition_many(
+        self, items: Sequence[rules.BatchItem]
+    ) -> builtins.list[Transition | TasksError]:
+        """Apply several transitions in one transaction — group commit (see
+        ``TaskStore.transition_many``). The rows of every task named are locked in id
+        order (so concurrent batches cannot deadlock), the clock is read after the locks,
+        each item is decided as :meth:`transition` decides it (:mod:`._batch`), and every
+        changed row is written once, guarded by the ``row_version`` read under its lock.
+
+        Returns:
+            One ``Transition`` or refusal per item, in order.
+
+        Raises:
+            TypeError: a malformed item.
+            InvalidInput: more than 1000 items.
+            StoreUnavailable: transient failure; nothing written.
+        """
+        checked = rules.check_batch(items)
+        if not checked:
+            return []
+        await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.transition_many(checked)
+
+        async def op(conn: AsyncConnection) -> builtins.list[Transition | TasksError]:
+            loaded = await self._lock_rows(conn, sorted({item[0] for item in checked}))
             now = await self._now(conn)
-            snapshot = row.decode()
-            earlier = (
-                await conn.execute(
-                    sa.select(events.c.record).where(
-                        events.c.task_id == task_id, events.c.event_id == event.event_id
-                    )
-                )
-            ).scalar()
-            rules.authorize_event(
-                snapshot, row.token, authority, event, now, replayed=earlier is not None
-            )
-            if earlier is not None:
-                record = _codec.decode_record(task_id, earlier)
-                rules.check_replay(record, event)
-                return Transition(
-                    outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
-                )
-            rules.check_revision(snapshot, expected_revision, now)
-            applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
-            if applied is None:
-                return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
-            new, record = applied
-            await self._save(conn, row, new, row.token)
-            await self._record(conn, task_id, record)
-            if isinstance(event, WatcherAdded):
-                await conn.execute(
-                    sa.insert(self.tables.members).values(
-                        tenant=event.principal.tenant,
-                        user_id=event.principal.user_id,
-                        task_id=task_id,
-                        role="watcher",
-                    )
-                )
-            if new.status == TaskStatus.PENDING:
-                await self._notify(conn, new.queue)
-            return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
+            await self._find_events(conn, loaded, sorted({item[2].event_id for item in checked}))
+            plan = decide(checked, loaded, now)
+            await self._write_plan(conn, plan, loaded)
+            return plan.results
 
         return await self._db.run(op, write=True)
+
+    async def _lock_rows(
+        self, conn: AsyncConnection, ids: builtins.list[str]
+    ) -> dict[str, Loaded]:
+        """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
+        t = self.tables.tasks
+        stmt = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id.in_(ids))
+            .order_by(t.c.id)
+        )
+        if self._db.kind != "sqlite":
+            stmt = stmt.with_for_update()
+        return {r[0]: Loaded(r[0], r[1], r[2], r[3]) for r in await conn.execute(stmt)}
+
+    async def _find_events(
+        self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]
+    ) -> None:
+        """Attach the history entries of ``event_ids`` to the locked rows."""
+        if not loaded:
+            return
+        events = self.tables.events
+        found = await conn.execute(
+            sa.select(events.c.task_id, events.c.event_id, events.c.record).where(
+                events.c.task_id.in_(list(loaded)), events.c.event_id.in_(event_ids)
+            )
+        )
+        for task_id, event_id, record in found:
+            loaded[task_id].events[event_id] = record
+
+    async def _write_plan(
+        self, conn: AsyncConnection, plan: Plan, loaded: dict[str, Loaded]
+    ) -> None:
+        """Write what :func:`decide` planned: each changed row once, then the events,
+        watchers and wakeups.
+
+        Raises:
+            StoreUnavailable: a row changed under its lock; nothing is committed.
+        """
+        t = self.tables
+        for row in plan.rows(loaded):
+            result = await conn.execute(
+                sa.update(t.tasks)
+                .where(t.tasks.c.id == row.id, t.tasks.c.row_version == row.row_version)
+                .values(row_version=row.row_version + 1, **row.values())
+            )
+            if result.rowcount != 1:
+                raise StoreUnavailable("A task changed during the write; nothing was written")
+        if plan.events:
+            await conn.execute(
+                sa.insert(t.events), [_codec.event_row(i, r) for i, r in plan.events]
+            )
+        if plan.members:
+            await conn.execute(sa.insert(t.members), plan.members)
+        for queue in sorted(plan.wake):
+            await self._notify(conn, queue)
 
     # -- administration ------------------------------------------------------------------
 

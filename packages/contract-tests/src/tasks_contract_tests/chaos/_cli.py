@@ -17,7 +17,7 @@ from rich.console import Console
 
 from tasks_contract_tests.chaos import _scenarios as s
 from tasks_contract_tests.stress._outcome import Body, Outcome, bounded
-from tasks_contract_tests.stress._report import build_report, print_summary
+from tasks_contract_tests.stress._report import build_report, print_summary, write_report
 from tasks_contract_tests.stress._workloads import SoakSizes
 
 __all__ = ["FAST", "SCENARIOS", "main", "main_async", "run_chaos"]
@@ -91,8 +91,7 @@ async def main_async(argv: Sequence[str], console: Console | None = None) -> int
                              keep=args.keep)
     text = json.dumps(report, indent=2)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+        write_report(args.out, text)
     console = console or Console()
     if args.json:
         print(text)

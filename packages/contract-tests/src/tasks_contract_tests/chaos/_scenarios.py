@@ -19,7 +19,6 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
 
 from tasks_core import Owner, RetryPolicy, Snapshot
 
@@ -236,7 +235,7 @@ async def sigterm_drain(target: Target, fleet: Fleet, outcome: Outcome) -> None:
         middle = await driver.snapshots(held + backlog)
         await fleet.spawn("worker", *worker_args())
         await driver.wait_finished(held + backlog)
-    facts, entries = await finish_runs(target, fleet, outcome)
+    _, entries = await finish_runs(target, fleet, outcome)
     mine = [e for e in entries if e.pid == first.pid]
     released = {e.task_id for e in mine if e.kind == "release" and e.outcome == "ok"}
     stopped = {e.task_id for e in mine if e.kind == "end" and e.outcome == "stopped:shutdown"}

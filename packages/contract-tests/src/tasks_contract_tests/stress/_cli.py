@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from tasks_core import TasksError, find_store
 
 from tasks_contract_tests.stress._outcome import Outcome, bounded
-from tasks_contract_tests.stress._report import build_report, print_summary
+from tasks_contract_tests.stress._report import build_report, print_summary, write_report
 from tasks_contract_tests.stress._workloads import SoakSizes, cas_workload, soak_workload
 
 __all__ = ["SMALL", "StressSizes", "build_parser", "main", "main_async", "run_stress"]
@@ -38,10 +39,10 @@ class StressSizes:
         seed: the soak client's seed.
     """
 
-    tasks: int = 48
-    writers: int = 4
+    tasks: int = 100
+    writers: int = 5
     workers: int = 4
-    rounds: int = 3
+    rounds: int = 4
     timeout: float = 300.0
     seed: int = 0
 
@@ -52,7 +53,7 @@ SMALL = StressSizes(tasks=16, writers=3, workers=2, rounds=2, timeout=120.0)
 
 async def run_stress(
     url: str,
-    sizes: StressSizes = StressSizes(),  # noqa: B008 - frozen
+    sizes: StressSizes = StressSizes(),
     *,
     workloads: Sequence[str] = WORKLOADS,
     directory: Path | None = None,
@@ -79,7 +80,7 @@ async def run_stress(
         soak = SoakSizes(workers=sizes.workers, rounds=sizes.rounds, tasks=sizes.tasks,
                          seed=sizes.seed)
         outcomes.append(await bounded(
-            "soak", url, work, soak_workload(soak, deadline=sizes.timeout - 60),
+            "soak", url, work, soak_workload(soak, deadline=sizes.timeout * 0.75),
             timeout=sizes.timeout, keep=keep,
             params={"workers": soak.workers, "rounds": soak.rounds, "tasks": soak.tasks,
                     "concurrency": soak.concurrency, "lease": soak.lease}))
@@ -89,6 +90,18 @@ async def run_stress(
         shutil.rmtree(work, ignore_errors=True)
         report["directory"] = None
     return report
+
+
+def unsuitable(url: str) -> str | None:
+    """Why the store at ``url`` cannot be stressed (``None``: it can)."""
+    try:
+        spec = find_store(url)
+    except TasksError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if not spec.capabilities.multi_process:
+        return (f"the {spec.name} store is private to one process; stress a store that "
+                "several processes share (sqlite:///file.db, postgresql://…)")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,14 +147,17 @@ async def main_async(argv: Sequence[str], console: Console | None = None) -> int
     if min(sizes.tasks, sizes.writers, sizes.workers, sizes.rounds) < 1 or sizes.writers < 2:
         print("error: sizes must be positive, with at least 2 writers", file=sys.stderr)
         return 2
+    problem = unsuitable(args.store)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     report = await run_stress(
         args.store, sizes, workloads=args.only or WORKLOADS,
         directory=Path(args.workdir) if args.workdir else None, keep=args.keep,
     )
     text = json.dumps(report, indent=2)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+        write_report(args.out, text)
     if args.json:
         print(text)
     else:

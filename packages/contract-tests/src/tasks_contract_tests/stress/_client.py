@@ -23,9 +23,18 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from tasks_core import App, Owner, Snapshot, StoreUnavailable, System, TasksError, TaskStatus
+from tasks_core import (
+    App,
+    Owner,
+    Snapshot,
+    StoreUnavailable,
+    Submitted,
+    System,
+    TasksError,
+    TaskStatus,
+)
 
-from tasks_contract_tests.stress._handlers import KINDS, build_app
+from tasks_contract_tests.stress._handlers import KINDS, Kind, build_app
 from tasks_contract_tests.stress._ledger import Ledger
 from tasks_contract_tests.stress._target import add_options_argument
 
@@ -83,9 +92,11 @@ class Client:
         for index, name in enumerate(round_kinds(size, self.rng)):
             kind = KINDS[name]
             key = f"r{number}-{index}"
-            submitted = await self._retrying(
-                lambda kind=kind, key=key: self.app.submit(kind.task, kind.input, CLIENT,
-                                                            key=key))
+
+            async def submit(kind: Kind = kind, key: str = key) -> Submitted:
+                return await self.app.submit(kind.task, kind.input, CLIENT, key=key)
+
+            submitted = await self._retrying(submit)
             self.kinds[submitted.id] = name
             if kind.cancelled and self.rng.random() < 0.3:
                 self.eager_cancel.add(submitted.id)
@@ -139,9 +150,10 @@ class Client:
             if now >= due:
                 token = secrets.token_hex(6)
                 answer = {"approve": {"token": token}}
-                result = await self._retrying(lambda: self.app.respond(task_id, answer, CLIENT))
+                answered = await self._retrying(
+                    lambda: self.app.respond(task_id, answer, CLIENT))
                 self.answered.add(task_id)
-                self.ledger.record("respond", task_id, nonce=token, outcome=result.outcome)
+                self.ledger.record("respond", task_id, nonce=token, outcome=answered.outcome)
 
     async def bad_inputs(self, ids: list[str], *, finished: bool) -> None:
         """Requests that must be refused or change nothing (``bad`` rows)."""

@@ -394,8 +394,7 @@ def check_cas(
                     if e.outcome != "applied" and e.outcome not in CONFLICTS)),
             _check(f"{phase}_not_one_winner", f"{phase} phase: tasks without exactly one "
                                               "applied write",
-                   (t for t, n in Counter(e.task_id for e in applied).items() if n != 1),
-                   ),
+                   (str(t) for t, n in Counter(e.task_id for e in applied).items() if n != 1)),
         ]
         winners = {e.task_id: e.nonce for e in applied}
         kind = "input_requested" if phase == "revision" else "completed"

@@ -62,7 +62,10 @@ CREATE TABLE IF NOT EXISTS entries (
     detail TEXT
 )
 """
-_COLUMNS = "seq, at, pid, role, kind, task_id, delivery, generation, nonce, outcome, detail"
+_SELECT = (
+    "SELECT seq, at, pid, role, kind, task_id, delivery, generation, nonce, outcome, detail "
+    "FROM entries ORDER BY seq"
+)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def read_ledger(path: str | Path) -> list[Entry]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         try:
-            rows = db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY seq").fetchall()
+            rows = db.execute(_SELECT).fetchall()
         except sqlite3.OperationalError:  # created, table not yet there
             return []
     finally:

@@ -23,6 +23,7 @@ from tasks_core import (
     Snapshot,
     StoreCapabilities,
     TaskQuery,
+    TasksError,
     TaskStore,
     Transition,
 )
@@ -85,14 +86,36 @@ class RecordingStore:
         try:
             result = await self.inner.transition(task_id, expected_revision, event, authority)
         except Exception as exc:
-            self.ledger.record("write", task_id, generation=authority.generation,
-                               nonce=event.event_id, outcome=type(exc).__name__,
-                               detail=event.kind)
+            self._wrote(event, authority, exc)
             raise
-        self.ledger.record("write", task_id, generation=authority.generation,
+        self._wrote(event, authority, result)
+        return result
+
+    async def transition_many(
+        self, items: Sequence[tuple[str, int, Event, Lease | Access]]
+    ) -> builtins.list[Transition | TasksError]:
+        """See :meth:`TaskStore.transition_many`; lease events are recorded one by one."""
+        try:
+            results = await self.inner.transition_many(items)
+        except Exception as exc:
+            for _, _, event, authority in items:
+                if isinstance(authority, Lease):
+                    self._wrote(event, authority, exc)
+            raise
+        for (_, _, event, authority), result in zip(items, results, strict=False):
+            if isinstance(authority, Lease):
+                self._wrote(event, authority, result)
+        return results
+
+    def _wrote(self, event: Event, lease: Lease, result: Transition | BaseException) -> None:
+        if isinstance(result, BaseException):
+            self.ledger.record("write", lease.task_id, generation=lease.generation,
+                               nonce=event.event_id, outcome=type(result).__name__,
+                               detail=event.kind)
+            return
+        self.ledger.record("write", lease.task_id, generation=lease.generation,
                            delivery=result.snapshot.deliveries, nonce=event.event_id,
                            outcome=result.outcome, detail=event.kind)
-        return result
 
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
         """See :meth:`TaskStore.claim`."""

@@ -9,6 +9,7 @@ import platform
 import time
 from collections.abc import Iterable, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +18,7 @@ from rich.table import Table
 from tasks_contract_tests.stress._outcome import TRIED, Outcome
 from tasks_contract_tests.stress._target import redact, store_family
 
-__all__ = ["build_report", "markdown", "print_summary"]
+__all__ = ["build_report", "markdown", "print_summary", "write_report"]
 
 DISTRIBUTIONS = ("tasks-core", "tasks-store-sql", "tasks-store-mongo", "tasks-contract-tests")
 
@@ -32,7 +33,15 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def build_report(kind: str, url: str, outcomes: Sequence[Outcome], started: float) -> dict[str, Any]:
+def write_report(path: str | Path, text: str) -> None:
+    """Write a JSON report (creating its directory)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text + "\n")
+
+
+def build_report(
+    kind: str, url: str, outcomes: Sequence[Outcome], started: float
+) -> dict[str, Any]:
     """The JSON report of a run: ``ok`` is true only when every invariant of every
     workload held (a scenario that does not apply to the store is listed as skipped)."""
     return {
@@ -52,10 +61,10 @@ def build_report(kind: str, url: str, outcomes: Sequence[Outcome], started: floa
 def print_summary(report: dict[str, Any], console: Console) -> None:
     """A table of the report's workloads, then every failed invariant."""
     table = Table(title=f"tasks {report['kind']} on {report['url']}")
-    for column in ("workload", "result", "processes", "tasks", "kills", "lost", "doubled",
-                   "overwritten", "seconds"):
-        table.add_column(column, justify="left" if column in ("workload", "result")
-                         else "right")
+    table.add_column("workload", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    for column in ("procs", "tasks", "kills", "lost", "doubled", "overwritten", "s"):
+        table.add_column(column, justify="right")
     for item in report["workloads"]:
         result = ("[yellow]skipped[/]" if item["skipped"] else
                   "[green]ok[/]" if item["ok"] else "[red]FAILED[/]")
@@ -76,6 +85,11 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
                     f"[red]{item['name']}: {check['name']}: expected {check['expected']}, "
                     f"got {check['actual']}[/] — {check['description']}; e.g. "
                     f"{', '.join(check['examples']) or '-'}", highlight=False)
+    counts = {k: sum(item[k] or 0 for item in report["workloads"])
+              for k in ("lost", "doubled", "overwritten")}
+    console.print(f"tasks lost: {counts['lost']}, completed twice: {counts['doubled']}, "
+                  f"outcomes overwritten by a stale worker: {counts['overwritten']}",
+                  highlight=False)
     verdict = "[green]every invariant held[/]" if report["ok"] else "[red]FAILED[/]"
     console.print(f"{verdict} ({report['seconds']:.1f}s)")
 

@@ -69,7 +69,7 @@ def cas_workload(tasks: int, writers: int) -> Body:
         outcome.checks = check_cas(facts, entries, task_ids=ids, writers=writers)
         outcome.checks.append(Check("writer_exits", "writers that exited 0", writers,
                                     sum(1 for code in codes if code == 0)))
-        answers = Counter(e.outcome for e in entries if e.kind == "cas")
+        answers = Counter(str(e.outcome) for e in entries if e.kind == "cas")
         outcome.figures = {"writes": sum(answers.values()), **dict(sorted(answers.items()))}
         outcome.tried["tasks"] = tasks
 

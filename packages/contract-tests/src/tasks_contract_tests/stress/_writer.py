@@ -32,9 +32,8 @@ from tasks_contract_tests.stress._target import add_options_argument
 PHASES = ("revision", "terminal")
 
 
-async def _race(args: argparse.Namespace) -> int:
+async def _race(args: argparse.Namespace, leases: list[Lease]) -> int:
     ledger = Ledger(args.ledger, "writer")
-    leases = [Lease.model_validate(item) for item in json.loads(Path(args.leases).read_text())]
     store = await open_store(args.store, **json.loads(args.options))
     loop = asyncio.get_running_loop()
     try:
@@ -72,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     add_options_argument(parser)
     parser.add_argument("--leases", required=True)
     parser.add_argument("--index", type=int, required=True)
-    return asyncio.run(_race(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    leases = [Lease.model_validate(item) for item in json.loads(Path(args.leases).read_text())]
+    return asyncio.run(_race(args, leases))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""The stress harness for real: processes, SQLite, ledgers that survive SIGKILL, reports.
+
+These tests start real OS processes and take a few seconds each (the harness exists to
+do that); they need ``tasks-store-sql`` for SQLite and Linux for signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from tasks_contract_tests.chaos import run_chaos
+from tasks_contract_tests.stress import StressSizes, read_ledgers, run_stress
+from tasks_contract_tests.stress._report import markdown
+from tasks_core.cli import run as tasks_cli
+
+pytest.importorskip("tasks_store_sql", reason="the real runs use SQLite (tasks-store-sql)")
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc")
+
+
+def figures(report: dict[str, object], name: str) -> dict[str, int]:
+    for item in report["workloads"]:  # type: ignore[attr-defined]
+        if item["name"] == name:
+            return dict(item["figures"])
+    raise AssertionError(name)
+
+
+@linux
+def test_a_small_stress_run_on_sqlite_holds_every_invariant(tmp_path: Path) -> None:
+    """``tasks stress`` on SQLite MUST report ``ok`` with exact counts: every CAS race one
+    winner and W−1 conflicts, every soak task finished as it must."""
+    sizes = StressSizes(tasks=6, writers=3, workers=2, rounds=1, timeout=120)
+    report = asyncio.run(run_stress(f"sqlite:///{tmp_path}/stress.db", sizes,
+                                    directory=tmp_path / "work"))
+    failed = [(w["name"], w["error"], [c["name"] for c in w["checks"] if not c["ok"]])
+              for w in report["workloads"] if not w["ok"]]
+    assert [] == failed
+    assert True is report["ok"]
+    cas = figures(report, "cas")
+    assert (36, 12, 24) == (cas["writes"], cas["applied"],
+                            cas.get("RevisionConflict", 0) + cas.get("LeaseLost", 0))
+    soak = figures(report, "soak")
+    assert (6, 0) == (soak["tasks"], soak["unrecorded_claims"])
+    assert soak["runs"] == soak["deliveries"]
+
+
+@linux
+def test_a_worker_killed_mid_run_is_recovered_on_sqlite(tmp_path: Path) -> None:
+    """The ``kill-running`` scenario MUST recover every task the killed worker held (each
+    delivered twice, marked recovered) with nothing lost or doubled."""
+    report = asyncio.run(run_chaos(f"sqlite:///{tmp_path}/chaos.db", ["kill-running"],
+                                   timeout=120, directory=tmp_path / "work"))
+    (item,) = report["workloads"]
+    assert (True, None) == (item["ok"], item["error"])
+    assert (1, 4, 4) == (item["tried"]["kills"], item["figures"]["interrupted_runs"],
+                         item["figures"]["recovered"])
+
+
+@linux
+def test_ledger_rows_committed_before_a_sigkill_survive_it(tmp_path: Path) -> None:
+    """Every row a process committed before it was SIGKILLed MUST be read back."""
+    script = textwrap.dedent(f"""
+        import sys
+        from tasks_contract_tests.stress import Ledger
+        ledger = Ledger({str(tmp_path / "p.ledger")!r}, "worker")
+        for n in range(50):
+            ledger.record("start", f"t{{n}}", delivery=1, nonce=str(n))
+        print("written", flush=True)
+        sys.stdin.readline()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert "written\n" == proc.stdout.readline()  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert [str(n) for n in range(50)] == [e.nonce for e in read_ledgers(tmp_path)]
+
+
+def test_tasks_stress_refuses_a_store_private_to_one_process() -> None:
+    """``tasks stress --store memory://`` MUST exit 2 without running anything."""
+    console = Console(record=True, width=200)
+    assert 2 == asyncio.run(tasks_cli(["stress", "--store", "memory://"], console=console))
+
+
+def test_tasks_stress_names_the_package_to_install_when_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without tasks-contract-tests, ``tasks stress`` MUST say "pip install
+    tasks-contract-tests" and exit 2."""
+    import tasks_core._cli_commands as commands
+
+    def missing(name: str) -> object:
+        raise ImportError(name)
+
+    monkeypatch.setattr(commands.importlib, "import_module", missing)
+    console = Console(record=True, width=200)
+    code = asyncio.run(tasks_cli(["stress", "--store", "sqlite:///x.db"], console=console))
+    assert (2, True) == (code, "pip install tasks-contract-tests" in console.export_text())
+
+
+def test_the_reliability_page_sums_what_was_tried_and_lost() -> None:
+    """The generated page MUST hold one row per workload and the totals of the reports."""
+    def workload(name: str, kills: int, lost: int) -> dict[str, object]:
+        tried = {"processes": 3, "tasks": 10, "kills": kills, "stops": 0, "restarts": 0,
+                 "connections_cut": 0, "bad_inputs": 2}
+        return {"name": name, "ok": lost == 0, "skipped": None, "error": None, "seconds": 1.0,
+                "tried": tried, "lost": lost, "doubled": 0, "overwritten": 0,
+                "figures": {"runs": 12}, "checks": [], "notes": []}
+
+    report = {"kind": "chaos", "ok": False, "store": "sqlite", "url": "sqlite:///x.db",
+              "started": "2026-01-01T00:00:00+00:00", "seconds": 2.0,
+              "host": {"python": "3.11", "cpus": 2}, "versions": {},
+              "workloads": [workload("kill-running", 1, 0), workload("stale-worker", 2, 1)]}
+    page = markdown([json.loads(json.dumps(report))])
+    assert 1 == page.count("| sqlite | chaos `kill-running` | 3 | 10 | 1 |")
+    assert "6 processes, 20 tasks, 3 SIGKILLs" in page
+    assert "**1 lost, 0 doubled, 0 outcomes overwritten by a stale worker.**" in page

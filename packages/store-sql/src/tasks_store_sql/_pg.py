@@ -1,0 +1,449 @@
+"""The PostgreSQL hot path on asyncpg: claims, transitions and lease operations in as few
+round trips as the guarantees allow.
+
+Every statement here is a SQLAlchemy Core construct compiled once per namespace for
+asyncpg (no SQL is built from strings, no statement is built per call) and executed on
+the driver's connection inside one transaction (:meth:`Database.run_driver`), so asyncpg's
+prepared-statement cache serves every call after the first on a connection. Per operation:
+
+- ``BEGIN``;
+- one ``SELECT`` that locks the rows (``FOR UPDATE`` in a subquery, in id order; claims
+  ``FOR UPDATE SKIP LOCKED``) and reads ``clock_timestamp()`` in the outer query — after
+  each row is locked — and, for transitions, joins the history entries of the items'
+  event ids (the replay check). Under ``READ COMMITTED`` that join sees the statement's
+  snapshot, which predates a wait for the lock; the same query also reads each row's
+  ``row_version`` as of that snapshot, and when a row changed while we waited the history
+  is read again by a second statement;
+- the rules decide in Python (:mod:`tasks_store_sql._batch`, :mod:`tasks_core.rules`);
+- one write: ``UPDATE … FROM unnest(…) WHERE id AND row_version`` for every changed row,
+  ``INSERT`` of the applied events, new watchers and ``pg_notify`` — a single statement
+  of data-modifying CTEs, whose counts are checked (a miss rolls everything back);
+- ``COMMIT``.
+
+A batch of transitions (``transition_many``) or of claims costs the same four round
+trips and one commit as a single one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from tasks_core import rules
+from tasks_core.clock import Clock
+from tasks_core.errors import LeaseLost, StoreUnavailable, TaskNotFound, TasksError, Unavailable
+from tasks_core.events import EventRecord, Transition
+from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
+
+from tasks_store_sql import _codec
+from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
+from tasks_store_sql._db import CommitThenRaise, Database
+from tasks_store_sql._schema import Tables
+
+__all__ = ["FastPath", "Statement", "Statements"]
+
+log = logging.getLogger("tasks_store_sql")
+_DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
+_TEXT = postgresql.ARRAY(sa.Text)
+_INT = postgresql.ARRAY(sa.Integer)
+_TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
+_PENDING = TaskStatus.PENDING.value
+_ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
+    ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
+    ("claim_expires_at", _TIME), ("retry_at", _TIME), ("created_at", _TIME),
+    ("updated_at", _TIME), ("expires_at", _TIME), ("snapshot", _TEXT),
+)
+"""The projection columns (``_codec.projection``) and their array types."""
+_EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("task_id", _TEXT), ("event_id", _TEXT), ("revision", _INT), ("kind", _TEXT),
+    ("committed_at", _TIME), ("record", _TEXT),
+)
+_MEMBER_COLUMNS = ("tenant", "user_id", "task_id", "role")
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement compiled for asyncpg: its SQL and the order of its parameters."""
+
+    sql: str
+    order: tuple[str, ...]
+    defaults: dict[str, Any]
+
+    @classmethod
+    def of(cls, statement: sa.ClauseElement) -> Statement:
+        """Compile ``statement`` (named bind parameters become ``$n``)."""
+        compiled = statement.compile(dialect=_DIALECT)
+        assert isinstance(compiled, SQLCompiler)
+        return cls(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+
+    def args(self, **values: Any) -> list[Any]:
+        """The positional arguments for ``values`` (literals keep their compiled value)."""
+        return [values[name] if name in values else self.defaults[name] for name in self.order]
+
+
+def _array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+def _now_param() -> sa.BindParameter[Any]:
+    return sa.bindparam("now", type_=postgresql.TIMESTAMP(timezone=True))
+
+
+class Statements:
+    """The hot-path statements of one namespace (see the module docstring)."""
+
+    def __init__(self, tables: Tables, channel: str) -> None:
+        t, ev = tables.tasks, tables.events
+        ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        locked = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id == sa.any_(ids))
+            .order_by(t.c.id)
+            .with_for_update()
+            .subquery("l")
+        )
+        seen = t.alias("s")
+        before = sa.select(seen.c.row_version).where(seen.c.id == locked.c.id)
+        self.lock = Statement.of(
+            sa.select(
+                locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
+                before.scalar_subquery().label("seen"), clock.label("now"),
+                ev.c.event_id, ev.c.record,
+            ).select_from(
+                locked.outerjoin(
+                    ev, sa.and_(ev.c.task_id == locked.c.id, ev.c.event_id == sa.any_(event_ids))
+                )
+            )
+        )
+        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
+        self.events = Statement.of(
+            sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
+                ev.c.task_id == sa.any_(ids), ev.c.event_id == sa.any_(event_ids)
+            )
+        )
+        """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
+        self.candidates_one = self._candidates(tables, t.c.queue == sa.bindparam("queue"))
+        self.candidates_many = self._candidates(
+            tables, t.c.queue == sa.any_(_array("queues", _TEXT))
+        )
+        self.write = Statement.of(self._write(tables, channel))
+
+    @staticmethod
+    def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
+        """The oldest claimable rows, locked, skipping rows other sessions hold."""
+        t = tables.tasks
+        start = sa.func.coalesce(_now_param(), sa.func.now())  # filter; decided after lock
+        found = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at)
+            .where(
+                queue,
+                t.c.status == _PENDING,
+                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
+                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
+                sa.not_(t.c.id == sa.any_(_array("skip", _TEXT))),
+            )
+            .order_by(t.c.created_at, t.c.id)
+            .limit(sa.bindparam("limit", type_=sa.Integer))
+            .with_for_update(skip_locked=True)
+            .subquery("c")
+        )
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        return Statement.of(sa.select(found, clock.label("now")))
+
+    @staticmethod
+    def _write(tables: Tables, channel: str) -> sa.Select[Any]:
+        t, ev, mem = tables.tasks, tables.events, tables.members
+        rows = sa.func.unnest(
+            _array("ids", _TEXT), _array("versions", _INT),
+            *(_array(name, type_) for name, type_ in _ROW_COLUMNS),
+        ).table_valued("id", "version", *(name for name, _ in _ROW_COLUMNS)).render_derived()
+        updated = (
+            sa.update(t)
+            .where(t.c.id == rows.c.id, t.c.row_version == rows.c.version)
+            .values(row_version=t.c.row_version + 1,
+                    **{name: rows.c[name] for name, _ in _ROW_COLUMNS})
+            .returning(t.c.id)
+            .cte("u")
+        )
+        written = sa.select(updated.c.id)
+        events = sa.func.unnest(
+            *(_array("e_" + name, type_) for name, type_ in _EVENT_COLUMNS)
+        ).table_valued(*(name for name, _ in _EVENT_COLUMNS)).render_derived()
+        recorded = (
+            sa.insert(ev)
+            .from_select(
+                [name for name, _ in _EVENT_COLUMNS],
+                sa.select(*(events.c[name] for name, _ in _EVENT_COLUMNS)).where(
+                    events.c.task_id.in_(written)
+                ),
+            )
+            .returning(ev.c.task_id)
+            .cte("e")
+        )
+        members = sa.func.unnest(
+            *(_array("m_" + name, _TEXT) for name in _MEMBER_COLUMNS)
+        ).table_valued(*_MEMBER_COLUMNS).render_derived()
+        granted = (
+            sa.insert(mem)
+            .from_select(
+                list(_MEMBER_COLUMNS),
+                sa.select(*(members.c[name] for name in _MEMBER_COLUMNS)).where(
+                    members.c.task_id.in_(written)
+                ),
+            )
+            .returning(mem.c.task_id)
+            .cte("m")
+        )
+        queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
+        woken = sa.select(
+            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
+        ).cte("n")
+
+        def count(cte: sa.CTE) -> sa.ScalarSelect[Any]:
+            return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+
+        return sa.select(count(updated), count(recorded), count(granted), count(woken))
+
+
+class FastPath:
+    """The hot-path operations of one ``SQLStore`` on PostgreSQL with asyncpg."""
+
+    def __init__(self, db: Database, tables: Tables, clock: Clock | None, channel: str) -> None:
+        self.db = db
+        self.clock = clock
+        self.sql = Statements(tables, channel)
+
+    def _now_arg(self) -> datetime | None:
+        return rules.tick(self.clock.now()) if self.clock is not None else None
+
+    # -- reading and writing -------------------------------------------------------------
+
+    async def _lock(
+        self, driver: Any, ids: list[str], event_ids: list[str]
+    ) -> tuple[dict[str, Loaded], datetime | None]:
+        """Lock ``ids`` (id order) and read the clock and the history entries of
+        ``event_ids``; see the module docstring."""
+        records = await driver.fetch(
+            self.sql.lock.sql,
+            *self.sql.lock.args(now=self._now_arg(), ids=ids, event_ids=event_ids),
+        )
+        loaded: dict[str, Loaded] = {}
+        latest: datetime | None = None
+        raced = False
+        for task_id, text, token, version, seen, now, event_id, record in records:
+            row = loaded.get(task_id)
+            if row is None:
+                row = loaded[task_id] = Loaded(task_id, text, token, version)
+            raced = raced or seen != version
+            latest = now if latest is None else max(latest, now)
+            if event_id is not None:
+                row.events[event_id] = record
+        if raced and event_ids:
+            for row in loaded.values():
+                row.events.clear()
+            statement = self.sql.events
+            for task_id, event_id, record in await driver.fetch(
+                statement.sql, *statement.args(ids=list(loaded), event_ids=event_ids)
+            ):
+                loaded[task_id].events[event_id] = record
+        return loaded, None if latest is None else rules.tick(latest)
+
+    async def _write(
+        self,
+        driver: Any,
+        rows: Sequence[Loaded],
+        events: Sequence[tuple[str, EventRecord]] = (),
+        members: Sequence[dict[str, Any]] = (),
+        wake: Sequence[str] = (),
+    ) -> None:
+        """Write ``rows`` (guarded by their ``row_version``), ``events``, ``members`` and
+        wake ``wake`` in one statement.
+
+        Raises:
+            StoreUnavailable: a row changed under the lock (a bug, or a lost lock):
+                nothing is committed.
+        """
+        if not (rows or wake):
+            return
+        values: dict[str, Any] = {"ids": [r.id for r in rows],
+                                  "versions": [r.row_version for r in rows]}
+        projected = [r.values() for r in rows]
+        for name, _ in _ROW_COLUMNS:
+            values[name] = [p[name] for p in projected]
+        encoded = [_codec.event_row(task_id, record) for task_id, record in events]
+        for name, _ in _EVENT_COLUMNS:
+            values["e_" + name] = [e[name] for e in encoded]
+        for name in _MEMBER_COLUMNS:
+            values["m_" + name] = [m[name] for m in members]
+        values["wake"] = sorted(set(wake))
+        statement = self.sql.write
+        counts = await driver.fetchrow(statement.sql, *statement.args(**values))
+        if tuple(counts[:3]) != (len(rows), len(events), len(members)):
+            raise StoreUnavailable("A task changed during the write; nothing was written")
+
+    # -- transitions ---------------------------------------------------------------------
+
+    async def transition_many(
+        self, items: Sequence[rules.BatchItem]
+    ) -> list[Transition | TasksError]:
+        """See ``SQLStore.transition_many``."""
+        if not items:
+            return []
+        ids = sorted({item[0] for item in items})
+        event_ids = sorted({item[2].event_id for item in items})
+
+        async def op(driver: Any) -> list[Transition | TasksError]:
+            loaded, now = await self._lock(driver, ids, event_ids)
+            plan: Plan = decide(items, loaded, now or rules.tick(datetime.now(UTC)))
+            await self._write(driver, plan.rows(loaded), plan.events, plan.members,
+                              sorted(plan.wake))
+            return plan.results
+
+        return await self.db.run_driver(op)
+
+    # -- claims --------------------------------------------------------------------------
+
+    async def claim_next(
+        self, worker_id: str, lease_for: float, queues: Sequence[str], limit: int
+    ) -> list[Claim]:
+        """See ``SQLStore.claim_next`` (queues without ``exclusive``)."""
+        names = sorted(queues)
+
+        async def op(driver: Any) -> list[Claim]:
+            claims: list[Claim] = []
+            changed: list[Loaded] = []
+            failures: list[tuple[str, EventRecord]] = []
+            skip: list[str] = []
+            while len(claims) < limit:
+                want = limit - len(claims)
+                if len(names) == 1:
+                    statement = self.sql.candidates_one
+                    args = statement.args(now=self._now_arg(), queue=names[0], skip=skip,
+                                          limit=want)
+                else:
+                    statement = self.sql.candidates_many
+                    args = statement.args(now=self._now_arg(), queues=names, skip=skip,
+                                          limit=want)
+                records = await driver.fetch(statement.sql, *args)
+                if not records:
+                    break
+                now = rules.tick(max(r[5] for r in records))
+                for task_id, text, token, version, _, _ in sorted(
+                    records, key=lambda r: (r[4], r[0])
+                ):
+                    skip.append(task_id)
+                    row = Loaded(task_id, text, token, version)
+                    snapshot = corrupt_or(row)
+                    if snapshot is None:
+                        log.warning("claim_next skipped the corrupt record of task %r", task_id)
+                        continue
+                    if len(claims) >= limit or not rules.is_claimable(snapshot, now):
+                        continue
+                    claim = _start(row, snapshot, worker_id, lease_for, now, failures)
+                    changed.append(row)
+                    if claim is not None:
+                        claims.append(claim)
+                if len(records) < want:
+                    break
+            await self._write(driver, changed, failures)
+            return claims
+
+        return await self.db.run_driver(op)
+
+    async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
+        """See ``SQLStore.claim``."""
+
+        async def op(driver: Any) -> Claim:
+            loaded, now = await self._lock(driver, [task_id], [])
+            row = loaded.get(task_id)
+            if row is None or now is None:
+                raise TaskNotFound(task_id)
+            snapshot = row.snapshot
+            rules.check_claimable(snapshot, now)
+            failures: list[tuple[str, EventRecord]] = []
+            claim = _start(row, snapshot, worker_id, lease_for, now, failures)
+            await self._write(driver, [row], failures)
+            if claim is None:
+                raise CommitThenRaise(
+                    Unavailable(f"The task exceeded {snapshot.work.max_deliveries} deliveries")
+                )
+            return claim
+
+        return await self.db.run_driver(op)
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _leased(self, driver: Any, lease: Lease) -> tuple[Loaded, Snapshot, datetime]:
+        loaded, now = await self._lock(driver, [lease.task_id], [])
+        row = loaded.get(lease.task_id)
+        if row is None or now is None:
+            raise LeaseLost()
+        return row, row.snapshot, now
+
+    async def renew(self, lease: Lease, lease_for: float) -> Claim:
+        """See ``SQLStore.renew``."""
+
+        async def op(driver: Any) -> Claim:
+            row, snapshot, now = await self._leased(driver, lease)
+            rules.check_lease(snapshot, row.token, lease, now)
+            new, token, new_lease = rules.renew(snapshot, row.token, lease, lease_for, now)
+            row.update(new, token)
+            await self._write(driver, [row])
+            return Claim(rules.present(new, now), new_lease)
+
+        return await self.db.run_driver(op)
+
+    async def report_progress(self, lease: Lease, value: float, message: str | None) -> Snapshot:
+        """See ``SQLStore.report_progress``."""
+
+        async def op(driver: Any) -> Snapshot:
+            row, snapshot, now = await self._leased(driver, lease)
+            rules.check_lease(snapshot, row.token, lease, now)
+            new = rules.report_progress(snapshot, row.token, lease, value, message, now)
+            if new is not snapshot:
+                row.update(new, row.token)
+                await self._write(driver, [row])
+            return rules.present(new, now)
+
+        return await self.db.run_driver(op)
+
+    async def release(self, lease: Lease) -> Snapshot:
+        """See ``SQLStore.release``."""
+
+        async def op(driver: Any) -> Snapshot:
+            row, snapshot, now = await self._leased(driver, lease)
+            new = rules.release(snapshot, row.token, lease, now)
+            row.update(new, row.token)
+            await self._write(driver, [row], wake=[new.queue])
+            return rules.present(new, now)
+
+        return await self.db.run_driver(op)
+
+
+def _start(
+    row: Loaded,
+    snapshot: Snapshot,
+    worker_id: str,
+    lease_for: float,
+    now: datetime,
+    failures: list[tuple[str, EventRecord]],
+) -> Claim | None:
+    """Claim ``row`` (or fail it past its delivery limit, recording the failure)."""
+    new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
+    if failure is not None:
+        row.update(new, row.token)
+        failures.append((row.id, failure))
+        return None
+    assert lease is not None
+    row.update(new, token)
+    return Claim(rules.present(new, now), lease)
