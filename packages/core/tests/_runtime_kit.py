@@ -16,6 +16,7 @@ from tasks_core import (
     Owner,
     Snapshot,
     StoreCapabilities,
+    TasksError,
     TaskStore,
     Transition,
     Worker,
@@ -76,11 +77,14 @@ class Record:
 
 
 class RecordingStore(DelegatingStore):
-    """Records every ``transition`` (and ``claim_next``/``wait_for_work`` call)."""
+    """Records every ``transition`` — and every item of ``transition_many`` — (and
+    ``claim_next``/``wait_for_work`` call)."""
 
     def __init__(self, inner: TaskStore) -> None:
         super().__init__(inner)
         self.records: list[Record] = []
+        self.groups: list[int] = []
+        """Sizes of the ``transition_many`` calls (group commits)."""
         self.claim_limits: list[int] = []
         self.wakeup_waits = 0
         self.idle = asyncio.Event()
@@ -96,6 +100,24 @@ class RecordingStore(DelegatingStore):
             raise
         await self._add(Record(task_id, event, authority, result, None))
         return result
+
+    async def transition_many(
+        self, items: Sequence[tuple[str, int, Event, Any]]
+    ) -> list[Transition | TasksError]:
+        """Records each item like a ``transition`` (the worker's group commit)."""
+        try:
+            results = await self.inner.transition_many(items)
+        except BaseException as exc:
+            for task_id, _, event, authority in items:
+                await self._add(Record(task_id, event, authority, None, exc))
+            raise
+        self.groups.append(len(items))
+        for (task_id, _, event, authority), result in zip(items, results, strict=True):
+            if isinstance(result, Transition):
+                await self._add(Record(task_id, event, authority, result, None))
+            else:
+                await self._add(Record(task_id, event, authority, None, result))
+        return results
 
     async def claim_next(
         self,

@@ -46,7 +46,7 @@ from tasks_core import (
 )
 from tasks_core.authority import Authority, scoped_task_key
 
-from tasks_contract_tests.bad_input import fuzz_settings
+from tasks_contract_tests._calls import fuzz_settings
 from tasks_contract_tests.fuzz import id_variants, masked, store_fingerprint
 
 __all__ = ["StoreFactory", "run_isolation_check"]

@@ -5,7 +5,9 @@ run must never overlap: one may otherwise use a token the other just replaced. A
 :class:`LeaseCell` holds the current lease behind a lock and retries what may be retried:
 a ``RevisionConflict`` by taking the current revision from the conflict (bounded), and a
 ``StoreUnavailable`` with a short backoff (bounded; the event id is stable, so a retried
-write that had in fact landed answers ``duplicate``).
+write that had in fact landed answers ``duplicate``). With a :class:`GroupCommit`, terminal
+events go through it (same lease, same revision, same retries) instead of one
+``transition`` each.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tasks_core._group import GroupCommit
 from tasks_core.errors import RevisionConflict, StoreUnavailable
 from tasks_core.events import Event, Transition
 from tasks_core.models import Lease, Snapshot
@@ -24,14 +27,17 @@ log = logging.getLogger(__name__)
 
 MAX_CONFLICTS = 8
 MAX_UNAVAILABLE = 5
+GROUPED = frozenset({"completed", "failed", "retry_requested"})
+"""Terminal events, written through the worker's group commit when it has one."""
 
 
 class LeaseCell:
     """The current lease of one run; see the module docstring."""
 
-    def __init__(self, store: TaskStore, lease: Lease) -> None:
+    def __init__(self, store: TaskStore, lease: Lease, group: GroupCommit | None = None) -> None:
         self.store = store
         self.lease = lease
+        self.group = group
         self._lock = asyncio.Lock()
 
     async def renew(self, lease_for: float) -> Snapshot:
@@ -86,6 +92,10 @@ class LeaseCell:
         while True:
             try:
                 async with self._lock:
+                    if self.group is not None and event.kind in GROUPED:
+                        return await self.group.write(
+                            self.lease.task_id, revision, event, self.lease
+                        )
                     return await self.store.transition(
                         self.lease.task_id, revision, event, self.lease
                     )

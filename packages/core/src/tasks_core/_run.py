@@ -17,7 +17,10 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
 6. write the outcome with the lease: ``completed``; ``retry_requested`` for an exception
    or ``Retry``; ``failed`` at once for ``MemoryError``, ``RecursionError``,
    ``KeyboardInterrupt``, ``SystemExit`` or a result that is not JSON; a release for a
-   parked run or a run that stopped with an error for a ``shutdown``.
+   parked run or a run that stopped with an error for a ``shutdown``. On a store with
+   ``batch_transitions`` the outcome goes through the worker's group commit
+   (:mod:`tasks_core._group`), and the worker slot is given back as soon as the handler
+   is done (the lease is held until the group commits).
 
 A run that stopped waiting early frees its slot; the handler's late outcome is still
 written with the old lease, which the store refuses (``LeaseLost``: fenced off) or ignores
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks_core._group import GroupCommit
 from tasks_core._json import check_json, json_size
 from tasks_core._lease import LeaseCell
 from tasks_core.authority import check_key
@@ -87,6 +91,10 @@ class RunEnv:
     recover: Literal["retry", "fail"]
     stopping: Callable[[], bool]
     keep: Callable[[asyncio.Future[Any]], None]
+    group: GroupCommit | None = None
+    """The worker's group commit of terminal events (stores with ``batch_transitions``)."""
+    free_slot: Callable[[Run], None] | None = None
+    """Give the run's worker slot back before its terminal event is written (group mode)."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +113,14 @@ class Run:
         self.task_id = claim.snapshot.id
         self.run_id = claim.snapshot.run_id
         self.generation = claim.lease.generation
-        self.cell = LeaseCell(env.store, claim.lease)
+        self.cell = LeaseCell(env.store, claim.lease, env.group)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()
         self.started = False
         self.parked = False
         self.dead = False
+        self.settling = False
+        """The handler is done and its outcome is on the way to the store."""
         self._poke = asyncio.Event()
         self._handler: asyncio.Future[_Outcome] | None = None
         self._helpers: list[asyncio.Task[None]] = []
@@ -300,6 +310,8 @@ class Run:
                 await self._release("stopped for the shutdown")
                 return
         event = self._outcome_event(outcome)
+        if not late:
+            self._settle()
         transition = await self._write(event, late=late)
         if (
             transition is not None
@@ -308,6 +320,13 @@ class Run:
             and not late
         ):
             await self._release("the task had finished already")
+
+    def _settle(self) -> None:
+        """The handler is done: in group mode the worker slot is free at once (the lease
+        is held, and the run stays the task's, until the group commit answers)."""
+        self.settling = True
+        if self.env.group is not None and self.env.free_slot is not None:
+            self.env.free_slot(self)
 
     def _outcome_event(self, outcome: _Outcome) -> Event:
         error = outcome.error

@@ -36,7 +36,8 @@ from tasks_core.authority import (
     Owner,
     System,
     check_key,
-    owner_of,
+    check_task_id,
+    names,
     random_task_id,
     require_authority,
     scoped_task_key,
@@ -51,15 +52,7 @@ from tasks_core.errors import (
     TaskTimeout,
 )
 from tasks_core.events import Cancelled, EventRecord, InputResponsesAccepted, Transition
-from tasks_core.models import (
-    MAX_ID_BYTES,
-    NewTask,
-    RetryPolicy,
-    Snapshot,
-    TaskQuery,
-    TaskStatus,
-    Work,
-)
+from tasks_core.models import NewTask, RetryPolicy, Snapshot, TaskQuery, TaskStatus, Work
 from tasks_core.policy import Limits, Policy
 from tasks_core.store import TaskStore
 
@@ -323,11 +316,11 @@ class App(Registry):
         """
         authority = require_authority(authority)
         store = await self._opened()
-        task_id = _task_id(task_id)
+        task_id = check_task_id(task_id)
         try:
             snapshot = await store.get(task_id, tenant=authority.tenant)
         except StoreCorrupt:
-            if _entitled(task_id, authority):
+            if names(task_id, authority):
                 raise
             # Whose record it is cannot be read: to anyone who cannot be shown to own it
             # (by the id alone), it reads as missing — never as "exists, but broken".
@@ -373,7 +366,7 @@ class App(Registry):
             raise InvalidInput("status must be a status or a list of statuses")
         rules.check_limit(limit, maximum=1000)
         if after is not None:
-            after = _task_id(after, what="after")
+            after = check_task_id(after, what="after")
         principal = (
             authority
             if isinstance(authority, Owner) and self.policy.visibility == "watchers"
@@ -588,31 +581,3 @@ def _status(value: TaskStatus | str) -> TaskStatus:
         return TaskStatus(value)
     except (ValueError, TypeError):
         raise InvalidInput(f"unknown status {value!r}") from None
-
-
-def _entitled(task_id: str, authority: Authority) -> bool:
-    """Whether ``authority`` may learn that ``task_id`` is stored but corrupt: ``System()``,
-    or whoever the id itself names as owner (or as tenant, for ``System(tenant)``)."""
-    if isinstance(authority, Owner):
-        return owner_of(task_id) == authority
-    if authority.tenant is None:
-        return True
-    owner = owner_of(task_id)
-    if owner is not None:
-        return owner.tenant == authority.tenant
-    return task_id.startswith(f"{authority.tenant}::::")
-
-
-def _task_id(value: object, *, what: str = "task_id") -> str:
-    """``value`` if it could be a task id (what every store can look up); the rule depends
-    on the string alone, so a refusal tells nothing about stored tasks.
-
-    Raises:
-        InvalidInput: not 1..1024 UTF-8 bytes of printable text.
-    """
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string")
-    # Printable first: lone surrogates (which no store can encode) are not printable.
-    if not value.isprintable() or len(value.encode()) > MAX_ID_BYTES:
-        raise InvalidInput(f"{what} must be 1..{MAX_ID_BYTES} bytes of printable text")
-    return value

@@ -40,6 +40,8 @@ __all__ = [
     "System",
     "check_key",
     "check_name",
+    "check_task_id",
+    "names",
     "owner_of",
     "random_task_id",
     "require_authority",
@@ -49,6 +51,7 @@ __all__ = [
 DEFAULT_TENANT = "default"
 SEPARATOR = "::"
 MAX_NAME_BYTES = 256
+MAX_ID_BYTES = 1024
 
 
 def check_name(value: str, *, what: str = "name") -> str:
@@ -91,6 +94,22 @@ def check_key(key: str) -> str:
     if len(key.encode()) > MAX_NAME_BYTES:
         raise InvalidInput(f"key must be at most {MAX_NAME_BYTES} bytes")
     return key
+
+
+def check_task_id(value: object, *, what: str = "task_id") -> str:
+    """Return ``value`` if it could be a task id: 1..1024 UTF-8 bytes of printable text,
+    what every store can look up. The rule depends on the string alone, so a refusal says
+    nothing about stored tasks.
+
+    Raises:
+        InvalidInput: anything else (``None``, bytes, NUL, lone surrogates, too long).
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string")
+    # Printable first: lone surrogates (which no store can encode) are not printable.
+    if not value.isprintable() or len(value.encode()) > MAX_ID_BYTES:
+        raise InvalidInput(f"{what} must be 1..{MAX_ID_BYTES} bytes of printable text")
+    return value
 
 
 def _name(what: str) -> AfterValidator:
@@ -196,6 +215,24 @@ def owner_of(task_id: str) -> Owner | None:
     except InvalidInput:
         return None
     return owner if rebuilt == task_id else None
+
+
+def names(task_id: str, authority: Owner | System) -> bool:
+    """Whether ``task_id`` itself names ``authority``: ``System()`` always; an owner whose
+    scoped id it is (:func:`owner_of`); ``System(tenant)`` when the id is an owner-scoped
+    or global id of that tenant. Random ids name only ``System()``.
+
+    Core uses it where a record cannot be read (``StoreCorrupt``): only those the id names
+    may learn that it exists.
+    """
+    if isinstance(authority, Owner):
+        return owner_of(task_id) == authority
+    if authority.tenant is None:
+        return True
+    owner = owner_of(task_id)
+    if owner is not None:
+        return owner.tenant == authority.tenant
+    return task_id.startswith(f"{authority.tenant}{SEPARATOR}{SEPARATOR}")
 
 
 def random_task_id() -> str:

@@ -61,13 +61,23 @@ def load_app(spec: str) -> App:
     return app
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``tasks``."""
+def _common(*, top: bool) -> argparse.ArgumentParser:
+    """``--store`` and ``--verbose``, accepted before and after the command. After it they
+    default to "not given" (``SUPPRESS``): a subcommand's default must never overwrite a
+    value given before the command (``tasks --store URL ls``)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", metavar="URL",
+                        default=None if top else argparse.SUPPRESS,
                         help=f"store URL (default ${ENV_VAR}, else sqlite:///tasks.db when "
                              "tasks-store-sql is installed, else memory://)")
-    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    common.add_argument("-v", "--verbose", action="store_true",
+                        default=False if top else argparse.SUPPRESS, help="debug logging")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tasks``."""
+    common = _common(top=False)
     who = argparse.ArgumentParser(add_help=False)
     # No defaulted authority: every command that reads or acts says whom it acts as.
     acting = who.add_argument_group("who acts (one is required)").add_mutually_exclusive_group(
@@ -78,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--tenant", help="the tenant (default: 'default' for --user, every "
                                       "tenant for --system)")
 
-    parser = argparse.ArgumentParser(prog="tasks", parents=[common],
+    parser = argparse.ArgumentParser(prog="tasks", parents=[_common(top=True)],
                                      description="Durable background tasks.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, model_va
 
 from tasks_core._json import check_json, check_text
 from tasks_core._model import Model
-from tasks_core.authority import Owner, check_key, check_name
+from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput
 from tasks_core.reasons import CancelReason
@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 MAX_MESSAGE_CHARS = 2048
-MAX_ID_BYTES = 1024
 
 
 def _json(value: Any) -> Any:

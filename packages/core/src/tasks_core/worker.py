@@ -6,10 +6,16 @@ claim, and when nothing was claimed wait for work: the store's wakeups where it 
 them (``capabilities.wakeups``), else polling with exponential backoff; submits, answers
 and releases made through the same ``App`` wake it at once either way.
 
-Concurrency: ``concurrency`` runs at once in this worker, and per queue at most
+Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
 ``exclusive=True`` runs one task at a time across every worker (store capability
 ``exclusive_queues``; refused at start otherwise).
+
+Group commit: on a store with ``batch_transitions`` the terminal events of the worker's
+runs are written together (:class:`~tasks_core._group.GroupCommit`: one transaction for
+several completions, each still fenced by its own revision and lease), and a run gives its
+slot back as soon as its handler is done, so the next claim overlaps the commit. A crash
+before the commit only means those tasks run again.
 
 Shutdown (:meth:`Worker.shutdown`): stop claiming first; claims that arrive afterwards
 are released unstarted (nothing lost, nothing cancelled); running tokens get
@@ -31,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks_core._group import GroupCommit
 from tasks_core._housekeeping import Reaper
 from tasks_core._run import Run, RunEnv
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
@@ -62,6 +69,10 @@ class Worker:
         min_poll: the first idle wait (backoff start) for stores without wakeups.
         progress_interval: at most one progress write per run per this many seconds.
         reap_interval: seconds between reaper ticks; ``None``: no reaper in this worker.
+        commit_window: on a store with ``batch_transitions``, the longest a terminal event
+            waits for others to be committed with it (seconds; it never waits once no
+            handler of the worker is running).
+        commit_batch: the most terminal events committed together.
 
     Raises:
         InvalidInput: a bad argument or an undeclared queue.
@@ -82,6 +93,8 @@ class Worker:
         min_poll: float = 0.05,
         progress_interval: float = 0.5,
         reap_interval: float | None = 60.0,
+        commit_window: float = 0.003,
+        commit_batch: int = 64,
     ) -> None:
         self.app = app
         declared = app.queues
@@ -103,6 +116,11 @@ class Worker:
                             (progress_interval, "progress_interval")):
             if not value > 0:
                 raise InvalidInput(f"{what} must be positive")
+        if not 0 <= commit_window <= 1:
+            raise InvalidInput("commit_window must be in [0, 1] seconds")
+        if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
+                or not 1 <= commit_batch <= 1000:
+            raise InvalidInput("commit_batch must be an integer in 1..1000")
         self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
         self.limits: dict[str, int] = {}
         for q in self.queues:
@@ -135,6 +153,10 @@ class Worker:
         self.claimed = 0
         self.reaper: Reaper | None = None
         self._work_seen = 0
+        self.commit_window = commit_window
+        self.commit_batch = commit_batch
+        self.group: GroupCommit | None = None
+        self._slots: set[Run] = set()
 
     # -- public --------------------------------------------------------------------------
 
@@ -161,12 +183,18 @@ class Worker:
                 f"queue(s) {', '.join(sorted(self.exclusive))} are exclusive, but this store "
                 "has no exclusive_queues capability"
             )
+        if store.capabilities.batch_transitions and callable(
+            getattr(store, "transition_many", None)
+        ):
+            self.group = GroupCommit(store, self._handlers_busy, window=self.commit_window,
+                                     max_items=self.commit_batch)
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
             changes=self.app._changes, work=self.app._work, worker_id=self.worker_id,
             lease_for=self.lease_for, input_park=self.input_park,
             poll_interval=self.poll_interval, progress_interval=self.progress_interval,
             recover=self.recover, stopping=lambda: self._stopping, keep=self._keep_late,
+            group=self.group, free_slot=self._free_slot,
         )
         self._work_seen = self.app._work.version
         self.app._changes.add_cancel_listener(self._on_cancel)
@@ -191,6 +219,8 @@ class Worker:
         except BaseException:
             for task in list(self._run_tasks):
                 task.cancel()
+            if self.group is not None:
+                self.group.abandon()
             raise
         finally:
             if not claiming.done():  # a claim outlived the drain: give up on it
@@ -329,6 +359,7 @@ class Worker:
             return
         run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name))
         self.runs[snapshot.id] = run
+        self._slots.add(run)
         self._active[snapshot.queue] += 1
         task = asyncio.create_task(self._execute(run), name=f"tasks:run:{snapshot.id}")
         self._run_tasks[task] = run
@@ -341,13 +372,26 @@ class Worker:
         except Exception:
             log.exception("task %r: the run failed unexpectedly", run.task_id)
         finally:
-            self._active[run.snapshot.queue] -= 1
+            self._free_slot(run)
             if self.runs.get(run.task_id) is run:
                 del self.runs[run.task_id]
             current = asyncio.current_task()
             if current is not None:
                 self._run_tasks.pop(current, None)
             self._slot_freed.set()
+
+    def _free_slot(self, run: Run) -> None:
+        """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as
+        its handler is done."""
+        if run in self._slots:
+            self._slots.discard(run)
+            self._active[run.snapshot.queue] -= 1
+            self._slot_freed.set()
+
+    def _handlers_busy(self) -> int:
+        """Runs of this worker whose handler has not finished (the group commit waits for
+        them, briefly)."""
+        return sum(1 for run in self.runs.values() if not run.settling)
 
     async def _release_unstarted(self, claim: Claim) -> None:
         try:

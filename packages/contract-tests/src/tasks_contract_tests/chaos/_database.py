@@ -27,6 +27,7 @@ __all__ = [
     "can_restart_postgresql",
     "cut_connections",
     "local_ports",
+    "other_clients",
     "restart_postgresql",
     "sqlite_path",
 ]
@@ -112,6 +113,25 @@ async def cut_connections(url: str, family: str, pids: Iterable[int]) -> int:
             conn.close()
         return cut
     raise ValueError(f"no connection cutting for {family}")
+
+
+async def other_clients(url: str, pids: Iterable[int]) -> int:
+    """How many clients of the PostgreSQL server of ``url`` are not ``pids`` (nor this
+    question): a restart would hurt them too."""
+    host, port, user, password, database = _server(url, "postgresql")
+    ours = sorted(local_ports(pids, port))
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    conn = await asyncpg.connect(host=host, port=port, user=user, password=password,
+                                 database=database)
+    try:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid() AND NOT (coalesce(client_port, -1) = ANY($1::int[]))",
+            ours)
+    finally:
+        await conn.close()
+    return int(count)
 
 
 def _cluster() -> tuple[str, str] | None:

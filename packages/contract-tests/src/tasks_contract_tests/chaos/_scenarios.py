@@ -25,6 +25,7 @@ from tasks_core import Owner, RetryPolicy, Snapshot
 from tasks_contract_tests.chaos._database import (
     can_restart_postgresql,
     cut_connections,
+    other_clients,
     restart_postgresql,
     sqlite_path,
 )
@@ -291,6 +292,9 @@ async def _server_faults(target: Target, fleet: Fleet, outcome: Outcome) -> None
         outcome.tried["connections_cut"] = outcome.tried.get("connections_cut", 0) + \
             await cut_connections(target.url, family, pids)
         if round_ == 2 and family == "postgresql":
+            others = await other_clients(target.url, pids) if why_not is None else 0
+            if others:
+                why_not = f"{others} other client(s) of the server were connected"
             if why_not is None:
                 await restart_postgresql(target.url)
                 outcome.tried["restarts"] = outcome.tried.get("restarts", 0) + 1

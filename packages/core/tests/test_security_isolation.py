@@ -1,0 +1,41 @@
+"""Tenant isolation: no sequence of calls by an outsider reveals or changes anything of
+another tenant (or of a task it is not a member of), through results, error messages or
+existence probes — including for a record that is stored corrupt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tasks_contract_tests.garbage import check_contained, seed
+from tasks_contract_tests.isolation import run_isolation_check
+from tasks_core import ManualClock, TaskStore
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def _memory(**options: Any) -> TaskStore:
+    return MemoryStore(**options)
+
+
+@pytest.mark.parametrize("visibility", ["watchers", "tenant"])
+def test_outsiders_learn_and_change_nothing(visibility: Any) -> None:
+    """Random sequences of every client call by principals of another tenant (and, under
+    ``visibility="watchers"``, by a non-member of the same tenant), aimed at ids guessed
+    from a tenant's real ids, MUST leave that tenant's tasks, histories and leases exactly
+    as they were, and every answer about an existing task MUST equal the answer about a
+    missing id once the id is masked."""
+    run_isolation_check(_memory, max_examples=60, visibility=visibility)
+
+
+async def test_a_corrupt_record_reads_as_missing_to_whoever_cannot_own_it() -> None:
+    """A record that fails validation MUST raise ``StoreCorrupt`` (naming only its id) to
+    ``System`` and to its owner, and MUST read exactly like a missing task to another
+    tenant or a non-member — whether a record exists must not leak through its damage;
+    listings, claims and reaping MUST carry on past it."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    seeded = await seed(store, clock)
+    store._corrupt(seeded.victim)
+    await check_contained(store, clock, seeded)
