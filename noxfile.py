@@ -80,7 +80,8 @@ SUITE = ("core", "store-memory", "contract-tests")
 
 # fmt: off
 PACKAGES = {
-    "core": Package("packages/core", "tasks_core", ("store-memory", "store-sql")),
+    "core": Package("packages/core", "tasks_core", ("store-memory", "store-sql",
+                                                    "contract-tests")),
     "store-memory": Package("packages/store-memory", "tasks_store_memory", SUITE),
     "store-sql": Package("packages/store-sql", "tasks_store_sql", SUITE),
     "store-mongo": Package("packages/store-mongo", "tasks_store_mongo", SUITE),
@@ -260,3 +261,25 @@ def reliability(session: nox.Session) -> None:
         with store_url(session, store) as url:
             session.run("tasks", "stress", "--store", url, "--small")
             session.run("python", "-m", "tasks_contract_tests.chaos", "--store", url, "--fast")
+
+
+BENCH_POSTGRES = "postgresql://postgres@127.0.0.1:5432/tasks_bench"
+
+
+@nox.session(tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """The hot-path benchmark (packages/store-sql/bench): burn-down, enqueue, enqueue→start
+    latency and commits per task on memory, SQLite and PostgreSQL, as ratios to baselines
+    measured in the same run. A benchmark, not a test: tagged `bench`, never `all` (CI).
+    PostgreSQL is a database of its own (`TASKS_BENCH_POSTGRES_URL`, created if missing);
+    unreachable, the session skips. `nox -s bench -- --tasks 20000 --stores postgresql`."""
+    url = os.environ.get("TASKS_BENCH_POSTGRES_URL", BENCH_POSTGRES)
+    stores = next((a.split("=", 1)[1] for a in session.posargs if a.startswith("--stores=")),
+                  "postgresql" if "--stores" not in session.posargs else
+                  session.posargs[session.posargs.index("--stores") + 1])
+    if "postgresql" in stores and not reachable(url):
+        session.skip(f"bench: no PostgreSQL answers at {url}; start it or set "
+                     "TASKS_BENCH_POSTGRES_URL (or pass --stores memory,sqlite)")
+    install(session, "core", "store-memory", "store-sql")
+    session.run("python", str(ROOT / "packages/store-sql/bench/bench.py"),
+                "--postgres-url", url, *session.posargs)

@@ -76,13 +76,13 @@ MODEL_CATCHES: list[type] = [
     broken.NoTenantFilter,
     broken.ExpiredTasksStayVisible,
     broken.ClaimNextIgnoresLiveLeases,
-    broken.ClaimNextIgnoresRetryAt,
     broken.ReleaseResetsDeliveries,
     broken.ReleaseConsumesARetry,
-    broken.DeliveryLimitIgnored,
 ]
-"""Broken stores the model check catches on its own (the rest need races or corrupt
-records, which the model does not generate)."""
+"""Broken stores the model check catches on its own within the small budget. The rest need
+races or corrupt records, which the model does not generate, or a longer program than the
+budget reliably reaches (a retry deadline or delivery limit ignored: the contract tests
+catch those)."""
 MODEL_EXAMPLES, MODEL_STEPS = 100, 25
 """Small, fixed (seeded) budget: the run is deterministic."""
 

@@ -125,3 +125,19 @@ def test_the_reliability_page_sums_what_was_tried_and_lost() -> None:
     assert 1 == page.count("| sqlite | chaos `kill-running` | 3 | 10 | 1 |")
     assert "6 processes, 20 tasks, 3 SIGKILLs" in page
     assert "**1 lost, 0 doubled, 0 outcomes overwritten by a stale worker.**" in page
+
+
+@linux
+def test_the_connections_of_a_process_are_found_by_its_pid() -> None:
+    """``local_ports`` MUST find the local port of every TCP connection a process holds
+    to a server port (how the chaos runner cuts only the workers' connections)."""
+    import os
+    import socket
+
+    from tasks_contract_tests.chaos._database import local_ports
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            mine = client.getsockname()[1]
+            assert {mine} == local_ports([os.getpid()], port)

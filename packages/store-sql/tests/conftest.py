@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import ExecutableDDLElement
+from sqlalchemy.sql.compiler import DDLCompiler
 from tasks_store_sql import SQLStore, migrate
 from tasks_store_sql._dialect import parse_url
 
@@ -30,10 +33,25 @@ POOL_SIZE = 4
 Opener = Callable[..., Awaitable[SQLStore]]
 
 
+class CreateDatabase(ExecutableDDLElement):
+    """``CREATE DATABASE [IF NOT EXISTS] <name>``, the name quoted by the dialect."""
+
+    def __init__(self, name: str, *, if_not_exists: bool = False) -> None:
+        self.name = name
+        self.if_not_exists = if_not_exists
+
+
+@compiles(CreateDatabase)
+def _create_database(element: CreateDatabase, compiler: DDLCompiler, **_: Any) -> str:
+    exists = "IF NOT EXISTS " if element.if_not_exists else ""
+    return "CREATE DATABASE " + exists + compiler.preparer.quote(element.name)
+
+
 async def _ensure_database(url: str) -> None:
     target = parse_url(url)
     name = target.url.database
-    server = target.url.set(database="postgres" if target.kind == "postgresql" else None)
+    # (``URL.set(database=None)`` keeps the database: ``None`` means "unchanged" there)
+    server = target.url._replace(database="postgres" if target.kind == "postgresql" else None)
     engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
@@ -42,9 +60,9 @@ async def _ensure_database(url: str) -> None:
                     sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
                 )
                 if found.first() is None:
-                    await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                    await conn.execute(CreateDatabase(str(name)))
             else:
-                await conn.execute(sa.text(f"CREATE DATABASE IF NOT EXISTS `{name}`"))
+                await conn.execute(CreateDatabase(str(name), if_not_exists=True))
     finally:
         await engine.dispose()
 

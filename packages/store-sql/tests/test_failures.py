@@ -51,7 +51,7 @@ _WAITING = {
         "AND info LIKE 'INSERT INTO %%task_events%%' AND id <> connection_id()"
     ),
 }
-_KILL = {"postgresql": "SELECT pg_terminate_backend({})", "mysql": "KILL CONNECTION {}"}
+_KILL = {"postgresql": "SELECT pg_terminate_backend(:pid)", "mysql": "KILL CONNECTION :pid"}
 
 
 async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_recovers(
@@ -95,7 +95,7 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
                 await asyncio.sleep(0.01)
             assert victim is not None, "the store's transaction never waited on the lock"
             async with monitor.begin():
-                await monitor.execute(sa.text(_KILL[store.dialect].format(int(victim))))
+                await monitor.execute(sa.text(_KILL[store.dialect]), {"pid": int(victim)})
             with pytest.raises(StoreUnavailable):
                 await writer
             await trans.rollback()
@@ -123,7 +123,7 @@ async def test_a_dropped_table_raises_a_store_error_not_a_driver_error(
     store = await SQLStore.open(db_url, namespace=fresh_namespace)
     try:
         async with store.engine.begin() as conn:
-            await conn.execute(sa.text(f"DROP TABLE {store.tables.events.name}"))
+            await conn.run_sync(store.tables.events.drop)
         await store.create(_new("t"))
         with pytest.raises(StoreError) as failed:
             await store.history("t", tenant=None)

@@ -124,7 +124,9 @@ async def test_a_foreign_table_in_the_namespace_is_refused(
     store = SQLStore(db_url, namespace=fresh_namespace)
     try:
         async with store.engine.begin() as conn:
-            await conn.execute(sa.text(f"CREATE TABLE {fresh_namespace}_tasks (x INTEGER)"))
+            foreign = sa.Table(f"{fresh_namespace}_tasks", sa.MetaData(),
+                               sa.Column("x", sa.Integer))
+            await conn.run_sync(foreign.create)
         with pytest.raises(SchemaMismatch, match="not a tasks store"):
             await store.get("any", tenant=None)
     finally:

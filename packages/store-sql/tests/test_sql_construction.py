@@ -110,7 +110,7 @@ def findings_in(path: Path, root: Path = PACKAGE.parents[1]) -> list[str]:
     return sorted(found)
 
 
-def test_no_sql_is_built_by_string_formatting() -> None:
+def test_no_sql_built_by_string_formatting() -> None:
     """No ``text()``/``execute()``/``exec_driver_sql()`` in the SQL store or its tests MAY
     take SQL built by an f-string, ``%``, ``.format()``, ``.join()`` or concatenation.
 

@@ -33,7 +33,7 @@ import os
 import secrets
 import socket
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -314,7 +314,7 @@ class Worker:
             if not plan:
                 await _first(self._slot_freed.wait(), self._stop.wait())
                 continue
-            claimed = 0
+            claimed, failed = 0, False
             for queues, limit, exclusive in plan:
                 limit = min(limit, self._free())
                 if limit <= 0 or self._stopping:
@@ -323,28 +323,31 @@ class Worker:
                     claims = await store.claim_next(self.worker_id, self.lease_for,
                                                     queues=queues, limit=limit,
                                                     exclusive=exclusive)
-                except TasksError:
-                    log.exception("worker %s: claim failed; backing off", self.worker_id)
-                    claims = []
+                except Exception:  # a store outage (or a store bug) must not kill the worker
+                    log.exception("worker %s: claim failed; backing off %.2fs",
+                                  self.worker_id, backoff)
+                    claims, failed = [], True
                 for claim in claims:
                     self._start(claim)
                 claimed += len(claims)
             if claimed:
                 backoff = self.min_poll
                 continue
-            await self._idle(store, backoff)
+            await self._idle(store, backoff, wakeups=not failed)
             backoff = min(backoff * 2, self.poll_interval)
 
-    async def _idle(self, store: Any, backoff: float) -> None:
-        """Wait for work: store wakeups or the backoff; local work, freed slots and a
-        shutdown wake it early."""
-        waits = [self._stop.wait(), self._slot_freed.wait(),
-                 self.app._work.wait(self._work_seen, self.poll_interval)]
-        if store.capabilities.wakeups:
-            waits.append(store.wait_for_work(list(self.queues), self.poll_interval))
+    async def _idle(self, store: Any, backoff: float, *, wakeups: bool) -> None:
+        """Wait for work: store wakeups (unless the store just failed) or the backoff; local
+        work, freed slots and a shutdown wake it early. A failing wakeup falls back to the
+        backoff, so an outage never turns into a busy loop."""
+        waits: list[Coroutine[Any, Any, object]] = [
+            self._stop.wait(), self._slot_freed.wait(),
+            self.app._work.wait(self._work_seen, self.poll_interval)]
+        timeout = backoff
+        if wakeups and store.capabilities.wakeups:
+            waits.append(_wakeup_or_backoff(store, list(self.queues), self.poll_interval,
+                                            backoff))
             timeout = self.poll_interval
-        else:
-            timeout = backoff
         await _first(*waits, timeout=timeout)
         self._work_seen = self.app._work.version
 
@@ -424,6 +427,17 @@ async def _wait_until(awaitable: Any, deadline: float) -> None:
     remaining = deadline - asyncio.get_running_loop().time()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(awaitable)), max(remaining, 0))
+
+
+async def _wakeup_or_backoff(
+    store: Any, queues: list[str], timeout: float, backoff: float
+) -> None:
+    """``store.wait_for_work``; when it fails, log and wait out ``backoff`` instead."""
+    try:
+        await store.wait_for_work(queues, timeout)
+    except Exception as exc:
+        log.warning("waiting for work failed (%r); polling after %.2fs", exc, backoff)
+        await asyncio.sleep(backoff)  # the backoff itself, not a stand-in for an event
 
 
 async def _first(*awaitables: Any, timeout: float | None = None) -> None:

@@ -185,9 +185,11 @@ class Database:
     async def _once_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
         async with self.current().connect() as conn:
             driver: Any = (await conn.get_raw_connection()).driver_connection
-            transaction = driver.transaction(isolation="read_committed")
             ended = False
             try:
+                # Inside the ``try``: a pooled connection the server closed raises here,
+                # and must be invalidated like any other dead connection.
+                transaction = driver.transaction(isolation="read_committed")
                 await transaction.start()
                 try:
                     result = await operation(driver)

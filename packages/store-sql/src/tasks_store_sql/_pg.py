@@ -38,14 +38,22 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from tasks_core import rules
 from tasks_core.clock import Clock
-from tasks_core.errors import LeaseLost, StoreUnavailable, TaskNotFound, TasksError, Unavailable
+from tasks_core.errors import (
+    CapacityExceeded,
+    LeaseLost,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+    TasksError,
+    Unavailable,
+)
 from tasks_core.events import EventRecord, Transition
-from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
+from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits, TaskStatus
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
-from tasks_store_sql._schema import Tables
+from tasks_store_sql._schema import COUNTER, Tables
 
 __all__ = ["FastPath", "Statement", "Statements"]
 
@@ -55,6 +63,7 @@ _TEXT = postgresql.ARRAY(sa.Text)
 _INT = postgresql.ARRAY(sa.Integer)
 _TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
 _PENDING = TaskStatus.PENDING.value
+_ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
 _ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
     ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
@@ -136,6 +145,78 @@ class Statements:
             tables, t.c.queue == sa.any_(_array("queues", _TEXT))
         )
         self.write = Statement.of(self._write(tables, channel))
+        self._creation(tables, channel)
+
+    def _creation(self, tables: Tables, channel: str) -> None:
+        """The statements of ``create``."""
+        t, locks = tables.tasks, tables.locks
+        held = (
+            sa.select(locks.c.value)
+            .where(locks.c.name == COUNTER)
+            .with_for_update()
+            .subquery("k")
+        )
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        self.counter = Statement.of(sa.select(held.c.value, clock.label("now")))
+        """Lock the creators' row; the number of stored tasks and ``now`` after the lock."""
+        self.existing = Statement.of(
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id == sa.bindparam("id"))
+            .with_for_update()
+        )
+        now = _now_param()
+        capped = (
+            sa.select(t.c.id)
+            .where(
+                t.c.tenant == sa.bindparam("tenant"),
+                t.c.status == sa.any_(_array("active", _TEXT)),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+                t.c.id != sa.bindparam("id"),
+            )
+            .limit(sa.bindparam("cap", type_=sa.Integer))
+            .subquery("a")
+        )
+        self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
+        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
+        inserted = (
+            sa.insert(t)
+            .values(id=sa.bindparam("id"), row_version=0,
+                    **{name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
+                       for name, type_ in _ROW_COLUMNS})
+            .returning(t.c.id)
+            .cte("t")
+        )
+        counted = (
+            sa.update(locks)
+            .where(locks.c.name == COUNTER)
+            .values(value=locks.c.value + 1)
+            .returning(locks.c.value)
+            .cte("c")
+        )
+        members = sa.func.unnest(
+            *(_array("m_" + name, _TEXT) for name in _MEMBER_COLUMNS)
+        ).table_valued(*_MEMBER_COLUMNS).render_derived()
+        granted = (
+            sa.insert(tables.members)
+            .from_select(list(_MEMBER_COLUMNS),
+                         sa.select(*(members.c[name] for name in _MEMBER_COLUMNS)))
+            .returning(tables.members.c.task_id)
+            .cte("m")
+        )
+        woken = sa.select(
+            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
+                              sa.bindparam("queue", type_=sa.Text))
+        ).cte("n")
+        self.insert = Statement.of(
+            sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+                        for cte in (inserted, counted, granted, woken)))
+        )
+        """Insert a new task with its members, count it, wake its queue."""
+        forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
+        self.forget_events = Statement.of(forget)
+        self.forget_members = Statement.of(
+            sa.delete(tables.members).where(tables.members.c.task_id == sa.bindparam("id"))
+        )
 
     @staticmethod
     def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
@@ -310,6 +391,63 @@ class FastPath:
             return plan.results
 
         return await self.db.run_driver(op)
+
+    # -- creation ------------------------------------------------------------------------
+
+    async def create(
+        self, new: NewTask, replace: Snapshot | None, limits: StoreLimits
+    ) -> Snapshot:
+        """See ``SQLStore.create`` (without ``connection``)."""
+        sql = self.sql
+
+        async def op(driver: Any) -> Snapshot:
+            total, clock = await driver.fetchrow(
+                sql.counter.sql, *sql.counter.args(now=self._now_arg())
+            )
+            now = rules.tick(clock)
+            found = await driver.fetchrow(sql.existing.sql, *sql.existing.args(id=new.id))
+            row = None if found is None else Loaded(*found)
+            current = row.snapshot if row is not None else None
+            if replace is None and current is not None:
+                raise TaskExists(rules.present(current, now))
+            if replace is not None:
+                if current is None:
+                    raise TaskNotFound(new.id)
+                rules.check_replace(current, replace, now)
+            if row is None and total >= limits.max_tasks:
+                raise CapacityExceeded("max_tasks")
+            others = total - (1 if row is not None else 0)
+            if others >= limits.max_active_tasks_per_scope:  # else the count cannot reach it
+                active = await driver.fetchval(sql.active.sql, *sql.active.args(
+                    tenant=new.tenant, active=list(_ACTIVE), now=now, id=new.id,
+                    cap=limits.max_active_tasks_per_scope,
+                ))
+                if active >= limits.max_active_tasks_per_scope:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
+            snapshot = rules.new_snapshot(new, now, replace=current)
+            members = _codec.member_rows(snapshot)
+            if row is None:
+                await self._insert(driver, snapshot, members)
+            else:
+                await driver.execute(sql.forget_events.sql, *sql.forget_events.args(id=new.id))
+                await driver.execute(sql.forget_members.sql, *sql.forget_members.args(id=new.id))
+                row.update(snapshot, None)
+                await self._write(driver, [row], members=members, wake=[snapshot.queue])
+            return snapshot
+
+        return await self.db.run_driver(op)
+
+    async def _insert(
+        self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]
+    ) -> None:
+        values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
+        values.update(_codec.projection(snapshot, None))
+        for name in _MEMBER_COLUMNS:
+            values["m_" + name] = [m[name] for m in members]
+        statement = self.sql.insert
+        counts = await driver.fetchrow(statement.sql, *statement.args(**values))
+        if tuple(counts[:3]) != (1, 1, len(members)):
+            raise StoreUnavailable("The creators' lock row is missing: nothing was written")
 
     # -- claims --------------------------------------------------------------------------
 

@@ -98,6 +98,7 @@ class Listener:
         driver, self._driver = self._driver, None
         if driver is not None:
             with contextlib.suppress(*DRIVER_ERRORS, RuntimeError):
+                driver.remove_termination_listener(self._on_lost)  # closing is no loss
                 await driver.close(timeout=5)
 
     async def close(self) -> None:

@@ -61,17 +61,20 @@ async def drop_namespace(base_url: str, namespace: str) -> None:
     tables = Tables.build(prefix_of(check_namespace(namespace)))
     engine = create_engine(target, busy_timeout=30)
     db = Database(engine=engine, kind=target.kind, owns_engine=True, managed_sqlite=True)
+    version = sa.Table(tables.version_table, sa.MetaData(), sa.Column("version_num",
+                                                                    sa.String(32)))
+    order = [tables.events, tables.members, tables.locks, tables.tasks, version]
+
+    def drop(conn: sa.Connection) -> None:
+        for table in order:
+            table.drop(conn, checkfirst=True)
+
     try:
         with translate(db.what):
             async with engine.begin() as conn:
-                for name in tables.names:
-                    await conn.execute(sa.text(f"DROP TABLE IF EXISTS {_quoted(conn, name)}"))
+                await conn.run_sync(drop)
     finally:
         await db.dispose()
-
-
-def _quoted(conn: Any, name: str) -> str:
-    return str(conn.dialect.identifier_preparer.quote_identifier(name))
 
 
 async def _corrupt(store: SQLStore, task_id: str) -> None:

@@ -187,6 +187,8 @@ class SQLStore(ClaimOps):
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         await self._ensure_ready()
+        if self._fast is not None and connection is None:
+            return await self._fast.create(new, replace, self.limits)
 
         async def op(conn: AsyncConnection) -> Snapshot:
             total = await self._lock_counter(conn)

@@ -104,10 +104,8 @@ ORDER = {"sqlite": 0, "postgresql": 1, "mariadb": 2, "mongodb": 3}
 def markdown(reports: Iterable[dict[str, Any]]) -> str:
     """``docs/reliability.md``: what was tried and what was lost or doubled, per store and
     workload, from the given JSON reports."""
-    items = sorted(
-        ((r, w) for r in reports for w in r["workloads"]),
-        key=lambda rw: (ORDER.get(rw[0]["store"], 9), rw[0]["kind"] != "stress", rw[1]["name"]),
-    )
+    ordered = sorted(reports, key=lambda r: (ORDER.get(r["store"], 9), r["kind"] != "stress"))
+    items = [(r, w) for r in ordered for w in r["workloads"]]
     reports_seen = {id(r): r for r, _ in items}.values()
     lines = [
         "# Reliability: what we tried, and what was lost or doubled",
@@ -153,7 +151,17 @@ def markdown(reports: Iterable[dict[str, Any]]) -> str:
     ]
     for report, item in items:
         figures = ", ".join(f"{k} {v}" for k, v in item["figures"].items() if v)
-        lines.append(f"| {report['store']} | `{item['name']}` | {figures or '-'} |")
+        notes = "".join(f" ({note})" for note in item.get("notes", []))
+        lines.append(f"| {report['store']} | `{item['name']}` | {figures or '-'}{notes} |")
+    failures = [
+        f"- {report['store']} `{item['name']}`: "
+        + "; ".join([*([item["error"]] if item["error"] else []),
+                     *(f"{c['name']}: expected {c['expected']}, got {c['actual']} "
+                       f"({', '.join(c['examples'])})" for c in item["checks"] if not c["ok"])])
+        for report, item in items if not item["ok"]
+    ]
+    if failures:
+        lines += ["", "## Failures", "", *failures]
     lines += ["", "## The invariants", ""]
     seen: dict[str, str] = {}
     for _, item in items:
