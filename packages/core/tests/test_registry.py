@@ -102,12 +102,24 @@ def test_near_miss_suggests_the_installed_store() -> None:
         find_store("memroy://")
 
 
-def test_known_first_party_scheme_says_what_to_install() -> None:
-    """A first-party scheme with nothing installed MUST name the distribution to install."""
-    if _installed("postgresql"):
-        pytest.skip("a plugin serving postgresql is installed here")
-    with pytest.raises(UnknownStore, match="Install it with: pip install tasks-store-sql"):
-        find_store("postgresql://localhost/db")
+@pytest.mark.parametrize(
+    ("url", "distribution"),
+    [
+        ("postgresql://localhost/db", "tasks-store-sql"),
+        ("mongodb://localhost/db", "tasks-store-mongo"),
+    ],
+)
+def test_known_first_party_scheme_says_what_to_install(
+    url: str, distribution: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first-party scheme with nothing installed MUST name the distribution to install.
+
+    The entry points are hidden so the rule is checked whatever this environment has."""
+    from tasks_core import _registry
+
+    monkeypatch.setattr(_registry, "entry_points", lambda group: [])
+    with pytest.raises(UnknownStore, match=f"Install it with: pip install {distribution}"):
+        find_store(url)
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,10 @@ async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
     try:
         store = await open_mongo(store_url(server.url, driver), clock=ManualClock(), max_tasks=2)
         try:
-            assert (True, True, False, False) == tuple(store.capabilities.model_dump().values())
+            caps = store.capabilities
+            assert (True, True, False, False) == (
+                caps.durable, caps.multi_process, caps.wakeups, caps.exclusive_queues
+            )
             with pytest.raises(CapabilityNotSupported):
                 await store.wait_for_work(["default"], 0.01)
             with pytest.raises(CapabilityNotSupported):
