@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,6 @@ from tasks_core import (
     open_store,
 )
 from tasks_core._registry import scheme_of
-
-
-def _installed(name: str) -> bool:
-    return any(ep.name == name for ep in entry_points(group="tasks"))
 
 
 def _fake_distribution(root: Path, dist: str, entry: str, target: str) -> None:
