@@ -81,7 +81,7 @@ async def test_terminal_events_of_runs_that_end_together_are_committed_as_one_gr
     app, gate = _gated_app(store)
     async with app:
         ids = [(await app.submit("job", None, ALICE)).id for _ in range(N)]
-        async with fast_worker(app, concurrency=N, commit_window=1.0):
+        async with fast_worker(app, concurrency=N, batch_window=1.0):
             await gate.all_started(N)
             gate.set()
             done = [await app.wait(i, ALICE, timeout=TIMEOUT) for i in ids]
@@ -98,7 +98,7 @@ async def test_a_stale_lease_in_a_group_is_refused_while_the_others_apply() -> N
     app, gate = _gated_app(store)
     async with app:
         ids = [(await app.submit("job", None, ALICE)).id for _ in range(N)]
-        async with fast_worker(app, concurrency=N, commit_window=1.0) as worker:
+        async with fast_worker(app, concurrency=N, batch_window=1.0) as worker:
             await gate.all_started(N)
             stolen = ids[1]
             renewed = await store.inner.renew(worker.runs[stolen].cell.lease, 30)  # old: stale
@@ -144,7 +144,7 @@ async def test_a_group_that_fails_as_a_whole_is_written_again() -> None:
     app, gate = _gated_app(store)
     async with app:
         ids = [(await app.submit("job", None, ALICE)).id for _ in range(N)]
-        async with fast_worker(app, concurrency=N, commit_window=1.0):
+        async with fast_worker(app, concurrency=N, batch_window=1.0):
             await gate.all_started(N)
             gate.set()
             done = [await app.wait(i, ALICE, timeout=TIMEOUT) for i in ids]
@@ -180,7 +180,7 @@ async def test_a_worker_that_dies_before_its_group_commits_leaves_the_tasks_to_r
     gate.set()
     async with app:
         ids = [(await app.submit("job", None, ALICE)).id for _ in range(N)]
-        dying = fast_worker(app, concurrency=N, commit_window=1.0, worker_id="doomed")
+        dying = fast_worker(app, concurrency=N, batch_window=1.0, worker_id="doomed")
         serving = asyncio.create_task(dying.run())
         store = app.store
         assert isinstance(store, _NeverCommits)
@@ -214,11 +214,11 @@ async def test_without_batch_transitions_terminal_events_are_written_one_by_one(
     assert sorted(ids) == sorted(r.task_id for r in store.records if r.event.kind == "completed")
 
 
-@pytest.mark.parametrize("options", [{"commit_window": -1}, {"commit_window": 2},
+@pytest.mark.parametrize("options", [{"batch_window": -1}, {"batch_window": 2},
                                      {"commit_batch": 0}, {"commit_batch": 1001},
                                      {"commit_batch": True}])
 async def test_bad_group_commit_settings_are_refused(options: dict[str, Any]) -> None:
-    """``commit_window`` outside [0, 1] seconds or ``commit_batch`` outside 1..1000 MUST be
+    """``batch_window`` outside [0, 1] seconds or ``commit_batch`` outside 1..1000 MUST be
     refused with ``InvalidInput``."""
     with pytest.raises(InvalidInput):
         Worker(make_app(), **options)

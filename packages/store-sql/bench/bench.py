@@ -418,10 +418,12 @@ def render(report: dict[str, Any]) -> str:
             "/".join(f"{cuts[k]:.1f}" for k in ("p50", "p90", "p99"))
             for cuts in f["latency_ms"].values()
         )
+        per = {k: "-" if f"burn_down / {k}" not in ratios else f"{ratios[f'burn_down / {k}']:.3f}"
+               for k in ("update", "update+insert")}
         lines.append(
             f"{name:<11} {f['enqueue_single']:>11.0f} {f['enqueue_batched']:>11.0f} "
-            f"{f['burn_down']:>10.0f} {ratios.get('burn_down / update', 0):>8.3f} "
-            f"{ratios.get('burn_down / update+insert', 0):>8.3f} {commits:>8}   {lat}"
+            f"{f['burn_down']:>10.0f} {per['update']:>8} {per['update+insert']:>8} "
+            f"{commits:>8}   {lat}"
         )
     lines += ["", f"target (issue 4): burn-down/update >= {PGQUEUER_RATIO:.3f} (pgqueuer), "
               f"commits/task <= {TARGET_COMMITS}, latency p50 <= {TARGET_P50_MS:g} ms "

@@ -110,6 +110,26 @@ async def test_other_queues_do_not_wake_a_waiter(pair: tuple[SQLStore, SQLStore]
     assert False is await waiting
 
 
+async def test_work_notified_while_nobody_waits_wakes_the_next_wait_at_once(
+    pair: tuple[SQLStore, SQLStore],
+) -> None:
+    """Work created while no waiter listens on its queue (a worker busy claiming) MUST
+    make the next ``wait_for_work`` on that queue return ``True`` at once — not sleep
+    until its timeout with claimable work in the table.
+
+    Troubleshooting: a notification that finds no waiter for its queue is remembered
+    until the next wait on that queue.
+    """
+    waiter, writer = pair
+    assert False is await waiter.wait_for_work(["mail"], 0.01)  # listening from here on
+    marker = asyncio.ensure_future(waiter.wait_for_work(["other"], WAIT))
+    await asyncio.sleep(0.1)
+    await writer.create(_new("unheard"))  # nobody waits on "mail" now
+    await writer.create(_new("marker", queue="other"))
+    assert True is await marker  # notifications arrive in commit order: "mail" came first
+    assert True is await waiter.wait_for_work(["mail"], WAIT)
+
+
 async def test_a_lost_listening_connection_wakes_waiters_and_reconnects(
     pair: tuple[SQLStore, SQLStore],
 ) -> None:

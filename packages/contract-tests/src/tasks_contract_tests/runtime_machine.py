@@ -149,8 +149,9 @@ class RuntimeMachine(RuleBasedStateMachine):
         self, prefer: Callable[[TaskModel], bool] | None = None
     ) -> st.SearchStrategy[str]:
         """A known task id — half the time one that ``prefer`` picks, if any."""
-        every = st.sampled_from(sorted(self.model.tasks) or ["missing"])
-        picked = sorted(i for i, t in self.model.tasks.items() if prefer and prefer(t))
+        # Creation order, never sorted ids: random ids differ between replays of one example.
+        every = st.sampled_from(list(self.model.tasks) or ["missing"])
+        picked = [i for i, t in self.model.tasks.items() if prefer and prefer(t)]
         return st.sampled_from(picked) | every if picked else every
 
     def _actor(self, data: st.DataObject, task_id: str) -> Owner | System:
@@ -184,7 +185,7 @@ class RuntimeMachine(RuleBasedStateMachine):
     def submit(self, data: st.DataObject) -> None:
         """Submit through the App: create, join or replace (or be refused)."""
         key: str | None
-        again = sorted(self.origins.items()) if data.draw(st.booleans(), label="again") else []
+        again = list(self.origins.items()) if data.draw(st.booleans(), label="again") else []
         if again:  # the same submitter and key again: join, or re-run a finished key
             actor, key, dedup = data.draw(st.sampled_from(again), label="as before")[1]
         else:

@@ -87,7 +87,7 @@ class GroupCommit:
         self._arrived.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush_loop(), name="tasks:group-commit")
-        result = await asyncio.shield(item.future)
+        result = await item.future
         if isinstance(result, TasksError):
             raise result
         return result

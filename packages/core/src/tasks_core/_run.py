@@ -124,6 +124,8 @@ class Run:
         self._poke = asyncio.Event()
         self._handler: asyncio.Future[_Outcome] | None = None
         self._helpers: list[asyncio.Task[None]] = []
+        self._beat: asyncio.TimerHandle | None = None
+        self._writer: asyncio.Task[None] | None = None
         self._stop_helpers = asyncio.Event()
         self._progress: tuple[float, str | None] | None = None
         self._progress_ready = asyncio.Event()
@@ -212,6 +214,8 @@ class Run:
     def abandon(self) -> None:
         """The worker died (or was cancelled): stop everything, write nothing."""
         self.dead = True
+        if self._beat is not None:
+            self._beat.cancel()
         for helper in self._helpers:
             helper.cancel()
         if self._handler is not None and isinstance(self._handler, asyncio.Task):
@@ -249,6 +253,7 @@ class Run:
     async def _supervise(self, handler: asyncio.Future[_Outcome]) -> bool:
         """Wait for the handler; ``False`` when the run stopped waiting early."""
         timeout = self.snapshot.work.timeout_s
+        handler.add_done_callback(lambda _: self._poke.set())
         while True:
             self._poke.clear()
             if handler.done():
@@ -263,13 +268,12 @@ class Run:
                     if self.token.cancel(CancelReason.TIMEOUT):
                         return False
                     continue
-            poke: asyncio.Future[Any] = asyncio.ensure_future(self._poke.wait())
-            waits: set[asyncio.Future[Any]] = {handler, poke}
-            try:
-                await asyncio.wait(waits, timeout=remaining,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                poke.cancel()
+            if remaining is None:
+                await self._poke.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await self._poke.wait()
 
     async def _stopped_early(self, handler: asyncio.Future[_Outcome]) -> None:
         reason = self.token.reason
@@ -383,17 +387,31 @@ class Run:
     # -- heartbeat and progress ----------------------------------------------------------
 
     def _start_helpers(self) -> None:
-        self._helpers = [
-            asyncio.ensure_future(self._heartbeat()),
-            asyncio.ensure_future(self._progress_writer()),
-        ]
+        """Arm the heartbeat: its task starts at the first renew, and the progress
+        writer's at the first progress report (a short run starts neither)."""
+        self._beat = self.loop.call_later(self.env.lease_for / 3, self._start_heartbeat)
+
+    def _start_heartbeat(self) -> None:
+        if not self._stop_helpers.is_set():
+            self._helpers.append(self.loop.create_task(self._heartbeat()))
+
+    def _start_progress_writer(self) -> None:
+        self._progress_ready.set()
+        if self._writer is None and not self._stop_helpers.is_set():
+            self._writer = self.loop.create_task(self._progress_writer())
+            self._helpers.append(self._writer)
 
     async def _stop_helpers_gracefully(self, *, flush: bool) -> None:
         if not flush:
             self._progress = None
         self._stop_helpers.set()
         self._progress_ready.set()
-        await asyncio.gather(*self._helpers, return_exceptions=True)
+        if self._beat is not None:
+            self._beat.cancel()
+        if flush and self._progress is not None and self._writer is None:
+            await self._write_progress()  # reported, but the writer had not started yet
+        if self._helpers:
+            await asyncio.gather(*self._helpers, return_exceptions=True)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep unless the helpers are told to stop; ``True`` when told to stop."""
@@ -404,8 +422,9 @@ class Run:
         return True
 
     async def _heartbeat(self) -> None:
+        """Renew now (the first interval has passed), then every ``lease_for / 3``."""
         interval = self.env.lease_for / 3
-        while not await self._pause(interval):
+        while True:
             try:
                 snapshot = await self.cell.renew(self.env.lease_for)
             except LeaseLost:
@@ -414,8 +433,10 @@ class Run:
                 return
             except Exception:
                 log.exception("task %r: renew failed; trying again", self.task_id)
-                continue
-            self.observe(snapshot)
+            else:
+                self.observe(snapshot)
+            if await self._pause(interval):
+                return
 
     def progress(self, value: float, message: str | None) -> None:
         """Record the latest progress; the writer stores it, throttled. Any thread."""
@@ -423,7 +444,7 @@ class Run:
             return
         self._progress = (value, message)
         with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._progress_ready.set)
+            self.loop.call_soon_threadsafe(self._start_progress_writer)
 
     async def _progress_writer(self) -> None:
         while True:
@@ -514,7 +535,7 @@ class Run:
                     snapshot = await self.cell.snapshot()
                 except LeaseLost:
                     self.lost()
-                    raise RunCancelled(CancelReason.SUPERSEDED) from None
+                    raise RunCancelled(self.token.reason or CancelReason.SUPERSEDED) from None
                 except StoreUnavailable:
                     # The store's failure, not the handler's: look again (the park time
                     # still bounds the wait).

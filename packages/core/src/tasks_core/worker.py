@@ -1,10 +1,12 @@
 """The worker: claims tasks in batches and runs them with bounded concurrency.
 
 Loop: claim with ``claim_next(limit=free slots)`` — never more than can start now, so
-nothing waits in a local buffer holding a lease (no prefetch) — start a :class:`Run` per
-claim, and when nothing was claimed wait for work: the store's wakeups where it offers
-them (``capabilities.wakeups``), else polling with exponential backoff; submits, answers
-and releases made through the same ``App`` wake it at once either way.
+nothing waits in a local buffer holding a lease (no prefetch); while fewer than half the
+slots are free and handlers still run, wait at most ``batch_window`` for more to free up,
+so one claim serves several slots — start a :class:`Run` per claim, and when nothing was
+claimed wait for work: the store's wakeups where it offers them
+(``capabilities.wakeups``), else polling with exponential backoff; submits, answers and
+releases made through the same ``App`` wake it at once either way.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
@@ -69,9 +71,9 @@ class Worker:
         min_poll: the first idle wait (backoff start) for stores without wakeups.
         progress_interval: at most one progress write per run per this many seconds.
         reap_interval: seconds between reaper ticks; ``None``: no reaper in this worker.
-        commit_window: on a store with ``batch_transitions``, the longest a terminal event
-            waits for others to be committed with it (seconds; it never waits once no
-            handler of the worker is running).
+        batch_window: the longest a claim waits for half the slots to be free, and (on a
+            store with ``batch_transitions``) a terminal event for others to be committed
+            with it, in seconds; neither waits once no handler of the worker is running.
         commit_batch: the most terminal events committed together.
 
     Raises:
@@ -93,7 +95,7 @@ class Worker:
         min_poll: float = 0.05,
         progress_interval: float = 0.5,
         reap_interval: float | None = 60.0,
-        commit_window: float = 0.003,
+        batch_window: float = 0.003,
         commit_batch: int = 64,
     ) -> None:
         self.app = app
@@ -116,8 +118,8 @@ class Worker:
                             (progress_interval, "progress_interval")):
             if not value > 0:
                 raise InvalidInput(f"{what} must be positive")
-        if not 0 <= commit_window <= 1:
-            raise InvalidInput("commit_window must be in [0, 1] seconds")
+        if not 0 <= batch_window <= 1:
+            raise InvalidInput("batch_window must be in [0, 1] seconds")
         if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
                 or not 1 <= commit_batch <= 1000:
             raise InvalidInput("commit_batch must be an integer in 1..1000")
@@ -153,8 +155,9 @@ class Worker:
         self.claimed = 0
         self.reaper: Reaper | None = None
         self._work_seen = 0
-        self.commit_window = commit_window
+        self.batch_window = batch_window
         self.commit_batch = commit_batch
+        self._claim_at = max(1, (self.concurrency + 1) // 2)
         self.group: GroupCommit | None = None
         self._slots: set[Run] = set()
 
@@ -186,7 +189,7 @@ class Worker:
         if store.capabilities.batch_transitions and callable(
             getattr(store, "transition_many", None)
         ):
-            self.group = GroupCommit(store, self._handlers_busy, window=self.commit_window,
+            self.group = GroupCommit(store, self._handlers_busy, window=self.batch_window,
                                      max_items=self.commit_batch)
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
@@ -310,6 +313,8 @@ class Worker:
         backoff = self.min_poll
         while not self._stopping:
             self._slot_freed.clear()
+            if 0 < self._free() < self._claim_at and self._handlers_busy():
+                await self._more_slots()
             plan = self._plan() if self._free() > 0 else []
             if not plan:
                 await _first(self._slot_freed.wait(), self._stop.wait())
@@ -335,6 +340,20 @@ class Worker:
                 continue
             await self._idle(store, backoff, wakeups=not failed)
             backoff = min(backoff * 2, self.poll_interval)
+
+    async def _more_slots(self) -> None:
+        """Wait at most ``batch_window`` for half the slots to be free (or for no handler
+        to run), so that one claim serves several slots."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.batch_window
+        while self._free() < self._claim_at and self._handlers_busy() and not self._stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._slot_freed.wait()
 
     async def _idle(self, store: Any, backoff: float, *, wakeups: bool) -> None:
         """Wait for work: store wakeups (unless the store just failed) or the backoff; local

@@ -117,6 +117,8 @@ class MemoryStore:
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rows: dict[str, _Row] = {}
+        self._open: set[str] = set()
+        """Ids of tasks that may be claimable or hold a lease (see :meth:`_track`)."""
         self._waiters: list[_Waiter] = []
         self._closed = False
 
@@ -160,6 +162,16 @@ class MemoryStore:
     def _set(self, row: _Row, snapshot: Snapshot) -> None:
         row.doc = self._encode(snapshot)
         row.view = None
+        self._track(snapshot)
+
+    def _track(self, snapshot: Snapshot) -> None:
+        """Keep ``_open`` exact: the tasks ``claim_next`` must look at — not terminal, or
+        holding a lease that has not ended (it may keep an exclusive queue busy)."""
+        claim = snapshot.claim
+        if snapshot.terminal and (claim is None or claim.ended):
+            self._open.discard(snapshot.id)
+        else:
+            self._open.add(snapshot.id)
 
     def _row(self, task_id: str) -> _Row:
         row = self._rows.get(task_id)
@@ -204,6 +216,8 @@ class MemoryStore:
     def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
         if not replacing and len(self._rows) >= self.limits.max_tasks:
             raise CapacityExceeded("max_tasks")
+        if len(self._rows) - replacing < self.limits.max_active_tasks_per_scope:
+            return  # fewer tasks in the store than the limit: no tenant can reach it
         active = 0
         for task_id, row in self._rows.items():
             if row.doc.get("tenant") != new.tenant or task_id == new.id:
@@ -253,6 +267,7 @@ class MemoryStore:
             previous = self._decode(new.id, current_row) if current_row else None
             snapshot = rules.new_snapshot(new, now, replace=previous)
             self._rows[new.id] = _Row(doc=self._encode(snapshot))
+            self._track(snapshot)
             self._notify(snapshot.queue)
             return snapshot
 
@@ -435,8 +450,9 @@ class MemoryStore:
         with self._locked() as now:
             candidates: list[tuple[datetime, str, Snapshot]] = []
             busy: set[str] = set()
-            for task_id, row in self._rows.items():
-                if row.doc.get("queue") not in wanted:
+            for task_id in self._open:
+                row = self._rows.get(task_id)
+                if row is None or row.doc.get("queue") not in wanted:
                     continue
                 try:
                     snapshot = self._view(task_id, row)
@@ -533,6 +549,7 @@ class MemoryStore:
             if not snapshot.terminal:
                 raise Unavailable("Only a terminal task can be deleted")
             del self._rows[task_id]
+            self._open.discard(task_id)
 
     async def reap(self, limit: int = 1000) -> builtins.list[str]:
         """Delete up to ``limit`` expired tasks (see ``TaskStore.reap``).
@@ -553,6 +570,7 @@ class MemoryStore:
                     continue
                 if snapshot.expired(now):
                     del self._rows[task_id]
+                    self._open.discard(task_id)
                     reaped.append(task_id)
             return reaped
 
@@ -594,6 +612,7 @@ class MemoryStore:
             row = self._row(task_id)
             row.view = None
             row.doc["revision"] = "not a number \x00 tasks-corrupt-secret"
+            self._open.add(task_id)  # a damaged record is looked at (and skipped)
 
 
 def _resolve(future: asyncio.Future[bool]) -> None:

@@ -3,9 +3,10 @@ schema readiness, the clock, and reading/writing one task row."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from tasks_store_sql._dialect import (
 )
 from tasks_store_sql._migrate import migrate_database, mismatch, schema_state
 from tasks_store_sql._pg import FastPath
+from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
@@ -239,31 +241,51 @@ class StoreBase:
         t = self.tables.tasks
         return [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.revision]
 
+    @functools.cached_property
+    def _statements(self) -> Prebuilt:
+        """The statements every operation runs, built once (SQLAlchemy then reuses their
+        compiled form: no statement is built per call)."""
+        return Prebuilt.build(self.tables, self._task_columns(), lock=self._db.kind != "sqlite")
+
     async def _fetch(self, conn: AsyncConnection, task_id: str, *, lock: bool) -> TaskRow | None:
         """The row of ``task_id`` (locked for update when ``lock``), or ``None``."""
         if not isinstance(task_id, str):
             raise InvalidInput("task_id must be a string")
-        stmt = sa.select(*self._task_columns()).where(self.tables.tasks.c.id == task_id)
-        if lock and self._db.kind != "sqlite":
-            stmt = stmt.with_for_update()
-        row = (await conn.execute(stmt)).first()
+        stmt = self._statements.fetch_locked if lock else self._statements.fetch
+        row = (await conn.execute(stmt, {"b_id": task_id})).first()
         return None if row is None else TaskRow(*row)
 
     async def _save(
         self, conn: AsyncConnection, row: TaskRow, snapshot: Snapshot, token: str | None
     ) -> None:
-        """Write ``snapshot`` over ``row``: ``UPDATE … WHERE id AND revision AND
-        row_version`` (the row is locked, so this cannot miss; if it does, nothing is
-        committed)."""
-        t = self.tables.tasks
-        stmt = (
-            sa.update(t)
-            .where(t.c.id == row.id, t.c.revision == row.revision)
-            .where(t.c.row_version == row.row_version)
-            .values(row_version=row.row_version + 1, **_codec.projection(snapshot, token))
-        )
-        result = await conn.execute(stmt)
-        if result.rowcount != 1:
+        """Write ``snapshot`` over ``row``: ``UPDATE … WHERE id AND row_version`` (the row
+        is locked, so this cannot miss; if it does, nothing is committed)."""
+        await self._save_rows(conn, [(row.id, row.row_version, snapshot, token)])
+
+    async def _save_rows(
+        self, conn: AsyncConnection, rows: Sequence[tuple[str, int, Snapshot, str | None]]
+    ) -> None:
+        """Write each ``(id, row_version, snapshot, token)`` over its locked row, in one
+        call.
+
+        Raises:
+            StoreUnavailable: a row changed under its lock; nothing is committed.
+        """
+        if not rows:
+            return
+        params = []
+        for task_id, version, snapshot, token in rows:
+            values = {"b_id": task_id, "b_version": version, "b_next": version + 1}
+            for name, value in _codec.projection(snapshot, token).items():
+                values["p_" + name] = value
+            params.append(values)
+        if len(params) == 1 or conn.dialect.supports_sane_multi_rowcount:
+            written = (await conn.execute(self._statements.save, params)).rowcount
+        else:  # (asyncpg counts no executemany: one statement per row)
+            written = 0
+            for values in params:
+                written += (await conn.execute(self._statements.save, values)).rowcount
+        if written != len(rows):
             raise StoreUnavailable("The task changed during the write; nothing was written")
 
     async def _record(self, conn: AsyncConnection, task_id: str, record: EventRecord) -> None:

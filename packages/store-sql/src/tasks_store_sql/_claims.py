@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
 from tasks_core.errors import InvalidInput, LeaseLost, StoreCorrupt, TaskNotFound, Unavailable
+from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
 
 from tasks_store_sql._base import StoreBase, TaskRow, check_limit, check_queues, check_worker
@@ -141,6 +142,8 @@ class ClaimOps(StoreBase):
         claims: list[Claim] = []
         seen: set[str] = set()
         free = list(free)
+        saves: list[tuple[str, int, Snapshot, str | None]] = []
+        failures: list[tuple[str, EventRecord]] = []
         while len(claims) < limit:
             batch: list[tuple[Any, TaskRow]] = []
             if open_queues:
@@ -163,11 +166,21 @@ class ClaimOps(StoreBase):
                     continue  # an exclusive queue already served by this call
                 if not rules.is_claimable(snapshot, now):
                     continue
-                claim = await self._start(conn, row, snapshot, worker_id, lease_for, now)
-                if claim is not None:
-                    claims.append(claim)
-                    if snapshot.queue in free:
-                        free.remove(snapshot.queue)
+                new, token, lease, failure = rules.start_claim(
+                    snapshot, worker_id, lease_for, now
+                )
+                if failure is not None:  # past its delivery limit: failed, not served
+                    saves.append((row.id, row.row_version, new, row.token))
+                    failures.append((row.id, failure))
+                    continue
+                assert lease is not None
+                saves.append((row.id, row.row_version, new, token))
+                claims.append(Claim(rules.present(new, now), lease))
+                if snapshot.queue in free:
+                    free.remove(snapshot.queue)
+        await self._save_rows(conn, saves)
+        for task_id, record in failures:
+            await self._record(conn, task_id, record)
         return claims
 
     async def _candidates(
@@ -180,24 +193,9 @@ class ClaimOps(StoreBase):
     ) -> list[tuple[Any, TaskRow]]:
         """Up to ``limit`` oldest claimable rows of ``queues``, locked, skipping rows
         other sessions hold; keyed by ``(created_at, id)``."""
-        t = self.tables.tasks
-        stmt = (
-            sa.select(*self._task_columns(), t.c.created_at)
-            .where(
-                t.c.queue.in_(queues),
-                t.c.status == _PENDING,
-                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
-                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= now),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
-            )
-            .order_by(t.c.created_at, t.c.id)
-            .limit(limit)
-        )
-        if seen:
-            stmt = stmt.where(t.c.id.not_in(seen))
-        if self._db.kind != "sqlite":
-            stmt = stmt.with_for_update(skip_locked=True)
-        rows = (await conn.execute(stmt)).all()
+        stmt = self._statements.candidates
+        params = {"b_queues": queues, "b_now": now, "b_seen": sorted(seen), "b_limit": limit}
+        rows = (await conn.execute(stmt, params)).all()
         return [((r[5], r[0]), TaskRow(*r[:5])) for r in rows]
 
     async def _queue_is_free(self, conn: AsyncConnection, queue: str, now: datetime) -> bool:

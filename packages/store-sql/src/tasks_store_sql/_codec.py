@@ -26,9 +26,12 @@ __all__ = [
 ]
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
 def encode(document: dict[str, Any]) -> str:
     """Compact JSON text (ASCII-escaped, so any string survives any column charset)."""
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return _ENCODER.encode(document)
 
 
 def decode_snapshot(task_id: str, text: Any) -> Snapshot:

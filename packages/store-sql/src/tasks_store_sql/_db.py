@@ -32,6 +32,8 @@ __all__ = ["CommitThenRaise", "Database"]
 log = logging.getLogger("tasks_store_sql")
 T = TypeVar("T")
 MAX_ATTEMPTS = 5
+IDLE_DRIVERS = 4
+"""Connections :meth:`Database.run_driver` keeps checked out between calls (per store)."""
 
 
 class CommitThenRaise(Exception):
@@ -81,6 +83,8 @@ class Database:
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _idle: list[tuple[AsyncConnection, Any]] = field(default_factory=list, repr=False)
+    _closing: bool = field(default=False, repr=False)
 
     def current(self) -> AsyncEngine:
         """The engine for the running event loop: ``engine`` on the loop that first used
@@ -94,6 +98,7 @@ class Database:
                 self._home = loop
             elif self._home is not loop and self._home.is_closed():
                 # The pool's connections died with their loop: start a new pool here.
+                self._drop_idle()
                 self.engine.sync_engine.dispose(close=False)
                 self._home = loop
             if loop is self._home:
@@ -102,6 +107,14 @@ class Database:
             if engine is None:
                 engine = self._others[loop] = self.loop_engine()
             return engine
+
+    def _drop_idle(self) -> None:
+        """Let the kept connections of a closed event loop go: checked back in without
+        I/O (no transaction is open on them), so the pool forgets them quietly."""
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            with contextlib.suppress(Exception):
+                conn.sync_connection.close()  # type: ignore[union-attr]
 
     @property
     def what(self) -> str:
@@ -182,10 +195,22 @@ class Database:
                 raise translated(exc, self.what) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _checkout_driver(self) -> tuple[AsyncConnection, Any, bool]:
+        """A connection and its driver connection for :meth:`run_driver`: an idle one kept
+        from an earlier call on the home loop (no pool round trip), else a new checkout;
+        and whether it may be kept afterwards."""
+        engine = self.current()
+        home = engine is self.engine
+        if home and self._idle:
+            conn, driver = self._idle.pop()
+            return conn, driver, True
+        conn = await engine.connect()
+        return conn, (await conn.get_raw_connection()).driver_connection, home
+
     async def _once_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
-        async with self.current().connect() as conn:
-            driver: Any = (await conn.get_raw_connection()).driver_connection
-            ended = False
+        conn, driver, keepable = await self._checkout_driver()
+        ended = False
+        try:
             try:
                 # Inside the ``try``: a pooled connection the server closed raises here,
                 # and must be invalidated like any other dead connection.
@@ -209,7 +234,13 @@ class Database:
                 if not ended or driver.is_closed():
                     # A transaction left open, or a dead connection: the pool must not
                     # hand it out again.
+                    keepable = False
                     await conn.invalidate()
+        finally:
+            if keepable and len(self._idle) < IDLE_DRIVERS and not self._closing:
+                self._idle.append((conn, driver))
+            else:
+                await conn.close()
 
     async def _once(self, operation: Operation[T], write: bool) -> T:
         async with self.current().connect() as conn:
@@ -247,11 +278,20 @@ class Database:
                     yield conn
 
     async def dispose(self) -> None:
-        """Dispose of the engines the store created (connections of another, or a closed,
-        event loop are let go without a goodbye: they cannot be closed from here)."""
+        """Give back the connections kept for :meth:`run_driver` and dispose of the
+        engines the store created (connections of another, or a closed, event loop are
+        let go without a goodbye: they cannot be closed from here)."""
+        loop = asyncio.get_running_loop()
+        self._closing = True
+        if self._home is None or self._home is loop:
+            idle, self._idle = self._idle, []
+            for conn, _ in idle:
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await conn.close()
+        else:
+            self._drop_idle()
         if not self.owns_engine:
             return
-        loop = asyncio.get_running_loop()
         with self._lock:
             home = self._home
             others = list(self._others.items())

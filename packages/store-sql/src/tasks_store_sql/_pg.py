@@ -28,14 +28,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.sql.compiler import SQLCompiler
 from tasks_core import rules
 from tasks_core.clock import Clock
 from tasks_core.errors import (
@@ -48,252 +43,23 @@ from tasks_core.errors import (
     Unavailable,
 )
 from tasks_core.events import EventRecord, Transition
-from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits, TaskStatus
+from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
-from tasks_store_sql._schema import COUNTER, Tables
+from tasks_store_sql._pg_statements import (
+    ACTIVE,
+    EVENT_COLUMNS,
+    MEMBER_COLUMNS,
+    ROW_COLUMNS,
+    Statements,
+)
+from tasks_store_sql._schema import Tables
 
-__all__ = ["FastPath", "Statement", "Statements"]
+__all__ = ["FastPath"]
 
 log = logging.getLogger("tasks_store_sql")
-_DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
-_TEXT = postgresql.ARRAY(sa.Text)
-_INT = postgresql.ARRAY(sa.Integer)
-_TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
-_PENDING = TaskStatus.PENDING.value
-_ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
-_ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
-    ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
-    ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
-    ("claim_expires_at", _TIME), ("retry_at", _TIME), ("created_at", _TIME),
-    ("updated_at", _TIME), ("expires_at", _TIME), ("snapshot", _TEXT),
-)
-"""The projection columns (``_codec.projection``) and their array types."""
-_EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
-    ("task_id", _TEXT), ("event_id", _TEXT), ("revision", _INT), ("kind", _TEXT),
-    ("committed_at", _TIME), ("record", _TEXT),
-)
-_MEMBER_COLUMNS = ("tenant", "user_id", "task_id", "role")
-
-
-@dataclass(frozen=True)
-class Statement:
-    """A statement compiled for asyncpg: its SQL and the order of its parameters."""
-
-    sql: str
-    order: tuple[str, ...]
-    defaults: dict[str, Any]
-
-    @classmethod
-    def of(cls, statement: sa.ClauseElement) -> Statement:
-        """Compile ``statement`` (named bind parameters become ``$n``)."""
-        compiled = statement.compile(dialect=_DIALECT)
-        assert isinstance(compiled, SQLCompiler)
-        return cls(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
-
-    def args(self, **values: Any) -> list[Any]:
-        """The positional arguments for ``values`` (literals keep their compiled value)."""
-        return [values[name] if name in values else self.defaults[name] for name in self.order]
-
-
-def _array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
-    return sa.bindparam(name, type_=type_)
-
-
-def _now_param() -> sa.BindParameter[Any]:
-    return sa.bindparam("now", type_=postgresql.TIMESTAMP(timezone=True))
-
-
-class Statements:
-    """The hot-path statements of one namespace (see the module docstring)."""
-
-    def __init__(self, tables: Tables, channel: str) -> None:
-        t, ev = tables.tasks, tables.events
-        ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
-        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
-        locked = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
-            .where(t.c.id == sa.any_(ids))
-            .order_by(t.c.id)
-            .with_for_update()
-            .subquery("l")
-        )
-        seen = t.alias("s")
-        before = sa.select(seen.c.row_version).where(seen.c.id == locked.c.id)
-        self.lock = Statement.of(
-            sa.select(
-                locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
-                before.scalar_subquery().label("seen"), clock.label("now"),
-                ev.c.event_id, ev.c.record,
-            ).select_from(
-                locked.outerjoin(
-                    ev, sa.and_(ev.c.task_id == locked.c.id, ev.c.event_id == sa.any_(event_ids))
-                )
-            )
-        )
-        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
-        self.events = Statement.of(
-            sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
-                ev.c.task_id == sa.any_(ids), ev.c.event_id == sa.any_(event_ids)
-            )
-        )
-        """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
-        self.candidates_one = self._candidates(tables, t.c.queue == sa.bindparam("queue"))
-        self.candidates_many = self._candidates(
-            tables, t.c.queue == sa.any_(_array("queues", _TEXT))
-        )
-        self.write = Statement.of(self._write(tables, channel))
-        self._creation(tables, channel)
-
-    def _creation(self, tables: Tables, channel: str) -> None:
-        """The statements of ``create``."""
-        t, locks = tables.tasks, tables.locks
-        held = (
-            sa.select(locks.c.value)
-            .where(locks.c.name == COUNTER)
-            .with_for_update()
-            .subquery("k")
-        )
-        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
-        self.counter = Statement.of(sa.select(held.c.value, clock.label("now")))
-        """Lock the creators' row; the number of stored tasks and ``now`` after the lock."""
-        self.existing = Statement.of(
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
-            .where(t.c.id == sa.bindparam("id"))
-            .with_for_update()
-        )
-        now = _now_param()
-        capped = (
-            sa.select(t.c.id)
-            .where(
-                t.c.tenant == sa.bindparam("tenant"),
-                t.c.status == sa.any_(_array("active", _TEXT)),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
-                t.c.id != sa.bindparam("id"),
-            )
-            .limit(sa.bindparam("cap", type_=sa.Integer))
-            .subquery("a")
-        )
-        self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
-        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        inserted = (
-            sa.insert(t)
-            .values(id=sa.bindparam("id"), row_version=0,
-                    **{name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
-                       for name, type_ in _ROW_COLUMNS})
-            .returning(t.c.id)
-            .cte("t")
-        )
-        counted = (
-            sa.update(locks)
-            .where(locks.c.name == COUNTER)
-            .values(value=locks.c.value + 1)
-            .returning(locks.c.value)
-            .cte("c")
-        )
-        members = sa.func.unnest(
-            *(_array("m_" + name, _TEXT) for name in _MEMBER_COLUMNS)
-        ).table_valued(*_MEMBER_COLUMNS).render_derived()
-        granted = (
-            sa.insert(tables.members)
-            .from_select(list(_MEMBER_COLUMNS),
-                         sa.select(*(members.c[name] for name in _MEMBER_COLUMNS)))
-            .returning(tables.members.c.task_id)
-            .cte("m")
-        )
-        woken = sa.select(
-            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
-                              sa.bindparam("queue", type_=sa.Text))
-        ).cte("n")
-        self.insert = Statement.of(
-            sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-                        for cte in (inserted, counted, granted, woken)))
-        )
-        """Insert a new task with its members, count it, wake its queue."""
-        forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
-        self.forget_events = Statement.of(forget)
-        self.forget_members = Statement.of(
-            sa.delete(tables.members).where(tables.members.c.task_id == sa.bindparam("id"))
-        )
-
-    @staticmethod
-    def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
-        """The oldest claimable rows, locked, skipping rows other sessions hold."""
-        t = tables.tasks
-        start = sa.func.coalesce(_now_param(), sa.func.now())  # filter; decided after lock
-        found = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at)
-            .where(
-                queue,
-                t.c.status == _PENDING,
-                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
-                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
-                sa.not_(t.c.id == sa.any_(_array("skip", _TEXT))),
-            )
-            .order_by(t.c.created_at, t.c.id)
-            .limit(sa.bindparam("limit", type_=sa.Integer))
-            .with_for_update(skip_locked=True)
-            .subquery("c")
-        )
-        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
-        return Statement.of(sa.select(found, clock.label("now")))
-
-    @staticmethod
-    def _write(tables: Tables, channel: str) -> sa.Select[Any]:
-        t, ev, mem = tables.tasks, tables.events, tables.members
-        rows = sa.func.unnest(
-            _array("ids", _TEXT), _array("versions", _INT),
-            *(_array(name, type_) for name, type_ in _ROW_COLUMNS),
-        ).table_valued("id", "version", *(name for name, _ in _ROW_COLUMNS)).render_derived()
-        updated = (
-            sa.update(t)
-            .where(t.c.id == rows.c.id, t.c.row_version == rows.c.version)
-            .values(row_version=t.c.row_version + 1,
-                    **{name: rows.c[name] for name, _ in _ROW_COLUMNS})
-            .returning(t.c.id)
-            .cte("u")
-        )
-        written = sa.select(updated.c.id)
-        events = sa.func.unnest(
-            *(_array("e_" + name, type_) for name, type_ in _EVENT_COLUMNS)
-        ).table_valued(*(name for name, _ in _EVENT_COLUMNS)).render_derived()
-        recorded = (
-            sa.insert(ev)
-            .from_select(
-                [name for name, _ in _EVENT_COLUMNS],
-                sa.select(*(events.c[name] for name, _ in _EVENT_COLUMNS)).where(
-                    events.c.task_id.in_(written)
-                ),
-            )
-            .returning(ev.c.task_id)
-            .cte("e")
-        )
-        members = sa.func.unnest(
-            *(_array("m_" + name, _TEXT) for name in _MEMBER_COLUMNS)
-        ).table_valued(*_MEMBER_COLUMNS).render_derived()
-        granted = (
-            sa.insert(mem)
-            .from_select(
-                list(_MEMBER_COLUMNS),
-                sa.select(*(members.c[name] for name in _MEMBER_COLUMNS)).where(
-                    members.c.task_id.in_(written)
-                ),
-            )
-            .returning(mem.c.task_id)
-            .cte("m")
-        )
-        queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
-        woken = sa.select(
-            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
-        ).cte("n")
-
-        def count(cte: sa.CTE) -> sa.ScalarSelect[Any]:
-            return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-
-        return sa.select(count(updated), count(recorded), count(granted), count(woken))
 
 
 class FastPath:
@@ -359,12 +125,12 @@ class FastPath:
         values: dict[str, Any] = {"ids": [r.id for r in rows],
                                   "versions": [r.row_version for r in rows]}
         projected = [r.values() for r in rows]
-        for name, _ in _ROW_COLUMNS:
+        for name, _ in ROW_COLUMNS:
             values[name] = [p[name] for p in projected]
         encoded = [_codec.event_row(task_id, record) for task_id, record in events]
-        for name, _ in _EVENT_COLUMNS:
+        for name, _ in EVENT_COLUMNS:
             values["e_" + name] = [e[name] for e in encoded]
-        for name in _MEMBER_COLUMNS:
+        for name in MEMBER_COLUMNS:
             values["m_" + name] = [m[name] for m in members]
         values["wake"] = sorted(set(wake))
         statement = self.sql.write
@@ -400,13 +166,24 @@ class FastPath:
         """See ``SQLStore.create`` (without ``connection``)."""
         sql = self.sql
 
+        async def taken(driver: Any) -> Loaded | None:
+            found = await driver.fetchrow(sql.existing.sql, *sql.existing.args(id=new.id))
+            return None if found is None else Loaded(*found)
+
+        async def refuse(driver: Any, limit: str, now: datetime, checked: bool) -> None:
+            """A taken id is refused before any capacity limit."""
+            row = None if checked else await taken(driver)
+            if row is not None:
+                raise TaskExists(rules.present(row.snapshot, now))
+            raise CapacityExceeded(limit)
+
         async def op(driver: Any) -> Snapshot:
-            total, clock = await driver.fetchrow(
-                sql.counter.sql, *sql.counter.args(now=self._now_arg())
+            total, clock, seen = await driver.fetchrow(
+                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=new.id)
             )
             now = rules.tick(clock)
-            found = await driver.fetchrow(sql.existing.sql, *sql.existing.args(id=new.id))
-            row = None if found is None else Loaded(*found)
+            checked = bool(seen) or replace is not None  # else: read only if it matters
+            row = await taken(driver) if checked else None
             current = row.snapshot if row is not None else None
             if replace is None and current is not None:
                 raise TaskExists(rules.present(current, now))
@@ -415,19 +192,22 @@ class FastPath:
                     raise TaskNotFound(new.id)
                 rules.check_replace(current, replace, now)
             if row is None and total >= limits.max_tasks:
-                raise CapacityExceeded("max_tasks")
+                await refuse(driver, "max_tasks", now, checked)
             others = total - (1 if row is not None else 0)
             if others >= limits.max_active_tasks_per_scope:  # else the count cannot reach it
                 active = await driver.fetchval(sql.active.sql, *sql.active.args(
-                    tenant=new.tenant, active=list(_ACTIVE), now=now, id=new.id,
+                    tenant=new.tenant, active=list(ACTIVE), now=now, id=new.id,
                     cap=limits.max_active_tasks_per_scope,
                 ))
                 if active >= limits.max_active_tasks_per_scope:
-                    raise CapacityExceeded("max_active_tasks_per_scope")
+                    await refuse(driver, "max_active_tasks_per_scope", now, checked)
             snapshot = rules.new_snapshot(new, now, replace=current)
             members = _codec.member_rows(snapshot)
             if row is None:
-                await self._insert(driver, snapshot, members)
+                if not await self._insert(driver, snapshot, members):
+                    row = await taken(driver)  # created since the lock statement began
+                    assert row is not None
+                    raise TaskExists(rules.present(row.snapshot, now))
             else:
                 await driver.execute(sql.forget_events.sql, *sql.forget_events.args(id=new.id))
                 await driver.execute(sql.forget_members.sql, *sql.forget_members.args(id=new.id))
@@ -439,15 +219,23 @@ class FastPath:
 
     async def _insert(
         self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]
-    ) -> None:
+    ) -> bool:
+        """Insert ``snapshot``; ``False`` (nothing written) when its id is taken.
+
+        Raises:
+            StoreUnavailable: the creators' lock row is missing.
+        """
         values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
         values.update(_codec.projection(snapshot, None))
-        for name in _MEMBER_COLUMNS:
+        for name in MEMBER_COLUMNS:
             values["m_" + name] = [m[name] for m in members]
         statement = self.sql.insert
         counts = await driver.fetchrow(statement.sql, *statement.args(**values))
+        if counts[0] == 0:
+            return False
         if tuple(counts[:3]) != (1, 1, len(members)):
             raise StoreUnavailable("The creators' lock row is missing: nothing was written")
+        return True
 
     # -- claims --------------------------------------------------------------------------
 

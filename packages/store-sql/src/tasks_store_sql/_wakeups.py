@@ -4,9 +4,10 @@ Every write that may make work claimable (create, release, an event that leaves 
 pending) runs ``pg_notify(channel, queue)`` in its transaction; PostgreSQL delivers it on
 commit, and never for a rolled-back transaction. Each event loop that waits gets one
 listening connection (asyncpg delivers notifications to the loop that owns the
-connection); waiters on that loop are woken by queue name. A lost listening connection
-wakes every waiter (a spurious wakeup only costs one empty poll) and is reopened by the
-next wait.
+connection); waiters on that loop are woken by queue name, and a notification that finds
+no waiter for its queue wakes the next one at once (it may have come while a worker was
+busy claiming). A lost listening connection wakes every waiter (a spurious wakeup only
+costs one empty poll) and is reopened by the next wait.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class Listener:
         self._waiters: list[tuple[frozenset[str], asyncio.Future[bool]]] = []
         self._opening = asyncio.Lock()
         self._closed = False
+        self._missed: set[str] = set()
+        """Queues notified while no waiter listened for them (a worker that was busy
+        claiming would otherwise sleep through that work until its poll timeout)."""
 
     async def wait(self, queues: frozenset[str], timeout: float) -> bool:
         """Wait until a notification names one of ``queues`` or ``timeout`` passes.
@@ -53,6 +57,9 @@ class Listener:
         if self._closed:
             return True
         await self._listen()
+        if self._missed & queues:  # work arrived while nobody was waiting (mid-claim)
+            self._missed -= queues
+            return True
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry = (queues, future)
         self._waiters.append(entry)
@@ -80,9 +87,13 @@ class Listener:
                 self._driver = driver
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        woke = False
         for queues, future in list(self._waiters):
             if payload in queues and not future.done():
                 future.set_result(True)
+                woke = True
+        if not woke:  # nobody waits on that queue right now: the next waiter hears it
+            self._missed.add(payload)
 
     def _on_lost(self, _conn: Any) -> None:
         log.warning("the PostgreSQL wakeup connection was lost; it reopens on the next wait")

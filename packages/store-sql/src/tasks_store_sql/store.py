@@ -64,21 +64,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
-from tasks_core.authority import Access
 from tasks_core.errors import (
     CapabilityNotSupported,
     CapacityExceeded,
     InvalidInput,
     StoreCorrupt,
-    StoreUnavailable,
     TaskExists,
     TaskNotFound,
-    TasksError,
     Unavailable,
 )
-from tasks_core.events import Event, EventRecord, Transition
+from tasks_core.events import EventRecord
 from tasks_core.models import (
-    Lease,
     NewTask,
     Snapshot,
     StoreCapabilities,
@@ -88,9 +84,8 @@ from tasks_core.models import (
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow, check_limit, check_queues
-from tasks_store_sql._batch import Loaded, Plan, decide
-from tasks_store_sql._claims import ClaimOps
 from tasks_store_sql._pg import FastPath
+from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
 
 __all__ = ["SQLStore"]
@@ -99,7 +94,7 @@ log = logging.getLogger("tasks_store_sql")
 _ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
 
 
-class SQLStore(ClaimOps):
+class SQLStore(TransitionOps):
     """The SQL store (see the module docstring). Create with a URL or an engine; nothing
     touches the database until the first operation (or :meth:`open`)."""
 
@@ -203,9 +198,11 @@ class SQLStore(ClaimOps):
                 rules.check_replace(current, replace, now)
             if row is None and total >= self.limits.max_tasks:
                 raise CapacityExceeded("max_tasks")
-            active = await self._count_active(conn, new.tenant, new.id, now)
-            if active >= self.limits.max_active_tasks_per_scope:
-                raise CapacityExceeded("max_active_tasks_per_scope")
+            others = total - (1 if row is not None else 0)
+            if others >= self.limits.max_active_tasks_per_scope:  # else it cannot be reached
+                active = await self._count_active(conn, new.tenant, new.id, now)
+                if active >= self.limits.max_active_tasks_per_scope:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
             snapshot = rules.new_snapshot(new, now, replace=current)
             await self._put_new(conn, row, snapshot)
             await self._notify(conn, snapshot.queue)
@@ -369,126 +366,6 @@ class SQLStore(ClaimOps):
                 sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
             )
         return t.c.status == status.value
-
-    # -- transitions ---------------------------------------------------------------------
-
-    async def transition(
-        self,
-        task_id: str,
-        expected_revision: int,
-        event: Event,
-        authority: Lease | Access,
-    ) -> Transition:
-        """Apply ``event`` atomically (see ``TaskStore.transition``).
-
-        Raises:
-            TaskNotFound: unknown; for request access also another tenant, invisible or
-                expired.
-            LeaseLost: the lease is not the exact live lease.
-            AuthorizationError: wrong kind of authority, or a missing right.
-            EventIdReused: this event id was applied with different content.
-            RevisionConflict: ``expected_revision`` is not current.
-            InvalidInput: the event is not valid for this task.
-            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
-        """
-        if not isinstance(task_id, str):
-            raise InvalidInput("task_id must be a string")
-        if not isinstance(authority, (Lease, Access)):
-            raise TypeError("authority must be a Lease or an Access")
-        [result] = await self.transition_many([(task_id, expected_revision, event, authority)])
-        if isinstance(result, TasksError):
-            raise result
-        return result
-
-    async def transition_many(
-        self, items: Sequence[rules.BatchItem]
-    ) -> builtins.list[Transition | TasksError]:
-        """Apply several transitions in one transaction — group commit (see
-        ``TaskStore.transition_many``). The rows of every task named are locked in id
-        order (so concurrent batches cannot deadlock), the clock is read after the locks,
-        each item is decided as :meth:`transition` decides it (:mod:`._batch`), and every
-        changed row is written once, guarded by the ``row_version`` read under its lock.
-
-        Returns:
-            One ``Transition`` or refusal per item, in order.
-
-        Raises:
-            TypeError: a malformed item.
-            InvalidInput: more than 1000 items.
-            StoreUnavailable: transient failure; nothing written.
-        """
-        checked = rules.check_batch(items)
-        if not checked:
-            return []
-        await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.transition_many(checked)
-
-        async def op(conn: AsyncConnection) -> builtins.list[Transition | TasksError]:
-            loaded = await self._lock_rows(conn, sorted({item[0] for item in checked}))
-            now = await self._now(conn)
-            await self._find_events(conn, loaded, sorted({item[2].event_id for item in checked}))
-            plan = decide(checked, loaded, now)
-            await self._write_plan(conn, plan, loaded)
-            return plan.results
-
-        return await self._db.run(op, write=True)
-
-    async def _lock_rows(
-        self, conn: AsyncConnection, ids: builtins.list[str]
-    ) -> dict[str, Loaded]:
-        """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
-        t = self.tables.tasks
-        stmt = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
-            .where(t.c.id.in_(ids))
-            .order_by(t.c.id)
-        )
-        if self._db.kind != "sqlite":
-            stmt = stmt.with_for_update()
-        return {r[0]: Loaded(r[0], r[1], r[2], r[3]) for r in await conn.execute(stmt)}
-
-    async def _find_events(
-        self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]
-    ) -> None:
-        """Attach the history entries of ``event_ids`` to the locked rows."""
-        if not loaded:
-            return
-        events = self.tables.events
-        found = await conn.execute(
-            sa.select(events.c.task_id, events.c.event_id, events.c.record).where(
-                events.c.task_id.in_(list(loaded)), events.c.event_id.in_(event_ids)
-            )
-        )
-        for task_id, event_id, record in found:
-            loaded[task_id].events[event_id] = record
-
-    async def _write_plan(
-        self, conn: AsyncConnection, plan: Plan, loaded: dict[str, Loaded]
-    ) -> None:
-        """Write what :func:`decide` planned: each changed row once, then the events,
-        watchers and wakeups.
-
-        Raises:
-            StoreUnavailable: a row changed under its lock; nothing is committed.
-        """
-        t = self.tables
-        for row in plan.rows(loaded):
-            result = await conn.execute(
-                sa.update(t.tasks)
-                .where(t.tasks.c.id == row.id, t.tasks.c.row_version == row.row_version)
-                .values(row_version=row.row_version + 1, **row.values())
-            )
-            if result.rowcount != 1:
-                raise StoreUnavailable("A task changed during the write; nothing was written")
-        if plan.events:
-            await conn.execute(
-                sa.insert(t.events), [_codec.event_row(i, r) for i, r in plan.events]
-            )
-        if plan.members:
-            await conn.execute(sa.insert(t.members), plan.members)
-        for queue in sorted(plan.wake):
-            await self._notify(conn, queue)
 
     # -- administration ------------------------------------------------------------------
 

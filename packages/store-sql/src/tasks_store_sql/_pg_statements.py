@@ -1,0 +1,265 @@
+"""The statements of the PostgreSQL hot path (:mod:`tasks_store_sql._pg`), compiled once
+per namespace for asyncpg.
+
+Each is a SQLAlchemy Core construct — no SQL is built from strings — compiled with the
+asyncpg dialect into ``$n`` SQL and the order of its named parameters
+(:class:`Statement`); asyncpg prepares it once per connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+from tasks_core.models import TaskStatus
+
+from tasks_store_sql._schema import COUNTER, Tables
+
+__all__ = ["ACTIVE", "EVENT_COLUMNS", "MEMBER_COLUMNS", "ROW_COLUMNS", "Statement", "Statements"]
+
+_DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
+_TEXT = postgresql.ARRAY(sa.Text)
+_INT = postgresql.ARRAY(sa.Integer)
+_TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
+_PENDING = TaskStatus.PENDING.value
+ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
+ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
+    ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
+    ("claim_expires_at", _TIME), ("retry_at", _TIME), ("created_at", _TIME),
+    ("updated_at", _TIME), ("expires_at", _TIME), ("snapshot", _TEXT),
+)
+"""The projection columns (``_codec.projection``) and their array types."""
+EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("task_id", _TEXT), ("event_id", _TEXT), ("revision", _INT), ("kind", _TEXT),
+    ("committed_at", _TIME), ("record", _TEXT),
+)
+MEMBER_COLUMNS = ("tenant", "user_id", "task_id", "role")
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement compiled for asyncpg: its SQL and the order of its parameters."""
+
+    sql: str
+    order: tuple[str, ...]
+    defaults: dict[str, Any]
+
+    @classmethod
+    def of(cls, statement: sa.ClauseElement) -> Statement:
+        """Compile ``statement`` (named bind parameters become ``$n``)."""
+        compiled = statement.compile(dialect=_DIALECT)
+        assert isinstance(compiled, SQLCompiler)
+        return cls(str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+
+    def args(self, **values: Any) -> list[Any]:
+        """The positional arguments for ``values`` (literals keep their compiled value)."""
+        return [values[name] if name in values else self.defaults[name] for name in self.order]
+
+
+def _array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+def _now_param() -> sa.BindParameter[Any]:
+    return sa.bindparam("now", type_=postgresql.TIMESTAMP(timezone=True))
+
+
+class Statements:
+    """The hot-path statements of one namespace (see the module docstring)."""
+
+    def __init__(self, tables: Tables, channel: str) -> None:
+        t, ev = tables.tasks, tables.events
+        ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        locked = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id == sa.any_(ids))
+            .order_by(t.c.id)
+            .with_for_update()
+            .subquery("l")
+        )
+        seen = t.alias("s")
+        before = sa.select(seen.c.row_version).where(seen.c.id == locked.c.id)
+        self.lock = Statement.of(
+            sa.select(
+                locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
+                before.scalar_subquery().label("seen"), clock.label("now"),
+                ev.c.event_id, ev.c.record,
+            ).select_from(
+                locked.outerjoin(
+                    ev, sa.and_(ev.c.task_id == locked.c.id, ev.c.event_id == sa.any_(event_ids))
+                )
+            )
+        )
+        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
+        self.events = Statement.of(
+            sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
+                ev.c.task_id == sa.any_(ids), ev.c.event_id == sa.any_(event_ids)
+            )
+        )
+        """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
+        self.candidates_one = self._candidates(tables, t.c.queue == sa.bindparam("queue"))
+        self.candidates_many = self._candidates(
+            tables, t.c.queue == sa.any_(_array("queues", _TEXT))
+        )
+        self.write = Statement.of(self._write(tables, channel))
+        self._creation(tables, channel)
+
+    def _creation(self, tables: Tables, channel: str) -> None:
+        """The statements of ``create``."""
+        t, locks = tables.tasks, tables.locks
+        held = (
+            sa.select(locks.c.value)
+            .where(locks.c.name == COUNTER)
+            .with_for_update()
+            .subquery("k")
+        )
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
+        self.counter = Statement.of(sa.select(held.c.value, clock.label("now"), taken))
+        """Lock the creators' row; the number of stored tasks, ``now`` after the lock, and
+        whether the id was taken as of the statement's start (a hint: ``insert`` still
+        refuses an id taken since)."""
+        self.existing = Statement.of(
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id == sa.bindparam("id"))
+            .with_for_update()
+        )
+        now = _now_param()
+        capped = (
+            sa.select(t.c.id)
+            .where(
+                t.c.tenant == sa.bindparam("tenant"),
+                t.c.status == sa.any_(_array("active", _TEXT)),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+                t.c.id != sa.bindparam("id"),
+            )
+            .limit(sa.bindparam("cap", type_=sa.Integer))
+            .subquery("a")
+        )
+        self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
+        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
+        inserted = (
+            postgresql.insert(t)
+            .values(id=sa.bindparam("id"), row_version=0,
+                    **{name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
+                       for name, type_ in ROW_COLUMNS})
+            .on_conflict_do_nothing(index_elements=[t.c.id])
+            .returning(t.c.id)
+            .cte("t")
+        )
+        done = sa.exists(sa.select(inserted.c.id))
+        counted = (
+            sa.update(locks)
+            .where(locks.c.name == COUNTER, done)
+            .values(value=locks.c.value + 1)
+            .returning(locks.c.value)
+            .cte("c")
+        )
+        members = sa.func.unnest(
+            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
+        ).table_valued(*MEMBER_COLUMNS).render_derived()
+        granted = (
+            sa.insert(tables.members)
+            .from_select(list(MEMBER_COLUMNS),
+                         sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(done))
+            .returning(tables.members.c.task_id)
+            .cte("m")
+        )
+        woken = sa.select(
+            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
+                              sa.bindparam("queue", type_=sa.Text))
+        ).where(done).cte("n")
+        self.insert = Statement.of(
+            sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+                        for cte in (inserted, counted, granted, woken)))
+        )
+        """Insert a new task with its members, count it, wake its queue — or nothing at
+        all when the id is taken (counts 0)."""
+        forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
+        self.forget_events = Statement.of(forget)
+        self.forget_members = Statement.of(
+            sa.delete(tables.members).where(tables.members.c.task_id == sa.bindparam("id"))
+        )
+
+    @staticmethod
+    def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
+        """The oldest claimable rows, locked, skipping rows other sessions hold."""
+        t = tables.tasks
+        start = sa.func.coalesce(_now_param(), sa.func.now())  # filter; decided after lock
+        found = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at)
+            .where(
+                queue,
+                t.c.status == _PENDING,
+                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
+                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
+                sa.not_(t.c.id == sa.any_(_array("skip", _TEXT))),
+            )
+            .order_by(t.c.created_at, t.c.id)
+            .limit(sa.bindparam("limit", type_=sa.Integer))
+            .with_for_update(skip_locked=True)
+            .subquery("c")
+        )
+        clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+        return Statement.of(sa.select(found, clock.label("now")))
+
+    @staticmethod
+    def _write(tables: Tables, channel: str) -> sa.Select[Any]:
+        t, ev, mem = tables.tasks, tables.events, tables.members
+        rows = sa.func.unnest(
+            _array("ids", _TEXT), _array("versions", _INT),
+            *(_array(name, type_) for name, type_ in ROW_COLUMNS),
+        ).table_valued("id", "version", *(name for name, _ in ROW_COLUMNS)).render_derived()
+        updated = (
+            sa.update(t)
+            .where(t.c.id == rows.c.id, t.c.row_version == rows.c.version)
+            .values(row_version=t.c.row_version + 1,
+                    **{name: rows.c[name] for name, _ in ROW_COLUMNS})
+            .returning(t.c.id)
+            .cte("u")
+        )
+        written = sa.select(updated.c.id)
+        events = sa.func.unnest(
+            *(_array("e_" + name, type_) for name, type_ in EVENT_COLUMNS)
+        ).table_valued(*(name for name, _ in EVENT_COLUMNS)).render_derived()
+        recorded = (
+            sa.insert(ev)
+            .from_select(
+                [name for name, _ in EVENT_COLUMNS],
+                sa.select(*(events.c[name] for name, _ in EVENT_COLUMNS)).where(
+                    events.c.task_id.in_(written)
+                ),
+            )
+            .returning(ev.c.task_id)
+            .cte("e")
+        )
+        members = sa.func.unnest(
+            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
+        ).table_valued(*MEMBER_COLUMNS).render_derived()
+        granted = (
+            sa.insert(mem)
+            .from_select(
+                list(MEMBER_COLUMNS),
+                sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(
+                    members.c.task_id.in_(written)
+                ),
+            )
+            .returning(mem.c.task_id)
+            .cte("m")
+        )
+        queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
+        woken = sa.select(
+            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
+        ).cte("n")
+
+        def count(cte: sa.CTE) -> sa.ScalarSelect[Any]:
+            return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+
+        return sa.select(count(updated), count(recorded), count(granted), count(woken))

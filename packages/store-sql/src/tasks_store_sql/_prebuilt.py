@@ -1,0 +1,91 @@
+"""The statements of the SQL store's common path (SQLite, MariaDB/MySQL — and PostgreSQL
+outside its hot path), built once per namespace with bound parameters.
+
+SQLAlchemy compiles a statement once per dialect and caches it; what costs on every call
+is building the statement object and its cache key. Building them here, once, leaves only
+the parameters to each call. (PostgreSQL on asyncpg runs its hot path in ``_pg``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from tasks_store_sql._schema import Tables
+
+__all__ = ["Prebuilt"]
+
+_PROJECTION = (
+    "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
+    "claim_expires_at", "retry_at", "created_at", "updated_at", "expires_at", "snapshot",
+)
+"""The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    """The prebuilt statements; parameters are named in each attribute's docstring."""
+
+    fetch: sa.Select[Any]
+    """The row of ``b_id``."""
+    fetch_locked: sa.Select[Any]
+    """The row of ``b_id``, locked for update (where the dialect locks rows)."""
+    lock_rows: sa.Select[Any]
+    """The rows of ``b_ids`` (a list), locked in id order."""
+    find_events: sa.Select[Any]
+    """``(task_id, event_id, record)`` of events ``b_event_ids`` of tasks ``b_ids``."""
+    save: sa.Update
+    """Every projection column (bound as ``p_<column>``), ``row_version = b_next``, where
+    ``id = b_id`` and ``row_version = b_version``."""
+    candidates: sa.Select[Any]
+    """The oldest claimable rows of queues ``b_queues`` at ``b_now``, but ``b_seen``, at
+    most ``b_limit``, with ``created_at`` (locked, skipping locked rows, where the
+    dialect can)."""
+
+    @classmethod
+    def build(
+        cls, tables: Tables, columns: Sequence[sa.ColumnElement[Any]], *, lock: bool
+    ) -> Prebuilt:
+        """The statements of ``tables``; ``lock``: the dialect has row locks."""
+        t, ev = tables.tasks, tables.events
+        fetch = sa.select(*columns).where(t.c.id == sa.bindparam("b_id"))
+        ids: sa.BindParameter[Any] = sa.bindparam("b_ids", expanding=True)
+        lock_rows = (
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id.in_(ids))
+            .order_by(t.c.id)
+        )
+        now = sa.bindparam("b_now", type_=t.c.created_at.type)
+        candidates = (
+            sa.select(*columns, t.c.created_at)
+            .where(
+                t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
+                t.c.status == "pending",
+                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
+                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= now),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+                t.c.id.not_in(sa.bindparam("b_seen", expanding=True)),
+            )
+            .order_by(t.c.created_at, t.c.id)
+            .limit(sa.bindparam("b_limit", type_=sa.Integer))
+        )
+        return cls(
+            fetch=fetch,
+            fetch_locked=fetch.with_for_update() if lock else fetch,
+            lock_rows=lock_rows.with_for_update() if lock else lock_rows,
+            find_events=sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
+                ev.c.task_id.in_(sa.bindparam("b_ids", expanding=True)),
+                ev.c.event_id.in_(sa.bindparam("b_event_ids", expanding=True)),
+            ),
+            save=(
+                sa.update(t)
+                .where(t.c.id == sa.bindparam("b_id"),
+                       t.c.row_version == sa.bindparam("b_version"))
+                .values(row_version=sa.bindparam("b_next"),
+                        **{name: sa.bindparam("p_" + name) for name in _PROJECTION})
+            ),
+            candidates=candidates.with_for_update(skip_locked=True) if lock else candidates,
+        )

@@ -1,0 +1,136 @@
+"""Transitions: ``transition`` and ``transition_many`` (group commit).
+
+``transition`` is ``transition_many`` of one item. The rows of every task the items name
+are locked in id order (``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` already
+serializes writers), so concurrent batches cannot deadlock; the clock is read after the
+locks; the items' event ids are looked up in the history; :func:`._batch.decide` decides
+each item as ``transition`` must; and each changed row is written once, guarded by the
+``row_version`` read under its lock, with the applied events, new watchers and wakeups —
+all in one transaction. On PostgreSQL with asyncpg the same runs in :mod:`._pg`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import rules
+from tasks_core.authority import Access
+from tasks_core.errors import InvalidInput, TasksError
+from tasks_core.events import Event, Transition
+from tasks_core.models import Lease
+
+from tasks_store_sql import _codec
+from tasks_store_sql._batch import Loaded, Plan, decide
+from tasks_store_sql._claims import ClaimOps
+
+__all__ = ["TransitionOps"]
+
+
+class TransitionOps(ClaimOps):
+    """Transition operations (see the module docstring)."""
+
+    async def transition(
+        self,
+        task_id: str,
+        expected_revision: int,
+        event: Event,
+        authority: Lease | Access,
+    ) -> Transition:
+        """Apply ``event`` atomically (see ``TaskStore.transition``).
+
+        Raises:
+            TaskNotFound: unknown; for request access also another tenant, invisible or
+                expired.
+            LeaseLost: the lease is not the exact live lease.
+            AuthorizationError: wrong kind of authority, or a missing right.
+            EventIdReused: this event id was applied with different content.
+            RevisionConflict: ``expected_revision`` is not current.
+            InvalidInput: the event is not valid for this task.
+            StoreCorrupt, StoreUnavailable: as for :meth:`get`.
+        """
+        if not isinstance(task_id, str):
+            raise InvalidInput("task_id must be a string")
+        if not isinstance(authority, (Lease, Access)):
+            raise TypeError("authority must be a Lease or an Access")
+        [result] = await self.transition_many([(task_id, expected_revision, event, authority)])
+        if isinstance(result, TasksError):
+            raise result
+        return result
+
+    async def transition_many(
+        self, items: Sequence[rules.BatchItem]
+    ) -> builtins.list[Transition | TasksError]:
+        """Apply several transitions in one transaction — group commit (see
+        ``TaskStore.transition_many``). The rows of every task named are locked in id
+        order (so concurrent batches cannot deadlock), the clock is read after the locks,
+        each item is decided as :meth:`transition` decides it (:mod:`._batch`), and every
+        changed row is written once, guarded by the ``row_version`` read under its lock.
+
+        Returns:
+            One ``Transition`` or refusal per item, in order.
+
+        Raises:
+            TypeError: a malformed item.
+            InvalidInput: more than 1000 items.
+            StoreUnavailable: transient failure; nothing written.
+        """
+        checked = rules.check_batch(items)
+        if not checked:
+            return []
+        await self._ensure_ready()
+        if self._fast is not None:
+            return await self._fast.transition_many(checked)
+
+        async def op(conn: AsyncConnection) -> builtins.list[Transition | TasksError]:
+            loaded = await self._lock_rows(conn, sorted({item[0] for item in checked}))
+            now = await self._now(conn)
+            await self._find_events(conn, loaded, sorted({item[2].event_id for item in checked}))
+            plan = decide(checked, loaded, now)
+            await self._write_plan(conn, plan, loaded)
+            return plan.results
+
+        return await self._db.run(op, write=True)
+
+    async def _lock_rows(
+        self, conn: AsyncConnection, ids: builtins.list[str]
+    ) -> dict[str, Loaded]:
+        """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
+        found = await conn.execute(self._statements.lock_rows, {"b_ids": ids})
+        return {r[0]: Loaded(r[0], r[1], r[2], r[3]) for r in found}
+
+    async def _find_events(
+        self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]
+    ) -> None:
+        """Attach the history entries of ``event_ids`` to the locked rows."""
+        if not loaded:
+            return
+        found = await conn.execute(
+            self._statements.find_events, {"b_ids": list(loaded), "b_event_ids": event_ids}
+        )
+        for task_id, event_id, record in found:
+            loaded[task_id].events[event_id] = record
+
+    async def _write_plan(
+        self, conn: AsyncConnection, plan: Plan, loaded: dict[str, Loaded]
+    ) -> None:
+        """Write what :func:`decide` planned: each changed row once, then the events,
+        watchers and wakeups.
+
+        Raises:
+            StoreUnavailable: a row changed under its lock; nothing is committed.
+        """
+        t = self.tables
+        await self._save_rows(
+            conn, [(r.id, r.row_version, r.snapshot, r.token) for r in plan.rows(loaded)]
+        )
+        if plan.events:
+            await conn.execute(
+                sa.insert(t.events), [_codec.event_row(i, r) for i, r in plan.events]
+            )
+        if plan.members:
+            await conn.execute(sa.insert(t.members), plan.members)
+        for queue in sorted(plan.wake):
+            await self._notify(conn, queue)
