@@ -39,7 +39,9 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
     try:
         import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
-        found += [asyncpg.PostgresError, asyncpg.InterfaceError]
+        # InternalClientError: a connection whose backend was terminated mid-operation
+        # ("cannot switch to state …"); transient like a lost connection.
+        found += [asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError]
     except ImportError:  # pragma: no cover - asyncpg is a dependency
         pass
     try:
@@ -116,7 +118,8 @@ def _is_transient(exc: BaseException) -> bool:
     if _errno(exc) in _TRANSIENT_ERRNOS:
         return True
     name = type(_origin(exc)).__name__
-    return any(word in name for word in ("Connection", "Interface", "Shutdown", "Timeout"))
+    words = ("Connection", "Interface", "Shutdown", "Timeout", "InternalClient")
+    return any(word in name for word in words)
 
 
 def describe(exc: BaseException) -> str:
