@@ -79,16 +79,9 @@ class MongoBase:
         self.driver: Driver = driver_of(client)
         if not isinstance(database, str) or not database:
             raise InvalidInput("database must be a non-empty string")
-        base = limits or StoreLimits()
-        overrides = {
-            k: v
-            for k, v in {
-                "max_tasks": max_tasks,
-                "max_active_tasks_per_scope": max_active_tasks_per_scope,
-            }.items()
-            if v is not None
-        }
-        self.limits = StoreLimits(**{**base.model_dump(), **overrides})
+        self.limits = StoreLimits.resolve(
+            limits, max_tasks=max_tasks, max_active_tasks_per_scope=max_active_tasks_per_scope
+        )
         self.namespace = check_namespace(namespace or DEFAULT_NAMESPACE)
         self.database = database
         self._loops = LoopClients(

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from tasks_core import rules
-from tasks_core.authority import check_name
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, TaskNotFound, Unavailable
 from tasks_core.models import Claim, Snapshot
 
@@ -193,15 +192,5 @@ class MongoClaims(MongoBase):
         return outcome
 
 
-def _check_worker(worker_id: str) -> None:
-    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
-        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
-
-
-def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
-    if isinstance(queues, str):
-        raise InvalidInput("queues must be a collection of queue names, not a string")
-    names = frozenset(check_name(q, what="queue") for q in queues)
-    if not names and not allow_empty:
-        raise InvalidInput("at least one queue is required")
-    return names
+_check_worker = rules.check_worker_id
+check_queues = rules.check_queues

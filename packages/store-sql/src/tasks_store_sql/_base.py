@@ -14,7 +14,6 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules
-from tasks_core.authority import check_name
 from tasks_core.clock import Clock
 from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
 from tasks_core.events import EventRecord
@@ -95,16 +94,9 @@ class StoreBase:
             self.namespace = check_namespace(namespace)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from None
-        base = limits or StoreLimits()
-        overrides = {
-            k: v
-            for k, v in {
-                "max_tasks": max_tasks,
-                "max_active_tasks_per_scope": max_active_tasks_per_scope,
-            }.items()
-            if v is not None
-        }
-        self.limits = StoreLimits(**{**base.model_dump(), **overrides})
+        self.limits = StoreLimits.resolve(
+            limits, max_tasks=max_tasks, max_active_tasks_per_scope=max_active_tasks_per_scope
+        )
         self.tables = Tables.build(prefix_of(self.namespace))
         self._clock = clock
         self._schema_mode: SchemaMode = schema
@@ -337,30 +329,6 @@ def _sqlite_key(database: str | None) -> str:
     return os.path.realpath(database or "")
 
 
-def check_worker(worker_id: str) -> None:
-    """Raises: InvalidInput: not a non-empty string of at most 256 characters."""
-    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
-        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
-
-
-def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
-    """Validate queue names.
-
-    Raises:
-        InvalidInput: a bad name, a bare string, or none at all.
-    """
-    if isinstance(queues, str):
-        raise InvalidInput("queues must be a collection of queue names, not a string")
-    names = frozenset(check_name(q, what="queue") for q in queues)
-    if not names and not allow_empty:
-        raise InvalidInput("at least one queue is required")
-    return names
-
-
-def check_limit(limit: int, *, maximum: int | None = None) -> int:
-    """Raises: InvalidInput: not an integer in 1..maximum."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidInput("limit must be a positive integer")
-    if maximum is not None and limit > maximum:
-        raise InvalidInput(f"limit must be an integer in 1..{maximum}")
-    return limit
+check_worker = rules.check_worker_id
+check_queues = rules.check_queues
+check_limit = rules.check_limit
