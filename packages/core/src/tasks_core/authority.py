@@ -29,7 +29,7 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator
 
-from tasks_core._model import Model
+from tasks_core._model import Model, plain_init
 from tasks_core.errors import InvalidInput
 
 __all__ = [
@@ -128,6 +128,7 @@ class Owner(Model):
     user_id: Annotated[str, _name("user_id")]
     tenant: Annotated[str, _name("tenant")] = DEFAULT_TENANT
 
+    @plain_init
     def __init__(self, user_id: str, tenant: str = DEFAULT_TENANT, **extra: object) -> None:
         super().__init__(user_id=user_id, tenant=tenant, **extra)
 
@@ -140,6 +141,7 @@ class System(Model):
 
     tenant: Annotated[str, _name("tenant")] | None = None
 
+    @plain_init
     def __init__(self, tenant: str | None = None, **extra: object) -> None:
         super().__init__(tenant=tenant, **extra)
 

@@ -85,16 +85,19 @@ class Statements:
         )
         seen = t.alias("s")
         before = sa.select(seen.c.row_version).where(seen.c.id == locked.c.id)
+        history = (
+            sa.select(ev.c.event_id, ev.c.record)
+            .where(ev.c.task_id == locked.c.id, ev.c.event_id == sa.any_(event_ids))
+            .offset(sa.literal_column("0"))
+            .lateral("h")
+        )  # OFFSET 0 keeps the subquery per locked row (by primary key) even in a plan
+        # made while the events table was small: no plan reads other tasks' history.
         self.lock = Statement.of(
             sa.select(
                 locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
                 before.scalar_subquery().label("seen"), clock.label("now"),
-                ev.c.event_id, ev.c.record,
-            ).select_from(
-                locked.outerjoin(
-                    ev, sa.and_(ev.c.task_id == locked.c.id, ev.c.event_id == sa.any_(event_ids))
-                )
-            )
+                history.c.event_id, history.c.record,
+            ).select_from(locked.outerjoin(history, sa.true()))
         )
         """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
         self.events = Statement.of(

@@ -1,0 +1,73 @@
+"""PostgreSQL plans of the hot path: a transition reads its own task's history by key.
+
+asyncpg prepares each hot-path statement once per connection, and after a few runs
+PostgreSQL may keep one generic plan for it — made with the statistics of that moment,
+typically a new, empty namespace. The history lookup of a transition (its replay check)
+must then still go through the events' primary key: a plan that scans the events table
+costs a read of every task's history per transition, and a worker slows down as history
+grows (that was the plan a join of the lookup gave, found by ``nox -s bench``).
+
+The test forces the generic plan while the events table is tiny and never analyzed, runs
+the lock statement on its own connection, and reads the table's scan counters of that
+transaction (``pg_stat_xact_user_tables``): no sequential scan of the events table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from tasks_core import Completed, NewTask, Owner, Work
+from tasks_store_sql import SQLStore
+from tasks_store_sql.plugin import drop_namespace
+
+pytestmark = pytest.mark.anyio
+
+NAMESPACE = "plans"
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[SQLStore]:
+    """A store on a namespace created for the test (empty tables, never analyzed)."""
+    await drop_namespace(postgres_url, NAMESPACE)
+    opened = await SQLStore.open(postgres_url, namespace=NAMESPACE)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+        await drop_namespace(postgres_url, NAMESPACE)
+
+
+async def test_generic_plan_of_a_transition_reads_history_by_key(
+    store: SQLStore, postgres_url: str
+) -> None:
+    owner = Owner("alice")
+    for n in range(3):
+        await store.create(NewTask(id=f"t{n}", tenant="default", owner=owner,
+                                   work=Work(name="job")))
+        claim = await store.claim(f"t{n}", "w1", 30)
+        await store.transition(f"t{n}", claim.snapshot.revision,
+                               Completed(event_id="done", result=n), claim.lease)
+    assert store._fast is not None
+    lock = store._fast.sql.lock
+    events_table = store.tables.events.name
+
+    conn = await asyncpg.connect(postgres_url.replace("postgresql://", "postgres://", 1))
+    try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        async with conn.transaction():
+            rows = await conn.fetch(
+                lock.sql, *lock.args(now=None, ids=["t1", "t2"], event_ids=["done"])
+            )
+            scans = await conn.fetchrow(
+                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
+                events_table,
+            )
+    finally:
+        await conn.close()
+
+    assert sorted((r["id"], r["event_id"]) for r in rows) == [("t1", "done"), ("t2", "done")]
+    assert scans is not None
+    assert scans["seq_scan"] == 0, "the generic plan scans the events table"
+    assert scans["idx_scan"] >= 1
