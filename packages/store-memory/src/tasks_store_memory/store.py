@@ -25,8 +25,10 @@ as ``StoreCorrupt`` for that task only.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
 import copy
+import heapq
 import logging
 import threading
 from collections.abc import Collection, Iterator, Sequence
@@ -80,6 +82,40 @@ class _Row:
 _Waiter = tuple[frozenset[str], asyncio.AbstractEventLoop, "asyncio.Future[bool]"]
 
 
+class _OpenTasks:
+    """The tasks ``claim_next`` must look at, per queue in claim order
+    (``created_at``, id), so that a claim reads the head of its queues instead of
+    every open task."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, tuple[str, datetime]] = {}
+        self._queues: dict[str, list[tuple[datetime, str]]] = {}
+
+    def add(self, snapshot: Snapshot) -> None:
+        key = (snapshot.queue, snapshot.created_at)
+        if self._keys.get(snapshot.id) == key:
+            return
+        self.discard(snapshot.id)
+        self._keys[snapshot.id] = key
+        bisect.insort(self._queues.setdefault(snapshot.queue, []),
+                      (snapshot.created_at, snapshot.id))
+
+    def discard(self, task_id: str) -> None:
+        key = self._keys.pop(task_id, None)
+        if key is None:
+            return
+        queue, created_at = key
+        entries = self._queues[queue]
+        del entries[bisect.bisect_left(entries, (created_at, task_id))]
+        if not entries:
+            del self._queues[queue]
+
+    def in_order(self, queues: Collection[str]) -> Iterator[tuple[datetime, str]]:
+        """The open tasks of ``queues`` as ``(created_at, id)``, oldest first (from a copy
+        of the index: claiming may change it)."""
+        return heapq.merge(*(list(self._queues.get(queue, ())) for queue in queues))
+
+
 class MemoryStore:
     """The reference store. Thread- and task-safe; see the module docstring."""
 
@@ -117,10 +153,9 @@ class MemoryStore:
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rows: dict[str, _Row] = {}
-        self._open: set[str] = set()
-        """Ids of tasks that may be claimable or hold a lease (see :meth:`_track`)."""
+        self._open = _OpenTasks()
+        """Tasks that may be claimable or hold a lease (see :meth:`_track`)."""
         self._waiters: list[_Waiter] = []
-        self._closed = False
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -171,7 +206,7 @@ class MemoryStore:
         if snapshot.terminal and (claim is None or claim.ended):
             self._open.discard(snapshot.id)
         else:
-            self._open.add(snapshot.id)
+            self._open.add(snapshot)
 
     def _row(self, task_id: str) -> _Row:
         row = self._rows.get(task_id)
@@ -448,33 +483,34 @@ class MemoryStore:
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
         rules.check_limit(limit, maximum=1000)
         with self._locked() as now:
-            candidates: list[tuple[datetime, str, Snapshot]] = []
-            busy: set[str] = set()
-            for task_id in self._open:
-                row = self._rows.get(task_id)
-                if row is None or row.doc.get("queue") not in wanted:
-                    continue
+            busy = {queue for queue in exclusive_set & wanted if self._queue_busy(queue, now)}
+            claims: list[Claim] = []
+            for _, task_id in self._open.in_order(wanted - busy):
+                if len(claims) >= limit:
+                    break
+                row = self._rows[task_id]
                 try:
                     snapshot = self._view(task_id, row)
                 except Exception:
                     continue
-                if snapshot.queue in exclusive_set and snapshot.lease_live(now):
-                    busy.add(snapshot.queue)
-                if self._claimable(snapshot, now):
-                    candidates.append((snapshot.created_at, task_id, snapshot))
-            candidates.sort(key=lambda c: (c[0], c[1]))
-            claims: list[Claim] = []
-            for _, task_id, snapshot in candidates:
-                if len(claims) >= limit:
-                    break
-                if snapshot.queue in busy:
+                if snapshot.queue in busy or not self._claimable(snapshot, now):
                     continue
-                claim = self._start(self._rows[task_id], snapshot, worker_id, lease_for, now)
+                claim = self._start(row, snapshot, worker_id, lease_for, now)
                 if claim is not None:
                     claims.append(claim)
                     if snapshot.queue in exclusive_set:
                         busy.add(snapshot.queue)
             return claims
+
+    def _queue_busy(self, queue: str, now: datetime) -> bool:
+        """Whether a task of ``queue`` holds a live lease (an exclusive queue is busy)."""
+        for _, task_id in self._open.in_order([queue]):
+            try:
+                if self._view(task_id, self._rows[task_id]).lease_live(now):
+                    return True
+            except Exception:
+                continue
+        return False
 
     async def renew(self, lease: Lease, lease_for: float) -> Claim:
         """Extend a live lease (see ``TaskStore.renew``).
@@ -595,7 +631,6 @@ class MemoryStore:
     async def aclose(self) -> None:
         """Nothing to release; waiting workers are woken so they can stop."""
         with self._lock:
-            self._closed = True
             for _, loop, future in self._waiters:
                 loop.call_soon_threadsafe(_resolve, future)
             self._waiters.clear()
@@ -612,7 +647,6 @@ class MemoryStore:
             row = self._row(task_id)
             row.view = None
             row.doc["revision"] = "not a number \x00 tasks-corrupt-secret"
-            self._open.add(task_id)  # a damaged record is looked at (and skipped)
 
 
 def _resolve(future: asyncio.Future[bool]) -> None:
