@@ -21,6 +21,10 @@ For each store (in a throw-away namespace or file, removed afterwards):
   task from the store (PostgreSQL ``LISTEN``/``NOTIFY``; polling on SQLite); ``same app``:
   the submitter's ``App`` runs the worker (in-process wakeup).
 
+On PostgreSQL the peer is measured too, in the same run (``peers.py``): pgqueuer's own
+burn-down of as many no-op jobs, with its defaults, on the same server — the issue's
+"at least pgqueuer's rate" read directly rather than scaled from another machine.
+
 Every figure is also given as a ratio to baselines measured in the same run (see
 ``baselines.py``), right before and right after that store's burn-down (their mean: the
 load of a shared machine drifts): PostgreSQL and SQLite against their own database's
@@ -50,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
 
@@ -371,7 +376,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 baseline = {"postgresql": postgres if dsn else nothing, "sqlite": sqlite}[kind]
                 result = await measure(target, args, baseline)
                 report["stores"][target.name] = _figures(result, kind)
+                if target.name == "postgresql":
+                    report["peer"] = await _peer(dsn, args.tasks)
     return report
+
+
+async def _peer(dsn: str | None, tasks: int) -> dict[str, Any]:
+    """pgqueuer's burn-down on the same server (see ``peers.py``), if it is installed."""
+    if dsn is None or not peers.available():
+        return {"pgqueuer": None, "why": "pgqueuer is not installed (nox -s bench installs it)"}
+    from importlib.metadata import version
+
+    target = peers.peer_dsn(dsn)
+    await _ensure_database(target)
+    rate = await peers.pgqueuer_burn_down(target, tasks)
+    return {"pgqueuer": round(rate, 1), "version": version("pgqueuer")}
 
 
 def _figures(result: Result, against: str) -> dict[str, Any]:
@@ -433,9 +452,18 @@ def render(report: dict[str, Any]) -> str:
         ratio = pg["ratios"].get("burn_down / update", 0.0)
         p50 = pg["latency_ms"].get("other app", {}).get("p50", float("inf"))
         lines.append(
-            f"postgresql: burn-down/update {ratio:.3f} ({ratio / PGQUEUER_RATIO:.2f}x pgqueuer), "
-            f"commits/task {pg['commits_per_task']}, p50 {p50:.2f} ms"
+            f"postgresql: burn-down/update {ratio:.3f} ({ratio / PGQUEUER_RATIO:.2f}x the "
+            f"issue's pgqueuer ratio), commits/task {pg['commits_per_task']}, p50 {p50:.2f} ms"
         )
+        peer = report.get("peer", {})
+        if peer.get("pgqueuer"):
+            lines.append(
+                f"peer, same run: pgqueuer {peer['version']} burns down {peer['pgqueuer']:.0f}"
+                f"/s; postgresql burn-down / pgqueuer = {pg['burn_down'] / peer['pgqueuer']:.2f}"
+                " (target >= 1)"
+            )
+        else:
+            lines.append(f"peer: {peer.get('why', 'not measured')}")
     return "\n".join(lines)
 
 

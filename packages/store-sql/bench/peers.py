@@ -1,0 +1,86 @@
+"""The peer of the benchmark: pgqueuer's burn-down, measured in the same run.
+
+The issue's target is "at least pgqueuer's rate". Rather than scale a figure measured on
+another machine, the bench runs pgqueuer itself here, right after our burn-down, on the
+same PostgreSQL server: the same number of no-op jobs, enqueued in bulk beforehand, then
+one ``QueueManager`` with pgqueuer's defaults (batch size 10, no concurrency limit) run in
+``drain`` mode until the queue is empty — timed from its start until it returns.
+
+pgqueuer installs tables, types and triggers of fixed names, so it runs in a database of
+its own (``<bench database>_pgqueuer``, created when missing, its objects removed
+afterwards). Without pgqueuer installed (``nox -s bench`` installs it) the peer is skipped
+and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import time
+
+import sqlalchemy as sa
+
+__all__ = ["available", "peer_dsn", "pgqueuer_burn_down"]
+
+ENQUEUE_BATCH = 1000
+
+
+def available() -> bool:
+    """Whether pgqueuer can be imported."""
+    return importlib.util.find_spec("pgqueuer") is not None
+
+
+def peer_dsn(dsn: str) -> str:
+    """The DSN of the peer's own database beside the bench database of ``dsn``."""
+    url = sa.make_url(dsn)
+    return url.set(database=f"{url.database}_pgqueuer").render_as_string(hide_password=False)
+
+
+async def pgqueuer_burn_down(dsn: str, tasks: int) -> float:
+    """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs.
+
+    Raises:
+        RuntimeError: a job did not run exactly once.
+    """
+    import asyncpg
+    from pgqueuer import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    setup = await asyncpg.connect(dsn)
+    try:
+        queries = Queries.from_asyncpg_connection(setup)
+        await _uninstall_quietly(queries)
+        await queries.install()
+        for first in range(0, tasks, ENQUEUE_BATCH):
+            size = min(ENQUEUE_BATCH, tasks - first)
+            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        worker = await asyncpg.connect(dsn)
+        try:
+            manager = QueueManager(Queries.from_asyncpg_connection(worker))
+            ran = 0
+
+            @manager.entrypoint("noop")
+            async def noop(job: object) -> None:
+                nonlocal ran
+                ran += 1
+
+            started = time.perf_counter()
+            await manager.run(mode=QueueExecutionMode.drain)
+            elapsed = time.perf_counter() - started
+        finally:
+            await worker.close()
+        if ran != tasks:
+            raise RuntimeError(f"pgqueuer ran {ran} of {tasks} jobs")
+        await queries.uninstall()
+        return tasks / elapsed
+    finally:
+        await setup.close()
+
+
+async def _uninstall_quietly(queries: object) -> None:
+    """Remove what an interrupted earlier run left (nothing there is fine)."""
+    import asyncpg
+
+    with contextlib.suppress(asyncpg.PostgresError):
+        await queries.uninstall()  # type: ignore[attr-defined]
