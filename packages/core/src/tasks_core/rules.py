@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from tasks_core.authority import Access, Owner, System, check_name
 from tasks_core.clock import utc
@@ -41,6 +41,7 @@ from tasks_core.events import (
     InputRequested,
     InputResponsesAccepted,
     RetryRequested,
+    Transition,
     WatcherAdded,
 )
 from tasks_core.models import (
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_LEASE_S",
     "BatchItem",
+    "Decision",
     "Right",
     "apply_event",
     "authorize_event",
@@ -77,6 +79,7 @@ __all__ = [
     "check_revision",
     "check_worker_id",
     "counts_as_active",
+    "decide_transition",
     "is_claimable",
     "matches",
     "new_snapshot",
@@ -287,6 +290,60 @@ def check_replay(record: EventRecord, event: Event) -> None:
     """
     if record.event.kind != event.kind or record.event.content() != event.content():
         raise EventIdReused()
+
+
+class Decision(NamedTuple):
+    """What :func:`decide_transition` decided: the answer to the caller, and the stored
+    snapshot to write with ``transition.record`` (``None``: write nothing)."""
+
+    transition: Transition
+    stored: Snapshot | None
+
+
+def decide_transition(
+    snapshot: Snapshot,
+    token: str | None,
+    earlier: Callable[[], EventRecord] | None,
+    expected_revision: int,
+    event: Event,
+    authority: Lease | Access,
+    now: datetime,
+    *,
+    lease_check: Callable[..., None] | None = None,
+    revision_check: Callable[[Snapshot, int, datetime], None] | None = None,
+) -> Decision:
+    """``transition`` of the locked task at ``now``, decided: authorize (step 2), replay an
+    event id already applied (step 3), check the revision (step 4), apply (step 5). Every
+    store calls this and only makes the outcome atomic.
+
+    ``earlier`` reads the history entry of ``event.event_id`` (``None``: not applied). It
+    is called only after authorization, so a caller who may not see the task never
+    learns that its history is damaged. ``lease_check`` and ``revision_check`` replace
+    :func:`check_lease` and :func:`check_revision` (the contract suite's broken stores).
+
+    Raises:
+        TaskNotFound, AuthorizationError, LeaseLost: see :func:`authorize_event`.
+        EventIdReused: the id was applied with different content.
+        RevisionConflict: ``expected_revision`` is not the current revision.
+        InvalidInput: the event does not apply to this task.
+        StoreCorrupt: ``earlier`` found a damaged record.
+    """
+    authorize_event(snapshot, token, authority, event, now, replayed=earlier is not None,
+                    lease_check=lease_check)
+    if earlier is not None:
+        record = earlier()
+        check_replay(record, event)
+        return Decision(
+            Transition(outcome="duplicate", snapshot=present(snapshot, now), record=record), None
+        )
+    (revision_check or check_revision)(snapshot, expected_revision, now)
+    applied = apply_event(snapshot, event, next_commit_time(snapshot, now))
+    if applied is None:
+        return Decision(Transition(outcome="unchanged", snapshot=present(snapshot, now)), None)
+    new, record = applied
+    return Decision(
+        Transition(outcome="applied", snapshot=present(new, now), record=record), new
+    )
 
 
 def check_revision(snapshot: Snapshot, expected_revision: int, now: datetime) -> None:

@@ -60,6 +60,7 @@ from tasks_core.models import (
     StoreCapabilities,
     StoreLimits,
     TaskQuery,
+    TaskStatus,
 )
 
 __all__ = ["MemoryStore"]
@@ -400,32 +401,25 @@ class MemoryStore:
     ) -> Transition:
         """``transition`` with the lock held and ``now`` sampled."""
         row = self._row(task_id)
-        snapshot = self._decode(task_id, row)
         position = self._find_event(row, event.event_id)
-        rules.authorize_event(
-            snapshot,
+        decision = rules.decide_transition(
+            self._decode(task_id, row),
             row.token,
-            authority,
+            None if position is None
+            else lambda: self._decode_record(task_id, row.history[position]),
+            expected_revision,
             event,
+            authority,
             now,
-            replayed=position is not None,
             lease_check=self._lease_check,
+            revision_check=self._check_revision,
         )
-        if position is not None:
-            record = self._decode_record(task_id, row.history[position])
-            rules.check_replay(record, event)
-            return Transition(
-                outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
-            )
-        self._check_revision(snapshot, expected_revision, now)
-        applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
-        if applied is None:
-            return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
-        new, record = applied
-        self._append(row, new, record)
-        if new.status == "pending":
-            self._notify(new.queue)
-        return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
+        new, record = decision.stored, decision.transition.record
+        if new is not None and record is not None:
+            self._append(row, new, record)
+            if new.status == TaskStatus.PENDING:
+                self._notify(new.queue)
+        return decision.transition
 
     def _append(self, row: _Row, snapshot: Snapshot, record: EventRecord) -> None:
         self._set(row, snapshot)

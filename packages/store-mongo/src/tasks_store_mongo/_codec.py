@@ -48,6 +48,7 @@ __all__ = [
     "history_of",
     "new_document",
     "new_tag",
+    "record_at",
     "token_of",
 ]
 
@@ -188,6 +189,15 @@ def find_event(task_id: str, doc: Mapping[str, Any], event_id: str) -> int | Non
         if isinstance(entry, Mapping) and entry.get("id") == event_id:
             return position
     return None
+
+
+def record_at(task_id: str, doc: Mapping[str, Any], position: int) -> EventRecord:
+    """The history entry at ``position`` (from :func:`find_event`) as an ``EventRecord``.
+
+    Raises:
+        StoreCorrupt: the entry does not validate.
+    """
+    return decode_record(task_id, history_of(task_id, doc)[position])
 
 
 def decode_record(task_id: str, entry: Any) -> EventRecord:

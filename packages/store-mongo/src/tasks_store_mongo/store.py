@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import math
 from collections.abc import Sequence
 from datetime import datetime
@@ -289,33 +290,23 @@ class MongoStore(MongoClaims):
             if doc is None:
                 raise TaskNotFound(task_id)
             now = await self._now()
-            snapshot = _codec.decode_task(task_id, doc)
             position = _codec.find_event(task_id, doc, event.event_id)
-            rules.authorize_event(
-                snapshot,
+            decision = rules.decide_transition(
+                _codec.decode_task(task_id, doc),
                 _codec.token_of(task_id, doc),
-                authority,
+                None if position is None
+                else functools.partial(_codec.record_at, task_id, doc, position),
+                expected_revision,
                 event,
+                authority,
                 now,
-                replayed=position is not None,
             )
-            if position is not None:
-                entry = _codec.history_of(task_id, doc)[position]
-                record = _codec.decode_record(task_id, entry)
-                rules.check_replay(record, event)
-                return Transition(
-                    outcome="duplicate", snapshot=rules.present(snapshot, now), record=record
-                )
-            rules.check_revision(snapshot, expected_revision, now)
-            applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
-            if applied is None:
-                return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
-            new, record = applied
+            new, record = decision.stored, decision.transition.record
+            if new is None or record is None:
+                return decision.transition
             update = self._update(new, record=record, wake=new.status == TaskStatus.PENDING)
             if await self._cas(doc, update):
-                return Transition(
-                    outcome="applied", snapshot=rules.present(new, now), record=record
-                )
+                return decision.transition
             await self._contended(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 

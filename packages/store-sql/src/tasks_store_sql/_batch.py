@@ -118,20 +118,19 @@ def _one(
 ) -> Transition:
     if row is None:
         raise TaskNotFound(task_id)
-    snapshot = row.snapshot
     earlier = row.events.get(event.event_id)
-    rules.authorize_event(snapshot, row.token, authority, event, now, replayed=earlier is not None)
-    if earlier is not None:
-        record = earlier if isinstance(earlier, EventRecord) else (
-            _codec.decode_record(task_id, earlier)
-        )
-        rules.check_replay(record, event)
-        return Transition(outcome="duplicate", snapshot=rules.present(snapshot, now), record=record)
-    rules.check_revision(snapshot, expected_revision, now)
-    applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, now))
-    if applied is None:
-        return Transition(outcome="unchanged", snapshot=rules.present(snapshot, now))
-    new, record = applied
+    decision = rules.decide_transition(
+        row.snapshot,
+        row.token,
+        None if earlier is None else lambda: _record(task_id, earlier),
+        expected_revision,
+        event,
+        authority,
+        now,
+    )
+    new, record = decision.stored, decision.transition.record
+    if new is None or record is None:
+        return decision.transition
     row.update(new, row.token)
     row.events[event.event_id] = record
     plan.events.append((task_id, record))
@@ -144,7 +143,12 @@ def _one(
         })
     if new.status == TaskStatus.PENDING:
         plan.wake.add(new.queue)
-    return Transition(outcome="applied", snapshot=rules.present(new, now), record=record)
+    return decision.transition
+
+
+def _record(task_id: str, entry: str | EventRecord) -> EventRecord:
+    """A history entry: one this batch applied, or stored JSON text."""
+    return entry if isinstance(entry, EventRecord) else _codec.decode_record(task_id, entry)
 
 
 def corrupt_or(row: Loaded) -> Snapshot | None:
