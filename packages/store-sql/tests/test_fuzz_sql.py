@@ -105,9 +105,6 @@ async def test_a_garbage_history_record_costs_only_that_history(any_opener: Open
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason="claim_next reads created_at through the Instant type "
-                   "(tasks_store_sql/_claims.py _candidates): garbage there raises ValueError "
-                   "for every claim_next instead of skipping the record")
 async def test_a_garbage_creation_time_on_sqlite_costs_only_its_record(
     sqlite_opener: Opener,
 ) -> None:

@@ -59,8 +59,11 @@ class Prebuilt:
             .order_by(t.c.id)
         )
         now = sa.bindparam("b_now", type_=t.c.created_at.type)
+        # The sort key as stored, not through ``Instant``: a hand-damaged value must cost
+        # only its own record (SQLite keeps text: its order is the time order).
+        created_key = sa.type_coerce(t.c.created_at, sa.String).label("created_key")
         candidates = (
-            sa.select(*columns, t.c.created_at)
+            sa.select(*columns, created_key)
             .where(
                 t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
                 t.c.status == "pending",
