@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import secrets
@@ -92,6 +93,7 @@ class Target:
     second: Callable[[TaskStore], Awaitable[TaskStore]]
     close: Callable[[TaskStore], Awaitable[None]]
     dsn: str | None = None  # PostgreSQL: where to count commits
+    release: Callable[[], None] = lambda: None  # drop what the store keeps in this process
 
 
 class Probe:
@@ -274,18 +276,18 @@ async def targets(args: argparse.Namespace, tmp: Path) -> AsyncIterator[list[Tar
     chosen: list[Target] = []
     namespace = "bench_" + secrets.token_hex(3)
     if "memory" in args.stores:
-        shared = MemoryStore()
+        kept = [MemoryStore()]
 
         async def open_memory() -> TaskStore:
-            return shared
+            return kept[0]
 
         async def same(_: TaskStore) -> TaskStore:
-            return shared
+            return kept[0]
 
         async def keep(_: TaskStore) -> None:
             return None
 
-        chosen.append(Target("memory", open_memory, same, keep))
+        chosen.append(Target("memory", open_memory, same, keep, release=kept.clear))
     if "sqlite" in args.stores:
         chosen.append(_sql_target("sqlite", f"sqlite:///{tmp}/bench.db", None, None))
     if "postgresql" in args.stores:
@@ -376,6 +378,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 baseline = {"postgresql": postgres if dsn else nothing, "sqlite": sqlite}[kind]
                 result = await measure(target, args, baseline)
                 report["stores"][target.name] = _figures(result, kind)
+                target.release()  # the next store is measured without this one's heap
+                gc.collect()
                 if target.name == "postgresql":
                     report["peer"] = await _peer(dsn, args.tasks)
     return report

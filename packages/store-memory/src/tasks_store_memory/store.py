@@ -111,6 +111,10 @@ class _OpenTasks:
         if not entries:
             del self._queues[queue]
 
+    def __iter__(self) -> Iterator[str]:
+        """Every open task id (valid until the next change)."""
+        return iter(self._keys)
+
     def in_order(self, queues: Collection[str]) -> Iterator[tuple[datetime, str]]:
         """The open tasks of ``queues`` as ``(created_at, id)``, oldest first (from a copy
         of the index: claiming may change it)."""
@@ -254,8 +258,10 @@ class MemoryStore:
             raise CapacityExceeded("max_tasks")
         if len(self._rows) - replacing < self.limits.max_active_tasks_per_scope:
             return  # fewer tasks in the store than the limit: no tenant can reach it
+        cap = self.limits.max_active_tasks_per_scope
         active = 0
-        for task_id, row in self._rows.items():
+        for task_id in self._open:  # every task that is not terminal is open
+            row = self._rows[task_id]
             if row.doc.get("tenant") != new.tenant or task_id == new.id:
                 continue
             try:
@@ -264,8 +270,8 @@ class MemoryStore:
                 continue
             if rules.counts_as_active(snapshot, now):
                 active += 1
-        if active >= self.limits.max_active_tasks_per_scope:
-            raise CapacityExceeded("max_active_tasks_per_scope")
+                if active >= cap:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
 
     def _notify(self, queue: str) -> None:
         """Wake waiters on ``queue`` (called with the lock held)."""
