@@ -19,7 +19,9 @@ For each store (in a throw-away namespace or file, removed afterwards):
   the call of ``submit`` to the handler's start (p50/p90/p99/max). ``other app``: the
   submitter is a second ``App`` with its own store instance, so the worker learns of the
   task from the store (PostgreSQL ``LISTEN``/``NOTIFY``; polling on SQLite); ``same app``:
-  the submitter's ``App`` runs the worker (in-process wakeup).
+  the submitter's ``App`` runs the worker (in-process wakeup); ``other process``: the
+  submitter is a separate process (``submitter.py``), as a web server and a worker are
+  deployed (SQL stores; stamps on the system-wide monotonic clock).
 
 On PostgreSQL the peer is measured too, in the same run (``peers.py``): pgqueuer's own
 burn-down of as many no-op jobs, with its defaults, on the same server — the issue's
@@ -70,6 +72,13 @@ TARGET_P50_MS = 3.0
 OWNER = Owner("bench")
 
 
+def stamp_now() -> float:
+    """Seconds on the system-wide monotonic clock: comparable across the processes of the
+    ``other process`` latency mode (``perf_counter`` only promises differences within
+    one process)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
 @dataclass
 class Result:
     """The figures of one store."""
@@ -94,6 +103,8 @@ class Target:
     close: Callable[[TaskStore], Awaitable[None]]
     dsn: str | None = None  # PostgreSQL: where to count commits
     release: Callable[[], None] = lambda: None  # drop what the store keeps in this process
+    url: str | None = None  # how another process opens the store (None: it cannot)
+    namespace: str | None = None
 
 
 class Probe:
@@ -128,7 +139,7 @@ def make_app(store: TaskStore, probe: Probe) -> App:
 
     @app.task(name="stamp")
     async def stamp(ctx: TaskContext, seq: int) -> None:
-        probe.starts[seq] = time.perf_counter()
+        probe.starts[seq] = stamp_now()
         probe.hit()
 
     return app
@@ -195,8 +206,55 @@ async def check(store: TaskStore, count: int) -> str:
     return f"{completed} completed once, history recorded"
 
 
+Submitter = Callable[[], Awaitable[dict[int, float]]]
+"""Submits the ``stamp`` tasks at the steady rate; returns when each was submitted."""
+
+
+async def steady(submit: Callable[[int], Awaitable[object]], rate: float,
+                 samples: int) -> dict[int, float]:
+    """Call ``submit(seq)`` for ``samples`` sequence numbers at ``rate`` per second; the
+    :func:`stamp_now` of each call's start."""
+    submitted: dict[int, float] = {}
+    interval = 1.0 / rate
+    begin = time.perf_counter()
+    for seq in range(samples):
+        pause = begin + seq * interval - time.perf_counter()
+        if pause > 0:
+            await asyncio.sleep(pause)
+        submitted[seq] = stamp_now()
+        await submit(seq)
+    return submitted
+
+
+def in_process(app: App, rate: float, samples: int) -> Submitter:
+    """Submit through ``app`` in this process."""
+
+    async def submit(seq: int) -> None:
+        await app.submit("stamp", {"seq": seq}, OWNER)
+
+    return lambda: steady(submit, rate, samples)
+
+
+def other_process(url: str, namespace: str | None, rate: float, samples: int) -> Submitter:
+    """Submit from a separate process (``submitter.py``) with a store of its own — a web
+    server and a worker, as deployed."""
+
+    async def run() -> dict[int, float]:
+        args = [str(Path(__file__).with_name("submitter.py")), url, namespace or "",
+                str(rate), str(samples)]
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, *args, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"the submitter process failed ({child.returncode})")
+        return {int(k): v for k, v in json.loads(out)["submitted"].items()}
+
+    return run
+
+
 async def latency(
-    worker_app: App, submit_app: App, probe: Probe, rate: float, samples: int,
+    worker_app: App, submitter: Submitter, probe: Probe, rate: float, samples: int,
     concurrency: int,
 ) -> dict[str, float]:
     """Milliseconds from ``submit`` to the handler's start, an idle worker, steady rate."""
@@ -205,15 +263,7 @@ async def latency(
     running = asyncio.create_task(worker.run())
     try:
         await asyncio.sleep(0.3)  # let it go idle (and start listening)
-        submitted: dict[int, float] = {}
-        interval = 1.0 / rate
-        begin = time.perf_counter()
-        for seq in range(samples):
-            pause = begin + seq * interval - time.perf_counter()
-            if pause > 0:
-                await asyncio.sleep(pause)
-            submitted[seq] = time.perf_counter()
-            await submit_app.submit("stamp", {"seq": seq}, OWNER)
+        submitted = await submitter()
         await asyncio.wait_for(probe.done.wait(), 30 + samples / rate)
     finally:
         await worker.shutdown(drain_timeout=30)
@@ -255,7 +305,14 @@ async def measure(
     try:
         result.checked = await check(store, args.tasks)
         worker_app, submit_app = make_app(store, probe), make_app(other, probe)
-        for mode, submitter in (("other app", submit_app), ("same app", worker_app)):
+        modes = {
+            "other app": in_process(submit_app, args.rate, args.samples),
+            "same app": in_process(worker_app, args.rate, args.samples),
+        }
+        if target.url is not None:
+            modes["other process"] = other_process(target.url, target.namespace, args.rate,
+                                                   args.samples)
+        for mode, submitter in modes.items():
             result.latency_ms[mode] = await latency(
                 worker_app, submitter, probe, args.rate, args.samples, args.concurrency
             )
@@ -313,7 +370,7 @@ def _sql_target(name: str, url: str, namespace: str | None, dsn: str | None) -> 
     async def close(store: TaskStore) -> None:
         await store.aclose()
 
-    return Target(name, open_sql, again, close, dsn)
+    return Target(name, open_sql, again, close, dsn, url=url, namespace=namespace)
 
 
 def _dsn(args: argparse.Namespace) -> str:
@@ -433,7 +490,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {name:<11} on {base['database']:<11} {figures}")
     lines += ["", f"{'store':<11} {'enqueue 1x1':>11} {'enqueue xN':>11} {'burn-down':>10} "
               f"{'/update':>8} {'/upd+ins':>8} {'commits':>8}   latency p50/p90/p99 ms "
-              "(other app | same app)"]
+              "(other app | same app | other process)"]
     for name, f in report["stores"].items():
         ratios = f["ratios"]
         commits = "-" if f["commits_per_task"] is None else f"{f['commits_per_task']:.3f}"
@@ -454,10 +511,10 @@ def render(report: dict[str, Any]) -> str:
     pg = report["stores"].get("postgresql")
     if pg:
         ratio = pg["ratios"].get("burn_down / update", 0.0)
-        p50 = pg["latency_ms"].get("other app", {}).get("p50", float("inf"))
+        p50 = " / ".join(f"{mode} {cuts['p50']:.2f}" for mode, cuts in pg["latency_ms"].items())
         lines.append(
             f"postgresql: burn-down/update {ratio:.3f} ({ratio / PGQUEUER_RATIO:.2f}x the "
-            f"issue's pgqueuer ratio), commits/task {pg['commits_per_task']}, p50 {p50:.2f} ms"
+            f"issue's pgqueuer ratio), commits/task {pg['commits_per_task']}, p50 ms: {p50}"
         )
         peer = report.get("peer", {})
         if peer.get("pgqueuer"):
