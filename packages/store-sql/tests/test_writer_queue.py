@@ -1,4 +1,5 @@
-"""The SQLite writer queue: first come, first served, across threads; bounded waits."""
+"""The writer queues: SQLite's writers and the creators of a server namespace — first come,
+first served, across threads; bounded waits."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import asyncio
 import threading
 
 import pytest
-from tasks_core import StoreUnavailable
+import tasks_store_sql.store as sql_store
+from conftest import Opener
+from tasks_core import NewTask, Owner, StoreUnavailable, TaskNotFound, Work
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
 pytestmark = pytest.mark.anyio
@@ -87,3 +90,33 @@ def test_threads_with_their_own_loops_share_one_slot() -> None:
     for thread in threads:
         thread.join(30)
     assert (1, 0) == (most, inside)
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def server_opener(request: pytest.FixtureRequest) -> Opener:
+    """Each database server in turn (SQLite's writers have a queue of their own)."""
+    opener: Opener = request.getfixturevalue(f"{request.param}_opener")
+    return opener
+
+
+async def test_a_create_that_gets_no_turn_fails_and_writes_nothing(
+    server_opener: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates of one store queue for the creators' lock row; one that waits longer than
+    its bound MUST raise ``StoreUnavailable`` naming the reason, and nothing is stored."""
+    store = await server_opener()
+    try:
+        monkeypatch.setattr(sql_store, "CREATOR_WAIT", 0.05)
+        assert store._creators is not None
+        async with store._creators.slot(5):  # another create of this process holds the turn
+            with pytest.raises(StoreUnavailable, match="concurrent creates"):
+                await store.create(_new("late"))
+        with pytest.raises(TaskNotFound):
+            await store.get("late", tenant=None)
+        assert (await store.create(_new("late"))).revision == 0
+    finally:
+        await store.aclose()
+
+
+def _new(task_id: str) -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=Owner("a"), work=Work(name="job"))

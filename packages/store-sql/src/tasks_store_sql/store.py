@@ -87,10 +87,14 @@ from tasks_store_sql._base import TaskRow, check_limit, check_queues
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
+from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
 
 log = logging.getLogger("tasks_store_sql")
+CREATOR_WAIT = 30.0
+"""Seconds a create waits for its turn among this store's creators (as long as a pool
+checkout may wait) before it fails with ``StoreUnavailable``, nothing written."""
 _ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
 
 
@@ -122,6 +126,11 @@ class SQLStore(TransitionOps):
             weakref.WeakKeyDictionary()
         )
         self._listeners_lock = threading.Lock()
+        self._creators = None if self._db.kind == "sqlite" else WriterQueue(
+            busy="Too many concurrent creates in this process: no turn"
+        )
+        """The FIFO of this store's creators in front of the creators' lock row (SQLite:
+        its writer queue already serializes every write)."""
         if self._wakeups_supported():
             self._fast = FastPath(self._db, self.tables, self._clock, self._channel)
 
@@ -182,6 +191,14 @@ class SQLStore(TransitionOps):
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         await self._ensure_ready()
+        if connection is None and self._creators is not None:
+            async with self._creators.slot(CREATOR_WAIT):
+                return await self._create(new, replace, None)
+        return await self._create(new, replace, connection)
+
+    async def _create(
+        self, new: NewTask, replace: Snapshot | None, connection: AsyncConnection | None
+    ) -> Snapshot:
         if self._fast is not None and connection is None:
             return await self._fast.create(new, replace, self.limits)
 
