@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 from tasks_core import Completed, NewTask, Owner, Work
 from tasks_store_sql import SQLStore
+from tasks_store_sql._dialect import parse_url
 from tasks_store_sql.plugin import drop_namespace
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +54,8 @@ async def test_generic_plan_of_a_transition_reads_history_by_key(
     lock = store._fast.sql.lock
     events_table = store.tables.events.name
 
-    conn = await asyncpg.connect(postgres_url.replace("postgresql://", "postgres://", 1))
+    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
+    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
     try:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         async with conn.transaction():
