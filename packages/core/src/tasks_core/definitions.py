@@ -7,6 +7,7 @@ limit, ttl and retention.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,10 +113,19 @@ class TaskDef:
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidInput("retry must be a RetryPolicy")
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         """Whether the handler is an ``async def`` (run on the loop, not in a thread)."""
         return inspect.iscoroutinefunction(self.fn)
+
+    @functools.cached_property
+    def _signature(self) -> inspect.Signature | None:
+        """The handler's signature (read once: every submit checks its input against it);
+        ``None`` when it has none to read."""
+        try:
+            return inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return None
 
     def check_input(self, input: dict[str, Any] | None) -> None:
         """Refuse an input that does not bind to ``fn(ctx, **input)``.
@@ -123,9 +133,8 @@ class TaskDef:
         Raises:
             InvalidInput: naming the mismatch (never the values).
         """
-        try:
-            signature = inspect.signature(self.fn)
-        except (TypeError, ValueError):
+        signature = self._signature
+        if signature is None:
             return
         try:
             signature.bind(None, **(input or {}))
