@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 from _runtime_kit import ALICE, TIMEOUT, GateStore, fast_worker, make_app, until
-from tasks_core import CancelReason, ManualClock, RunCancelled, TaskContext, TaskStatus
+from tasks_core import (
+    App,
+    CancelReason,
+    ManualClock,
+    RunCancelled,
+    Snapshot,
+    TaskContext,
+    TaskDef,
+    TaskStatus,
+)
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -64,14 +73,7 @@ async def test_a_run_that_stops_for_the_shutdown_is_released_not_cancelled() -> 
             raise
         return "finished"
 
-    async with app:
-        t = await app.submit(job, None, ALICE)
-        worker = fast_worker(app)
-        serving = asyncio.create_task(worker.run())
-        await asyncio.wait_for(started.wait(), TIMEOUT)
-        assert await worker.shutdown(drain_timeout=TIMEOUT)
-        await serving
-        snapshot = await app.get(t.id, ALICE)
+    snapshot = await _drained_while_running(app, job, started)
     assert [(True, CancelReason.SHUTDOWN)] == seen
     assert (TaskStatus.PENDING, None, 0, 0) == (snapshot.status, snapshot.cancel_reason,
                                                 snapshot.retry_count, snapshot.revision)
@@ -90,14 +92,7 @@ async def test_a_run_that_finishes_during_the_drain_is_recorded() -> None:
         await ctx.token.wait()
         return "done in time"
 
-    async with app:
-        t = await app.submit(job, None, ALICE)
-        worker = fast_worker(app)
-        serving = asyncio.create_task(worker.run())
-        await asyncio.wait_for(started.wait(), TIMEOUT)
-        assert await worker.shutdown(drain_timeout=TIMEOUT)
-        await serving
-        snapshot = await app.get(t.id, ALICE)
+    snapshot = await _drained_while_running(app, job, started)
     assert (TaskStatus.COMPLETED, "done in time") == (snapshot.status, snapshot.result)
 
 
@@ -151,3 +146,16 @@ async def test_worker_as_context_manager_drains_on_exit() -> None:
         snapshot = await app.get(t.id, ALICE)
     assert ["shutdown"] == finished
     assert TaskStatus.COMPLETED == snapshot.status
+
+
+async def _drained_while_running(app: App, job: TaskDef, started: asyncio.Event) -> Snapshot:
+    """Submit ``job``, shut a worker down (drain) once the handler has started; the task
+    afterwards. The drain MUST settle within ``TIMEOUT``."""
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        assert await worker.shutdown(drain_timeout=TIMEOUT)
+        await serving
+        return await app.get(t.id, ALICE)

@@ -47,17 +47,22 @@ NASTY = "boom \x1b[2J\x1b]52;c;cHduZWQ=\x07 [/] [link=https://evil.example]x \u2
 """Stored text (an error and a progress message) that must reach the terminal inert."""
 
 
-def fuzz_settings(max_examples: int) -> settings:
-    """Deterministic, bounded, database-free settings for these runs."""
+def fuzz_settings(
+    max_examples: int, *, steps: int = 50, derandomize: bool = True,
+    shrink: bool = True,
+) -> settings:
+    """Bounded, database-free settings for the suite's Hypothesis runs (deterministic
+    unless ``derandomize=False``; ``steps``: the length of a stateful program)."""
     return settings(
         max_examples=max_examples,
+        stateful_step_count=steps,
         deadline=None,
-        derandomize=True,
+        derandomize=derandomize,
         database=None,
         print_blob=False,
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink)[: 3 if shrink else 2],
     )
 
 

@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -59,6 +58,7 @@ from tasks_core._lease import LeaseCell
 from tasks_core.authority import scoped_task_key
 from tasks_core.events import Event
 
+from tasks_contract_tests._calls import fuzz_settings
 from tasks_contract_tests._runtime_model import Handle, Model, Outcome, TaskModel
 
 __all__ = ["RuntimeMachine", "StoreFactory", "make_runtime_machine",
@@ -557,15 +557,5 @@ def run_runtime_model_check(
     """
     run_state_machine_as_test(
         make_runtime_machine(factory, visibility=visibility),
-        settings=settings(
-            max_examples=max_examples,
-            stateful_step_count=steps,
-            deadline=None,
-            derandomize=True,
-            database=None,
-            print_blob=False,
-            report_multiple_bugs=False,
-            suppress_health_check=list(HealthCheck),
-            phases=(Phase.explicit, Phase.generate, Phase.shrink),
-        ),
+        settings=fuzz_settings(max_examples, steps=steps),
     )

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -63,6 +63,7 @@ from tasks_core import (
 from tasks_core.events import Event
 from tasks_store_memory import MemoryStore
 
+from tasks_contract_tests._calls import fuzz_settings
 from tasks_contract_tests._model_kit import (
     LEASE_BODIES,
     LIMITS,
@@ -581,14 +582,5 @@ def run_model_check(
         machine = seed(seed_value)(machine)
     run_state_machine_as_test(
         machine,
-        settings=settings(
-            max_examples=max_examples,
-            stateful_step_count=steps,
-            deadline=None,
-            database=None,
-            print_blob=False,
-            report_multiple_bugs=False,
-            suppress_health_check=list(HealthCheck),
-            phases=(Phase.explicit, Phase.generate, Phase.shrink)[: 3 if shrink else 2],
-        ),
+        settings=fuzz_settings(max_examples, steps=steps, derandomize=False, shrink=shrink),
     )

@@ -481,7 +481,7 @@ class MemoryStore:
         rules.check_worker_id(worker_id)
         wanted = rules.check_queues(queues)
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
-        rules.check_limit(limit, maximum=1000)
+        rules.check_limit(limit, maximum=rules.MAX_BATCH)
         with self._locked() as now:
             busy = {queue for queue in exclusive_set & wanted if self._queue_busy(queue, now)}
             claims: list[Claim] = []

@@ -16,14 +16,14 @@ from datetime import datetime
 from typing import Any
 
 from tasks_core import rules
-from tasks_core.errors import CapabilityNotSupported, InvalidInput, TaskNotFound, Unavailable
+from tasks_core.errors import CapabilityNotSupported, TaskNotFound, Unavailable
 from tasks_core.models import Claim, Snapshot
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
 from tasks_store_mongo._driver import settle
 
-__all__ = ["MongoClaims", "check_queues"]
+__all__ = ["MongoClaims"]
 
 _LOST = "lost"  # a compare-and-set lost to another writer
 _BUSY = "busy"  # an exclusive queue already has a live lease
@@ -43,7 +43,7 @@ class MongoClaims(MongoBase):
             StoreUnavailable.
         """
         rules.check_lease_for(lease_for)
-        _check_worker(worker_id)
+        rules.check_worker_id(worker_id)
         for attempt in range(CAS_ATTEMPTS):
             doc = await self._load(task_id)
             if doc is None:
@@ -103,11 +103,10 @@ class MongoClaims(MongoBase):
             StoreUnavailable: transient failure.
         """
         rules.check_lease_for(lease_for)
-        _check_worker(worker_id)
-        wanted = check_queues(queues)
-        exclusive_set = check_queues(exclusive, allow_empty=True) if exclusive else frozenset()
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise InvalidInput("limit must be an integer in 1..1000")
+        rules.check_worker_id(worker_id)
+        wanted = rules.check_queues(queues)
+        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
+        rules.check_limit(limit, maximum=rules.MAX_BATCH)
         if exclusive_set and not self.capabilities.exclusive_queues:
             raise CapabilityNotSupported(
                 "exclusive queues need a MongoDB replica set (multi-document transactions)"
@@ -192,5 +191,3 @@ class MongoClaims(MongoBase):
         return outcome
 
 
-_check_worker = rules.check_worker_id
-check_queues = rules.check_queues

@@ -62,7 +62,7 @@ from tasks_core.models import Claim, Lease, NewTask, Snapshot, TaskQuery, TaskSt
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, operation
 from tasks_store_mongo._capabilities import MAX_CAPABILITIES
-from tasks_store_mongo._claims import MongoClaims, check_queues
+from tasks_store_mongo._claims import MongoClaims
 from tasks_store_mongo._driver import settle
 
 __all__ = ["MongoStore"]
@@ -487,7 +487,7 @@ class MongoStore(MongoClaims):
         """
         if not self.capabilities.wakeups:
             raise CapabilityNotSupported("wakeups need a MongoDB replica set (change streams)")
-        wanted = sorted(check_queues(queues))
+        wanted = sorted(rules.check_queues(queues))
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise InvalidInput("timeout must be a number of seconds")
         if math.isnan(timeout) or timeout < 0:

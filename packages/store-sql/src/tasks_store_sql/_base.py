@@ -328,7 +328,3 @@ class StoreBase:
 def _sqlite_key(database: str | None) -> str:
     return os.path.realpath(database or "")
 
-
-check_worker = rules.check_worker_id
-check_queues = rules.check_queues
-check_limit = rules.check_limit

@@ -26,14 +26,13 @@ from tasks_core.errors import InvalidInput, LeaseLost, StoreCorrupt, TaskNotFoun
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
 
-from tasks_store_sql._base import StoreBase, TaskRow, check_limit, check_queues, check_worker
+from tasks_store_sql._base import StoreBase, TaskRow
 from tasks_store_sql._db import CommitThenRaise
 
 __all__ = ["ClaimOps"]
 
 log = logging.getLogger("tasks_store_sql")
 _PENDING = TaskStatus.PENDING.value
-MAX_CLAIM_BATCH = 1000
 
 
 class ClaimOps(StoreBase):
@@ -51,7 +50,7 @@ class ClaimOps(StoreBase):
             StoreUnavailable: transient database failure.
         """
         rules.check_lease_for(lease_for)
-        check_worker(worker_id)
+        rules.check_worker_id(worker_id)
         if not isinstance(task_id, str):
             raise InvalidInput("task_id must be a string")
         await self._ensure_ready()
@@ -108,10 +107,10 @@ class ClaimOps(StoreBase):
             StoreUnavailable: transient database failure.
         """
         rules.check_lease_for(lease_for)
-        check_worker(worker_id)
-        wanted = check_queues(queues)
-        exclusive_set = check_queues(exclusive, allow_empty=True) if exclusive else frozenset()
-        check_limit(limit, maximum=MAX_CLAIM_BATCH)
+        rules.check_worker_id(worker_id)
+        wanted = rules.check_queues(queues)
+        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
+        rules.check_limit(limit, maximum=rules.MAX_BATCH)
         await self._ensure_ready()
         guarded = sorted(wanted & exclusive_set)
         if self._fast is not None and not guarded:

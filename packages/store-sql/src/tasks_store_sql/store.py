@@ -83,7 +83,7 @@ from tasks_core.models import (
 )
 
 from tasks_store_sql import _codec
-from tasks_store_sql._base import TaskRow, check_limit, check_queues
+from tasks_store_sql._base import TaskRow
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
@@ -420,7 +420,7 @@ class SQLStore(TransitionOps):
             InvalidInput: ``limit`` < 1.
             StoreUnavailable: transient failure.
         """
-        check_limit(limit)
+        rules.check_limit(limit)
         await self._ensure_ready()
         t = self.tables.tasks
 
@@ -474,7 +474,7 @@ class SQLStore(TransitionOps):
             InvalidInput: bad queue names or timeout.
             StoreUnavailable: the listening connection cannot be opened.
         """
-        wanted = check_queues(queues)
+        wanted = rules.check_queues(queues)
         if not self._wakeups_supported():
             raise CapabilityNotSupported(
                 f"{self._db.what} has no wakeups; poll claim_next with backoff"

@@ -190,6 +190,25 @@ class ClaimContract(ContractBase):
         ]
         assert [["zz-b"], ["zz-a"], ["zz-c1"], ["zz-c2"]] == got
 
+    async def test_claim_next_serves_oldest_first_across_its_queues(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """With several queues, ``claim_next`` MUST serve the oldest task of all of them,
+        not the oldest of one queue and then the next queue.
+
+        Troubleshooting: order the candidates of every listed queue together (one query,
+        or a merge of per-queue orders) before applying ``limit``.
+        """
+        created = []
+        for queue in ("pdf", "mail", "pdf", "mail"):
+            created.append((await store.create(new_task(queue=queue))).id)
+            clock.advance(1)
+        got = [
+            _ids(await store.claim_next("w1", LEASE_S, queues=["mail", "pdf"]))
+            for _ in range(4)
+        ]
+        assert [[task_id] for task_id in created] == got
+
     async def test_claim_next_only_serves_the_given_queues(self, store: TaskStore) -> None:
         """``claim_next`` MUST return tasks of the listed queues only.
 
