@@ -82,6 +82,7 @@ __all__ = [
     "decide_transition",
     "is_claimable",
     "matches",
+    "new_lease_token",
     "new_snapshot",
     "next_commit_time",
     "present",
@@ -598,6 +599,12 @@ def is_claimable(snapshot: Snapshot, now: datetime) -> bool:
     )
 
 
+def new_lease_token() -> str:
+    """A fresh lease token (the secret a lease holder proves itself with; 144 random
+    bits, URL-safe)."""
+    return secrets.token_urlsafe(18)
+
+
 def start_claim(
     snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
 ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
@@ -619,7 +626,7 @@ def start_claim(
         assert applied is not None  # a claimable task is not terminal
         return applied[0], "", None, applied[1]
     generation = snapshot.lease_generation + 1
-    token = secrets.token_urlsafe(18)
+    token = new_lease_token()
     expires_at = now + duration
     previous = snapshot.claim
     recovered = previous is not None and not previous.ended
@@ -659,7 +666,7 @@ def renew(
     check_lease(snapshot, token, lease, now)
     assert snapshot.claim is not None
     expires_at = now + duration
-    new_token = secrets.token_urlsafe(18)
+    new_token = new_lease_token()
     new = _stored(
         snapshot,
         claim=snapshot.claim.model_copy(update={"expires_at": expires_at}),

@@ -172,11 +172,16 @@ class Database:
                 raise translated(exc, self.what) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def run_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+    async def run_driver(
+        self, operation: Callable[[Any], Awaitable[T]], *, single_statement: bool = False
+    ) -> T:
         """Run ``operation(driver_connection)`` in one transaction on the driver's own
         connection, outside SQLAlchemy's statement machinery (the PostgreSQL hot path on
         asyncpg: prepared statements, no statement building per call). Retries and
         error translation are those of :meth:`run`.
+
+        ``single_statement``: ``operation`` runs exactly one statement, which is its own
+        transaction (no ``BEGIN``/``COMMIT`` round trips); it must not run more.
 
         Raises:
             StoreUnavailable: transient database failure; nothing was written.
@@ -185,7 +190,7 @@ class Database:
         """
         for attempt in itertools.count(1):
             try:
-                return await self._once_driver(operation)
+                return await self._once_driver(operation, single_statement)
             except TasksError:
                 raise
             except DRIVER_ERRORS as exc:
@@ -207,11 +212,21 @@ class Database:
         conn = await engine.connect()
         return conn, (await conn.get_raw_connection()).driver_connection, home
 
-    async def _once_driver(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+    async def _once_driver(
+        self, operation: Callable[[Any], Awaitable[T]], single_statement: bool
+    ) -> T:
         conn, driver, keepable = await self._checkout_driver()
         ended = False
         try:
             try:
+                if single_statement:
+                    try:
+                        result = await operation(driver)
+                    except Exception:
+                        ended = not driver.is_in_transaction()  # a failed statement: no
+                        raise  # transaction is left open, the connection stays usable
+                    ended = True
+                    return result
                 # Inside the ``try``: a pooled connection the server closed raises here,
                 # and must be invalidated like any other dead connection.
                 transaction = driver.transaction(isolation="read_committed")

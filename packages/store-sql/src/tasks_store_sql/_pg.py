@@ -20,8 +20,15 @@ prepared-statement cache serves every call after the first on a connection. Per 
   of data-modifying CTEs, whose counts are checked (a miss rolls everything back);
 - ``COMMIT``.
 
-A batch of transitions (``transition_many``) or of claims costs the same four round
-trips and one commit as a single one.
+A batch of transitions (``transition_many``) costs the same four round trips and one
+commit as a single one.
+
+``claim_next`` is one statement, its own transaction (one round trip, one commit): it
+locks the oldest claimable rows (``SKIP LOCKED``), reads the clock after the locks and
+applies ``rules.start_claim`` to each row in SQL (:func:`_pg_statements._claim`), so a
+claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. Rows it
+leaves alone (past the delivery limit, unreadable) go to the claim decided in Python
+above (:meth:`FastPath._claim_locked`).
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped,unused-ignore]
 from tasks_core import rules
 from tasks_core.clock import Clock
 from tasks_core.errors import (
     CapacityExceeded,
     LeaseLost,
+    StoreCorrupt,
     StoreUnavailable,
     TaskExists,
     TaskNotFound,
@@ -60,6 +69,9 @@ from tasks_store_sql._schema import Tables
 __all__ = ["FastPath"]
 
 log = logging.getLogger("tasks_store_sql")
+UNREADABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
+"""What PostgreSQL raises on stored text the claim statement cannot take apart (not JSON,
+not an object, nested past its stack, a counter that is not an integer)."""
 
 
 class FastPath:
@@ -242,8 +254,67 @@ class FastPath:
     async def claim_next(
         self, worker_id: str, lease_for: float, queues: Sequence[str], limit: int
     ) -> list[Claim]:
-        """See ``SQLStore.claim_next`` (queues without ``exclusive``)."""
+        """See ``SQLStore.claim_next`` (queues without ``exclusive``).
+
+        One statement claims the oldest claimable tasks (``_pg_statements._claim``: the
+        rows locked, the clock read after the locks, ``rules.start_claim`` applied in SQL)
+        and is its own transaction: one round trip, no ``BEGIN``/``COMMIT``. What it
+        leaves alone — a task past its delivery limit (the claim fails it, writing a
+        history entry), a row it cannot read — goes to :meth:`_claim_locked`, the
+        claim decided in Python, which fails or skips such rows as ``rules`` says.
+        """
         names = sorted(queues)
+        one = len(names) == 1
+        statement = self.sql.claim_one if one else self.sql.claim_many
+        args = statement.args(
+            now=self._now_arg(),
+            limit=limit,
+            worker=worker_id,
+            lease=rules.check_lease_for(lease_for),
+            tokens=[rules.new_lease_token() for _ in range(limit)],
+            **({"queue": names[0]} if one else {"queues": names}),
+        )
+
+        async def op(driver: Any) -> list[Any] | None:
+            try:
+                return list(await driver.fetch(statement.sql, *args))
+            except UNREADABLE:  # a snapshot that is not JSON at all: nothing was written
+                return None
+
+        records = await self.db.run_driver(op, single_statement=True)
+        if records is None:
+            return await self._claim_locked(worker_id, lease_for, names, limit)
+        claims: list[Claim] = []
+        for task_id, now, text, token in records:
+            if text is None:
+                continue
+            try:
+                snapshot = _codec.decode_snapshot(task_id, text)
+            except StoreCorrupt:
+                log.warning(
+                    "claim_next claimed task %r, whose record is corrupt; left to its lease",
+                    task_id,
+                )
+                continue
+            assert snapshot.claim is not None
+            lease = Lease(
+                task_id=task_id,
+                worker_id=worker_id,
+                token=token,
+                generation=snapshot.lease_generation,
+                expires_at=snapshot.claim.expires_at,
+            )
+            claims.append(Claim(rules.present(snapshot, rules.tick(now)), lease))
+        if len(claims) < limit and any(text is None for _, _, text, _ in records):
+            claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
+        return claims
+
+    async def _claim_locked(
+        self, worker_id: str, lease_for: float, names: list[str], limit: int
+    ) -> list[Claim]:
+        """``claim_next`` decided in Python, in a transaction: candidates locked, each
+        decoded and checked, claimed or failed past its delivery limit, corrupt records
+        skipped (nothing written to them)."""
 
         async def op(driver: Any) -> list[Claim]:
             claims: list[Claim] = []

@@ -19,7 +19,15 @@ from tasks_core.models import TaskStatus
 
 from tasks_store_sql._schema import COUNTER, Tables
 
-__all__ = ["ACTIVE", "EVENT_COLUMNS", "MEMBER_COLUMNS", "ROW_COLUMNS", "Statement", "Statements"]
+__all__ = [
+    "ACTIVE",
+    "CLAIM_CHANGES",
+    "EVENT_COLUMNS",
+    "MEMBER_COLUMNS",
+    "ROW_COLUMNS",
+    "Statement",
+    "Statements",
+]
 
 _DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
 _TEXT = postgresql.ARRAY(sa.Text)
@@ -106,10 +114,12 @@ class Statements:
             )
         )
         """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
-        self.candidates_one = self._candidates(tables, t.c.queue == sa.bindparam("queue"))
-        self.candidates_many = self._candidates(
-            tables, t.c.queue == sa.any_(_array("queues", _TEXT))
-        )
+        one_queue = t.c.queue == sa.bindparam("queue")
+        many_queues = t.c.queue == sa.any_(_array("queues", _TEXT))
+        self.candidates_one = self._candidates(tables, one_queue)
+        self.candidates_many = self._candidates(tables, many_queues)
+        self.claim_one = Statement.of(_claim(tables, one_queue))
+        self.claim_many = Statement.of(_claim(tables, many_queues))
         self.write = Statement.of(self._write(tables, channel))
         self._creation(tables, channel)
 
@@ -266,3 +276,196 @@ class Statements:
             return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
 
         return sa.select(count(updated), count(recorded), count(granted), count(woken))
+
+
+CLAIM_CHANGES = (
+    "claim",
+    "lease_generation",
+    "deliveries",
+    "started_at",
+    "retry_at",
+    "progress",
+    "updated_at",
+)
+"""The snapshot keys a claim writes (``rules.start_claim``); every other key of the stored
+JSON is copied through as it is, byte for byte."""
+_INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
+"""How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
+
+
+def _instant(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """``value`` (a ``timestamptz``) as the JSON string a snapshot stores for it."""
+    utc = sa.func.timezone(sa.bindparam("utc", "UTC", type_=sa.Text), value)
+    return sa.func.to_json(
+        sa.func.to_char(utc, sa.bindparam("instant_format", _INSTANT_FORMAT, type_=sa.Text))
+    )
+
+
+def _claim(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """The whole of ``claim_next`` in one statement (run outside a transaction): lock the
+    oldest claimable rows of the queues (``SKIP LOCKED``), read the clock after the locks,
+    and apply ``rules.start_claim`` to each row under its delivery limit — the claim's
+    keys of the stored JSON replaced (:data:`CLAIM_CHANGES`), every other value kept
+    verbatim (``json_each``, never ``jsonb``: numbers and escapes read back exactly).
+
+    Returns one row per locked candidate, oldest first: ``id``, ``now`` and, for the rows
+    claimed, the new ``snapshot`` text and ``claim_token`` (``NULL`` for a row left alone:
+    past its delivery limit, expired since the statement began, or unreadable). Tokens
+    come from ``tokens`` by rank. A snapshot that is not JSON at all, or holds a counter
+    that is not an integer, fails the statement (``DataError``): nothing is written.
+    """
+    t = tables.tasks
+    start = sa.func.coalesce(_now_param(), sa.func.now())  # filter; decided after lock
+    found = (
+        sa.select(
+            t.c.id,
+            t.c.snapshot,
+            t.c.claim_expires_at,
+            t.c.updated_at,
+            t.c.expires_at,
+            t.c.created_at,
+        )
+        .where(
+            queue,
+            t.c.status == sa.literal_column(f"'{_PENDING}'"),
+            sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
+            sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
+            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
+        )
+        .order_by(t.c.created_at, t.c.id)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+        .with_for_update(skip_locked=True)
+        .subquery("f")
+    )
+    clock = sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
+    locked = (
+        sa.select(
+            found.c.id,
+            found.c.snapshot,
+            found.c.claim_expires_at,
+            found.c.updated_at,
+            found.c.expires_at,
+            sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), clock).label(
+                "now"
+            ),
+            sa.func.row_number().over(order_by=(found.c.created_at, found.c.id)).label("rank"),
+        )
+        .cte("c")
+        .prefix_with("MATERIALIZED")
+    )
+    each = sa.func.json_each(sa.cast(locked.c.snapshot, postgresql.JSON)).table_valued(
+        "key", "value"
+    )
+
+    def field(name: str) -> sa.ColumnElement[Any]:
+        """The JSON text of top-level key ``name`` (``NULL`` when missing)."""
+        return sa.func.max(sa.cast(each.c.value, sa.Text)).filter(
+            each.c.key == sa.bindparam(f"key_{name}", name, type_=sa.Text)
+        )
+
+    read = (
+        sa.select(
+            sa.cast(field("lease_generation"), sa.Integer).label("lease_generation"),
+            sa.cast(field("deliveries"), sa.Integer).label("deliveries"),
+            sa.cast(
+                sa.cast(field("work"), postgresql.JSON).op("->>")(
+                    sa.bindparam("key_max_deliveries", "max_deliveries", type_=sa.Text)
+                ),
+                sa.Integer,
+            ).label("max_deliveries"),
+            field("started_at").label("started_at"),
+        )
+        .select_from(each)
+        .lateral("j")
+    )
+    lease = sa.bindparam("lease", type_=sa.Interval)
+    plan = (
+        sa.select(
+            locked,
+            (read.c.lease_generation + 1).label("generation"),
+            read.c.deliveries,
+            read.c.max_deliveries,
+            read.c.started_at,
+            (locked.c.now + lease).label("lease_expires_at"),
+            sa.func.greatest(locked.c.now, locked.c.updated_at).label("touched"),
+        )
+        .select_from(locked.join(read, sa.true()))
+        .subquery("d")
+    )
+    kept = sa.func.json_each(sa.cast(plan.c.snapshot, postgresql.JSON)).table_valued("key", "value")
+
+    def key(name: str) -> sa.ColumnElement[bool]:
+        return kept.c.key == sa.bindparam(f"set_{name}", name, type_=sa.Text)
+
+    null: sa.ColumnElement[Any] = sa.literal_column("'null'")
+    started = sa.case(
+        (sa.func.coalesce(plan.c.started_at, null) == null, _instant(plan.c.now)),
+        else_=sa.cast(plan.c.started_at, postgresql.JSON),
+    )
+    claim_info = sa.func.json_build_object(
+        sa.bindparam("k_worker_id", "worker_id", type_=sa.Text),
+        sa.bindparam("worker", type_=sa.Text),
+        sa.bindparam("k_generation", "generation", type_=sa.Text),
+        plan.c.generation,
+        sa.bindparam("k_expires_at", "expires_at", type_=sa.Text),
+        _instant(plan.c.lease_expires_at),
+        sa.bindparam("k_ended", "ended", type_=sa.Text),
+        sa.false(),
+        sa.bindparam("k_recovered", "recovered", type_=sa.Text),
+        plan.c.claim_expires_at.is_not(None),
+    )
+    value = sa.case(
+        (key("claim"), claim_info),
+        (key("lease_generation"), sa.func.to_json(plan.c.generation)),
+        (key("deliveries"), sa.func.to_json(plan.c.deliveries + 1)),
+        (key("started_at"), started),
+        (key("retry_at"), sa.cast(sa.null(), postgresql.JSON)),
+        (key("progress"), sa.cast(sa.null(), postgresql.JSON)),
+        (key("updated_at"), _instant(plan.c.touched)),
+        else_=kept.c.value,
+    )
+    changed = sa.bindparam("changed", list(CLAIM_CHANGES), type_=_TEXT)
+    rebuilt = (
+        sa.select(
+            sa.cast(sa.func.json_object_agg(kept.c.key, value), sa.Text).label("snapshot"),
+            sa.func.count().filter(kept.c.key == sa.any_(changed)).label("changes"),
+        )
+        .select_from(kept)
+        .lateral("n")
+    )
+    tokens = (
+        sa.func.unnest(sa.bindparam("tokens", type_=_TEXT))
+        .table_valued("token", with_ordinality="rank")
+        .render_derived()
+    )
+    decided = (
+        sa.select(plan, rebuilt.c.snapshot.label("new_snapshot"), rebuilt.c.changes, tokens.c.token)
+        .select_from(plan.join(rebuilt, sa.true()).join(tokens, tokens.c.rank == plan.c.rank))
+        .cte("v")
+        .prefix_with("MATERIALIZED")
+    )
+    claimed = (
+        sa.update(t)
+        .where(
+            t.c.id == decided.c.id,
+            decided.c.deliveries < decided.c.max_deliveries,
+            sa.or_(decided.c.expires_at.is_(None), decided.c.expires_at > decided.c.now),
+            decided.c.changes == len(CLAIM_CHANGES),
+        )
+        .values(
+            row_version=t.c.row_version + 1,
+            claim_token=decided.c.token,
+            claim_generation=decided.c.generation,
+            claim_expires_at=decided.c.lease_expires_at,
+            retry_at=sa.null(),
+            updated_at=decided.c.touched,
+            snapshot=decided.c.new_snapshot,
+        )
+        .returning(t.c.id, t.c.snapshot, t.c.claim_token)
+        .cte("u")
+    )
+    return (
+        sa.select(decided.c.id, decided.c.now, claimed.c.snapshot, claimed.c.claim_token)
+        .select_from(decided.outerjoin(claimed, claimed.c.id == decided.c.id))
+        .order_by(decided.c.rank)
+    )

@@ -1,0 +1,204 @@
+"""PostgreSQL's one-statement ``claim_next``: the same claim as ``rules.start_claim``.
+
+On PostgreSQL ``claim_next`` is a single statement that locks the candidates, reads the
+clock after the locks and rewrites the claim's keys of each stored snapshot in SQL
+(``_pg_statements._claim``), leaving every other value of the JSON text as it was. These
+tests hold it to the rules: what it stores and returns is exactly what
+``rules.start_claim`` decides from the snapshot before the claim (every field, a
+recovered lease, progress and a due retry cleared, ``started_at`` kept); the user's
+values read back exactly, down to the spelling of their numbers; and rows it cannot
+handle (past the delivery limit, not JSON at all) go to the claim decided in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from conftest import Opener
+from tasks_contract_tests._kit import LEASE_S, new_task
+from tasks_core import (
+    Completed,
+    ManualClock,
+    RetryPolicy,
+    RetryRequested,
+    Snapshot,
+    TaskStatus,
+    rules,
+)
+from tasks_store_sql import SQLStore
+from tasks_store_sql._pg_statements import CLAIM_CHANGES
+
+pytestmark = pytest.mark.anyio
+
+WORKER = "w-claims"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def store(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock
+) -> SQLStore:
+    """A store on PostgreSQL with a manual clock (closed after the test)."""
+    return closing(await postgres_opener(clock=clock))
+
+
+async def _stored_text(store: SQLStore, task_id: str) -> str:
+    t = store.tables.tasks
+    async with store._db.engine.connect() as conn:
+        text = (await conn.execute(sa.select(t.c.snapshot).where(t.c.id == task_id))).scalar()
+    assert isinstance(text, str)
+    return text
+
+
+async def _before(store: SQLStore, task_id: str) -> Snapshot:
+    """The stored snapshot as ``rules`` sees it (decoded from the row, not presented)."""
+    return Snapshot.model_validate_json(await _stored_text(store, task_id))
+
+
+async def _claim_matches_the_rules(store: SQLStore, clock: ManualClock, task_id: str) -> None:
+    before = await _before(store, task_id)
+    now = rules.tick(clock.now())
+    expected, _, lease, failure = rules.start_claim(before, WORKER, LEASE_S, now)
+    assert failure is None
+    assert lease is not None
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1)
+
+    assert [c.snapshot.id for c in got] == [task_id]
+    claim = got[0]
+    assert claim.snapshot == rules.present(expected, now)
+    assert await _before(store, task_id) == expected
+    assert claim.lease.model_dump(exclude={"token"}) == lease.model_dump(exclude={"token"})
+    # the token the claim returned is the one stored: the holder can end the task
+    done = await store.transition(
+        task_id, claim.snapshot.revision, Completed(event_id=f"done-{task_id}"), claim.lease
+    )
+    assert done.snapshot.status == TaskStatus.COMPLETED
+
+
+async def test_a_fresh_claim_is_what_start_claim_decides(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    task = await store.create(new_task(input={"n": 1}))
+    clock.advance(2)
+    await _claim_matches_the_rules(store, clock, task.id)
+
+
+async def test_a_recovered_lease_keeps_started_at_and_clears_progress(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    task = await store.create(new_task())
+    first = (await store.claim_next("w-old", LEASE_S, queues=["default"], limit=1))[0]
+    clock.advance(1)
+    await store.report_progress(first.lease, 0.5, "half way")
+    clock.advance(LEASE_S + 1)  # the first lease expires without ending
+
+    before = await _before(store, task.id)
+    assert before.progress is not None
+    assert before.started_at is not None
+    await _claim_matches_the_rules(store, clock, task.id)
+    after = await store.get(task.id, tenant=None)
+    assert after.claim is not None
+    assert after.claim.recovered
+    assert after.started_at == before.started_at
+    assert after.deliveries == 2
+
+
+async def test_a_due_retry_clears_retry_at(store: SQLStore, clock: ManualClock) -> None:
+    task = await store.create(new_task(retry=RetryPolicy.fixed(5.0, attempts=3)))
+    first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
+    retried = await store.transition(
+        task.id, first.snapshot.revision, RetryRequested(event_id="r1", error="Boom"), first.lease
+    )
+    assert retried.snapshot.retry_at is not None
+    assert await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1) == []
+    clock.advance(6)
+    await _claim_matches_the_rules(store, clock, task.id)
+
+
+TRICKY_INPUT: dict[str, Any] = {
+    "huge": 1e300,
+    "big": 1e20,
+    "tiny": 5e-324,
+    "minus_zero": -0.0,
+    "integer": 2**100,
+    "text": 'é\u2028"quoted" \\ /',
+    "nested": [1.5, {"a": None, "b": [True, False]}],
+}
+
+
+def _spelled(text: str) -> dict[str, Any]:
+    """A JSON document with every number kept as it is written."""
+    document = json.loads(text, parse_float=lambda s: ("float", s), parse_int=lambda s: ("int", s))
+    assert isinstance(document, dict)
+    return document
+
+
+async def test_a_claim_keeps_every_other_value_as_it_was_written(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    task = await store.create(new_task(input=TRICKY_INPUT))
+    before = await _stored_text(store, task.id)
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1)
+
+    assert [c.snapshot.id for c in got] == [task.id]
+    after = await _stored_text(store, task.id)
+    assert after != before  # it was written by the claim statement
+
+    def kept(text: str) -> dict[str, Any]:
+        return {k: v for k, v in _spelled(text).items() if k not in CLAIM_CHANGES}
+
+    assert kept(after) == kept(before)
+    for snapshot in (got[0].snapshot, await store.get(task.id, tenant=None)):
+        value = snapshot.work.input
+        assert value == TRICKY_INPUT
+        assert type(value["huge"]) is float
+        assert type(value["big"]) is float
+        assert math.copysign(1.0, value["minus_zero"]) == -1.0
+
+
+async def test_a_record_that_is_not_json_sends_the_claim_down_the_locked_path(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    ids = []
+    for _ in range(3):
+        ids.append((await store.create(new_task())).id)
+        clock.advance(1)
+    t = store.tables.tasks
+    async with store._db.engine.begin() as conn:
+        await conn.execute(
+            sa.update(t).where(t.c.id == ids[0]).values(snapshot="{not json tasks-corrupt")
+        )
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
+
+    assert [c.snapshot.id for c in got] == ids[1:]
+    assert await _stored_text(store, ids[0]) == "{not json tasks-corrupt"
+
+
+async def test_a_task_past_its_delivery_limit_is_failed_by_the_next_claim(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    spent = await store.create(new_task(max_deliveries=1))
+    clock.advance(1)
+    fresh = await store.create(new_task())
+    await store.claim_next("w-old", LEASE_S, queues=["default"], limit=1)
+    clock.advance(LEASE_S + 1)
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
+
+    assert [c.snapshot.id for c in got] == [fresh.id]
+    failed = await store.get(spent.id, tenant=None)
+    assert failed.status == TaskStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.type == rules.DELIVERY_LIMIT_ERROR
