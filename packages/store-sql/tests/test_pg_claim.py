@@ -202,3 +202,21 @@ async def test_a_task_past_its_delivery_limit_is_failed_by_the_next_claim(
     assert failed.status == TaskStatus.FAILED
     assert failed.error is not None
     assert failed.error.type == rules.DELIVERY_LIMIT_ERROR
+
+
+async def test_a_stricter_default_isolation_gets_an_explicit_read_committed_claim(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore]
+) -> None:
+    """Every operation runs at READ COMMITTED whatever the server default: where a
+    statement on its own would run at another level, the claim takes a transaction."""
+    settings = {"default_transaction_isolation": "serializable"}
+    store = closing(await postgres_opener(
+        engine_options={"connect_args": {"server_settings": settings}}
+    ))
+    tasks = [await store.create(new_task()) for _ in range(3)]
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
+
+    assert sorted(c.snapshot.id for c in got) == sorted(t.id for t in tasks)
+    assert store._fast is not None
+    assert list(store._fast._read_committed.values()) == [False]

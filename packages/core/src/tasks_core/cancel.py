@@ -45,7 +45,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reason: CancelReason | None = None
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made by the first wait_sync
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     @property
@@ -70,7 +70,9 @@ class CancelToken:
                 return False
             self._reason = reason
             waiters, self._waiters = self._waiters, []
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         for loop, future in waiters:
             loop.call_soon_threadsafe(_wake, future)
         return True
@@ -90,7 +92,13 @@ class CancelToken:
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """Block (in a thread) until a cause is set or ``timeout`` passes; ``True`` if set."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def __repr__(self) -> str:
         return f"CancelToken(reason={self._reason!r})"

@@ -34,6 +34,7 @@ above (:meth:`FastPath._claim_locked`).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -81,6 +82,9 @@ class FastPath:
         self.db = db
         self.clock = clock
         self.sql = Statements(tables, channel)
+        self._read_committed: weakref.WeakKeyDictionary[Any, bool] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None
@@ -258,7 +262,9 @@ class FastPath:
 
         One statement claims the oldest claimable tasks (``_pg_statements._claim``: the
         rows locked, the clock read after the locks, ``rules.start_claim`` applied in SQL)
-        and is its own transaction: one round trip, no ``BEGIN``/``COMMIT``. What it
+        and is its own transaction at READ COMMITTED: one round trip, no ``BEGIN``/
+        ``COMMIT`` (on a connection whose default isolation is another, it runs in an
+        explicit READ COMMITTED transaction). What it
         leaves alone — a task past its delivery limit (the claim fails it, writing a
         history entry), a row it cannot read — goes to :meth:`_claim_locked`, the
         claim decided in Python, which fails or skips such rows as ``rules`` says.
@@ -277,7 +283,10 @@ class FastPath:
 
         async def op(driver: Any) -> list[Any] | None:
             try:
-                return list(await driver.fetch(statement.sql, *args))
+                if await self._autocommit_reads_committed(driver):
+                    return list(await driver.fetch(statement.sql, *args))
+                async with driver.transaction(isolation="read_committed"):
+                    return list(await driver.fetch(statement.sql, *args))
             except UNREADABLE:  # a snapshot that is not JSON at all: nothing was written
                 return None
 
@@ -308,6 +317,18 @@ class FastPath:
         if len(claims) < limit and any(text is None for _, _, text, _ in records):
             claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
         return claims
+
+    async def _autocommit_reads_committed(self, driver: Any) -> bool:
+        """Whether a statement on its own runs at READ COMMITTED on ``driver`` (the
+        server's or the role's ``default_transaction_isolation``), asked once per
+        connection. Where it does not, the one-statement claim runs in an explicit READ
+        COMMITTED transaction instead, as every other operation does."""
+        known = self._read_committed.get(driver)
+        if known is None:
+            statement = self.sql.isolation
+            level = await driver.fetchval(statement.sql, *statement.args())
+            known = self._read_committed[driver] = level == "read committed"
+        return known
 
     async def _claim_locked(
         self, worker_id: str, lease_for: float, names: list[str], limit: int

@@ -121,6 +121,10 @@ class Statements:
         self.claim_one = Statement.of(_claim(tables, one_queue))
         self.claim_many = Statement.of(_claim(tables, many_queues))
         self.write = Statement.of(self._write(tables, channel))
+        self.isolation = Statement.of(sa.select(sa.func.current_setting(
+            sa.bindparam("setting", "default_transaction_isolation", type_=sa.Text)
+        )))
+        """The isolation level a statement outside a transaction runs at."""
         self._creation(tables, channel)
 
     def _creation(self, tables: Tables, channel: str) -> None:
