@@ -65,7 +65,8 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
     statements; translate connection loss to ``StoreUnavailable``; let the pool drop the
     dead connection instead of handing it out again.
     """
-    store = await SQLStore.open(server_url, namespace="killed", clock=ManualClock())
+    store = await SQLStore.open(server_url, namespace="killed", clock=ManualClock(),
+                                schema="upgrade")  # a namespace kept from earlier runs
     events = store.tables.events
     try:
         async with store.engine.begin() as conn:
@@ -166,7 +167,7 @@ def test_a_store_outlives_the_event_loop_that_opened_it(server_url: str) -> None
     facade may do) MUST keep working: connections of the finished loop are dropped, not
     reused."""
     async def open_empty() -> SQLStore:
-        store = await SQLStore.open(server_url, namespace="loops")
+        store = await SQLStore.open(server_url, namespace="loops", schema="upgrade")
         async with store.engine.begin() as conn:
             for table in (store.tables.events, store.tables.members, store.tables.tasks):
                 await conn.execute(sa.delete(table))

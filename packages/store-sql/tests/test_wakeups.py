@@ -31,8 +31,8 @@ def _new(task_id: str, queue: str = "mail") -> NewTask:
 @pytest.fixture
 async def pair(postgres_url: str) -> AsyncIterator[tuple[SQLStore, SQLStore]]:
     """A waiting store and a writing store on separate engines, one namespace."""
-    waiter = await SQLStore.open(postgres_url, namespace="wake")
-    writer = await SQLStore.open(postgres_url, namespace="wake")
+    waiter = await SQLStore.open(postgres_url, namespace="wake", schema="upgrade")
+    writer = await SQLStore.open(postgres_url, namespace="wake", schema="upgrade")
     async with writer.engine.begin() as conn:
         for table in (writer.tables.events, writer.tables.members, writer.tables.tasks):
             await conn.execute(sa.delete(table))

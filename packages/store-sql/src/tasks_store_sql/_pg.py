@@ -59,7 +59,6 @@ from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
 from tasks_store_sql._pg_statements import (
-    ACTIVE,
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
     ROW_COLUMNS,
@@ -212,7 +211,7 @@ class FastPath:
             others = total - (1 if row is not None else 0)
             if others >= limits.max_active_tasks_per_scope:  # else the count cannot reach it
                 active = await driver.fetchval(sql.active.sql, *sql.active.args(
-                    tenant=new.tenant, active=list(ACTIVE), now=now, id=new.id,
+                    tenant=new.tenant, now=now, id=new.id,
                     cap=limits.max_active_tasks_per_scope,
                 ))
                 if active >= limits.max_active_tasks_per_scope:

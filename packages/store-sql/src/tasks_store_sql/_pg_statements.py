@@ -15,12 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.sql.compiler import SQLCompiler
-from tasks_core.models import TaskStatus
 
-from tasks_store_sql._schema import COUNTER, Tables
+from tasks_store_sql._schema import COUNTER, Tables, active, pending
 
 __all__ = [
-    "ACTIVE",
     "CLAIM_CHANGES",
     "EVENT_COLUMNS",
     "MEMBER_COLUMNS",
@@ -33,8 +31,6 @@ _DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
 _TEXT = postgresql.ARRAY(sa.Text)
 _INT = postgresql.ARRAY(sa.Integer)
 _TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
-_PENDING = TaskStatus.PENDING.value
-ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
 ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
     ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
@@ -152,7 +148,7 @@ class Statements:
             sa.select(t.c.id)
             .where(
                 t.c.tenant == sa.bindparam("tenant"),
-                t.c.status == sa.any_(_array("active", _TEXT)),
+                active(t.c.status),
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
                 t.c.id != sa.bindparam("id"),
             )
@@ -213,7 +209,7 @@ class Statements:
             sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at)
             .where(
                 queue,
-                t.c.status == _PENDING,
+                pending(t.c.status),
                 sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
                 sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
@@ -331,7 +327,7 @@ def _claim(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.Select[Any]:
         )
         .where(
             queue,
-            t.c.status == sa.literal_column(f"'{_PENDING}'"),
+            pending(t.c.status),
             sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
             sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
             sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),

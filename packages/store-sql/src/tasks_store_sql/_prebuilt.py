@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tasks_store_sql._schema import Tables
+from tasks_store_sql._schema import Tables, pending
 
 __all__ = ["Prebuilt"]
 
@@ -66,7 +66,7 @@ class Prebuilt:
             sa.select(*columns, created_key)
             .where(
                 t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
-                t.c.status == "pending",
+                pending(t.c.status),
                 sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
                 sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= now),
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
+from tasks_core.models import TaskStatus
 
 from tasks_store_sql._types import Document, Ident, Instant
 
@@ -34,8 +36,12 @@ __all__ = [
     "ID_BYTES",
     "NAME_BYTES",
     "Tables",
+    "active",
     "check_namespace",
+    "inline",
+    "pending",
     "prefix_of",
+    "task_indexes",
 ]
 
 ID_BYTES = 1024
@@ -61,6 +67,44 @@ def check_namespace(namespace: str | None) -> str | None:
             "namespace must be 1-30 characters of a-z, 0-9 and _, starting with a letter"
         )
     return namespace
+
+
+def inline(value: str) -> sa.ColumnElement[str]:
+    """One of our own constants (a status name) written into the statement as a quoted
+    literal instead of a bound parameter: a planner matches a partial index only against
+    constants it can see (PostgreSQL's generic plans, SQLite when it prepares). Never for
+    user data."""
+    quoted = sa.literal(value, sa.String).compile(compile_kwargs={"literal_binds": True})
+    return sa.literal_column(str(quoted), sa.String)
+
+
+def pending(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """``status`` is the stored ``pending`` (claimable, or running under a lease)."""
+    return status == inline(TaskStatus.PENDING.value)
+
+
+def active(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """``status`` counts against ``max_active_tasks_per_scope`` (pending or waiting)."""
+    return status.in_([inline(TaskStatus.PENDING.value),
+                       inline(TaskStatus.WAITING_INPUT.value)])
+
+
+def task_indexes(
+    c: sa.ColumnCollection[str, sa.ColumnClause[Any]],
+) -> list[tuple[str, list[sa.ColumnClause[Any]], sa.ColumnElement[bool]]]:
+    """The partial indexes of ``tasks`` (name without prefix, columns, predicate), each
+    holding only the rows its queries look for, so an update that leaves a row's set
+    inserts nothing into it (a completion touches three of the table's seven indexes, not
+    all of them). PostgreSQL and SQLite use the predicates; MariaDB has no partial
+    indexes and indexes every row. The queries state the same predicates with constants
+    (:func:`inline`)."""
+    return [
+        ("ix_tasks_claim", [c.queue, c.status, c.created_at, c.id], pending(c.status)),
+        ("ix_tasks_lease", [c.queue, c.claim_expires_at], c.claim_expires_at.is_not(None)),
+        ("ix_tasks_retry", [c.status, c.retry_at], c.retry_at.is_not(None)),
+        ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
+        ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
+    ]
 
 
 def prefix_of(namespace: str | None) -> str:
@@ -118,15 +162,12 @@ class Tables:
             sa.Column("updated_at", Instant(), nullable=False),
             sa.Column("expires_at", Instant(), nullable=True),
             sa.Column("snapshot", Document(), nullable=False),
-            sa.Index(f"{p}ix_tasks_claim", "queue", "status", "created_at", "id"),
-            sa.Index(f"{p}ix_tasks_lease", "queue", "claim_expires_at"),
-            sa.Index(f"{p}ix_tasks_retry", "status", "retry_at"),
-            sa.Index(f"{p}ix_tasks_expires", "expires_at"),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
-            sa.Index(f"{p}ix_tasks_active", "tenant", "status", "expires_at"),
             mysql_charset="utf8mb4",
             mysql_engine="InnoDB",
         )
+        for name, columns, where in task_indexes(tasks.c):
+            sa.Index(f"{p}{name}", *columns, postgresql_where=where, sqlite_where=where)
         events = sa.Table(
             f"{p}task_events",
             md,

@@ -85,6 +85,7 @@ from tasks_core.models import (
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._pg import FastPath
+from tasks_store_sql._schema import active
 from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
 from tasks_store_sql._writers import WriterQueue
@@ -95,7 +96,6 @@ log = logging.getLogger("tasks_store_sql")
 CREATOR_WAIT = 30.0
 """Seconds a create waits for its turn among this store's creators (as long as a pool
 checkout may wait) before it fails with ``StoreUnavailable``, nothing written."""
-_ACTIVE = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
 
 
 class SQLStore(TransitionOps):
@@ -236,7 +236,7 @@ class SQLStore(TransitionOps):
             sa.select(t.c.id)
             .where(
                 t.c.tenant == tenant,
-                t.c.status.in_(_ACTIVE),
+                active(t.c.status),
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
                 t.c.id != other_than,
             )
@@ -428,17 +428,17 @@ class SQLStore(TransitionOps):
             await self._lock_counter(conn)
             now = await self._now(conn)
             reaped: list[str] = []
-            after: str | None = None
+            kept: list[str] = []  # read but not reaped: corrupt, or not expired after all
             while len(reaped) < limit:
                 want = min(limit - len(reaped), 500)
-                stmt = (
+                stmt = (  # the expiry index, soonest expired first
                     sa.select(t.c.id, t.c.snapshot)
                     .where(t.c.expires_at <= now)
-                    .order_by(t.c.id)
+                    .order_by(t.c.expires_at, t.c.id)
                     .limit(want)
                 )
-                if after is not None:
-                    stmt = stmt.where(t.c.id > after)
+                if kept:
+                    stmt = stmt.where(t.c.id.not_in(kept))
                 if self._db.kind != "sqlite":
                     stmt = stmt.with_for_update(skip_locked=True)
                 rows = (await conn.execute(stmt)).all()
@@ -448,14 +448,16 @@ class SQLStore(TransitionOps):
                         snapshot = _codec.decode_snapshot(task_id, text)
                     except StoreCorrupt:
                         log.warning("reap skipped the corrupt record of task %r", task_id)
+                        kept.append(task_id)
                         continue
                     if snapshot.expired(now):
                         batch.append(task_id)
+                    else:
+                        kept.append(task_id)
                 await self._delete_tasks(conn, batch)
                 reaped += batch
                 if len(rows) < want:
                     break
-                after = rows[-1][0]
             log.info("reaped %d expired task(s)", len(reaped))
             return reaped
 

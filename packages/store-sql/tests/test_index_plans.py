@@ -1,0 +1,193 @@
+"""The partial indexes of ``tasks`` serve the queries they were made for.
+
+PostgreSQL and SQLite keep each index of ``tasks`` to the rows its queries look for
+(``_schema.task_indexes``: pending tasks for claims, unended leases for exclusive queues,
+tasks with an expiry for the reaper, active tasks for the capacity count). A planner uses
+a partial index only when it can prove the query's ``WHERE`` implies the index predicate
+from what it sees: a status bound as a parameter proves nothing (PostgreSQL's generic
+plan, SQLite at prepare time), and the query silently falls back to scanning the table.
+
+Each test runs the store operation, captures the statements it sent that read ``tasks``
+with the index's predicate, and asks the database for their plan with sequential scans
+discouraged: the plan must name the partial index. PostgreSQL's hot-path statements
+(prepared for asyncpg, not sent through SQLAlchemy) are explained directly, under the
+generic plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from conftest import Opener
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.sql.expression import Executable
+from tasks_contract_tests._kit import LEASE_S, new_task
+from tasks_core import ManualClock, Owner, StoreLimits, rules
+from tasks_store_sql import SQLStore
+
+pytestmark = pytest.mark.anyio
+
+Captured = list[tuple[str, Any]]
+CLAIMABLE = 60
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest) -> Opener:
+    found: Opener = request.getfixturevalue(f"{request.param}_opener")
+    return found
+
+
+@pytest.fixture
+async def store(opener: Opener, closing: Callable[[SQLStore], SQLStore]) -> SQLStore:
+    """A store with a manual clock."""
+    return closing(await opener(clock=ManualClock()))
+
+
+class QueryPlan(Executable, ClauseElement):
+    """SQLite's ``EXPLAIN QUERY PLAN`` of a statement, compiled with it."""
+
+    inherit_cache = False
+
+    def __init__(self, statement: ClauseElement) -> None:
+        self.statement = statement
+
+
+@compiles(QueryPlan, "sqlite")
+def _query_plan(element: QueryPlan, compiler: SQLCompiler, **kw: Any) -> str:
+    return "EXPLAIN QUERY PLAN " + compiler.process(element.statement, **kw)
+
+
+@contextmanager
+def captured(store: SQLStore) -> Iterator[Captured]:
+    """What ``store`` sends through SQLAlchemy meanwhile: on SQLite the statements (as
+    SQLAlchemy elements, to be explained), elsewhere their SQL and parameters."""
+    sent: Captured = []
+    engine = store.engine.sync_engine
+
+    def element(
+        _conn: Any, clause: Any, multiparams: Any, params: Any, _options: Any
+    ) -> None:
+        values = dict(params or {})
+        for given in multiparams or ():
+            values.update(given)
+        sent.append((str(clause.compile(dialect=engine.dialect)), (clause, values)))
+
+    def cursor(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event, hook = (("before_execute", element) if engine.dialect.name == "sqlite"
+                   else ("before_cursor_execute", cursor))
+    sa.event.listen(engine, event, hook)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, event, hook)
+
+
+def _reading(sent: Captured, store: SQLStore, marker: str) -> Captured:
+    table = store.tables.tasks.name
+    found = [(sql, what) for sql, what in sent
+             if sql.lstrip().upper().startswith("SELECT") and f"FROM {table}" in sql
+             and marker in sql]
+    assert found, f"no statement reading {table} with {marker!r} was sent"
+    return found
+
+
+async def _sqlite_uses(store: SQLStore, name: str, _: str, sent: Any) -> str | None:
+    """``None`` when SQLite's plan of the statement ``sent`` (with its values) reads index
+    ``name``, else the plan."""
+    statement, values = sent
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(QueryPlan(statement), values)
+        plan = "\n".join(str(row[-1]) for row in rows)
+    return None if f"INDEX {name}" in plan else plan
+
+
+async def _postgres_uses(store: SQLStore, name: str, sql: str, params: Any) -> str | None:
+    """``None`` when PostgreSQL's generic plan of ``sql`` scans index ``name`` (the
+    statement runs in a transaction rolled back afterwards, on fresh statistics with
+    sequential scans discouraged, and the index's scan counter is read before and
+    after)."""
+    async with store.engine.connect() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        transaction = driver.transaction()
+        await transaction.start()
+        try:
+            await driver.execute("ANALYZE")  # statistics of this moment, not of old runs
+            await driver.execute("SET LOCAL enable_seqscan = off")
+            await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            counter = await driver.prepare("SELECT pg_stat_get_xact_numscans(to_regclass($1))")
+            before = await counter.fetchval(name)  # counts not yet flushed are included
+            prepared = await driver.prepare(sql)  # named: planned by the plan cache
+            await prepared.fetch(*params)
+            scans = await counter.fetchval(name) - before
+        finally:
+            await transaction.rollback()
+    return None if scans else f"no scan of {name} (generic plan)"
+
+
+async def _assert_uses(store: SQLStore, index: str, statements: list[tuple[str, Any]]) -> None:
+    name = store.tables.prefix + index
+    uses = _sqlite_uses if store.engine.dialect.name == "sqlite" else _postgres_uses
+    for sql, params in statements:
+        problem = await uses(store, name, sql, params)
+        assert problem is None, f"{index} is not used by:\n{sql}\n{problem}"
+
+
+async def test_claims_read_the_pending_index(store: SQLStore) -> None:
+    for _ in range(3):
+        await store.create(new_task(queue="other"))
+    for _ in range(CLAIMABLE):  # enough that a scan in claim order is the plan to pick
+        await store.create(new_task(owner=None, tenant="other"))
+    if store._fast is None:
+        with captured(store) as sent:
+            await store.claim_next("w1", LEASE_S, queues=["default"], limit=2)
+        await _assert_uses(store, "ix_tasks_claim", _reading(sent, store, "status = 'pending'"))
+        return
+    sql = store._fast.sql
+    tokens = [rules.new_lease_token()]
+    await _assert_uses(store, "ix_tasks_claim", [
+        (sql.claim_one.sql, tuple(sql.claim_one.args(
+            now=None, queue="default", limit=1, worker="w1",
+            lease=rules.check_lease_for(LEASE_S), tokens=tokens))),
+        (sql.candidates_one.sql, tuple(sql.candidates_one.args(
+            now=None, queue="default", skip=[], limit=1))),
+    ])
+
+
+async def test_the_capacity_count_reads_the_active_index(
+    opener: Opener, closing: Callable[[SQLStore], SQLStore]
+) -> None:
+    store = closing(await opener(limits=StoreLimits(max_active_tasks_per_scope=3)))
+    for _ in range(3):
+        await store.create(new_task())
+    if store._fast is None:
+        with captured(store) as sent:  # three stored: a create counts its tenant's
+            await store.create(new_task(owner=Owner("carol", tenant="other")))
+        await _assert_uses(store, "ix_tasks_active", _reading(sent, store, "status IN ("))
+        return
+    active = store._fast.sql.active
+    clock_now = rules.tick(ManualClock().now())
+    await _assert_uses(store, "ix_tasks_active", [
+        (active.sql, tuple(active.args(tenant="default", now=clock_now, id="x", cap=3))),
+    ])
+
+
+async def test_exclusive_queues_read_the_lease_index(store: SQLStore) -> None:
+    await store.create(new_task(queue="serial"))
+    with captured(store) as sent:
+        await store.claim_next("w1", LEASE_S, queues=["serial"], limit=1, exclusive=["serial"])
+    await _assert_uses(store, "ix_tasks_lease", _reading(sent, store, "claim_expires_at >"))
+
+
+async def test_the_reaper_reads_the_expiry_index(store: SQLStore) -> None:
+    await store.create(new_task(ttl_s=1))
+    with captured(store) as sent:
+        await store.reap(10)
+    await _assert_uses(store, "ix_tasks_expires", _reading(sent, store, "expires_at <="))
