@@ -150,10 +150,11 @@ async def test_claims_read_the_pending_index(store: SQLStore) -> None:
             await store.claim_next("w1", LEASE_S, queues=["default"], limit=2)
         await _assert_uses(store, "ix_tasks_claim", _reading(sent, store, "status = 'pending'"))
         return
-    sql = store._fast.sql
+    fast = store._fast
+    sql = fast.sql
     tokens = [rules.new_lease_token()]
     await _assert_uses(store, "ix_tasks_claim", [
-        (sql.claim_one.sql, tuple(sql.claim_one.args(
+        (fast.claim_one.sql, tuple(fast.claim_one.args(
             now=None, queue="default", limit=1, worker="w1",
             lease=rules.check_lease_for(LEASE_S), tokens=tokens))),
         (sql.candidates_one.sql, tuple(sql.candidates_one.args(

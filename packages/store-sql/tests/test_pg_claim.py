@@ -2,7 +2,7 @@
 
 On PostgreSQL ``claim_next`` is a single statement that locks the candidates, reads the
 clock after the locks and rewrites the claim's keys of each stored snapshot in SQL
-(``_pg_statements._claim``), leaving every other value of the JSON text as it was. These
+(``tasks_store_sql._pg_claim``), leaving every other value of the JSON text as it was. These
 tests hold it to the rules: what it stores and returns is exactly what
 ``rules.start_claim`` decides from the snapshot before the claim (every field, a
 recovered lease, progress and a due retry cleared, ``started_at`` kept); the user's
@@ -31,7 +31,7 @@ from tasks_core import (
     rules,
 )
 from tasks_store_sql import SQLStore
-from tasks_store_sql._pg_statements import CLAIM_CHANGES
+from tasks_store_sql._pg_claim import CLAIM_CHANGES
 
 pytestmark = pytest.mark.anyio
 

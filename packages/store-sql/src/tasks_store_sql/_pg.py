@@ -25,7 +25,7 @@ commit as a single one.
 
 ``claim_next`` is one statement, its own transaction (one round trip, one commit): it
 locks the oldest claimable rows (``SKIP LOCKED``), reads the clock after the locks and
-applies ``rules.start_claim`` to each row in SQL (:func:`_pg_statements._claim`), so a
+applies ``rules.start_claim`` to each row in SQL (:mod:`tasks_store_sql._pg_claim`), so a
 claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. Rows it
 leaves alone (past the delivery limit, unreadable) go to the claim decided in Python
 above (:meth:`FastPath._claim_locked`).
@@ -58,11 +58,14 @@ from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
+from tasks_store_sql._pg_claim import claim_statement
 from tasks_store_sql._pg_statements import (
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
     ROW_COLUMNS,
     Statements,
+    many_queues,
+    one_queue,
 )
 from tasks_store_sql._schema import Tables
 
@@ -81,6 +84,8 @@ class FastPath:
         self.db = db
         self.clock = clock
         self.sql = Statements(tables, channel)
+        self.claim_one = claim_statement(tables, one_queue(tables.tasks))
+        self.claim_many = claim_statement(tables, many_queues(tables.tasks))
         self._read_committed: weakref.WeakKeyDictionary[Any, bool] = (
             weakref.WeakKeyDictionary()
         )
@@ -259,18 +264,18 @@ class FastPath:
     ) -> list[Claim]:
         """See ``SQLStore.claim_next`` (queues without ``exclusive``).
 
-        One statement claims the oldest claimable tasks (``_pg_statements._claim``: the
+        One statement claims the oldest claimable tasks (:mod:`tasks_store_sql._pg_claim`: the
         rows locked, the clock read after the locks, ``rules.start_claim`` applied in SQL)
         and is its own transaction at READ COMMITTED: one round trip, no ``BEGIN``/
         ``COMMIT`` (on a connection whose default isolation is another, it runs in an
-        explicit READ COMMITTED transaction). What it
-        leaves alone — a task past its delivery limit (the claim fails it, writing a
-        history entry), a row it cannot read — goes to :meth:`_claim_locked`, the
-        claim decided in Python, which fails or skips such rows as ``rules`` says.
+        explicit READ COMMITTED transaction). What it leaves alone — a task past its
+        delivery limit (the claim fails it, writing a history entry), a row it cannot
+        read — goes to :meth:`_claim_locked`, the claim decided in Python, which fails or
+        skips such rows as ``rules`` says.
         """
         names = sorted(queues)
         one = len(names) == 1
-        statement = self.sql.claim_one if one else self.sql.claim_many
+        statement = self.claim_one if one else self.claim_many
         args = statement.args(
             now=self._now_arg(),
             limit=limit,
@@ -293,27 +298,13 @@ class FastPath:
         if records is None:
             return await self._claim_locked(worker_id, lease_for, names, limit)
         claims: list[Claim] = []
+        left_alone = False
         for task_id, now, text, token in records:
             if text is None:
-                continue
-            try:
-                snapshot = _codec.decode_snapshot(task_id, text)
-            except StoreCorrupt:
-                log.warning(
-                    "claim_next claimed task %r, whose record is corrupt; left to its lease",
-                    task_id,
-                )
-                continue
-            assert snapshot.claim is not None
-            lease = Lease(
-                task_id=task_id,
-                worker_id=worker_id,
-                token=token,
-                generation=snapshot.lease_generation,
-                expires_at=snapshot.claim.expires_at,
-            )
-            claims.append(Claim(rules.present(snapshot, rules.tick(now)), lease))
-        if len(claims) < limit and any(text is None for _, _, text, _ in records):
+                left_alone = True
+            elif (claim := _claimed(task_id, now, text, token, worker_id)) is not None:
+                claims.append(claim)
+        if left_alone and len(claims) < limit:
             claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
         return claims
 
@@ -445,6 +436,24 @@ class FastPath:
             return rules.present(new, now)
 
         return await self.db.run_driver(op)
+
+
+def _claimed(
+    task_id: str, now: datetime, text: str, token: str, worker_id: str
+) -> Claim | None:
+    """The claim the claim statement wrote (``None``, logged, for a record that does not
+    decode: it keeps the lease the statement gave it, and costs only itself)."""
+    try:
+        snapshot = _codec.decode_snapshot(task_id, text)
+    except StoreCorrupt:
+        log.warning("claim_next claimed task %r, whose record is corrupt; left to its lease",
+                    task_id)
+        return None
+    claim = snapshot.claim
+    assert claim is not None  # the statement wrote it
+    lease = Lease(task_id=task_id, worker_id=worker_id, token=token,
+                  generation=snapshot.lease_generation, expires_at=claim.expires_at)
+    return Claim(rules.present(snapshot, rules.tick(now)), lease)
 
 
 def _start(
