@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 from mongo_server import store_url
-from tasks_contract_tests.bad_input import run_client_fuzz, run_lease_fuzz
 from tasks_contract_tests.garbage import SECRET, check_contained, seed
-from tasks_contract_tests.isolation import run_isolation_check
-from tasks_contract_tests.runtime_machine import run_runtime_model_check
+from tasks_contract_tests.properties import PropertyChecks
 from tasks_core import ManualClock, TaskStore
 from tasks_store_mongo.plugin import drop_namespace, open_mongo
 
@@ -51,29 +49,12 @@ def factory(mongo_base_url: str) -> Iterator[Factory]:
     asyncio.run(drop())
 
 
-def test_the_app_agrees_with_the_runtime_model(factory: Factory) -> None:
-    """An App on MongoDB MUST show after every step of random programs (client calls,
-    worker steps, crashes, clock moves) what the pure runtime model predicts."""
-    run_runtime_model_check(factory, max_examples=6, steps=20)
+class TestProperties(PropertyChecks):
+    """The four property runs on MongoDB."""
 
-
-def test_client_calls_refuse_bad_input_and_write_nothing(factory: Factory) -> None:
-    """Hostile arguments to every client call and CLI command MUST be refused with a named
-    error of the tree (never a driver error) and leave the database unchanged; what is
-    accepted MUST read back exactly."""
-    run_client_fuzz(factory, max_examples=15, full_catalogue=False, sync_twin=False)
-
-
-def test_forged_leases_are_lost_and_change_nothing(factory: Factory) -> None:
-    """Leases with another token, task, generation or worker MUST get ``LeaseLost`` from
-    every lease operation and worker event, and change nothing."""
-    run_lease_fuzz(factory, max_examples=30)
-
-
-def test_outsiders_learn_and_change_nothing(factory: Factory) -> None:
-    """Calls by other tenants and non-members MUST leave a tenant's tasks unchanged and
-    answer about an existing task exactly as about a missing one."""
-    run_isolation_check(factory, max_examples=25)
+    @pytest.fixture
+    def store_factory(self, factory: Factory) -> Factory:
+        return factory
 
 
 @pytest.mark.anyio

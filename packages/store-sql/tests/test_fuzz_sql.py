@@ -11,37 +11,18 @@ import pytest
 import sqlalchemy as sa
 from conftest import Opener
 from sqlalchemy.ext.asyncio import create_async_engine
-from tasks_contract_tests.bad_input import run_client_fuzz, run_lease_fuzz
 from tasks_contract_tests.garbage import JSON_GARBAGE, SECRET, check_contained, seed
-from tasks_contract_tests.isolation import run_isolation_check
-from tasks_contract_tests.runtime_machine import run_runtime_model_check
+from tasks_contract_tests.properties import PropertyChecks
 from tasks_core import Completed, ManualClock, StoreCorrupt
 from tasks_store_sql import SQLStore
 
 
-def test_the_app_agrees_with_the_runtime_model(any_opener: Opener) -> None:
-    """An App on this database MUST show after every step of random programs (client
-    calls, worker steps, crashes, clock moves) what the pure runtime model predicts."""
-    run_runtime_model_check(any_opener, max_examples=6, steps=20)
+class TestProperties(PropertyChecks):
+    """The four property runs on SQLite, PostgreSQL and MariaDB."""
 
-
-def test_client_calls_refuse_bad_input_and_write_nothing(any_opener: Opener) -> None:
-    """Hostile arguments to every client call and CLI command MUST be refused with a named
-    error of the tree (never a driver error) and leave the database unchanged; what is
-    accepted MUST read back exactly."""
-    run_client_fuzz(any_opener, max_examples=15, full_catalogue=False, sync_twin=False)
-
-
-def test_forged_leases_are_lost_and_change_nothing(any_opener: Opener) -> None:
-    """Leases with another token, task, generation or worker MUST get ``LeaseLost`` from
-    every lease operation and worker event, and change nothing."""
-    run_lease_fuzz(any_opener, max_examples=30)
-
-
-def test_outsiders_learn_and_change_nothing(any_opener: Opener) -> None:
-    """Calls by other tenants and non-members MUST leave a tenant's tasks unchanged and
-    answer about an existing task exactly as about a missing one."""
-    run_isolation_check(any_opener, max_examples=25)
+    @pytest.fixture
+    def store_factory(self, any_opener: Opener) -> Opener:
+        return any_opener
 
 
 async def _damage(store: SQLStore, task_id: str, damage: Callable[[str], str],
