@@ -99,20 +99,24 @@ def _reading(sent: Captured, store: SQLStore, marker: str) -> Captured:
     return found
 
 
-async def _sqlite_uses(store: SQLStore, name: str, _: str, sent: Any) -> str | None:
-    """``None`` when SQLite's plan of the statement ``sent`` (with its values) reads index
-    ``name``, else the plan."""
+async def _sqlite_uses(
+    store: SQLStore, names: list[str], _: str, sent: Any
+) -> str | None:
+    """``None`` when SQLite's plan of the statement ``sent`` (with its values) reads every
+    index of ``names``, else the plan."""
     statement, values = sent
     async with store.engine.connect() as conn:
         rows = await conn.execute(QueryPlan(statement), values)
         plan = "\n".join(str(row[-1]) for row in rows)
-    return None if f"INDEX {name}" in plan else plan
+    return None if all(f"INDEX {name}" in plan for name in names) else plan
 
 
-async def _postgres_uses(store: SQLStore, name: str, sql: str, params: Any) -> str | None:
-    """``None`` when PostgreSQL's generic plan of ``sql`` scans index ``name`` (the
-    statement runs in a transaction rolled back afterwards, on fresh statistics with
-    sequential scans discouraged, and the index's scan counter is read before and
+async def _postgres_uses(
+    store: SQLStore, names: list[str], sql: str, params: Any
+) -> str | None:
+    """``None`` when PostgreSQL's generic plan of ``sql`` scans every index of ``names``
+    (the statement runs in a transaction rolled back afterwards, on fresh statistics with
+    sequential scans discouraged, and the indexes' scan counters are read before and
     after)."""
     async with store.engine.connect() as conn:
         driver = (await conn.get_raw_connection()).driver_connection
@@ -123,24 +127,32 @@ async def _postgres_uses(store: SQLStore, name: str, sql: str, params: Any) -> s
             await driver.execute("SET LOCAL enable_seqscan = off")
             await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             counter = await driver.prepare("SELECT pg_stat_get_xact_numscans(to_regclass($1))")
-            before = await counter.fetchval(name)  # counts not yet flushed are included
+            before = [await counter.fetchval(name) for name in names]  # unflushed included
             prepared = await driver.prepare(sql)  # named: planned by the plan cache
             await prepared.fetch(*params)
-            scans = await counter.fetchval(name) - before
+            after = [await counter.fetchval(name) for name in names]
         finally:
             await transaction.rollback()
-    return None if scans else f"no scan of {name} (generic plan)"
+    unused = [name for name, b, a in zip(names, before, after, strict=True) if a == b]
+    return f"no scan of {', '.join(unused)} (generic plan)" if unused else None
 
 
-async def _assert_uses(store: SQLStore, index: str, statements: list[tuple[str, Any]]) -> None:
-    name = store.tables.prefix + index
+async def _assert_uses(
+    store: SQLStore, indexes: str | list[str], statements: list[tuple[str, Any]]
+) -> None:
+    wanted = [indexes] if isinstance(indexes, str) else indexes
+    names = [store.tables.prefix + index for index in wanted]
     uses = _sqlite_uses if store.engine.dialect.name == "sqlite" else _postgres_uses
     for sql, params in statements:
-        problem = await uses(store, name, sql, params)
-        assert problem is None, f"{index} is not used by:\n{sql}\n{problem}"
+        problem = await uses(store, names, sql, params)
+        assert problem is None, f"{', '.join(wanted)} not all used by:\n{sql}\n{problem}"
 
 
-async def test_claims_read_the_pending_index(store: SQLStore) -> None:
+CLAIM_INDEXES = ["ix_tasks_claim", "ix_tasks_lease", "ix_tasks_retry"]
+"""Fresh tasks, lapsed leases, due retries (``_candidates``)."""
+
+
+async def test_claims_read_the_unclaimed_lease_and_retry_indexes(store: SQLStore) -> None:
     for _ in range(3):
         await store.create(new_task(queue="other"))
     for _ in range(CLAIMABLE):  # enough that a scan in claim order is the plan to pick
@@ -148,12 +160,12 @@ async def test_claims_read_the_pending_index(store: SQLStore) -> None:
     if store._fast is None:
         with captured(store) as sent:
             await store.claim_next("w1", LEASE_S, queues=["default"], limit=2)
-        await _assert_uses(store, "ix_tasks_claim", _reading(sent, store, "status = 'pending'"))
+        await _assert_uses(store, CLAIM_INDEXES, _reading(sent, store, "status = 'pending'"))
         return
     fast = store._fast
     sql = fast.sql
     tokens = [rules.new_lease_token()]
-    await _assert_uses(store, "ix_tasks_claim", [
+    await _assert_uses(store, CLAIM_INDEXES, [
         (fast.claim_one.sql, tuple(fast.claim_one.args(
             now=None, queue="default", limit=1, worker="w1",
             lease=rules.check_lease_for(LEASE_S), tokens=tokens))),

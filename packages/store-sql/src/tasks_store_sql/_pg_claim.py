@@ -59,10 +59,10 @@ def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
     in claim order."""
     t = tables.tasks
     found = oldest_claimable(
-        sa.select(t.c.id, t.c.snapshot, t.c.claim_expires_at, t.c.updated_at, t.c.expires_at,
-                  t.c.created_at),
+        [t.c.id, t.c.snapshot, t.c.claim_expires_at, t.c.updated_at, t.c.expires_at,
+         t.c.created_at],
         t, queue,
-    ).subquery("f")
+    )
     now = sa.func.date_trunc(_text("unit", "milliseconds"), store_clock())
     rank = sa.func.row_number().over(order_by=(found.c.created_at, found.c.id))
     return sa.select(

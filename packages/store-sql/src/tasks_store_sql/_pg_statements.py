@@ -16,7 +16,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from tasks_store_sql._schema import COUNTER, Tables, active, pending
+from tasks_store_sql._candidates import claimable_rows
+from tasks_store_sql._schema import COUNTER, Tables, active
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -97,23 +98,17 @@ def many_queues(t: sa.Table) -> sa.ColumnElement[bool]:
 
 
 def oldest_claimable(
-    select: sa.Select[Any], t: sa.Table, queue: sa.ColumnElement[bool]
-) -> sa.Select[Any]:
-    """``select`` over the claimable rows of ``queue`` (as of the statement's start: the
-    caller decides after the lock), oldest first, ``limit`` of them, locked, skipping rows
-    other sessions hold. States the claim index's predicate (``pending``)."""
+    columns: list[sa.ColumnElement[Any]], t: sa.Table, queue: sa.ColumnElement[bool],
+    *where: sa.ColumnElement[bool],
+) -> sa.Subquery:
+    """``columns`` (with ``created_at`` and ``id``) of the ``limit`` oldest claimable rows
+    of ``queue`` (as of the statement's start: the caller decides after the lock), locked,
+    skipping rows other sessions hold (:func:`tasks_store_sql._candidates.claimable_rows`)."""
     start = sa.func.coalesce(now_param(), sa.func.now())
+    limit = sa.bindparam("limit", type_=sa.Integer)
+    rows = claimable_rows(columns, t, [queue, *where], start, limit, lock=True)
     return (
-        select.where(
-            queue,
-            pending(t.c.status),
-            sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= start),
-            sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= start),
-            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > start),
-        )
-        .order_by(t.c.created_at, t.c.id)
-        .limit(sa.bindparam("limit", type_=sa.Integer))
-        .with_for_update(skip_locked=True)
+        sa.select(rows).order_by(rows.c.created_at, rows.c.id).limit(limit).subquery("o")
     )
 
 
@@ -244,13 +239,9 @@ class Statements:
     def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
         """The oldest claimable rows, locked, skipping rows other sessions hold."""
         t = tables.tasks
-        found = (
-            oldest_claimable(
-                sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at),
-                t, queue,
-            )
-            .where(sa.not_(t.c.id == sa.any_(array("skip", _TEXT))))
-            .subquery("c")
+        found = oldest_claimable(
+            [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at],
+            t, queue, sa.not_(t.c.id == sa.any_(array("skip", _TEXT))),
         )
         return Statement.of(sa.select(found, store_clock().label("now")))
 

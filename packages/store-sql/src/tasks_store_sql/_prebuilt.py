@@ -14,7 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tasks_store_sql._schema import Tables, pending
+from tasks_store_sql._candidates import claimable_rows
+from tasks_store_sql._schema import Tables
 
 __all__ = ["Prebuilt"]
 
@@ -62,18 +63,17 @@ class Prebuilt:
         # The sort key as stored, not through ``Instant``: a hand-damaged value must cost
         # only its own record (SQLite keeps text: its order is the time order).
         created_key = sa.type_coerce(t.c.created_at, sa.String).label("created_key")
+        limit = sa.bindparam("b_limit", type_=sa.Integer)
+        rows = claimable_rows(
+            [*columns, created_key, t.c.created_at], t,
+            [t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
+             t.c.id.not_in(sa.bindparam("b_seen", expanding=True))],
+            now, limit, lock=lock,
+        )
         candidates = (
-            sa.select(*columns, created_key)
-            .where(
-                t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
-                pending(t.c.status),
-                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
-                sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= now),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
-                t.c.id.not_in(sa.bindparam("b_seen", expanding=True)),
-            )
-            .order_by(t.c.created_at, t.c.id)
-            .limit(sa.bindparam("b_limit", type_=sa.Integer))
+            sa.select(*list(rows.c)[: len(columns) + 1])  # the columns, then created_key
+            .order_by(rows.c.created_at, rows.c.id)
+            .limit(limit)
         )
         return cls(
             fetch=fetch,
@@ -90,5 +90,5 @@ class Prebuilt:
                 .values(row_version=sa.bindparam("b_next"),
                         **{name: sa.bindparam("p_" + name) for name in _PROJECTION})
             ),
-            candidates=candidates.with_for_update(skip_locked=True) if lock else candidates,
+            candidates=candidates,
         )

@@ -42,6 +42,7 @@ __all__ = [
     "pending",
     "prefix_of",
     "task_indexes",
+    "unclaimed",
 ]
 
 ID_BYTES = 1024
@@ -83,6 +84,12 @@ def pending(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     return status == inline(TaskStatus.PENDING.value)
 
 
+def unclaimed(c: sa.ColumnCollection[str, sa.ColumnClause[Any]]) -> sa.ColumnElement[bool]:
+    """A pending task with no lease and no retry pending: claimable now (unless expired)
+    and the rows of the claim index."""
+    return sa.and_(pending(c.status), c.claim_expires_at.is_(None), c.retry_at.is_(None))
+
+
 def active(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     """``status`` counts against ``max_active_tasks_per_scope`` (pending or waiting)."""
     return status.in_([inline(TaskStatus.PENDING.value),
@@ -95,13 +102,13 @@ def task_indexes(
     """The partial indexes of ``tasks`` (name without prefix, columns, predicate), each
     holding only the rows its queries look for, so an update that leaves a row's set
     inserts nothing into it (a completion touches three of the table's seven indexes, not
-    all of them). PostgreSQL and SQLite use the predicates; MariaDB has no partial
-    indexes and indexes every row. The queries state the same predicates with constants
-    (:func:`inline`)."""
+    all of them) and a claim reads unclaimed rows only (:mod:`tasks_store_sql._candidates`).
+    PostgreSQL and SQLite use the predicates; MariaDB has no partial indexes and indexes
+    every row. The queries state the same predicates with constants (:func:`inline`)."""
     return [
-        ("ix_tasks_claim", [c.queue, c.status, c.created_at, c.id], pending(c.status)),
+        ("ix_tasks_claim", [c.queue, c.status, c.created_at, c.id], unclaimed(c)),
         ("ix_tasks_lease", [c.queue, c.claim_expires_at], c.claim_expires_at.is_not(None)),
-        ("ix_tasks_retry", [c.status, c.retry_at], c.retry_at.is_not(None)),
+        ("ix_tasks_retry", [c.queue, c.retry_at], c.retry_at.is_not(None)),
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
     ]

@@ -209,6 +209,34 @@ class ClaimContract(ContractBase):
         ]
         assert [[task_id] for task_id in created] == got
 
+    async def test_claim_next_serves_lapsed_leases_due_retries_and_new_tasks_oldest_first(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A lapsed lease, a due retry and never-claimed tasks MUST be served together in
+        creation order, while live leases and retries not yet due are passed over.
+
+        Troubleshooting: whatever the query is built from (one scan, or one per kind of
+        claimable row, merged), order all candidates by ``(created_at, id)`` before
+        applying ``limit``.
+        """
+        ids = {}
+        for name, retry in (("lapsed", None), ("retried", 5), ("running", None),
+                            ("waiting", 600), ("fresh1", None), ("fresh2", None)):
+            policy = RetryPolicy.fixed(retry, attempts=3) if retry else None
+            ids[name] = (await store.create(new_task(retry=policy))).id
+            clock.advance(1)
+        await store.claim(ids["lapsed"], "w0", 2)
+        await store.claim(ids["running"], "w0", LEASE_S)
+        for name in ("retried", "waiting"):
+            held = await store.claim(ids[name], "w0", LEASE_S)
+            await store.transition(ids[name], held.snapshot.revision,
+                                   RetryRequested(event_id=f"r-{name}", error="E"), held.lease)
+        clock.advance(10)  # past the lapsed lease and the first retry; not the others
+
+        got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=10)
+
+        assert [ids[n] for n in ("lapsed", "retried", "fresh1", "fresh2")] == _ids(got)
+
     async def test_claim_next_only_serves_the_given_queues(self, store: TaskStore) -> None:
         """``claim_next`` MUST return tasks of the listed queues only.
 
