@@ -25,9 +25,7 @@ __all__ = [
     "ROW_COLUMNS",
     "Statement",
     "Statements",
-    "array",
     "many_queues",
-    "now_param",
     "oldest_claimable",
     "one_queue",
     "store_clock",
@@ -71,12 +69,11 @@ class Statement:
         return [values[name] if name in values else self.defaults[name] for name in self.order]
 
 
-def array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
-    """Bind parameter ``name`` of array type ``type_``."""
+def _array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
-def now_param() -> sa.BindParameter[Any]:
+def _now_param() -> sa.BindParameter[Any]:
     """``now``: the injected clock's instant, or ``NULL`` for the database's."""
     return sa.bindparam("now", type_=postgresql.TIMESTAMP(timezone=True))
 
@@ -84,7 +81,7 @@ def now_param() -> sa.BindParameter[Any]:
 def store_clock() -> sa.ColumnElement[Any]:
     """The store clock: ``now``, else ``clock_timestamp()`` (read where it is evaluated —
     in the projection over locked rows, after the locks)."""
-    return sa.func.coalesce(now_param(), sa.func.clock_timestamp())
+    return sa.func.coalesce(_now_param(), sa.func.clock_timestamp())
 
 
 def one_queue(t: sa.Table) -> sa.ColumnElement[bool]:
@@ -94,7 +91,7 @@ def one_queue(t: sa.Table) -> sa.ColumnElement[bool]:
 
 def many_queues(t: sa.Table) -> sa.ColumnElement[bool]:
     """The row is in one of ``queues``."""
-    return t.c.queue == sa.any_(array("queues", _TEXT))
+    return t.c.queue == sa.any_(_array("queues", _TEXT))
 
 
 def oldest_claimable(
@@ -104,7 +101,7 @@ def oldest_claimable(
     """``columns`` (with ``created_at`` and ``id``) of the ``limit`` oldest claimable rows
     of ``queue`` (as of the statement's start: the caller decides after the lock), locked,
     skipping rows other sessions hold (:func:`tasks_store_sql._candidates.claimable_rows`)."""
-    start = sa.func.coalesce(now_param(), sa.func.now())
+    start = sa.func.coalesce(_now_param(), sa.func.now())
     limit = sa.bindparam("limit", type_=sa.Integer)
     rows = claimable_rows(columns, t, [queue, *where], start, limit, lock=True)
     return (
@@ -117,7 +114,7 @@ class Statements:
 
     def __init__(self, tables: Tables, channel: str) -> None:
         t, ev = tables.tasks, tables.events
-        ids, event_ids = array("ids", _TEXT), array("event_ids", _TEXT)
+        ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
         clock = store_clock()
         locked = (
             sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
@@ -178,7 +175,7 @@ class Statements:
             .where(t.c.id == sa.bindparam("id"))
             .with_for_update()
         )
-        now = now_param()
+        now = _now_param()
         capped = (
             sa.select(t.c.id)
             .where(
@@ -210,7 +207,7 @@ class Statements:
             .cte("c")
         )
         members = sa.func.unnest(
-            *(array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
+            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
         ).table_valued(*MEMBER_COLUMNS).render_derived()
         granted = (
             sa.insert(tables.members)
@@ -241,7 +238,7 @@ class Statements:
         t = tables.tasks
         found = oldest_claimable(
             [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at],
-            t, queue, sa.not_(t.c.id == sa.any_(array("skip", _TEXT))),
+            t, queue, sa.not_(t.c.id == sa.any_(_array("skip", _TEXT))),
         )
         return Statement.of(sa.select(found, store_clock().label("now")))
 
@@ -249,8 +246,8 @@ class Statements:
     def _write(tables: Tables, channel: str) -> sa.Select[Any]:
         t, ev, mem = tables.tasks, tables.events, tables.members
         rows = sa.func.unnest(
-            array("ids", _TEXT), array("versions", _INT),
-            *(array(name, type_) for name, type_ in ROW_COLUMNS),
+            _array("ids", _TEXT), _array("versions", _INT),
+            *(_array(name, type_) for name, type_ in ROW_COLUMNS),
         ).table_valued("id", "version", *(name for name, _ in ROW_COLUMNS)).render_derived()
         updated = (
             sa.update(t)
@@ -262,7 +259,7 @@ class Statements:
         )
         written = sa.select(updated.c.id)
         events = sa.func.unnest(
-            *(array("e_" + name, type_) for name, type_ in EVENT_COLUMNS)
+            *(_array("e_" + name, type_) for name, type_ in EVENT_COLUMNS)
         ).table_valued(*(name for name, _ in EVENT_COLUMNS)).render_derived()
         recorded = (
             sa.insert(ev)
@@ -276,7 +273,7 @@ class Statements:
             .cte("e")
         )
         members = sa.func.unnest(
-            *(array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
+            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
         ).table_valued(*MEMBER_COLUMNS).render_derived()
         granted = (
             sa.insert(mem)
@@ -289,7 +286,7 @@ class Statements:
             .returning(mem.c.task_id)
             .cte("m")
         )
-        queues = sa.func.unnest(array("wake", _TEXT)).table_valued("queue").render_derived()
+        queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
         woken = sa.select(
             sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
         ).cte("n")
@@ -298,4 +295,3 @@ class Statements:
             return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
 
         return sa.select(count(updated), count(recorded), count(granted), count(woken))
-
