@@ -12,6 +12,9 @@ For each store (in a throw-away namespace or file, removed afterwards):
 - ``burn-down``: one ``Worker`` at ``--concurrency`` (8) runs every submitted no-op async
   handler; tasks/s from its start until its drain returned (every completion written),
   then checked: every task completed, exactly once, recorded in its history;
+- ``CPU per task``: CPU time of the burn-down per task, of the bench's own process (the
+  worker) and of the rest of the machine (``cpu.py``) — steadier than rates, which drift
+  with the machine's load; pgqueuer's is measured the same way;
 - ``commits/task`` (PostgreSQL): the ``pg_stat_database.xact_commit`` delta of the
   burn-down divided by the tasks — the database is measured only while nothing else of
   the bench is connected, so use a database of its own (``--postgres-url``);
@@ -57,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cpu
 import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
@@ -91,6 +95,7 @@ class Result:
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     checked: str = ""
     baselines: list[dict[str, float]] = field(default_factory=list)
+    cpu_per_task: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -293,7 +298,9 @@ async def measure(
     store = await target.second(store)
     app = make_app(store, probe)
     try:
+        spent = cpu.sample()
         result.burn_down = await burn_down(app, probe, args.tasks, args.concurrency)
+        result.cpu_per_task = cpu.per_task(spent, cpu.sample(), args.tasks)
     finally:
         await target.close(store)
     if target.dsn:
@@ -450,8 +457,9 @@ async def _peer(dsn: str | None, tasks: int) -> dict[str, Any]:
 
     target = peers.peer_dsn(dsn)
     await _ensure_database(target)
-    rate = await peers.pgqueuer_burn_down(target, tasks)
-    return {"pgqueuer": round(rate, 1), "version": version("pgqueuer")}
+    rate, cpu_per_task = await peers.pgqueuer_burn_down(target, tasks)
+    return {"pgqueuer": round(rate, 1), "version": version("pgqueuer"),
+            "cpu_per_task": cpu_per_task}
 
 
 def _figures(result: Result, against: str) -> dict[str, Any]:
@@ -475,8 +483,16 @@ def _figures(result: Result, against: str) -> dict[str, Any]:
     figures["latency_ms"] = {
         mode: {k: round(v, 2) for k, v in cuts.items()} for mode, cuts in result.latency_ms.items()
     }
+    figures["cpu_per_task"] = result.cpu_per_task
     figures["checked"] = result.checked
     return figures
+
+
+def _cpu(figures: dict[str, float | None]) -> str:
+    def shown(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    return f"{shown(figures.get('worker_us'))} / {shown(figures.get('rest_us'))}"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -505,6 +521,12 @@ def render(report: dict[str, Any]) -> str:
             f"{f['burn_down']:>10.0f} {per['update']:>8} {per['update+insert']:>8} "
             f"{commits:>8}   {lat}"
         )
+    lines += ["", "CPU per task of the burn-down, µs (worker process / rest of the machine):"]
+    for name, f in report["stores"].items():
+        lines.append(f"  {name:<11} {_cpu(f['cpu_per_task'])}")
+    peer_cpu = report.get("peer", {}).get("cpu_per_task")
+    if peer_cpu:
+        lines.append(f"  {'pgqueuer':<11} {_cpu(peer_cpu)}")
     lines += ["", f"target (issue 4): burn-down/update >= {PGQUEUER_RATIO:.3f} (pgqueuer), "
               f"commits/task <= {TARGET_COMMITS}, latency p50 <= {TARGET_P50_MS:g} ms "
               "(PostgreSQL, other app)"]

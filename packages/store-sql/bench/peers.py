@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import time
 
+import cpu
 import sqlalchemy as sa
 
 __all__ = ["available", "peer_dsn", "pgqueuer_burn_down"]
@@ -36,8 +37,9 @@ def peer_dsn(dsn: str) -> str:
     return url.set(database=f"{url.database}_pgqueuer").render_as_string(hide_password=False)
 
 
-async def pgqueuer_burn_down(dsn: str, tasks: int) -> float:
-    """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs.
+async def pgqueuer_burn_down(dsn: str, tasks: int) -> tuple[float, dict[str, float | None]]:
+    """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs,
+    and its CPU time per job (``cpu.per_task``: this process, the rest of the machine).
 
     Raises:
         RuntimeError: a job did not run exactly once.
@@ -65,15 +67,16 @@ async def pgqueuer_burn_down(dsn: str, tasks: int) -> float:
                 nonlocal ran
                 ran += 1
 
-            started = time.perf_counter()
+            started, spent = time.perf_counter(), cpu.sample()
             await manager.run(mode=QueueExecutionMode.drain)
             elapsed = time.perf_counter() - started
+            cpu_per_task = cpu.per_task(spent, cpu.sample(), tasks)
         finally:
             await worker.close()
         if ran != tasks:
             raise RuntimeError(f"pgqueuer ran {ran} of {tasks} jobs")
         await queries.uninstall()
-        return tasks / elapsed
+        return tasks / elapsed, cpu_per_task
     finally:
         await setup.close()
 
