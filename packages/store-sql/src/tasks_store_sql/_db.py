@@ -17,7 +17,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -124,7 +124,13 @@ class Database:
         ]
 
     async def now(self, conn: AsyncConnection) -> datetime:
-        """The database clock, read on ``conn``."""
+        """The database clock, read on ``conn`` — after whatever lock ``conn`` holds.
+
+        SQLite is a library in this process: its clock (``strftime('now')``) is this
+        machine's, which every process sharing the file reads too; it is read here
+        directly instead of through a statement (three thread hops of the driver)."""
+        if self.kind == "sqlite":
+            return datetime.now(UTC)
         return await server_now(conn, self.kind)
 
     def _slot(self, write: bool) -> AbstractAsyncContextManager[None]:
