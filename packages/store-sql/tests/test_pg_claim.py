@@ -218,5 +218,4 @@ async def test_a_stricter_default_isolation_gets_an_explicit_read_committed_clai
     got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
 
     assert sorted(c.snapshot.id for c in got) == sorted(t.id for t in tasks)
-    assert store._fast is not None
-    assert list(store._fast._read_committed.values()) == [False]
+    assert list(store._db._read_committed.values()) == [False]

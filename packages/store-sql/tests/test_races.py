@@ -171,3 +171,59 @@ async def test_unavailable_is_what_losers_of_an_exact_claim_hear(stores: list[SQ
     for store in stores[1:]:
         with pytest.raises(Unavailable):
             await store.claim("t", "w1", 30)
+
+
+_LOCK_WAITERS = {
+    # sessions of this database (other than the asking one) waiting for a lock on a
+    # statement that names the test's namespace ("fresh")
+    "postgresql": (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE '%%fresh\\_tasks%%' "
+        "AND pid <> pg_backend_pid()"
+    ),
+    "mysql": (
+        "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' "
+        "AND info LIKE '%%fresh_tasks%%FOR UPDATE%%' AND id <> connection_id()"
+    ),
+}
+
+
+async def test_time_is_read_after_the_row_lock_is_held(db_url: str, fresh_namespace: str) -> None:
+    """A write that waits for a row lock another session holds MUST read the database
+    clock after it gets the lock (DESIGN.md "Time"): its commit time is not earlier than
+    an instant read, on the database clock, while it was still waiting.
+
+    Troubleshooting: read ``clock_timestamp()`` (not ``now()``, the transaction's start)
+    in the statement that locks the rows, in the projection over the locked rows — or in
+    a statement after it.
+    """
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
+    try:
+        if store.dialect == "sqlite":
+            pytest.skip("SQLite locks the whole file (BEGIN IMMEDIATE), not rows; its clock "
+                        "is read after that lock in Python (Database.now)")
+        await store.create(_new("t"))
+        held = await store.claim("t", "w1", 300)
+        tasks = store.tables.tasks
+        async with store.engine.connect() as blocker, store.engine.connect() as monitor:
+            holding = await blocker.begin()
+            await blocker.execute(sa.select(tasks.c.id).where(tasks.c.id == "t").with_for_update())
+            writer = asyncio.ensure_future(store.transition(
+                "t", held.snapshot.revision, Completed(event_id="done"), held.lease
+            ))
+            for _ in range(1000):
+                async with monitor.begin():  # statistics are a snapshot per transaction
+                    waiting = (await monitor.execute(sa.text(_LOCK_WAITERS[store.dialect])))
+                    if waiting.scalar() or writer.done():
+                        break
+                await asyncio.sleep(0.01)
+            assert not writer.done(), "the write did not wait for the row lock"
+            first = await store.now()
+            while (during := await store.now()) <= first:  # a later millisecond, still held
+                pass
+            await holding.commit()
+            done = await asyncio.wait_for(writer, 10)
+        assert done.record is not None
+        assert done.record.committed_at >= during
+    finally:
+        await store.aclose()

@@ -294,11 +294,11 @@ def check_replay(record: EventRecord, event: Event) -> None:
 
 
 class Decision(NamedTuple):
-    """What :func:`decide_transition` decided: the answer to the caller, and the stored
-    snapshot to write with ``transition.record`` (``None``: write nothing)."""
+    """What :func:`decide_transition` decided: the answer to the caller, and what to write
+    atomically — the new snapshot and the event's record (``None``: write nothing)."""
 
     transition: Transition
-    stored: Snapshot | None
+    write: tuple[Snapshot, EventRecord] | None
 
 
 def decide_transition(
@@ -343,7 +343,7 @@ def decide_transition(
         return Decision(Transition(outcome="unchanged", snapshot=present(snapshot, now)), None)
     new, record = applied
     return Decision(
-        Transition(outcome="applied", snapshot=present(new, now), record=record), new
+        Transition(outcome="applied", snapshot=present(new, now), record=record), applied
     )
 
 

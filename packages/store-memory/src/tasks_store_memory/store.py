@@ -420,8 +420,8 @@ class MemoryStore:
             lease_check=self._lease_check,
             revision_check=self._check_revision,
         )
-        new, record = decision.stored, decision.transition.record
-        if new is not None and record is not None:
+        if decision.write is not None:
+            new, record = decision.write
             self._append(row, new, record)
             if new.status == TaskStatus.PENDING:
                 self._notify(new.queue)

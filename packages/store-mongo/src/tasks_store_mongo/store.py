@@ -301,9 +301,9 @@ class MongoStore(MongoClaims):
                 authority,
                 now,
             )
-            new, record = decision.stored, decision.transition.record
-            if new is None or record is None:
+            if decision.write is None:
                 return decision.transition
+            new, record = decision.write
             update = self._update(new, record=record, wake=new.status == TaskStatus.PENDING)
             if await self._cas(doc, update):
                 return decision.transition

@@ -128,9 +128,9 @@ def _one(
         authority,
         now,
     )
-    new, record = decision.stored, decision.transition.record
-    if new is None or record is None:
+    if decision.write is None:
         return decision.transition
+    new, record = decision.write
     row.update(new, row.token)
     row.events[event.event_id] = record
     plan.events.append((task_id, record))

@@ -33,6 +33,7 @@ log = logging.getLogger("tasks_store_sql")
 T = TypeVar("T")
 MAX_ATTEMPTS = 5
 IDLE_DRIVERS = 4
+_DEFAULT_ISOLATION = "SELECT current_setting('default_transaction_isolation')"
 """Connections :meth:`Database.run_driver` keeps checked out between calls (per store)."""
 
 
@@ -85,6 +86,10 @@ class Database:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _idle: list[tuple[AsyncConnection, Any]] = field(default_factory=list, repr=False)
     _closing: bool = field(default=False, repr=False)
+    _read_committed: weakref.WeakKeyDictionary[Any, bool] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
+    """Per driver connection: whether a statement on its own runs at READ COMMITTED."""
 
     def current(self) -> AsyncEngine:
         """The engine for the running event loop: ``engine`` on the loop that first used
@@ -187,7 +192,9 @@ class Database:
         error translation are those of :meth:`run`.
 
         ``single_statement``: ``operation`` runs exactly one statement, which is its own
-        transaction (no ``BEGIN``/``COMMIT`` round trips); it must not run more.
+        transaction at READ COMMITTED (no ``BEGIN``/``COMMIT`` round trips; on a
+        connection whose default isolation is another — asked once per connection — it
+        runs in an explicit READ COMMITTED transaction); it must not run more.
 
         Raises:
             StoreUnavailable: transient database failure; nothing was written.
@@ -225,7 +232,7 @@ class Database:
         ended = False
         try:
             try:
-                if single_statement:
+                if single_statement and await self._reads_committed(driver):
                     try:
                         result = await operation(driver)
                     except Exception:
@@ -262,6 +269,15 @@ class Database:
                 self._idle.append((conn, driver))
             else:
                 await conn.close()
+
+    async def _reads_committed(self, driver: Any) -> bool:
+        """Whether a statement on its own runs at READ COMMITTED on ``driver`` (the
+        server's or the role's ``default_transaction_isolation``)."""
+        known = self._read_committed.get(driver)
+        if known is None:
+            level = await driver.fetchval(_DEFAULT_ISOLATION)
+            known = self._read_committed[driver] = level == "read committed"
+        return known
 
     async def _once(self, operation: Operation[T], write: bool) -> T:
         async with self.current().connect() as conn:

@@ -34,7 +34,6 @@ above (:meth:`FastPath._claim_locked`).
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -86,9 +85,6 @@ class FastPath:
         self.sql = Statements(tables, channel)
         self.claim_one = claim_statement(tables, one_queue(tables.tasks))
         self.claim_many = claim_statement(tables, many_queues(tables.tasks))
-        self._read_committed: weakref.WeakKeyDictionary[Any, bool] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None
@@ -287,10 +283,7 @@ class FastPath:
 
         async def op(driver: Any) -> list[Any] | None:
             try:
-                if await self._autocommit_reads_committed(driver):
-                    return list(await driver.fetch(statement.sql, *args))
-                async with driver.transaction(isolation="read_committed"):
-                    return list(await driver.fetch(statement.sql, *args))
+                return list(await driver.fetch(statement.sql, *args))
             except UNREADABLE:  # a snapshot that is not JSON at all: nothing was written
                 return None
 
@@ -307,18 +300,6 @@ class FastPath:
         if left_alone and len(claims) < limit:
             claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
         return claims
-
-    async def _autocommit_reads_committed(self, driver: Any) -> bool:
-        """Whether a statement on its own runs at READ COMMITTED on ``driver`` (the
-        server's or the role's ``default_transaction_isolation``), asked once per
-        connection. Where it does not, the one-statement claim runs in an explicit READ
-        COMMITTED transaction instead, as every other operation does."""
-        known = self._read_committed.get(driver)
-        if known is None:
-            statement = self.sql.isolation
-            level = await driver.fetchval(statement.sql, *statement.args())
-            known = self._read_committed[driver] = level == "read committed"
-        return known
 
     async def _claim_locked(
         self, worker_id: str, lease_for: float, names: list[str], limit: int

@@ -149,10 +149,6 @@ class Statements:
         self.candidates_one = self._candidates(tables, one_queue(t))
         self.candidates_many = self._candidates(tables, many_queues(t))
         self.write = Statement.of(self._write(tables, channel))
-        self.isolation = Statement.of(sa.select(sa.func.current_setting(
-            sa.bindparam("setting", "default_transaction_isolation", type_=sa.Text)
-        )))
-        """The isolation level a statement outside a transaction runs at."""
         self._creation(tables, channel)
 
     def _creation(self, tables: Tables, channel: str) -> None:
