@@ -162,6 +162,13 @@ async def test_reap_and_backends() -> None:
     assert default_store_url()[0] in out
 
 
+async def test_migrate_on_a_store_without_a_schema_says_so() -> None:
+    """``migrate`` MUST say plainly when the store has no schema, and change nothing."""
+    console, out = _console()
+    assert 0 == await run(["migrate", "--store", "memory://"], console=console)
+    assert "the memory store has no schema to migrate" == out.getvalue().strip()
+
+
 async def test_default_store_prefers_sqlite_when_its_plugin_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

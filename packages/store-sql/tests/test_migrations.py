@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from rich.console import Console
 from tasks_core import (
     CapacityExceeded,
     Completed,
@@ -17,6 +19,8 @@ from tasks_core import (
     Owner,
     Work,
 )
+from tasks_core.cli import run
+from tasks_core.errors import InvalidInput
 from tasks_store_sql import SchemaMismatch, SQLStore, current_revision, head, migrate, revisions
 
 pytestmark = pytest.mark.anyio
@@ -63,6 +67,38 @@ async def test_migrations_go_up_down_and_up_again_keeping_tasks(
             await store.create(_new("third"))
     finally:
         await store.aclose()
+
+
+async def _tasks(*argv: str) -> str:
+    out = io.StringIO()
+    assert 0 == await run(list(argv), console=Console(file=out, width=200, color_system=None))
+    return out.getvalue().strip()
+
+
+async def test_tasks_migrate_moves_the_schema_and_a_refused_store_opens_after_it(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """``tasks migrate --store URL`` MUST create a missing schema, say when there is
+    nothing to do, move down with ``--to`` and back up, so that a store refused for an
+    older schema opens afterwards; an unknown revision MUST be refused with nothing
+    changed.
+
+    Troubleshooting: the command must reach the plugin's ``StoreSpec.migrate`` without
+    opening the store (opening refuses an older schema).
+    """
+    ns, older = fresh_namespace, revisions()[-2]
+    cli = ("migrate", "--store", db_url, "--namespace", ns)
+    assert f"schema migrated from nothing to {head()}" == await _tasks(*cli)
+    assert f"schema already at {head()}" == await _tasks(*cli)
+    assert f"schema migrated from {head()} to {older}" == await _tasks(*cli, "--to", older)
+    with pytest.raises(SchemaMismatch, match="tasks migrate --store URL"):
+        await SQLStore.open(db_url, namespace=ns)
+    with pytest.raises(InvalidInput, match="Unknown schema revision"):
+        await _tasks(*cli, "--to", "no_such_revision")
+    assert older == await current_revision(db_url, namespace=ns)
+    assert f"schema migrated from {older} to {head()}" == await _tasks(*cli)
+    store = await SQLStore.open(db_url, namespace=ns, schema="check")
+    await store.aclose()
 
 
 async def test_an_older_schema_is_refused_unless_upgrade_is_asked(

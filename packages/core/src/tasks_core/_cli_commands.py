@@ -24,7 +24,7 @@ from tasks_core._cli_render import (
     tasks_table,
 )
 from tasks_core._defaults import default_store_url
-from tasks_core._registry import available_stores
+from tasks_core._registry import available_stores, find_store
 from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import InvalidInput
@@ -209,6 +209,23 @@ async def cmd_reap(app: App, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+async def cmd_migrate(app: App, args: argparse.Namespace, console: Console) -> int:
+    """Move the store's schema to ``--to`` through its plugin (without opening the store:
+    a store refuses to open a schema older than its code)."""
+    url = args.store or app.url or default_store_url()[0]
+    spec = find_store(url)
+    if spec.migrate is None:
+        console.print(f"the {spec.name} store has no schema to migrate")
+        return 0
+    before, after = await spec.migrate(url, to=args.to, namespace=args.namespace)
+    if before == after:
+        console.print(f"schema already at {after or 'nothing (no tables)'}", highlight=False)
+    else:
+        console.print(f"schema migrated from {before or 'nothing'} to {after or 'nothing'}",
+                      highlight=False)
+    return 0
+
+
 async def cmd_backends(app: App, args: argparse.Namespace, console: Console) -> int:
     """Installed store plugins and their capabilities."""
     url, why = default_store_url()
@@ -248,6 +265,7 @@ COMMANDS: dict[str, Command] = {
     "cancel": cmd_cancel,
     "respond": cmd_respond,
     "reap": cmd_reap,
+    "migrate": cmd_migrate,
     "backends": cmd_backends,
     "demo": cmd_demo,
     "stress": cmd_stress,

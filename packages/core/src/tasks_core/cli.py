@@ -10,6 +10,7 @@
     tasks cancel ID                     cancel a task
     tasks respond ID key=value …        answer a task's input request
     tasks reap                          delete expired tasks now
+    tasks migrate [--to REV]            move the store's schema to what the code expects
     tasks backends                      installed store plugins and their capabilities
     tasks stress [--json]               multi-process stress run (tasks-contract-tests)
 
@@ -141,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reap", parents=[common], help="delete expired tasks now")
     p.add_argument("--limit", type=int, default=1000)
 
+    p = sub.add_parser("migrate", parents=[common],
+                       help="move the store's schema to the installed code's revision")
+    p.add_argument("--to", default="head",
+                   help='target revision (default "head"; "base" drops every table)')
+    p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
+
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (about ten seconds)")
 
@@ -176,7 +183,7 @@ async def run(argv: Sequence[str], *, app: App | None = None,
                 app.use_store(args.store)
         else:
             app = App(args.store or default_store_url()[0])
-    if args.command not in ("demo", "backends", "stress") \
+    if args.command not in ("demo", "backends", "stress", "migrate") \
             and (app.url or "").startswith("memory://"):
         Console(stderr=True).print(
             "[yellow]note:[/] memory:// is private to this process and starts empty; use "

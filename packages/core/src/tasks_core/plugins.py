@@ -30,7 +30,7 @@ import pluggy
 from tasks_core.models import StoreCapabilities
 from tasks_core.store import TaskStore
 
-__all__ = ["PROJECT", "StoreFactory", "StoreSpec", "hookimpl", "hookspec"]
+__all__ = ["PROJECT", "Migrate", "StoreFactory", "StoreSpec", "hookimpl", "hookspec"]
 
 PROJECT = "tasks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -41,6 +41,12 @@ StoreFactory = Callable[..., Awaitable[TaskStore]]
 ``clock`` (a :class:`~tasks_core.clock.Clock`), ``namespace`` (an isolated name space:
 table prefix, schema, database…), ``max_tasks`` and ``max_active_tasks_per_scope``.
 Unknown options raise ``InvalidInput``."""
+
+Migrate = Callable[..., Awaitable[tuple[str | None, str | None]]]
+"""``async migrate(url, *, to="head", namespace=None) -> (before, after)``: the schema
+revisions of the namespace before and after (``None``: no schema). Safe to run from
+several processes at once. Raises ``InvalidInput`` for an unknown revision and
+``StoreError`` subclasses for a schema the code does not know or an unreachable store."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,10 @@ class StoreSpec:
         create_namespace: ``async (base_url, namespace)``; makes an empty, isolated
             namespace for the contract suite (``None``: every open is already fresh).
         drop_namespace: ``async (base_url, namespace)``; removes it again.
+        migrate: ``async (url, *, to, namespace) -> (before, after)``; moves the schema of
+            the store at ``url`` to revision ``to`` (``"head"``: what the installed code
+            expects) and returns the revisions before and after (``None``: no schema).
+            What ``tasks migrate`` calls; ``None``: the store has no schema to migrate.
         corrupt: ``async (store, task_id)``; damages the persisted record of a task so the
             contract suite can prove ``StoreCorrupt`` handling (test support only).
     """
@@ -67,6 +77,7 @@ class StoreSpec:
     distribution: str
     create_namespace: Callable[[str, str], Awaitable[None]] | None = None
     drop_namespace: Callable[[str, str], Awaitable[None]] | None = None
+    migrate: Migrate | None = field(default=None, repr=False)
     corrupt: Callable[[Any, str], Awaitable[None]] | None = field(default=None, repr=False)
 
 

@@ -13,7 +13,7 @@ from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import create_engine, parse_url
 from tasks_store_sql._errors import translate
 from tasks_store_sql._schema import Tables, check_namespace, prefix_of
-from tasks_store_sql.migrations_api import migrate
+from tasks_store_sql.migrations_api import current_revision, migrate
 from tasks_store_sql.store import SQLStore
 
 __all__ = ["OPTIONS", "open_sql", "tasks_stores"]
@@ -55,6 +55,21 @@ async def create_namespace(base_url: str, namespace: str) -> None:
     await migrate(base_url, namespace=namespace)
 
 
+async def migrate_schema(
+    url: str, *, to: str = "head", namespace: str | None = None
+) -> tuple[str | None, str | None]:
+    """``tasks migrate``: move the namespace's schema to ``to``; the revisions before and
+    after (``None``: no schema).
+
+    Raises:
+        InvalidInput: a bad URL, namespace or revision.
+        SchemaMismatch: the namespace is at a revision this code does not know.
+        StoreUnavailable: the database is unavailable.
+    """
+    before = await migrate(url, namespace=namespace, to=to)
+    return before, await current_revision(url, namespace=namespace)
+
+
 async def drop_namespace(base_url: str, namespace: str) -> None:
     """Drop every table of ``namespace`` (contract-suite support)."""
     target = parse_url(base_url)
@@ -92,5 +107,6 @@ def tasks_stores() -> StoreSpec:
         distribution="tasks-store-sql",
         create_namespace=create_namespace,
         drop_namespace=drop_namespace,
+        migrate=migrate_schema,
         corrupt=_corrupt,
     )
