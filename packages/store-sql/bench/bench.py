@@ -173,6 +173,7 @@ async def burn_down(app: App, probe: Probe, count: int, concurrency: int) -> flo
     """Tasks/s for one worker to run ``count`` queued no-op tasks and write every outcome."""
     probe.expect(count)
     worker = app.worker(concurrency=concurrency, reap_interval=None)
+    gc.freeze()  # as `tasks worker` does before its loop (undone below, for the next run)
     started = time.perf_counter()
     running = asyncio.create_task(worker.run())
     waiting = asyncio.ensure_future(probe.done.wait())
@@ -185,6 +186,7 @@ async def burn_down(app: App, probe: Probe, count: int, concurrency: int) -> flo
         raise RuntimeError("the worker's drain did not settle")
     elapsed = time.perf_counter() - started
     await running
+    gc.unfreeze()
     return count / elapsed
 
 

@@ -219,3 +219,63 @@ async def test_a_stricter_default_isolation_gets_an_explicit_read_committed_clai
 
     assert sorted(c.snapshot.id for c in got) == sorted(t.id for t in tasks)
     assert list(store._db._read_committed.values()) == [False]
+
+
+async def test_a_completion_reuses_the_snapshot_its_claim_decoded_only_for_the_same_text(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completion of a task claimed by this store MUST take the snapshot the claim
+    decoded when the locked row holds exactly the text the claim returned, and MUST decode
+    the row when anything changed it since (here: a progress report, which bumps no
+    revision); both completions apply from the right snapshot.
+
+    Troubleshooting: ``FastPath.decoded`` is keyed by task id and compared by stored
+    text; a hit on other text would decide a transition on a stale snapshot.
+    """
+    from tasks_store_sql import _codec
+
+    decoded: list[str] = []
+    real = _codec.decode_snapshot
+
+    def counting(task_id: str, text: Any) -> Snapshot:
+        decoded.append(task_id)
+        return real(task_id, text)
+
+    monkeypatch.setattr(_codec, "decode_snapshot", counting)
+    for task_id in ("same", "moved"):
+        await store.create(new_task(task_id))
+    claims = {c.snapshot.id: c for c in await store.claim_next(
+        WORKER, LEASE_S, queues=["default"], limit=2)}
+    assert sorted(decoded) == ["moved", "same"]
+    await store.report_progress(claims["moved"].lease, 50.0, "half")
+    decoded.clear()
+    results = await store.transition_many([
+        (task_id, 0, Completed(event_id=f"done-{task_id}", result=task_id), claims[task_id].lease)
+        for task_id in ("same", "moved")
+    ])
+    assert [r.outcome for r in results if not isinstance(r, Exception)] == ["applied"] * 2
+    assert "same" not in decoded
+    assert "moved" in decoded
+    for task_id in ("same", "moved"):
+        stored = await _before(store, task_id)
+        assert (stored.status, stored.result) == (TaskStatus.COMPLETED, task_id)
+    assert (await _before(store, "moved")).progress is not None
+
+
+def test_decoded_snapshots_are_given_back_once_for_the_same_text_and_bounded() -> None:
+    """``Decoded`` MUST give a kept snapshot back only for the exact text, only once, and
+    keep at most ``size`` entries (the oldest dropped)."""
+    from tasks_store_sql._codec import Decoded
+
+    snapshot = rules.new_snapshot(new_task("a"), ManualClock().now())
+    kept = Decoded(size=2)
+    kept.keep("a", "text-a", snapshot)
+    assert kept.take("a", "other text") is None
+    assert kept.take("a", "text-a") is None  # a miss forgets the entry too
+    kept.keep("a", "text-a", snapshot)
+    assert kept.take("a", "text-a") is snapshot
+    assert kept.take("a", "text-a") is None
+    for task_id in ("a", "b", "c"):
+        kept.keep(task_id, f"text-{task_id}", snapshot)
+    assert kept.take("a", "text-a") is None
+    assert kept.take("c", "text-c") is snapshot

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import json
 import logging
@@ -80,6 +81,11 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         reap_interval=None if args.no_reaper else args.reap_interval,
     )
     await app.open()
+    # Everything loaded so far (modules, the app, the store) lives as long as the process:
+    # leave it out of the cyclic collector's scans, which otherwise walk it over and over
+    # while runs allocate (CPython's advice for long-lived servers). Cycles made later are
+    # collected as usual.
+    gc.freeze()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     signals = 0

@@ -17,6 +17,7 @@ from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskStatus
 
 __all__ = [
+    "Decoded",
     "decode_record",
     "decode_snapshot",
     "encode",
@@ -50,6 +51,35 @@ def decode_snapshot(task_id: str, text: Any) -> Snapshot:
     if snapshot.id != task_id:
         raise StoreCorrupt(task_id)
     return snapshot
+
+
+class Decoded:
+    """Snapshots decoded lately, each kept with the exact text it was decoded from, so that
+    reading the same text again — a completion locking the row its claim returned — takes
+    the snapshot instead of validating the text a second time. Snapshots are frozen, and
+    equal text decodes to an equal snapshot, so handing one out twice is safe.
+
+    Each entry is given back once (:meth:`take`) and the oldest are dropped beyond
+    ``size``: what a process keeps is bounded whatever becomes of its claims.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._entries: dict[str, tuple[str, Snapshot]] = {}
+
+    def keep(self, task_id: str, text: str, snapshot: Snapshot) -> None:
+        """Remember that ``text`` of ``task_id`` decodes to ``snapshot``."""
+        entries = self._entries
+        entries.pop(task_id, None)
+        entries[task_id] = (text, snapshot)
+        if len(entries) > self.size:
+            del entries[next(iter(entries))]
+
+    def take(self, task_id: str, text: str) -> Snapshot | None:
+        """The snapshot kept for exactly this ``text`` of ``task_id`` (forgotten now), or
+        ``None``: decode it."""
+        kept = self._entries.pop(task_id, None)
+        return kept[1] if kept is not None and kept[0] == text else None
 
 
 def decode_record(task_id: str, text: Any) -> EventRecord:

@@ -85,6 +85,7 @@ class FastPath:
         self.sql = Statements(tables, channel)
         self.claim_one = claim_statement(tables, one_queue(tables.tasks))
         self.claim_many = claim_statement(tables, many_queues(tables.tasks))
+        self.decoded = _codec.Decoded()  # what a claim decoded, for its completion
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None
@@ -106,7 +107,8 @@ class FastPath:
         for task_id, text, token, version, seen, now, event_id, record in records:
             row = loaded.get(task_id)
             if row is None:
-                row = loaded[task_id] = Loaded(task_id, text, token, version)
+                row = loaded[task_id] = Loaded(task_id, text, token, version,
+                                               _snapshot=self.decoded.take(task_id, text))
             raced = raced or seen != version
             latest = now if latest is None else max(latest, now)
             if event_id is not None:
@@ -295,11 +297,30 @@ class FastPath:
         for task_id, now, text, token in records:
             if text is None:
                 left_alone = True
-            elif (claim := _claimed(task_id, now, text, token, worker_id)) is not None:
+            elif (claim := self._claimed(task_id, now, text, token, worker_id)) is not None:
                 claims.append(claim)
         if left_alone and len(claims) < limit:
             claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
         return claims
+
+    def _claimed(
+        self, task_id: str, now: datetime, text: str, token: str, worker_id: str
+    ) -> Claim | None:
+        """The claim the claim statement wrote (``None``, logged, for a record that does
+        not decode: it keeps the lease the statement gave it, and costs only itself). The
+        decoded snapshot is kept for the completion that locks this text again."""
+        try:
+            snapshot = _codec.decode_snapshot(task_id, text)
+        except StoreCorrupt:
+            log.warning("claim_next claimed task %r, whose record is corrupt; left to its "
+                        "lease", task_id)
+            return None
+        self.decoded.keep(task_id, text, snapshot)
+        claim = snapshot.claim
+        assert claim is not None  # the statement wrote it
+        lease = Lease(task_id=task_id, worker_id=worker_id, token=token,
+                      generation=snapshot.lease_generation, expires_at=claim.expires_at)
+        return Claim(rules.present(snapshot, rules.tick(now)), lease)
 
     async def _claim_locked(
         self, worker_id: str, lease_for: float, names: list[str], limit: int
@@ -417,24 +438,6 @@ class FastPath:
             return rules.present(new, now)
 
         return await self.db.run_driver(op)
-
-
-def _claimed(
-    task_id: str, now: datetime, text: str, token: str, worker_id: str
-) -> Claim | None:
-    """The claim the claim statement wrote (``None``, logged, for a record that does not
-    decode: it keeps the lease the statement gave it, and costs only itself)."""
-    try:
-        snapshot = _codec.decode_snapshot(task_id, text)
-    except StoreCorrupt:
-        log.warning("claim_next claimed task %r, whose record is corrupt; left to its lease",
-                    task_id)
-        return None
-    claim = snapshot.claim
-    assert claim is not None  # the statement wrote it
-    lease = Lease(task_id=task_id, worker_id=worker_id, token=token,
-                  generation=snapshot.lease_generation, expires_at=claim.expires_at)
-    return Claim(rules.present(snapshot, rules.tick(now)), lease)
 
 
 def _start(
