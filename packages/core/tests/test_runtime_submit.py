@@ -9,6 +9,7 @@ from _runtime_kit import ALICE, BOB, CAROL, MALLORY, fast_worker, make_app
 from tasks_core import (
     App,
     AuthorizationError,
+    CapabilityNotSupported,
     CapacityExceeded,
     InvalidInput,
     Limits,
@@ -383,3 +384,15 @@ async def test_taskdef_submit_shortcut_and_direct_call() -> None:
     async with app:
         t = await double.submit({"n": 2}, ALICE)
         assert "double" == t.snapshot.work.name
+
+
+async def test_submit_in_a_transaction_is_refused_by_a_store_without_transactions() -> None:
+    """``submit(..., transaction=…)`` on a store without ``transactional_submit`` MUST
+    raise ``CapabilityNotSupported`` and store nothing (it could not keep "exists if and
+    only if your transaction commits")."""
+    app = _app()
+    async with app:
+        with pytest.raises(CapabilityNotSupported, match="transactional_submit"):
+            await app.submit("report", {"month": "11"}, ALICE, key="r-tx",
+                             transaction=object())
+        assert [] == (await app.list(System())).items

@@ -9,8 +9,19 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
-from tasks_core import CapacityExceeded, NewTask, Owner, TaskNotFound, TaskQuery, Work
-from tasks_store_sql import SQLStore
+from tasks_core import (
+    App,
+    CapacityExceeded,
+    InvalidInput,
+    NewTask,
+    Owner,
+    TaskContext,
+    TaskNotFound,
+    TaskQuery,
+    TaskStatus,
+    Work,
+)
+from tasks_store_sql import SchemaMismatch, SQLStore
 from tasks_store_sql._dialect import parse_url
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +75,7 @@ async def test_a_store_disposes_of_the_engine_it_made(db_url: str, fresh_namespa
 async def test_a_task_created_in_the_application_transaction_exists_only_if_it_commits(
     app_engine: AsyncEngine, fresh_namespace: str
 ) -> None:
-    """``create(new, connection=conn)`` MUST create the task inside the caller's
+    """``create(new, transaction=conn)`` MUST create the task inside the caller's
     transaction: rolled back with it, committed with it.
 
     Troubleshooting: run the create's statements on the caller's connection without
@@ -75,7 +86,7 @@ async def test_a_task_created_in_the_application_transaction_exists_only_if_it_c
         async with app_engine.connect() as conn:
             trans = await conn.begin()
             await conn.execute(sa.insert(ORDERS).values(id=1))
-            created = await store.create(_new("rolled-back"), connection=conn)
+            created = await store.create(_new("rolled-back"), transaction=conn)
             assert "rolled-back" == created.id
             await trans.rollback()
         with pytest.raises(TaskNotFound):
@@ -83,7 +94,7 @@ async def test_a_task_created_in_the_application_transaction_exists_only_if_it_c
 
         async with app_engine.begin() as conn:
             await conn.execute(sa.insert(ORDERS).values(id=2))
-            await store.create(_new("committed"), connection=conn)
+            await store.create(_new("committed"), transaction=conn)
         assert "committed" == (await store.get("committed", tenant=None)).id
         async with app_engine.connect() as conn:
             assert [2] == list((await conn.execute(sa.select(ORDERS.c.id))).scalars())
@@ -102,9 +113,89 @@ async def test_a_refused_create_leaves_the_application_transaction_usable(
         async with app_engine.begin() as conn:
             await conn.execute(sa.insert(ORDERS).values(id=3))
             with pytest.raises(CapacityExceeded):
-                await store.create(_new("second"), connection=conn)
+                await store.create(_new("second"), transaction=conn)
         async with app_engine.connect() as conn:
             assert [3] == list((await conn.execute(sa.select(ORDERS.c.id))).scalars())
         assert ["first"] == [s.id for s in await store.list(TaskQuery(tenant=None))]
+    finally:
+        await store.aclose()
+
+
+async def test_app_submit_in_the_application_transaction_runs_only_if_it_commits(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """``App.submit(..., transaction=conn)`` MUST create the task inside the caller's
+    transaction — gone with a rollback, there after a commit, and then run by a worker —
+    and a keyed re-submit of a finished task MUST replace it inside the transaction too.
+
+    Troubleshooting: the app passes ``transaction`` to ``store.create`` for the create and
+    for the replace; the store runs both on that connection.
+    """
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    app = App(store=store)
+    ran: list[str] = []
+
+    @app.task
+    async def ship(ctx: TaskContext, order: int) -> int:
+        ran.append(ctx.task_id)
+        return order
+
+    alice = Owner("alice")
+    try:
+        async with app:
+            async with app_engine.connect() as conn:
+                trans = await conn.begin()
+                await conn.execute(sa.insert(ORDERS).values(id=10))
+                lost = await app.submit(ship, {"order": 10}, alice, transaction=conn)
+                await trans.rollback()
+            with pytest.raises(TaskNotFound):
+                await app.get(lost.id, alice)
+
+            async with app_engine.begin() as conn:
+                await conn.execute(sa.insert(ORDERS).values(id=11))
+                kept = await app.submit(ship, {"order": 11}, alice, key="order-11",
+                                        transaction=conn)
+            async with app.worker(concurrency=1):
+                done = await app.wait(kept.id, alice, timeout=30)
+            assert (done.status, done.result, ran) == (TaskStatus.COMPLETED, 11, [kept.id])
+
+            async with app_engine.connect() as conn:
+                trans = await conn.begin()
+                again = await app.submit(ship, {"order": 11}, alice, key="order-11",
+                                         transaction=conn)
+                assert again.outcome == "replaced"
+                await trans.rollback()
+            current = await app.get(kept.id, alice)
+            assert (current.run_id, current.status) == (kept.run_id, TaskStatus.COMPLETED)
+    finally:
+        await store.aclose()
+
+
+async def test_a_store_first_used_inside_a_transaction_refuses_a_missing_schema_at_once(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """A store not opened yet, first used with ``transaction=`` on a namespace without a
+    schema, MUST refuse with ``SchemaMismatch`` saying to open the store first — at once,
+    not after waiting for a lock the caller's own transaction holds — and leave the
+    caller's transaction usable; opened, the same call MUST succeed.
+
+    Troubleshooting: check the schema on the caller's connection; never create or migrate
+    it on another connection while the caller's transaction is open (SQLite: that
+    connection waits for the caller's write lock until ``busy_timeout``).
+    """
+    store = SQLStore(engine=app_engine, namespace=fresh_namespace)
+    try:
+        async with app_engine.begin() as conn:
+            await conn.execute(sa.insert(ORDERS).values(id=20))
+            with pytest.raises(SchemaMismatch, match="open the store"):
+                await store.create(_new("early"), transaction=conn)
+        async with app_engine.connect() as conn:
+            assert [20] == list((await conn.execute(sa.select(ORDERS.c.id))).scalars())
+        await (await SQLStore.open(engine=app_engine, namespace=fresh_namespace)).aclose()
+        async with app_engine.begin() as conn:
+            await store.create(_new("after-open"), transaction=conn)
+        assert "after-open" == (await store.get("after-open", tenant=None)).id
+        with pytest.raises(InvalidInput, match="AsyncConnection"):
+            await store.create(_new("not-a-connection"), transaction=object())
     finally:
         await store.aclose()

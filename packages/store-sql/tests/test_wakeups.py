@@ -96,7 +96,7 @@ async def test_a_rolled_back_create_wakes_nobody(pair: tuple[SQLStore, SQLStore]
     await asyncio.sleep(0.1)
     async with writer.engine.connect() as conn:
         trans = await conn.begin()
-        await writer.create(_new("ghost", queue="quiet"), connection=conn)
+        await writer.create(_new("ghost", queue="quiet"), transaction=conn)
         await trans.rollback()
     assert False is await waiting
 

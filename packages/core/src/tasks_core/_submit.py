@@ -78,8 +78,10 @@ async def submit(
     authority: Authority,
     *,
     keyed: bool,
+    transaction: Any = None,
 ) -> Submitted:
-    """Create ``new``, or join/replace the task that holds its id (module docstring).
+    """Create ``new``, or join/replace the task that holds its id (module docstring); a
+    create or replace is written inside ``transaction`` when one is given.
 
     Raises:
         AuthorizationError: joining a task the submitter may not join.
@@ -89,14 +91,14 @@ async def submit(
     for _ in range(MAX_RACES):
         await _check_owner_runs(store, limits, new)
         try:
-            snapshot = await store.create(new)
+            snapshot = await _create(store, new, transaction=transaction)
         except TaskExists as exc:
             if not keyed:
                 raise
             current = exc.current
         else:
             return Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
-        done = await _existing(store, policy, limits, new, authority, current)
+        done = await _existing(store, policy, limits, new, authority, current, transaction)
         if done is not None:
             return done
     raise StoreUnavailable(f"submit of {new.id!r} kept losing races; try again")
@@ -109,6 +111,7 @@ async def _existing(
     new: NewTask,
     authority: Authority,
     current: Snapshot,
+    transaction: Any,
 ) -> Submitted | None:
     """Join or replace ``current``; ``None`` when a race means: start over."""
     if current.tenant != new.tenant:
@@ -137,11 +140,21 @@ async def _existing(
         # The run is owned by the key's owner; count it against them, not the submitter.
         await _check_owner_runs(store, limits, replacement)
     try:
-        snapshot = await store.create(replacement, replace=current)
+        snapshot = await _create(store, replacement, replace=current, transaction=transaction)
     except (RevisionConflict, TaskNotFound, Unavailable) as exc:
         log.debug("submit of %r raced (%s); re-reading", new.id, type(exc).__name__)
         return None
     return Submitted(snapshot.id, snapshot.run_id, "replaced", snapshot)
+
+
+async def _create(
+    store: TaskStore, new: NewTask, *, replace: Snapshot | None = None, transaction: Any
+) -> Snapshot:
+    """``store.create``, naming ``transaction`` only when there is one (a store without
+    ``transactional_submit`` need not know the keyword)."""
+    if transaction is None:
+        return await store.create(new, replace=replace)
+    return await store.create(new, replace=replace, transaction=transaction)
 
 
 def _newcomers(

@@ -45,6 +45,7 @@ from tasks_core.authority import (
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
 from tasks_core.errors import (
     AuthorizationError,
+    CapabilityNotSupported,
     InvalidInput,
     RevisionConflict,
     StoreCorrupt,
@@ -234,6 +235,7 @@ class App(Registry):
         timeout: float | _Unset | None = UNSET,
         max_deliveries: int | None = None,
         idempotency_key: str | None = None,
+        transaction: Any = None,
     ) -> Submitted:
         """Submit a task, or join the live run of its key, or start a new run of it.
 
@@ -248,6 +250,11 @@ class App(Registry):
             queue: a declared queue (default: the task's).
             ttl, retention, retry, timeout, max_deliveries: override the task's defaults.
             idempotency_key: handed to the handler for its side effects.
+            transaction: your own open transaction (stores with capability
+                ``transactional_submit``; SQL: the ``AsyncConnection`` of your
+                transaction): the task is created or replaced inside it, so it exists if
+                and only if your transaction commits. Joining a live run of the key creates
+                nothing: the watcher it grants is written on its own.
 
         Returns:
             ``Submitted`` with the id and ``outcome`` ``created``/``joined``/``replaced``.
@@ -258,6 +265,8 @@ class App(Registry):
             AuthorizationError: the queue authorizer said no; or joining a task you do not
                 own without the watch authorizer's approval.
             CapacityExceeded: a store capacity or ``max_runs_per_owner``.
+            CapabilityNotSupported: ``transaction`` given to a store without
+                ``transactional_submit``; nothing written.
             StoreUnavailable: the store failed.
         """
         authority = require_authority(authority)
@@ -298,8 +307,12 @@ class App(Registry):
             retention_s=_pick(retention, definition.retention if definition else self.retention),
         )
         store = await self._opened()
+        if transaction is not None and not store.capabilities.transactional_submit:
+            raise CapabilityNotSupported(
+                "This store cannot create a task inside your transaction (capability "
+                "'transactional_submit' is off); submit after your commit instead")
         submitted = await _submit(store, self.policy, self.limits, new, authority,
-                                  keyed=key is not None)
+                                  keyed=key is not None, transaction=transaction)
         self._work.notify()
         self._changes.notify()
         return submitted

@@ -323,6 +323,9 @@ class StoreCapabilities(Model):
             across every worker.
         batch_transitions: ``transition_many`` applies several transitions in one atomic
             step (group commit); the runtime then writes terminal events together.
+        transactional_submit: ``create(new, *, replace=None, transaction=handle)`` writes
+            inside the application's own open transaction (SQL: its ``AsyncConnection``),
+            so the task exists if and only if that transaction commits.
     """
 
     durable: bool
@@ -330,6 +333,7 @@ class StoreCapabilities(Model):
     wakeups: bool
     exclusive_queues: bool
     batch_transitions: bool = False
+    transactional_submit: bool = False
 
 
 class StoreLimits(Model):

@@ -55,7 +55,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tasks_core.authority import Access
 from tasks_core.errors import TasksError
@@ -89,13 +89,18 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
         """Store a new task at revision 0, atomically with the capacity checks.
 
         Args:
             new: the task.
             replace: the current snapshot of a finished (or expired) task with the same id,
                 to be replaced by a new run in the same atomic step.
+            transaction: the application's own open transaction to write in (capability
+                ``transactional_submit``; its type is the store's: an ``AsyncConnection``
+                on SQL), so the task exists if and only if that transaction commits.
 
         Raises:
             TaskExists: the id is taken (and ``replace`` is not given).
@@ -103,6 +108,8 @@ class TaskStore(Protocol):
             Unavailable: ``replace`` names a task that is still live.
             TaskNotFound: ``replace`` is given but no task has that id.
             CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``; nothing stored.
+            CapabilityNotSupported: ``transaction`` given to a store without
+                ``transactional_submit``; nothing stored.
             StoreUnavailable: transient failure; nothing stored.
         """
         ...

@@ -10,6 +10,8 @@ multi_process      no     one process only
 wakeups            yes    in-process: any thread or event loop wakes waiting workers
 exclusive_queues   yes    checked under the store lock
 batch_transitions  yes    ``transition_many``: every item under one hold of the lock
+transactional_     no     there are no application transactions to join
+submit
 =================  =====  ==========================================================
 
 URL format: ``memory://`` (anything after ``//`` is a label only). Every open is a new,
@@ -42,6 +44,7 @@ from tasks_core import rules
 from tasks_core.authority import Access
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import (
+    CapabilityNotSupported,
     CapacityExceeded,
     InvalidInput,
     LeaseLost,
@@ -289,12 +292,18 @@ class MemoryStore:
         """The store clock (whole milliseconds)."""
         return rules.tick(self._clock.now())
 
-    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
         """Store ``new`` at revision 0 (see ``TaskStore.create``).
 
         Raises:
             TaskExists, RevisionConflict, Unavailable, TaskNotFound, CapacityExceeded.
+            CapabilityNotSupported: ``transaction`` given (no application transactions).
         """
+        if transaction is not None:
+            raise CapabilityNotSupported("The memory store has no transactions to join "
+                                         "(capability 'transactional_submit' is off)")
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         with self._locked() as now:

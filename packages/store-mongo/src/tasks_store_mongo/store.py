@@ -13,6 +13,9 @@ exclusive_queues   replica set  a multi-document transaction on a per-queue docu
                                 a standalone server raises ``CapabilityNotSupported``
 batch_transitions  no           ``transition_many`` raises ``CapabilityNotSupported``;
                                 the runtime writes terminal events one by one
+transactional_     no           ``create(transaction=…)`` raises
+submit                          ``CapabilityNotSupported`` (a client session is not
+                                taken yet)
 =================  ===========  =====================================================
 
 URL format::
@@ -118,13 +121,20 @@ class MongoStore(MongoClaims):
         return await self._now()
 
     @operation
-    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
         """Store ``new`` at revision 0 with the capacity checks (see ``TaskStore.create``).
 
         Raises:
             TaskExists, RevisionConflict, Unavailable, TaskNotFound, CapacityExceeded,
             InvalidInput, StoreCorrupt, StoreUnavailable.
+            CapabilityNotSupported: ``transaction`` given (not offered yet).
         """
+        if transaction is not None:
+            raise CapabilityNotSupported("MongoStore does not write inside an application's "
+                                         "transaction (capability 'transactional_submit' "
+                                         "is off)")
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         if replace is not None and not isinstance(replace, Snapshot):

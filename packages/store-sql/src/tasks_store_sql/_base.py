@@ -29,7 +29,8 @@ from tasks_store_sql._dialect import (
     loop_engine_factory,
     parse_url,
 )
-from tasks_store_sql._migrate import migrate_database, mismatch, schema_state
+from tasks_store_sql._errors import translate
+from tasks_store_sql._migrate import SchemaMismatch, migrate_database, mismatch, schema_state
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
@@ -152,6 +153,7 @@ class StoreBase:
             wakeups=self._wakeups_supported(),
             exclusive_queues=True,
             batch_transitions=True,
+            transactional_submit=True,
         )
 
     def _wakeups_supported(self) -> bool:
@@ -187,6 +189,29 @@ class StoreBase:
                 self._ready = True
                 return
         raise mismatch(self.tables, state, current)
+
+    async def _check_ready_on(self, conn: AsyncConnection) -> None:
+        """Check the schema on the application's ``conn`` (inside its transaction) without
+        creating or migrating anything.
+
+        Raises:
+            SchemaMismatch: the schema is not the current one; says to open the store or
+                migrate first.
+            StoreUnavailable: the database is unavailable.
+        """
+        if self._ready:
+            return
+        with translate(self._db.what):
+            check_server_version(conn.dialect)
+            state, current = await schema_state(conn, self.tables)
+        if state != "current":
+            raise SchemaMismatch(
+                f"{mismatch(self.tables, state, current)}. A task created inside your own "
+                "transaction needs the schema in place first: open the store (await "
+                "SQLStore.open(...) creates an empty namespace's schema) or migrate before "
+                "the transaction begins"
+            )
+        self._ready = True
 
     async def migrate(self, to: str = "head") -> str | None:
         """Move this store's namespace to schema revision ``to`` (``"head"`` by default;

@@ -13,6 +13,8 @@ wakeups            no (poll)    no (poll)   yes            no (poll)
                                             LISTEN/NOTIFY
 exclusive_queues   yes          yes         yes            yes
 batch_transitions  yes          yes         yes            yes
+transactional_     yes          yes         yes            yes
+submit
 =================  ===========  ==========  =============  ============================
 
 URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is kept):
@@ -108,6 +110,7 @@ class SQLStore(TransitionOps):
         wakeups=True,
         exclusive_queues=True,
         batch_transitions=True,
+        transactional_submit=True,
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
@@ -168,16 +171,19 @@ class SQLStore(TransitionOps):
         new: NewTask,
         *,
         replace: Snapshot | None = None,
-        connection: AsyncConnection | None = None,
+        transaction: AsyncConnection | None = None,
     ) -> Snapshot:
         """Store ``new`` at revision 0 (see ``TaskStore.create``).
 
         Args:
             new: the task.
             replace: the current snapshot of a finished or expired task to replace.
-            connection: the application's connection, inside its own transaction: the task
-                then exists if and only if that transaction commits. The creators' lock row
-                is held until it ends, so keep that transaction short.
+            transaction: the application's connection, inside its own transaction (what
+                ``App.submit(..., transaction=conn)`` passes): the task then exists if and
+                only if that transaction commits. The creators' lock row is held until it
+                ends, so keep that transaction short. The schema is checked on that
+                connection and never created or migrated there (that would need another
+                connection, which the open transaction may block): open the store first.
 
         Raises:
             TaskExists: the id is taken.
@@ -185,16 +191,25 @@ class SQLStore(TransitionOps):
             Unavailable: ``replace`` names a live task.
             TaskNotFound: ``replace`` names no task.
             CapacityExceeded: a capacity limit; nothing stored.
+            InvalidInput: ``transaction`` is not an ``AsyncConnection``.
+            SchemaMismatch: ``transaction`` given, and the namespace's schema is not the
+                current one (open the store, or migrate, first).
             StoreCorrupt: the existing record fails validation.
             StoreUnavailable: transient failure; nothing stored.
         """
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
+        if transaction is not None:
+            if not isinstance(transaction, AsyncConnection):
+                raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
+                                   "transaction runs on")
+            await self._check_ready_on(transaction)
+            return await self._create(new, replace, transaction)
         await self._ensure_ready()
-        if connection is None and self._creators is not None:
+        if self._creators is not None:
             async with self._creators.slot(CREATOR_WAIT):
                 return await self._create(new, replace, None)
-        return await self._create(new, replace, connection)
+        return await self._create(new, replace, None)
 
     async def _create(
         self, new: NewTask, replace: Snapshot | None, connection: AsyncConnection | None

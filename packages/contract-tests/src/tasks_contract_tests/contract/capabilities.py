@@ -18,6 +18,7 @@ from tasks_core import (
     Failed,
     ManualClock,
     StoreCapabilities,
+    TaskNotFound,
     TaskStore,
 )
 
@@ -41,12 +42,20 @@ async def _probe_batches(store: TaskStore) -> object:
     return await store.transition_many([])
 
 
+async def _probe_transactions(store: TaskStore) -> object:
+    return await store.create(new_task("in-a-transaction"), transaction=object())
+
+
 PROBES: dict[str, Probe] = {
     "exclusive_queues": _probe_exclusive,
     "wakeups": _probe_wakeups,
     "batch_transitions": _probe_batches,
+    "transactional_submit": _probe_transactions,
 }
 """The feature each optional flag stands for."""
+REFUSAL_ONLY = frozenset({"transactional_submit"})
+"""Flags probed only when off: the feature needs a handle of the store's own kind (an
+``AsyncConnection`` on SQL), so a store that offers it proves it in its own tests."""
 NO_FEATURE = frozenset({"durable", "multi_process"})
 """Flags that describe the store but gate no operation that could refuse."""
 
@@ -123,7 +132,8 @@ class CapabilityContract(ContractBase):
     ) -> None:
         """Every capability flag that is off MUST make its feature raise
         ``CapabilityNotSupported`` (``exclusive_queues``: ``claim_next(exclusive=…)``;
-        ``wakeups``: ``wait_for_work``; ``batch_transitions``: ``transition_many``), and a
+        ``wakeups``: ``wait_for_work``; ``batch_transitions``: ``transition_many``;
+        ``transactional_submit``: ``create(…, transaction=…)``, storing nothing), and a
         flag that is on MUST NOT.
 
         Troubleshooting: check the flag at the top of the optional operation. A flag that
@@ -134,10 +144,13 @@ class CapabilityContract(ContractBase):
         assert set() == set(flags) - set(PROBES) - NO_FEATURE, "the suite lacks a probe"
         for flag, probe in PROBES.items():
             if flags[flag]:
-                await probe(store)
+                if flag not in REFUSAL_ONLY:
+                    await probe(store)
             else:
                 with pytest.raises(CapabilityNotSupported):
                     await probe(store)
+        with pytest.raises(TaskNotFound):
+            await store.get("in-a-transaction", tenant=None)
 
     # -- exclusive queues -----------------------------------------------------------------------
 
