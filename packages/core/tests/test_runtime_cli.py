@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,15 @@ from tasks_core import (
     TaskContext,
     TaskNotFound,
     TaskStatus,
+    UnknownStore,
     find_store,
 )
-from tasks_core._defaults import EMBEDDED_STORE_URL, FALLBACK_STORE_URL, default_store_url
+from tasks_core._defaults import (
+    EMBEDDED_STORE_URL,
+    FALLBACK_STORE_URL,
+    default_store_url,
+    require_default_store_url,
+)
 from tasks_core.cli import build_parser, load_app, run
 
 pytestmark = pytest.mark.anyio
@@ -185,6 +192,34 @@ async def test_default_store_prefers_sqlite_when_its_plugin_is_installed(
     assert ("memory://elsewhere", "from $TASKS_STORE") == default_store_url()
 
 
+def test_without_a_store_plugin_the_default_store_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With neither tasks-store-sql nor tasks-store-memory installed, opening the default
+    store MUST refuse with a message naming both distributions; with only the memory
+    plugin the default MUST be ``memory://``."""
+    import tasks_core._defaults as defaults
+
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    served: set[str] = set()
+
+    def fake_find_store(url: str) -> object:
+        if url not in served:
+            raise UnknownStore(f"nothing serves {url}")
+        return object()
+
+    monkeypatch.setattr(defaults, "find_store", fake_find_store)
+    with pytest.raises(UnknownStore) as info:
+        require_default_store_url()
+    assert "tasks-store-sql" in str(info.value)
+    assert "tasks-store-memory" in str(info.value)
+    assert FALLBACK_STORE_URL == default_store_url()[0]  # tasks backends still answers
+    served.add(FALLBACK_STORE_URL)
+    assert FALLBACK_STORE_URL == require_default_store_url()
+    served.add(EMBEDDED_STORE_URL)
+    assert EMBEDDED_STORE_URL == require_default_store_url()
+
+
 def test_load_app_imports_module_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``tasks worker module:attr`` MUST import from the current directory and refuse
     anything that is not an App."""
@@ -220,3 +255,27 @@ def test_console_script_reports_errors_without_a_traceback(tmp_path: Path) -> No
     assert 2 == proc.returncode
     assert "TaskNotFound" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("argv", "kind"), [
+    (["ls", "--system", "--store", f"nosuchscheme{'x' * 60}://somewhere"], "UnknownStore"),
+    (["worker", f"no_such_module_{'y' * 70}:app"], "InvalidInput"),
+])
+@pytest.mark.parametrize("columns", ["20", "80"])
+def test_console_script_prints_a_refusal_on_one_line_whatever_the_width(
+    argv: list[str], kind: str, columns: str, tmp_path: Path,
+) -> None:
+    """A refusal MUST reach stderr as exactly one line, ``error: KIND: message``, however
+    long the message and however narrow the terminal, and the exit code MUST be 2."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TASKS_STORE", "COLUMNS")}
+    env["COLUMNS"] = columns
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks_core.cli", *argv],
+        capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path, env=env,
+    )
+    assert 2 == proc.returncode, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert 1 == len(lines), proc.stderr
+    assert proc.stderr.endswith("\n")
+    assert lines[0].startswith(f"error: {kind}: ")
+    assert len(lines[0]) > 100  # longer than any width rich would wrap at here

@@ -1,8 +1,10 @@
 """The default store URL: the one place that decides it.
 
 ``TASKS_STORE`` (environment) wins. Otherwise the embedded default is a SQLite file,
-``sqlite:///tasks.db``, as soon as a plugin serving ``sqlite`` is installed
-(``pip install tasks-store-sql``); without one, ``memory://`` (volatile, this process only).
+``sqlite:///tasks.db``, as soon as a plugin serving ``sqlite`` is installed (the
+``tasks-store-sql`` distribution); else ``memory://`` (volatile, this process only), which
+needs ``tasks-store-memory``. tasks-core depends on neither: with both missing there is no
+default store, and :func:`require_default_store_url` says what to install.
 """
 
 from __future__ import annotations
@@ -10,22 +12,61 @@ from __future__ import annotations
 import os
 
 from tasks_core._registry import find_store
-from tasks_core.errors import TasksError
+from tasks_core.errors import TasksError, UnknownStore
 
-__all__ = ["EMBEDDED_STORE_URL", "ENV_VAR", "FALLBACK_STORE_URL", "default_store_url"]
+__all__ = [
+    "EMBEDDED_STORE_URL",
+    "ENV_VAR",
+    "FALLBACK_STORE_URL",
+    "NO_DEFAULT_STORE",
+    "default_store_url",
+    "require_default_store_url",
+]
 
 ENV_VAR = "TASKS_STORE"
 EMBEDDED_STORE_URL = "sqlite:///tasks.db"
 FALLBACK_STORE_URL = "memory://"
+NO_DEFAULT_STORE = (
+    f"No default store: neither tasks-store-sql (for {EMBEDDED_STORE_URL}) nor "
+    f"tasks-store-memory (for {FALLBACK_STORE_URL}) is installed. Install one (from a clone "
+    "of the repository: pip install ./packages/store-sql), or name an installed store "
+    f"with --store URL or ${ENV_VAR}."
+)
+
+
+def _installed(url: str) -> bool:
+    try:
+        find_store(url)
+    except TasksError:
+        return False
+    return True
 
 
 def default_store_url() -> tuple[str, str]:
-    """The default store URL and why it was chosen (for a CLI to say so)."""
+    """The default store URL and why it was chosen (for a CLI to say so).
+
+    With no store plugin for either default it still answers ``memory://`` (with a reason
+    saying that nothing serves it), so that ``tasks backends`` can show the situation;
+    code about to open the default calls :func:`require_default_store_url` instead.
+    """
     configured = os.environ.get(ENV_VAR, "").strip()
     if configured:
         return configured, f"from ${ENV_VAR}"
-    try:
-        find_store(EMBEDDED_STORE_URL)
-    except TasksError:
-        return FALLBACK_STORE_URL, "no sqlite store plugin installed (pip install tasks-store-sql)"
-    return EMBEDDED_STORE_URL, "the embedded default"
+    if _installed(EMBEDDED_STORE_URL):
+        return EMBEDDED_STORE_URL, "the embedded default"
+    if _installed(FALLBACK_STORE_URL):
+        return FALLBACK_STORE_URL, "tasks-store-sql is not installed; volatile, this process only"
+    return FALLBACK_STORE_URL, "neither tasks-store-sql nor tasks-store-memory is installed"
+
+
+def require_default_store_url() -> str:
+    """The default store URL, when something can serve it.
+
+    Raises:
+        UnknownStore: ``$TASKS_STORE`` is unset and neither ``tasks-store-sql`` nor
+            ``tasks-store-memory`` is installed (the message says what to install).
+    """
+    url, _ = default_store_url()
+    if not os.environ.get(ENV_VAR, "").strip() and not _installed(url):
+        raise UnknownStore(NO_DEFAULT_STORE)
+    return url

@@ -15,8 +15,10 @@
     tasks stress [--json]               multi-process stress run (tasks-contract-tests)
 
 Every command takes ``--store URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db``
-when the sql plugin is installed, else ``memory://``). Commands that read or act on tasks
-say whom they act as — ``--user USER [--tenant T]`` or ``--system`` — there is no default.
+when tasks-store-sql is installed, else ``memory://`` when tasks-store-memory is installed;
+tasks-core needs one of them, or ``--store``). Commands that read or act on tasks say whom
+they act as — ``--user USER [--tenant T]`` or ``--system`` — there is no default. A refusal
+prints one line on stderr, ``error: KIND: message``, whatever the terminal width, and exits 2.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rich.console import Console
 
 from tasks_core._cli_commands import COMMANDS
 from tasks_core._cli_render import plain
-from tasks_core._defaults import ENV_VAR, default_store_url
+from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.app import App
 from tasks_core.errors import TasksError
 
@@ -70,7 +72,8 @@ def _common(*, top: bool) -> argparse.ArgumentParser:
     common.add_argument("--store", metavar="URL",
                         default=None if top else argparse.SUPPRESS,
                         help=f"store URL (default ${ENV_VAR}, else sqlite:///tasks.db when "
-                             "tasks-store-sql is installed, else memory://)")
+                             "tasks-store-sql is installed, else memory:// when "
+                             "tasks-store-memory is installed)")
     common.add_argument("-v", "--verbose", action="store_true",
                         default=False if top else argparse.SUPPRESS, help="debug logging")
     return common
@@ -182,12 +185,14 @@ async def run(argv: Sequence[str], *, app: App | None = None,
             if args.store:
                 app.use_store(args.store)
         else:
-            app = App(args.store or default_store_url()[0])
+            # backends must work with no store installed: it is how one finds out.
+            app = App(args.store or (default_store_url()[0] if args.command == "backends"
+                                     else require_default_store_url()))
     if args.command not in ("demo", "backends", "stress", "migrate") \
             and (app.url or "").startswith("memory://"):
         Console(stderr=True).print(
             "[yellow]note:[/] memory:// is private to this process and starts empty; use "
-            "--store sqlite:///tasks.db (pip install tasks-store-sql) to share tasks between "
+            "--store sqlite:///tasks.db (needs tasks-store-sql) to share tasks between "
             "commands and workers.")
     try:
         return await COMMANDS[args.command](app, args, console)
@@ -207,7 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("tasks_core").setLevel(quiet)
-    err = Console(stderr=True)
+    # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
+    # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
+    err = Console(stderr=True, soft_wrap=True)
     try:
         return asyncio.run(run(args_list))
     except KeyboardInterrupt:
