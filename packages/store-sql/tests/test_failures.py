@@ -4,6 +4,8 @@ schema. Driver errors never escape; nothing is half-written; the store recovers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import sqlite3
 from pathlib import Path
 
@@ -183,3 +185,41 @@ def test_a_store_outlives_the_event_loop_that_opened_it(server_url: str) -> None
     assert ["a"] == asyncio.run(use("a"))
     assert ["a", "b"] == asyncio.run(use("b"))
     asyncio.run(store.aclose())
+
+
+async def test_a_wait_cancelled_while_its_wakeup_connection_opens_leaves_nothing_unread(
+    postgres_url: str,
+) -> None:
+    """A ``wait_for_work`` cancelled at any point while it opens the LISTEN connection (a
+    worker shutting down) MUST leave no future whose error nobody reads ("Future
+    exception was never retrieved … unexpected connection_lost() call" at exit), and the
+    store MUST still wait (adopting the connection) or close cleanly afterwards.
+
+    Troubleshooting: asyncpg cancelled in the middle of ``connect`` leaves its TLS
+    negotiation future unread; ``Listener._listen`` in ``_wakeups.py`` opens the
+    connection in a task of its own behind ``asyncio.shield``, which the next wait
+    adopts and ``close`` waits for and closes. The cancellation is swept over every
+    point of the opening, one event-loop step at a time.
+    """
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        for steps in range(40):
+            store = await SQLStore.open(postgres_url, namespace="cancelled", schema="upgrade")
+            try:
+                waiting = asyncio.ensure_future(store.wait_for_work(["q"], 30))
+                for _ in range(steps):
+                    await asyncio.sleep(0)  # one loop step further into the opening
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                if steps % 2:
+                    assert await store.wait_for_work(["q"], 0) is False
+            finally:
+                await store.aclose()
+            gc.collect()  # an unread future reports when it is collected
+    finally:
+        loop.set_exception_handler(previous)
+    assert [] == [str(context.get("message")) for context in reported]

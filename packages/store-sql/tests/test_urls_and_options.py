@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,137 @@ async def test_open_store_by_url_creates_a_usable_sqlite_file(tmp_path: Path) ->
         assert store.capabilities.durable
         assert [] == await store.reap()
     assert (tmp_path / "tasks.db").exists()
+
+
+SECRET = "s3cret-Pw"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x",
+        f"postgres://postgres:{SECRET}@[::1:5432/x",
+        f"postgresql://postgres:{SECRET}@127.0.0.1:99999/x",
+        f"postgresql://postgres:{SECRET}@127.0.0.1:0/x",
+        f"mysql://root:{SECRET}@127.0.0.1:5432:5432/x",
+        f"mysql://root:{SECRET}@127.0.0.1:/x",
+        f"postgresql://postgres:{SECRET}@h/db?host=a:1&host=b",
+        f"sqlite://user:{SECRET}@host/x.db",
+    ],
+)
+def test_malformed_urls_are_invalid_input_without_the_password(url: str) -> None:
+    """A URL that cannot be parsed or used (a port that is not a number from 1 to 65535,
+    an unclosed IPv6 bracket, hosts without ports, a SQLite URL with a login) MUST raise
+    ``InvalidInput`` before anything connects, never ``ValueError``/``OverflowError``,
+    and the message MUST NOT show the password.
+
+    Troubleshooting: ``_parts`` in ``_dialect.py`` catches what ``make_url`` raises and
+    checks the port range; ``parse_url`` runs the dialect's ``create_connect_args`` once
+    to catch what SQLAlchemy would refuse at the first connect. Messages never quote the
+    URL.
+    """
+    with pytest.raises(InvalidInput) as refused:
+        SQLStore(url)
+    assert SECRET not in str(refused.value)
+
+
+def test_the_cli_reports_a_malformed_url_in_one_line() -> None:
+    """``tasks ls --system --store <malformed URL>`` MUST exit 2 with one
+    ``error: InvalidInput`` line on stderr (no traceback) that does not show the
+    password.
+
+    Troubleshooting: a traceback means an exception other than a ``TasksError`` escaped
+    ``parse_url`` (see the test above).
+    """
+    url = f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x"
+    script = "import sys; from tasks_core.cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "ls", "--system", "--store", url],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert (2, 1) == (done.returncode, len(lines)), done.stderr
+    assert lines[0].startswith("error: InvalidInput: ")
+    assert SECRET not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "query"),
+    [
+        ("postgresql://u@h/db?sslmode=require", {"ssl": "require"}),
+        ("postgresql://u@h/db?connect_timeout=5", {"timeout": "5"}),
+        (
+            "postgresql://u@h/db?sslmode=verify-full&connect_timeout=2.5&namespace=a1",
+            {"ssl": "verify-full", "timeout": "2.5"},
+        ),
+        ("postgresql://u@h/db?ssl=disable&command_timeout=30", {"ssl": "disable",
+                                                               "command_timeout": "30"}),
+        ("postgresql+psycopg://u@h/db?sslmode=require&connect_timeout=5",
+         {"sslmode": "require", "connect_timeout": "5"}),
+        ("mysql://u@h/db?connect_timeout=5&ssl_ca=/ca.pem",
+         {"connect_timeout": "5", "ssl_ca": "/ca.pem", "charset": "utf8mb4"}),
+        ("sqlite:///x.db?mode=ro&uri=true", {"mode": "ro", "uri": "true"}),
+    ],
+)
+def test_driver_query_options_are_kept_or_translated(url: str, query: dict[str, str]) -> None:
+    """Query options the driver takes MUST reach it; on asyncpg, libpq's ``sslmode`` and
+    ``connect_timeout`` MUST become asyncpg's ``ssl`` and ``timeout`` (psycopg takes
+    libpq's spelling as it is).
+
+    Troubleshooting: ``QUERY_OPTIONS`` and ``_ASYNCPG_ALIASES`` in ``_dialect.py``;
+    ``driver_params`` turns the text into asyncpg's numbers at connect time.
+    """
+    assert query == dict(parse_url(url).url.query)
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql://u@h/db?foo=bar", "'foo'"),
+        ("postgresql://u@h/db?application_name=x", "'application_name'"),
+        ("mysql://u@h/db?foo=bar", "'foo'"),
+        ("mysql://u@h/db?write_timeout=5", "'write_timeout'"),
+        ("mysql+aiomysql://u@h/db?read_timeout=5", "'read_timeout'"),
+        ("sqlite:///x.db?foo=bar", "'foo'"),
+    ],
+)
+def test_query_options_the_driver_does_not_take_are_refused(url: str, named: str) -> None:
+    """A query option the driver's ``connect`` (or SQLAlchemy's dialect for it) does not
+    take MUST raise ``InvalidInput`` when the URL is parsed, naming the option and
+    listing the accepted ones (never a ``TypeError`` at the first connect, never an
+    option silently ignored).
+
+    Troubleshooting: ``_check_query`` in ``_dialect.py``; the accepted set of each driver
+    is ``QUERY_OPTIONS``.
+    """
+    with pytest.raises(InvalidInput, match=f"{named}; it takes: .*namespace") as refused:
+        parse_url(url)
+    assert "does not take the URL query option" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("sqlite:///x.db?mode=ro", "add uri=true"),
+        ("sqlite:///x.db?timeout=3", "busy_timeout"),
+        ("sqlite:///x.db?isolation_level=DEFERRED", "transactions"),
+        ("sqlite:///x.db?uri=true&mode=memory", "one of ro, rw, rwc"),
+        ("postgresql://u@h/db?sslmode=requir", "one of disable, allow, prefer"),
+        ("postgresql://u@h/db?connect_timeout=soon", "'connect_timeout' has a value"),
+        ("postgresql://u@h/db?connect_timeout=-1", "'connect_timeout' has a value"),
+        ("postgresql://u@h/db?sslmode=require&ssl=disable", "'sslmode' and 'ssl'"),
+        ("mysql://u@h/db?connect_timeout=5&connect_timeout=6", "more than once"),
+        ("sqlite:///x.db?namespace=a&namespace=b", "more than once"),
+    ],
+)
+def test_unusable_query_option_values_are_refused(url: str, said: str) -> None:
+    """A query option the store cannot honour as given (a SQLite URI parameter without
+    ``uri=true``, an option the store sets itself, a value the driver cannot use, one
+    option given twice) MUST raise ``InvalidInput`` saying why, before anything
+    connects.
+
+    Troubleshooting: ``_check_query`` and the option checks (``_choice``, ``_seconds``…)
+    in ``_dialect.py``.
+    """
+    with pytest.raises(InvalidInput, match=said):
+        parse_url(url)

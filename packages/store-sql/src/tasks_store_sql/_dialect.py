@@ -4,11 +4,28 @@ Plain schemes map to the asyncio drivers: ``sqlite://`` -> aiosqlite, ``postgres
 ``postgres://`` -> asyncpg, ``mysql://`` and ``mariadb://`` -> asyncmy. An explicit
 driver (``postgresql+psycopg://``, ``mysql+asyncmy://``…) is kept when it is an asyncio
 driver. The query parameter ``namespace`` is ours and never reaches the driver.
+
+Every other query option goes to the driver's ``connect``, so it is checked here, before
+anything connects: an option the driver (or SQLAlchemy's dialect for it) does not take,
+or a value it cannot use, raises ``InvalidInput`` naming the option and listing the
+accepted ones (:data:`QUERY_OPTIONS`), instead of a ``TypeError`` at the first connect or
+an option silently ignored. On asyncpg the libpq spellings most copied URLs carry are
+translated: ``sslmode`` becomes ``ssl`` (the same values: ``disable``, ``allow``,
+``prefer``, ``require``, ``verify-ca``, ``verify-full``) and ``connect_timeout`` becomes
+``timeout`` (seconds). SQLite takes ``uri`` and ``cached_statements``, and with
+``uri=true`` SQLite's own URI parameters (``mode=ro``…); ``timeout`` is the
+``busy_timeout`` option, and the isolation level and type detection are the store's.
+A URL that cannot be parsed (a port that is not a number from 1 to 65535, an unclosed
+``[``) raises ``InvalidInput`` without quoting the URL.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,11 +40,15 @@ from sqlalchemy.pool import NullPool, StaticPool
 from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
 
+from tasks_store_sql._errors import connect_arguments
+
 __all__ = [
+    "QUERY_OPTIONS",
     "Kind",
     "Target",
     "check_server_version",
     "create_engine",
+    "driver_params",
     "kind_of",
     "loop_engine_factory",
     "parse_url",
@@ -52,6 +73,239 @@ URL_HELP = (
     "SQL store URLs look like 'sqlite:///path/tasks.db', "
     "'postgresql://user:password@host:5432/db' or 'mysql://user:password@host:3306/db'"
 )
+
+
+# -- URL query options ------------------------------------------------------------------
+
+Check = Callable[[str], object]
+"""Turns an option's text into the value the driver takes; raises ``ValueError``."""
+
+
+def _text(value: str) -> str:
+    return value  # the driver's business (an empty ``sql_mode`` clears the modes)
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("negative")
+    return number
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if not 0 < number < math.inf:
+        raise ValueError("not a positive number of seconds")
+    return number
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in _TRUE | _FALSE:
+        return lowered in _TRUE
+    raise ValueError("not a boolean")
+
+
+def _choice(*values: str) -> Check:
+    def check(value: str) -> str:
+        if value not in values:
+            raise ValueError("one of " + ", ".join(values))
+        return value
+
+    check.__doc__ = "one of " + ", ".join(values)
+    return check
+
+
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+"""libpq's ``sslmode`` values, which asyncpg's ``ssl`` takes as they are."""
+
+_ASYNCPG: dict[str, Check] = {
+    # asyncpg.connect() keywords a URL can carry (text, numbers, flags)
+    "ssl": _choice(*SSL_MODES),
+    "timeout": _seconds,
+    "command_timeout": _seconds,
+    "statement_cache_size": _count,
+    "max_cached_statement_lifetime": _count,
+    "max_cacheable_statement_size": _count,
+    "direct_tls": _flag,
+    "passfile": _text,
+    "service": _text,
+    "servicefile": _text,
+    "krbsrvname": _text,
+    "gsslib": _choice("gssapi", "sspi"),
+    "target_session_attrs": _choice(
+        "any", "primary", "standby", "prefer-standby", "read-write", "read-only"
+    ),
+    # SQLAlchemy's own: its statement cache, and ``?host=h1:p1&host=h2:p2`` (several hosts)
+    "prepared_statement_cache_size": _count,
+    "host": _text,
+}
+_ASYNCPG_ALIASES = {"sslmode": "ssl", "connect_timeout": "timeout"}
+"""libpq spellings translated for asyncpg."""
+
+_ASYNCPG_TYPED = frozenset(
+    {
+        "timeout",
+        "command_timeout",
+        "statement_cache_size",
+        "max_cached_statement_lifetime",
+        "max_cacheable_statement_size",
+        "direct_tls",
+    }
+)
+"""asyncpg keywords that need a number or a flag (SQLAlchemy passes the URL's text)."""
+
+_LIBPQ_NAMES = (
+    "hostaddr", "passfile", "require_auth", "channel_binding", "connect_timeout",
+    "client_encoding", "options", "application_name", "fallback_application_name",
+    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+    "tcp_user_timeout", "gssencmode", "sslmode", "sslnegotiation", "sslcompression",
+    "sslcert", "sslkey", "sslcertmode", "sslpassword", "sslrootcert", "sslcrl",
+    "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+    "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
+    "target_session_attrs", "load_balance_hosts", "host",
+)
+_LIBPQ: dict[str, Check] = dict.fromkeys(_LIBPQ_NAMES, _text)
+"""psycopg: libpq's connection keywords (libpq parses their text itself)."""
+
+_MYSQL_COMMON: dict[str, Check] = {
+    # keywords of asyncmy.connect() and aiomysql.connect() alike; SQLAlchemy converts the
+    # numbers and flags
+    "charset": _text,
+    "connect_timeout": _count,
+    "init_command": _text,
+    "sql_mode": _text,
+    "unix_socket": _text,
+    "read_default_file": _text,
+    "read_default_group": _text,
+    "local_infile": _flag,
+    "client_flag": _count,
+    "use_unicode": _flag,
+}
+_ASYNCMY: dict[str, Check] = {
+    **_MYSQL_COMMON,
+    "read_timeout": _count,
+    "program_name": _text,
+    # SQLAlchemy gathers these into the ``ssl`` dict asyncmy takes
+    "ssl_ca": _text,
+    "ssl_cert": _text,
+    "ssl_key": _text,
+    "ssl_capath": _text,
+    "ssl_cipher": _text,
+    "ssl_check_hostname": _flag,
+}
+
+_SQLITE: dict[str, Check] = {"uri": _flag, "cached_statements": _count}
+_SQLITE_URI: dict[str, Check] = {  # SQLite's URI parameters (only with uri=true)
+    "mode": _choice("ro", "rw", "rwc"),
+    "cache": _choice("shared", "private"),
+    "vfs": _text,
+    "immutable": _flag,
+    "nolock": _flag,
+    "psow": _flag,
+    "modeof": _text,
+}
+_SQLITE_REFUSED = {
+    "timeout": "use the busy_timeout option",
+    "isolation_level": "the store manages transactions",
+    "detect_types": "the store decodes its own columns",
+    "check_same_thread": "the driver's thread is the store's business",
+}
+
+QUERY_OPTIONS: dict[str, dict[str, Check]] = {
+    "aiosqlite": {**_SQLITE, **_SQLITE_URI},
+    "asyncpg": _ASYNCPG,
+    "psycopg": _LIBPQ,
+    "psycopg_async": _LIBPQ,
+    "asyncmy": _ASYNCMY,
+    "aiomysql": _MYSQL_COMMON,
+}
+"""Per asyncio driver: the URL query options it takes (besides ``namespace``)."""
+
+
+def _check_query(driver: str, label: str, query: dict[str, Any]) -> dict[str, Any]:
+    """The driver's query options, checked (see the module docstring), with the libpq
+    spellings translated for asyncpg.
+
+    Raises:
+        InvalidInput: naming the option, never its value.
+    """
+    accepted = QUERY_OPTIONS[driver]
+    aliases = _ASYNCPG_ALIASES if driver == "asyncpg" else {}
+    listing = ", ".join(sorted({*aliases, *accepted, "namespace"}))
+    uri = driver == "aiosqlite" and _flag_of(query.get("uri"))
+    checked: dict[str, Any] = {}
+    spelled: dict[str, str] = {}  # how the URL named each option
+    for given, value in query.items():
+        name = aliases.get(given, given)
+        if driver == "aiosqlite" and name in _SQLITE_REFUSED:
+            raise InvalidInput(f"SQLite URL option {name!r} is refused: {_SQLITE_REFUSED[name]}")
+        check = accepted.get(name)
+        if check is None:
+            raise InvalidInput(
+                f"{label} ({driver}) does not take the URL query option {given!r}; "
+                f"it takes: {listing}"
+            )
+        if name in checked:
+            first = spelled[name]
+            raise InvalidInput(f"URL query options {first!r} and {given!r} are one option")
+        if driver == "aiosqlite" and name in _SQLITE_URI and not uri:
+            raise InvalidInput(f"SQLite URL option {name!r} is a URI parameter: add uri=true")
+        values = value if isinstance(value, tuple) else (value,)
+        if len(values) > 1 and name != "host":
+            raise InvalidInput(f"URL query option {given!r} is given more than once")
+        for one in values:
+            try:
+                check(one)
+            except ValueError:
+                hint = check.__doc__  # the choices, if the option has a few
+                raise InvalidInput(
+                    f"URL query option {given!r} has a value {label} cannot use"
+                    + (f" ({hint})" if hint else "")
+                ) from None
+        checked[name] = value
+        spelled[name] = given
+    return checked
+
+
+def _flag_of(value: object) -> bool:
+    try:
+        return isinstance(value, str) and _flag(value)
+    except ValueError:
+        return False
+
+
+def driver_params(driver: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` for the driver's ``connect``, with the URL's text turned into the numbers
+    and flags the driver needs (asyncpg: SQLAlchemy passes most of the URL's text on as
+    it is). Values that are not text (``connect_args``) are left alone."""
+    if driver == "asyncpg":
+        for name in _ASYNCPG_TYPED & params.keys():
+            value = params[name]
+            if isinstance(value, str):
+                params[name] = _ASYNCPG[name](value)
+    return params
+
+
+def _parts(url: str) -> URL:
+    """``make_url`` with every way it fails as ``InvalidInput`` (never quoting the URL:
+    it may hold a password)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InvalidInput(URL_HELP) from None
+    except (ValueError, TypeError):
+        raise InvalidInput(
+            f"{URL_HELP}; this one cannot be parsed (is the port a number, is an IPv6 "
+            "host closed with ']'?)"
+        ) from None
+    if parsed.port is not None and not 0 < parsed.port <= 65535:
+        raise InvalidInput("the port in the store URL must be a number from 1 to 65535")
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -86,10 +340,7 @@ def parse_url(url: str) -> Target:
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput(URL_HELP)
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InvalidInput(URL_HELP) from None
+    parsed = _parts(url)
     backend, _, driver = parsed.drivername.partition("+")
     if backend not in _DRIVERS:
         raise InvalidInput(f"{URL_HELP} (got scheme {backend!r})")
@@ -102,12 +353,25 @@ def parse_url(url: str) -> Target:
         )
     query = dict(parsed.query)
     raw_namespace = query.pop("namespace", None)
-    namespace = raw_namespace if isinstance(raw_namespace, str) else None
+    if isinstance(raw_namespace, tuple):
+        raise InvalidInput("URL query option 'namespace' is given more than once")
+    namespace = raw_namespace
+    label = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB/MySQL"}[kind]
+    if kind == "sqlite" and (parsed.username or parsed.password or parsed.host or parsed.port):
+        raise InvalidInput(f"{URL_HELP} (a SQLite URL has no user, password, host or port)")
+    query = _check_query(driver, label, query)
     name = "mariadb" if backend == "mariadb" else "postgresql" if kind == "postgresql" else kind
     parsed = parsed.set(drivername=f"{name}+{driver}", query=query)
     memory = kind == "sqlite" and parsed.database in (None, "", ":memory:")
     if kind == "mysql" and "charset" not in query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    try:  # what SQLAlchemy's dialect makes of the URL, as the first connect would
+        parsed.get_dialect()().create_connect_args(parsed)
+    except ImportError:  # the driver is missing: create_engine says what to install
+        pass
+    except (ArgumentError, ValueError, TypeError):
+        raise InvalidInput(f"{URL_HELP} (this one has a host, port or option "
+                           f"{label} cannot use)") from None
     return Target(parsed, kind, memory, namespace)
 
 
@@ -159,9 +423,54 @@ def create_engine(
         driver = target.url.get_driver_name()
         hint = _INSTALL.get(driver, f"pip install {driver}")
         raise InvalidInput(f"The {driver} driver is not installed: {hint}") from exc
+    install_connect(engine)
     if target.kind == "sqlite":
         install_sqlite_hooks(engine, wal=not target.memory)
     return engine
+
+
+def install_connect(engine: AsyncEngine) -> None:
+    """Open the engine's connections ourselves (``do_connect``): the URL's option text
+    turned into the values the driver takes (:func:`driver_params`), the driver refusing
+    its arguments as ``InvalidInput`` (:func:`~._errors.connect_arguments`), and an
+    aiosqlite connection that fails to open leaving no thread behind
+    (:func:`_open_aiosqlite`)."""
+    driver = engine.dialect.driver
+    what = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}.get(
+        engine.dialect.name, "MariaDB/MySQL"
+    )
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _connect(dialect: sa.Dialect, _record: Any, cargs: Any, cparams: Any) -> Any:
+        params = driver_params(driver, dict(cparams))
+        if driver == "aiosqlite" and "async_creator_fn" not in params:
+            params["async_creator_fn"] = _open_aiosqlite
+        with connect_arguments(what):
+            return dialect.connect(*cargs, **params)
+
+
+async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:
+    """``aiosqlite.connect``, waiting for the connection's thread to end when it fails.
+
+    aiosqlite stops the thread of a connection that failed to open without waiting for
+    it; the thread then reports to the event loop, and if ``asyncio.run`` closed the loop
+    first, it dies printing "RuntimeError: Event loop is closed"."""
+    import aiosqlite  # type: ignore[import-untyped,unused-ignore]
+
+    connection = aiosqlite.connect(*args, **kwargs)
+    worker = getattr(connection, "_thread", None)
+    if isinstance(worker, threading.Thread):
+        worker.daemon = True  # as SQLAlchemy's own aiosqlite connect does
+    try:
+        return await connection
+    except BaseException:
+        if isinstance(worker, threading.Thread) and worker.is_alive():
+            with contextlib.suppress(Exception):
+                # Joined from the loop's executor, without blocking the loop: the worker
+                # may still be running the connector (a cancelled open), and it ends by
+                # handing its last result to this loop, which is still running.
+                await asyncio.to_thread(worker.join)
+        raise
 
 
 def loop_engine_factory(
@@ -179,7 +488,9 @@ def loop_engine_factory(
     kwargs.setdefault("isolation_level", "READ COMMITTED")
 
     def make() -> AsyncEngine:
-        return create_async_engine(target.url, poolclass=NullPool, **kwargs)
+        engine = create_async_engine(target.url, poolclass=NullPool, **kwargs)
+        install_connect(engine)
+        return engine
 
     return make
 

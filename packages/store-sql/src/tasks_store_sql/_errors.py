@@ -4,23 +4,43 @@
 - connection lost, refused or timed out, a busy or locked database, a pool timeout, a
   killed backend: :class:`~tasks_core.errors.StoreUnavailable` (transient; nothing was
   committed unless the commit itself was cut off, which no driver can tell us);
+- a connection the database refuses to establish as configured: a database that does not
+  exist (PostgreSQL SQLSTATE class ``3D``, MariaDB/MySQL 1049), a login refused
+  (PostgreSQL class ``28``, MariaDB/MySQL 1044/1045/1698), a SQLite file that cannot be
+  opened (``SQLITE_CANTOPEN``) or is not a SQLite database (``SQLITE_NOTADB``):
+  :class:`~tasks_core.errors.StoreUnavailable` too, on every database alike, with the
+  cause in plain words ("the database does not exist"). Nothing was written, and the
+  store works once the server or the configuration is fixed; a file that is not a
+  database is not :class:`~tasks_core.errors.StoreCorrupt`, which is about one task
+  record;
+- a driver refusing the arguments of its own ``connect`` call (an unknown keyword, a
+  value of the wrong type): :class:`~tasks_core.errors.InvalidInput`
+  (:func:`connect_arguments`, around that call only);
 - anything else the database refuses: :class:`~tasks_core.errors.StoreError`.
 
-Messages name the error class and its SQLSTATE/errno only: driver messages may quote
-stored values, and stored text is never repeated. The driver error stays chained
-(``raise … from exc``) for logs.
+Messages name the error class and its SQLSTATE/errno/SQLite code only: driver messages
+may quote stored values (or a login), and stored text is never repeated. The driver error
+stays chained (``raise … from exc``) for logs.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import exc as sa_exc
-from tasks_core.errors import StoreError, StoreUnavailable, TasksError
+from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable, TasksError
 
-__all__ = ["DRIVER_ERRORS", "describe", "is_retryable", "translate", "translated"]
+__all__ = [
+    "DRIVER_ERRORS",
+    "connect_arguments",
+    "describe",
+    "is_retryable",
+    "translate",
+    "translated",
+]
 
 # SQLSTATE / MySQL errno of errors after which re-running the whole transaction is safe
 # and likely to succeed: nothing of it was committed.
@@ -32,6 +52,24 @@ _TRANSIENT_STATES = ("08", "53", "57", "40", "55P03")  # connection, resources, 
 _TRANSIENT_ERRNOS = frozenset(
     {1040, 1053, 1152, 1159, 1161, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 1927, 4031}
 )
+# Connections refused as configured (see the module docstring), in plain words.
+_REFUSED_STATES = {  # PostgreSQL: by SQLSTATE, else by class
+    "3D000": "the database does not exist",
+    "28P01": "the password was refused",
+    "28000": "the login was refused (an unknown role, or not allowed by pg_hba.conf)",
+    "3D": "the database does not exist",
+    "28": "the login was refused",
+}
+_REFUSED_ERRNOS = {  # MariaDB/MySQL
+    1049: "the database does not exist",
+    1044: "the login may not use this database",
+    1045: "the login was refused (an unknown user or a wrong password)",
+    1698: "the login was refused (an unknown user or a wrong password)",
+}
+_REFUSED_SQLITE = {  # primary result codes
+    14: "the database file cannot be opened (is its directory there and writable?)",
+    26: "the file is not a SQLite database",
+}
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -68,6 +106,16 @@ def _origin(exc: BaseException) -> BaseException:
     return orig if isinstance(orig, BaseException) else exc
 
 
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's own exception: SQLAlchemy's asyncio adapters raise an emulated DBAPI
+    error (``Error``) caused by the driver's (``InvalidCatalogNameError``)."""
+    orig = _origin(exc)
+    cause = orig.__cause__
+    if type(orig).__module__.startswith("sqlalchemy.") and isinstance(cause, BaseException):
+        return cause
+    return orig
+
+
 def _sqlstate(exc: BaseException) -> str | None:
     for candidate in (exc, _origin(exc), getattr(_origin(exc), "__cause__", None)):
         state = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
@@ -84,6 +132,27 @@ def _errno(exc: BaseException) -> int | None:
     return None
 
 
+def _sqlite_code(exc: BaseException) -> int | None:
+    for candidate in (_origin(exc), _driver_error(exc)):
+        if isinstance(candidate, sqlite3.Error):
+            code = getattr(candidate, "sqlite_errorcode", None)
+            if isinstance(code, int):
+                return code & 0xFF
+    return None
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """A connection refused as configured, in plain words (``None``: not one)."""
+    errno = _errno(exc)  # MariaDB/MySQL first: its errors carry a SQLSTATE too
+    if errno is not None:
+        return _REFUSED_ERRNOS.get(errno)
+    state = _sqlstate(exc)
+    if state is not None:
+        return _REFUSED_STATES.get(state) or _REFUSED_STATES.get(state[:2])
+    code = _sqlite_code(exc)
+    return _REFUSED_SQLITE.get(code) if code is not None else None
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether the failed transaction may simply be run again (deadlock, serialization)."""
     state = _sqlstate(exc)
@@ -93,11 +162,11 @@ def is_retryable(exc: BaseException) -> bool:
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
-    orig = _origin(exc)
-    if isinstance(orig, sqlite3.Error):
-        code = getattr(orig, "sqlite_errorcode", None)
-        if isinstance(code, int):
-            return code & 0xFF in _SQLITE_TRANSIENT
+    if _refusal(exc) is not None:
+        return True
+    code = _sqlite_code(exc)
+    if code is not None:
+        return code in _SQLITE_TRANSIENT
     if isinstance(
         exc,
         (
@@ -124,16 +193,23 @@ def _is_transient(exc: BaseException) -> bool:
 
 def describe(exc: BaseException) -> str:
     """``ErrorClass [code]`` — never the driver's message (it may quote stored values)."""
-    orig = _origin(exc)
-    code = _sqlstate(exc) or _errno(exc)
-    return f"{type(orig).__name__}" + (f" [{code}]" if code is not None else "")
+    driver = _driver_error(exc)
+    code: str | int | None = _sqlstate(exc) or _errno(exc)
+    if code is None and isinstance(driver, sqlite3.Error):
+        name = getattr(driver, "sqlite_errorname", None)
+        code = name if isinstance(name, str) else None
+    return f"{type(driver).__name__}" + (f" [{code}]" if code is not None else "")
 
 
 def translated(exc: BaseException, what: str = "the database") -> StoreError:
     """The core error for the driver error ``exc`` (raise it ``from exc``)."""
+    detail = describe(exc)
+    plain = _refusal(exc)
+    if plain is not None:
+        detail = f"{plain} ({detail})"
     if _is_transient(exc):
-        return StoreUnavailable(f"{what} is unavailable: {describe(exc)}")
-    return StoreError(f"{what} refused the operation: {describe(exc)}")
+        return StoreUnavailable(f"{what} is unavailable: {detail}")
+    return StoreError(f"{what} refused the operation: {detail}")
 
 
 @contextmanager
@@ -150,3 +226,37 @@ def translate(what: str = "the database") -> Iterator[None]:
         raise
     except DRIVER_ERRORS as exc:
         raise translated(exc, what) from exc
+
+
+_PASSING: tuple[type[BaseException], ...] = (TasksError, *DRIVER_ERRORS)
+_UNEXPECTED_KEYWORD = re.compile(  # Python's wording; C functions' (sqlite3)
+    r"unexpected keyword argument '(\w+)'|'(\w+)' is an invalid keyword argument"
+)
+
+
+@contextmanager
+def connect_arguments(what: str = "the database") -> Iterator[None]:
+    """Around one call of a driver's ``connect`` only: the driver refusing the arguments
+    it was given (``TypeError``: an unexpected keyword or a value of the wrong type;
+    ``ValueError``/``OverflowError``: a value out of range, such as the port) is bad
+    input. The driver's own errors (and ours) pass through untouched, for
+    :func:`translate`.
+
+    Raises:
+        InvalidInput: naming the refused keyword when the driver named one, never a
+            value (it may be a password).
+    """
+    try:
+        yield
+    except _PASSING:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        found = _UNEXPECTED_KEYWORD.search(str(exc)) if isinstance(exc, TypeError) else None
+        if found is not None:
+            keyword = found.group(1) or found.group(2)
+            message = f"{what} does not accept the connection option {keyword!r}"
+        else:
+            message = f"{what} refused the connection settings ({type(exc).__name__})"
+        raise InvalidInput(
+            f"{message}; check the URL's query options and engine_options['connect_args']"
+        ) from exc

@@ -8,6 +8,12 @@ connection); waiters on that loop are woken by queue name, and a notification th
 no waiter for its queue wakes the next one at once (it may have come while a worker was
 busy claiming). A lost listening connection wakes every waiter (a spurious wakeup only
 costs one empty poll) and is reopened by the next wait.
+
+The listening connection is opened in a task of its own that a waiter's cancellation does
+not reach (a worker shutting down cancels its wait): asyncpg cancelled in the middle of
+opening a connection leaves a future it never reads ("Future exception was never
+retrieved … unexpected connection_lost() call"). The next wait adopts a connection opened
+that way; ``close`` waits for one being opened (a few seconds at most) and closes it.
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tasks_store_sql._errors import DRIVER_ERRORS, translate
+from tasks_store_sql._dialect import driver_params
+from tasks_store_sql._errors import DRIVER_ERRORS, connect_arguments, translate
 
 __all__ = ["Listener", "asyncpg_connector", "channel_of"]
 
 Connector = Callable[[], Awaitable[Any]]
 
 log = logging.getLogger("tasks_store_sql")
+CLOSE_TIMEOUT = 5.0
+"""Seconds ``close`` waits for a listening connection to close, or to finish opening."""
 
 
 def channel_of(prefix: str) -> str:
@@ -41,6 +50,8 @@ class Listener:
         self._connect = connect
         self._channel = channel
         self._driver: Any = None
+        self._opening_task: asyncio.Task[Any] | None = None
+        """The listening connection being opened (outliving a cancelled waiter)."""
         self._waiters: list[tuple[frozenset[str], asyncio.Future[bool]]] = []
         self._opening = asyncio.Lock()
         self._closed = False
@@ -76,15 +87,29 @@ class Listener:
             if self._driver is not None and not self._driver.is_closed():
                 return
             await self._drop()
-            with translate("PostgreSQL"):
-                driver = await self._connect()
-                try:
-                    await driver.add_listener(self._channel, self._on_notify)
-                except BaseException:
-                    await driver.close()
-                    raise
-                driver.add_termination_listener(self._on_lost)
-                self._driver = driver
+            opening = self._opening_task
+            if opening is None:
+                opening = self._opening_task = asyncio.ensure_future(self._open())
+                opening.add_done_callback(_retrieved)
+            try:
+                with translate("PostgreSQL"):
+                    # (shielded: a cancelled waiter leaves the opening to finish, for the
+                    # next wait or ``close`` to take)
+                    driver = await asyncio.shield(opening)
+            finally:
+                if opening.done():  # opened or failed: the next wait starts afresh
+                    self._opening_task = None
+            self._driver = driver
+
+    async def _open(self) -> Any:
+        driver = await self._connect()
+        try:
+            await driver.add_listener(self._channel, self._on_notify)
+        except BaseException:
+            await driver.close()
+            raise
+        driver.add_termination_listener(self._on_lost)
+        return driver
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         woke = False
@@ -110,14 +135,34 @@ class Listener:
         if driver is not None:
             with contextlib.suppress(*DRIVER_ERRORS, RuntimeError):
                 driver.remove_termination_listener(self._on_lost)  # closing is no loss
-                await driver.close(timeout=5)
+                await driver.close(timeout=CLOSE_TIMEOUT)
 
     async def close(self) -> None:
-        """Stop listening and wake every waiter (they return ``True``)."""
+        """Stop listening and wake every waiter (they return ``True``); a listening
+        connection still being opened is waited for and closed."""
         self._closed = True
         self._wake_all()
         async with self._opening:
+            opening, self._opening_task = self._opening_task, None
+            if opening is not None:
+                await asyncio.wait({opening}, timeout=CLOSE_TIMEOUT)
+                if not opening.done():  # a server that does not answer: give up on it
+                    opening.cancel()
+                    await asyncio.wait({opening})
+                if not opening.cancelled() and opening.exception() is None:
+                    self._driver = opening.result()
             await self._drop()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark the outcome of an opening as read (a waiter that was cancelled never reads
+    it; the next wait, which would, may never come)."""
+    if not task.cancelled():
+        task.exception()
+
+
+_SQLALCHEMY_ONLY = ("prepared_statement_cache_size", "prepared_statement_name_func",
+                    "async_creator_fn")
 
 
 def asyncpg_connector(engine: AsyncEngine, connect_args: Mapping[str, Any]) -> Connector:
@@ -129,6 +174,9 @@ def asyncpg_connector(engine: AsyncEngine, connect_args: Mapping[str, Any]) -> C
 
         args, params = engine.dialect.create_connect_args(engine.url)
         params.update(connect_args)
-        return await asyncpg.connect(*args, **params)
+        for name in _SQLALCHEMY_ONLY:  # taken by SQLAlchemy's adapter, not by asyncpg
+            params.pop(name, None)
+        with connect_arguments("PostgreSQL"):
+            return await asyncpg.connect(*args, **driver_params("asyncpg", dict(params)))
 
     return connect

@@ -1,0 +1,210 @@
+"""Opening a store that cannot be reached as configured: a database that does not exist, a
+login the server refuses, a file that is not a SQLite database, options the driver does
+not take. Each is one named error, the same kind on every database, before anything is
+written; nothing of the driver escapes, and nothing is left running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+from tasks_core import InvalidInput, StoreCorrupt, StoreUnavailable, open_store
+from tasks_store_sql import SQLStore
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "s3cret-Pw"
+
+
+def _with(url: str, *, database: str | None = None, login: str | None = None) -> str:
+    """``url`` with another database, or another login (and the password ``SECRET``)."""
+    parsed = make_url(url)
+    if database is not None:
+        parsed = parsed.set(database=database)
+    if login is not None:
+        parsed = parsed.set(username=login, password=SECRET)
+    return parsed.render_as_string(hide_password=False)
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """Each server database."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+async def _refusal(url: str) -> StoreUnavailable:
+    with pytest.raises(StoreUnavailable) as refused:
+        async with open_store(url):
+            pass
+    return refused.value
+
+
+async def test_a_database_that_does_not_exist_is_unavailable_on_every_server(
+    server_url: str,
+) -> None:
+    """A URL naming a database the server does not have MUST raise ``StoreUnavailable``
+    saying "the database does not exist" in plain words, on PostgreSQL and MariaDB
+    alike.
+
+    Troubleshooting: ``_errors.py`` maps PostgreSQL's SQLSTATE class 3D and MariaDB's
+    errno 1049 to ``StoreUnavailable`` with a plain reason (``_refusal``); a
+    ``StoreError: … refused the operation`` means the mapping lost the SQLSTATE (look at
+    ``_sqlstate`` and ``_driver_error`` for the driver's exception chain).
+    """
+    error = await _refusal(_with(server_url, database="tasks_no_such_db"))
+    assert "the database does not exist" in str(error)
+
+
+async def test_a_refused_login_is_unavailable_on_every_server(server_url: str) -> None:
+    """A login the server refuses (an unknown role or user) MUST raise
+    ``StoreUnavailable`` saying "the login was refused", on PostgreSQL and MariaDB
+    alike, and MUST NOT show the password.
+
+    Troubleshooting: PostgreSQL's SQLSTATE class 28 and MariaDB's errnos
+    1044/1045/1698 are connection refusals in ``_errors.py`` (``_REFUSED_STATES``,
+    ``_REFUSED_ERRNOS``); MariaDB errors carry a SQLSTATE too, so errnos are looked at
+    first.
+    """
+    error = await _refusal(_with(server_url, login="tasks_no_such_login"))
+    assert "the login was refused" in str(error)
+    assert SECRET not in str(error)
+
+
+async def test_a_postgres_refusal_names_the_driver_error_never_the_password(
+    postgres_url: str,
+) -> None:
+    """A PostgreSQL connection refusal MUST name asyncpg's own error class and the
+    SQLSTATE (not SQLAlchemy's adapter class ``Error``), and MUST NOT show the URL's
+    password (the test server trusts every login, so the password reaches the database
+    check).
+
+    Troubleshooting: ``describe`` uses ``_driver_error``: SQLAlchemy's asyncio adapter
+    raises an emulated ``Error`` whose ``__cause__`` is the driver's exception; messages
+    never include the driver's text or the URL.
+    """
+    url = _with(postgres_url, database="tasks_no_such_db")
+    url = _with(url, login=make_url(postgres_url).username)
+    error = await _refusal(url)
+    assert str(error) == (
+        "PostgreSQL is unavailable: the database does not exist "
+        "(InvalidCatalogNameError [3D000])"
+    )
+
+
+async def test_a_file_that_is_not_a_sqlite_database_is_unavailable(tmp_path: Path) -> None:
+    """A SQLite URL naming a file that is not a SQLite database MUST raise
+    ``StoreUnavailable`` saying "the file is not a SQLite database" (never
+    ``StoreCorrupt``, which is about one task record), and MUST leave the file as it was.
+
+    Troubleshooting: ``SQLITE_NOTADB`` (26) is in ``_REFUSED_SQLITE`` in ``_errors.py``;
+    the error comes from the first statement (the WAL pragma), after SQLite opened the
+    file.
+    """
+    path = tmp_path / "notes.txt"
+    path.write_text("root:x:0:0:root:/root:/bin/bash\n" * 100)
+    before = path.read_bytes()
+    error = await _refusal(f"sqlite:///{path}")
+    assert not isinstance(error, StoreCorrupt)
+    assert "the file is not a SQLite database" in str(error)
+    assert before == path.read_bytes()
+
+
+async def test_a_sqlite_file_in_a_missing_directory_is_unavailable(tmp_path: Path) -> None:
+    """A SQLite file whose directory does not exist MUST raise ``StoreUnavailable``
+    saying that the file cannot be opened, and MUST NOT create anything.
+
+    Troubleshooting: ``SQLITE_CANTOPEN`` (14) in ``_REFUSED_SQLITE``.
+    """
+    error = await _refusal(f"sqlite:///{tmp_path}/missing/tasks.db")
+    assert "cannot be opened" in str(error)
+    assert [] == os.listdir(tmp_path)
+
+
+def test_a_failed_sqlite_open_leaves_no_thread_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When opening a SQLite file fails, the driver's connection thread MUST have ended
+    by the time the error is raised, so that nothing reports to the event loop after
+    ``asyncio.run`` closed it (the CLI printed "Exception in thread … RuntimeError:
+    Event loop is closed" after the right error, about one run in four).
+
+    Troubleshooting: aiosqlite stops the thread of a connection that failed to open
+    without waiting for it; ``_open_aiosqlite`` in ``_dialect.py`` (installed as the
+    engine's ``do_connect``) waits for that thread before re-raising.
+    """
+    reported: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", reported.append)
+    before = set(threading.enumerate())
+
+    def workers() -> list[threading.Thread]:
+        return [
+            thread
+            for thread in threading.enumerate()
+            if thread not in before and "_connection_worker_thread" in thread.name
+        ]
+
+    async def open_twice() -> list[threading.Thread]:
+        for _ in range(2):  # the store connects again after the first failure
+            with pytest.raises(StoreUnavailable):
+                await SQLStore.open(f"sqlite:///{tmp_path}/missing/tasks.db")
+        return [thread for thread in workers() if thread.is_alive()]
+
+    alive = asyncio.run(open_twice())
+    for thread in workers():
+        thread.join()  # (their last report, if any, went to the closed loop by now)
+    assert ([], []) == (alive, reported)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "mariadb"])
+async def test_a_connect_argument_the_driver_refuses_is_invalid_input(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A ``connect_args`` keyword the driver's ``connect`` does not take MUST raise
+    ``InvalidInput`` naming it (not a raw ``TypeError`` from the first connect).
+
+    Troubleshooting: the engine's ``do_connect`` (``install_connect`` in
+    ``_dialect.py``) wraps the driver's connect call in ``connect_arguments``
+    (``_errors.py``), which turns the driver refusing its arguments into
+    ``InvalidInput``; only that call is wrapped.
+    """
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path}/tasks.db"
+    else:
+        url = request.getfixturevalue(f"{kind}_url")
+    options = {"connect_args": {"tasks_bogus_option": 1}}
+    with pytest.raises(InvalidInput, match="tasks_bogus_option"):
+        await SQLStore.open(url, engine_options=options)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "sslmode=disable&connect_timeout=5",
+        "ssl=prefer&timeout=5&command_timeout=30",
+        "prepared_statement_cache_size=50&statement_cache_size=10&direct_tls=false",
+    ],
+)
+async def test_query_options_work_on_asyncpg_for_the_pool_and_the_wakeups(
+    postgres_url: str, query: str
+) -> None:
+    """``?sslmode=`` and ``?connect_timeout=`` (libpq's spelling, in most copied
+    PostgreSQL URLs) MUST work on asyncpg as asyncpg's own ``ssl``/``timeout`` do, and
+    every accepted option MUST work for the store's pool and its wakeup connection alike.
+
+    Troubleshooting: ``parse_url`` translates them (``_ASYNCPG_ALIASES``) and
+    ``driver_params`` turns the URL's text into the numbers asyncpg needs; the wakeup
+    connector (``_wakeups.asyncpg_connector``) must apply ``driver_params`` too, and drop
+    the options only SQLAlchemy's adapter takes (``_SQLALCHEMY_ONLY``).
+    """
+    store = await SQLStore.open(f"{postgres_url}?{query}", namespace="opts", schema="upgrade")
+    try:
+        assert [] == await store.reap()
+        assert await store.wait_for_work(["q"], 0) is False  # the LISTEN side
+    finally:
+        await store.aclose()
