@@ -96,6 +96,9 @@ STORES = {
     "memory":        Store("memory://", SUITE),
     "sqlite":        Store("sqlite:///{tmp}/contract.db", SQL),
     "postgresql":    Store("postgresql://postgres@127.0.0.1:5432/tasks_test", SQL, server=True),
+    # the common (SQLAlchemy) path on PostgreSQL; no LISTEN on psycopg, so no wakeups
+    "postgresql-psycopg": Store("postgresql+psycopg://postgres@127.0.0.1:5432/tasks_test",
+                                (*SUITE, "store-sql[psycopg]"), server=True),
     "mariadb":       Store("mysql://root@127.0.0.1:3306/tasks_test", SQL, server=True),
     "mongodb":       Store("{server}/tasks_test?driver=pymongo", MONGO, serve=secantusdb),
     "mongodb-motor": Store("{server}/tasks_test?driver=motor", MONGO, serve=secantusdb),

@@ -11,6 +11,8 @@ multi_process      yes (file    no          yes            yes
                    locking)
 wakeups            no (poll)    no (poll)   yes            no (poll)
                                             LISTEN/NOTIFY
+                                            (asyncpg; poll
+                                            on psycopg)
 exclusive_queues   yes          yes         yes            yes
 batch_transitions  yes          yes         yes            yes
 transactional_     yes          yes         yes            yes
@@ -22,7 +24,9 @@ URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is ke
 - ``sqlite:///relative/tasks.db``, ``sqlite:////absolute/tasks.db``; ``sqlite://`` is an
   in-memory database (one process, not durable) — aiosqlite;
 - ``postgresql://user:password@host:5432/dbname`` (also ``postgres://``,
-  ``postgresql+asyncpg://``, ``postgresql+psycopg://``) — asyncpg by default;
+  ``postgresql+asyncpg://``, ``postgresql+psycopg://``) — asyncpg by default (its hot
+  path: one-statement claims, prepared statements, LISTEN/NOTIFY); ``+psycopg`` (extra
+  ``tasks-store-sql[psycopg]``) runs the common SQLAlchemy path and polls;
 - ``mysql://user:password@host:3306/dbname`` or ``mariadb://…`` (also ``+asyncmy``,
   ``+aiomysql``) — asyncmy, from the ``tasks-store-sql[mysql]`` extra. MariaDB 10.6+ or
   MySQL 8.0+ (``SKIP LOCKED``).
