@@ -157,9 +157,11 @@ class CapacityCheckedOutsideTheAtomicStep(MemoryStore):
         if new.id not in self._checked_before:
             super()._check_capacity(new, now, replacing)
 
-    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
-        if replace is not None or new.id in self._rows:
-            return await super().create(new, replace=replace)
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
+        if transaction is not None or replace is not None or new.id in self._rows:
+            return await super().create(new, replace=replace, transaction=transaction)
         with self._locked() as now:
             super()._check_capacity(new, now, replacing=False)
         await asyncio.sleep(0)  # the window: other creators pass the same check

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
 from tasks_core import (
     Access,
@@ -61,9 +62,13 @@ class RecordingStore:
         """See :meth:`TaskStore.now`."""
         return await self.inner.now()
 
-    async def create(self, new: NewTask, *, replace: Snapshot | None = None) -> Snapshot:
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
         """See :meth:`TaskStore.create`."""
-        return await self.inner.create(new, replace=replace)
+        if transaction is None:
+            return await self.inner.create(new, replace=replace)
+        return await self.inner.create(new, replace=replace, transaction=transaction)
 
     async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
         """See :meth:`TaskStore.get`."""
