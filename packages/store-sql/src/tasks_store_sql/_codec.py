@@ -9,6 +9,7 @@ nothing of the stored text.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from pydantic import BaseModel
@@ -60,25 +61,29 @@ class Decoded:
     equal text decodes to an equal snapshot, so handing one out twice is safe.
 
     Each entry is given back once (:meth:`take`) and the oldest are dropped beyond
-    ``size``: what a process keeps is bounded whatever becomes of its claims.
+    ``size``: what a process keeps is bounded whatever becomes of its claims. A lock keeps
+    it whole when event loops in several threads share the store (the sync facade).
     """
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._entries: dict[str, tuple[str, Snapshot]] = {}
+        self._lock = threading.Lock()
 
     def keep(self, task_id: str, text: str, snapshot: Snapshot) -> None:
         """Remember that ``text`` of ``task_id`` decodes to ``snapshot``."""
-        entries = self._entries
-        entries.pop(task_id, None)
-        entries[task_id] = (text, snapshot)
-        if len(entries) > self.size:
-            del entries[next(iter(entries))]
+        with self._lock:
+            entries = self._entries
+            entries.pop(task_id, None)
+            entries[task_id] = (text, snapshot)
+            if len(entries) > self.size:
+                del entries[next(iter(entries))]
 
     def take(self, task_id: str, text: str) -> Snapshot | None:
         """The snapshot kept for exactly this ``text`` of ``task_id`` (forgotten now), or
         ``None``: decode it."""
-        kept = self._entries.pop(task_id, None)
+        with self._lock:
+            kept = self._entries.pop(task_id, None)
         return kept[1] if kept is not None and kept[0] == text else None
 
 
