@@ -106,6 +106,7 @@ class StoreBase:
         self._db = self._database(target, engine, busy_timeout, engine_options)
         self._durable = not self._db.memory
         self._fast: FastPath | None = None  # the PostgreSQL hot path (``SQLStore``)
+        self.decoded = _codec.Decoded()  # snapshots written or claimed, for the next lock
 
     def _database(
         self,
@@ -293,9 +294,12 @@ class StoreBase:
         params = []
         for task_id, version, snapshot, token in rows:
             values = {"b_id": task_id, "b_version": version, "b_next": version + 1}
-            for name, value in _codec.projection(snapshot, token).items():
+            projected = _codec.projection(snapshot, token)
+            for name, value in projected.items():
                 values["p_" + name] = value
             params.append(values)
+            # (a rolled-back write leaves an entry no stored text matches: never taken)
+            self.decoded.keep(task_id, projected["snapshot"], snapshot)
         if len(params) == 1 or conn.dialect.supports_sane_multi_rowcount:
             written = (await conn.execute(self._statements.save, params)).rowcount
         else:  # (asyncpg counts no executemany: one statement per row)

@@ -79,13 +79,16 @@ not an object, nested past its stack, a counter that is not an integer)."""
 class FastPath:
     """The hot-path operations of one ``SQLStore`` on PostgreSQL with asyncpg."""
 
-    def __init__(self, db: Database, tables: Tables, clock: Clock | None, channel: str) -> None:
+    def __init__(
+        self, db: Database, tables: Tables, clock: Clock | None, channel: str,
+        decoded: _codec.Decoded,
+    ) -> None:
         self.db = db
         self.clock = clock
         self.sql = Statements(tables, channel)
         self.claim_one = claim_statement(tables, one_queue(tables.tasks))
         self.claim_many = claim_statement(tables, many_queues(tables.tasks))
-        self.decoded = _codec.Decoded()  # what a claim decoded, for its completion
+        self.decoded = decoded  # what a claim decoded, for its completion (the store's)
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None

@@ -99,7 +99,8 @@ class TransitionOps(ClaimOps):
     ) -> dict[str, Loaded]:
         """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
         found = await conn.execute(self._statements.lock_rows, {"b_ids": ids})
-        return {r[0]: Loaded(r[0], r[1], r[2], r[3]) for r in found}
+        take = self.decoded.take
+        return {r[0]: Loaded(r[0], r[1], r[2], r[3], _snapshot=take(r[0], r[1])) for r in found}
 
     async def _find_events(
         self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]

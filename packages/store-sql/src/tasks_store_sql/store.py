@@ -139,7 +139,8 @@ class SQLStore(TransitionOps):
         """The FIFO of this store's creators in front of the creators' lock row (SQLite:
         its writer queue already serializes every write)."""
         if self._wakeups_supported():
-            self._fast = FastPath(self._db, self.tables, self._clock, self._channel)
+            self._fast = FastPath(self._db, self.tables, self._clock, self._channel,
+                                  self.decoded)
 
     @classmethod
     async def open(cls, url: str | None = None, **options: Any) -> SQLStore:
