@@ -78,3 +78,52 @@ async def test_two_processes_on_one_sqlite_file_run_every_task_once(tmp_path: Pa
             assert 1 == len(await store.history(task.id, tenant=None))
     finally:
         await store.aclose()
+
+
+CREATOR = textwrap.dedent(
+    """
+    import asyncio, sys
+    from tasks_core import NewTask, Owner, Work
+    from tasks_store_sql import SQLStore
+
+    async def main(url):
+        store = await SQLStore.open(url, busy_timeout=30)
+        try:
+            await store.create(NewTask(id="from-elsewhere", tenant="default",
+                                       owner=Owner("alice"), work=Work(name="job")))
+        finally:
+            await store.aclose()
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+async def test_a_wait_on_a_sqlite_file_wakes_when_another_process_creates_a_task(
+    tmp_path: Path,
+) -> None:
+    """``wait_for_work`` on a SQLite file MUST return ``True`` when another process
+    commits a task after the wait's baseline — long before its timeout — and the task is
+    then claimable here; with nothing committed since it MUST return ``False`` at its
+    timeout (the store's own commits count too: any commit may free work).
+
+    Troubleshooting: the store watches the file's change counter (``PRAGMA
+    data_version``) from a connection of its own, which only counts other connections'
+    commits; the counter a waiter compares with is the last one any wait saw.
+    """
+    url = f"sqlite:///{tmp_path}/shared.db"
+    store = await SQLStore.open(url)
+    try:
+        assert store.capabilities.wakeups
+        assert await store.wait_for_work(["default"], 0) is False  # the baseline
+        process = await asyncio.create_subprocess_exec(sys.executable, "-c", CREATOR, url)
+        waited = asyncio.get_running_loop().time()
+        assert await store.wait_for_work(["default"], 60) is True
+        assert asyncio.get_running_loop().time() - waited < 60
+        assert 0 == await process.wait()
+        [claim] = await store.claim_next("here", 30, queues=["default"])
+        assert "from-elsewhere" == claim.snapshot.id
+        await store.wait_for_work(["default"], 0)  # the claim's own commit counts once
+        assert await store.wait_for_work(["default"], 0.05) is False
+    finally:
+        await store.aclose()

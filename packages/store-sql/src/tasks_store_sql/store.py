@@ -9,10 +9,11 @@ capability         SQLite file  SQLite mem  PostgreSQL     MariaDB/MySQL
 durable            yes          no          yes            yes
 multi_process      yes (file    no          yes            yes
                    locking)
-wakeups            no (poll)    no (poll)   yes            no (poll)
-                                            LISTEN/NOTIFY
-                                            (asyncpg; poll
-                                            on psycopg)
+wakeups            yes: any     no (poll)   yes            no (poll)
+                   commit, by                LISTEN/NOTIFY
+                   the change               (asyncpg; poll
+                   counter                  on psycopg)
+                   (~10 ms)
 exclusive_queues   yes          yes         yes            yes
 batch_transitions  yes          yes         yes            yes
 transactional_     yes          yes         yes            yes
@@ -61,6 +62,7 @@ import asyncio
 import builtins
 import json
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -92,6 +94,7 @@ from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import active
+from tasks_store_sql._sqlite_watch import ChangeWatcher
 from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
 from tasks_store_sql._writers import WriterQueue
@@ -138,7 +141,8 @@ class SQLStore(TransitionOps):
         )
         """The FIFO of this store's creators in front of the creators' lock row (SQLite:
         its writer queue already serializes every write)."""
-        if self._wakeups_supported():
+        self._watchers: dict[str, ChangeWatcher] = {}  # SQLite file: by path (one)
+        if self._listens():
             self._fast = FastPath(self._db, self.tables, self._clock, self._channel,
                                   self.decoded)
 
@@ -504,10 +508,24 @@ class SQLStore(TransitionOps):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise InvalidInput("timeout must be a non-negative number of seconds")
         await self._ensure_ready()
+        if not self._listens():  # a SQLite file: any commit of another connection
+            return await self._watcher().wait(float(timeout))
         return await self._listener().wait(wanted, float(timeout))
 
-    def _wakeups_supported(self) -> bool:
+    def _listens(self) -> bool:
+        """PostgreSQL with asyncpg: ``LISTEN``/``NOTIFY`` and the hot path."""
         return self._db.kind == "postgresql" and self._db.engine.dialect.driver == "asyncpg"
+
+    def _wakeups_supported(self) -> bool:
+        return self._listens() or (self._db.kind == "sqlite" and not self._db.memory)
+
+    def _watcher(self) -> ChangeWatcher:
+        path = os.path.realpath(self._db.engine.url.database or "")
+        with self._listeners_lock:
+            watcher = self._watchers.get(path)
+            if watcher is None:
+                watcher = self._watchers[path] = ChangeWatcher(path)
+            return watcher
 
     def _listener(self) -> Listener:
         loop = asyncio.get_running_loop()
@@ -519,7 +537,7 @@ class SQLStore(TransitionOps):
             return listener
 
     async def _notify(self, conn: AsyncConnection, queue: str) -> None:
-        if self._wakeups_supported():
+        if self._listens():
             await conn.execute(sa.select(sa.func.pg_notify(self._channel, queue)))
 
     async def aclose(self) -> None:
@@ -533,6 +551,10 @@ class SQLStore(TransitionOps):
         with self._listeners_lock:
             listeners = list(self._listeners.items())
             self._listeners.clear()
+            watchers = list(self._watchers.values())
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.close()
         for owner, listener in listeners:
             if owner is loop:
                 await listener.close()
