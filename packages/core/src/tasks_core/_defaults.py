@@ -49,14 +49,22 @@ def default_store_url() -> tuple[str, str]:
     saying that nothing serves it), so that ``tasks backends`` can show the situation;
     code about to open the default calls :func:`require_default_store_url` instead.
     """
+    url, why, _ = _default()
+    return url, why
+
+
+def _default() -> tuple[str, str, bool]:
+    """``(url, why, servable)``: ``servable`` is false only when nothing was configured and
+    neither default's plugin is installed."""
     configured = os.environ.get(ENV_VAR, "").strip()
     if configured:
-        return configured, f"from ${ENV_VAR}"
+        return configured, f"from ${ENV_VAR}", True
     if _installed(EMBEDDED_STORE_URL):
-        return EMBEDDED_STORE_URL, "the embedded default"
+        return EMBEDDED_STORE_URL, "the embedded default", True
     if _installed(FALLBACK_STORE_URL):
-        return FALLBACK_STORE_URL, "tasks-store-sql is not installed; volatile, this process only"
-    return FALLBACK_STORE_URL, "neither tasks-store-sql nor tasks-store-memory is installed"
+        return (FALLBACK_STORE_URL,
+                "tasks-store-sql is not installed; volatile, this process only", True)
+    return FALLBACK_STORE_URL, "neither tasks-store-sql nor tasks-store-memory is installed", False
 
 
 def require_default_store_url() -> str:
@@ -66,7 +74,7 @@ def require_default_store_url() -> str:
         UnknownStore: ``$TASKS_STORE`` is unset and neither ``tasks-store-sql`` nor
             ``tasks-store-memory`` is installed (the message says what to install).
     """
-    url, _ = default_store_url()
-    if not os.environ.get(ENV_VAR, "").strip() and not _installed(url):
+    url, _, servable = _default()
+    if not servable:
         raise UnknownStore(NO_DEFAULT_STORE)
     return url

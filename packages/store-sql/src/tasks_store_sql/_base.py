@@ -30,7 +30,13 @@ from tasks_store_sql._dialect import (
     parse_url,
 )
 from tasks_store_sql._errors import translate
-from tasks_store_sql._migrate import SchemaMismatch, migrate_database, mismatch, schema_state
+from tasks_store_sql._migrate import (
+    SchemaMismatch,
+    SchemaState,
+    migrate_database,
+    mismatch,
+    schema_state,
+)
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
@@ -127,7 +133,7 @@ class StoreBase:
         if kind == "sqlite":
             database = engine.url.database
             memory = memory or database in (None, "", ":memory:")
-            key = f":memory:{next(_memory_ids)}" if memory else _sqlite_key(database)
+            key = f":memory:{next(_memory_ids)}" if memory else sqlite_file(engine)
             writers = WriterQueue() if memory else writer_queue(key)
         db = Database(
             engine=engine,
@@ -170,12 +176,20 @@ class StoreBase:
         """``"sqlite"``, ``"postgresql"`` or ``"mysql"`` (MariaDB included)."""
         return self._db.kind
 
+    async def _schema_on(self, conn: AsyncConnection) -> tuple[SchemaState, str | None]:
+        """The namespace's schema state and revision, read on ``conn``.
+
+        Raises:
+            InvalidInput: a server version the store does not support.
+        """
+        check_server_version(conn.dialect)
+        return await schema_state(conn, self.tables)
+
     async def _ensure_ready(self) -> None:
         if self._ready:
             return
         async with self._db.connection(write=False) as conn:
-            check_server_version(conn.dialect)
-            state, current = await schema_state(conn, self.tables)
+            state, current = await self._schema_on(conn)
         if state == "current":
             self._ready = True
             return
@@ -185,7 +199,7 @@ class StoreBase:
         ):
             await migrate_database(self._db, self.tables)
             async with self._db.connection(write=False) as conn:
-                state, current = await schema_state(conn, self.tables)
+                state, current = await self._schema_on(conn)
             if state == "current":
                 self._ready = True
                 return
@@ -203,8 +217,7 @@ class StoreBase:
         if self._ready:
             return
         with translate(self._db.what):
-            check_server_version(conn.dialect)
-            state, current = await schema_state(conn, self.tables)
+            state, current = await self._schema_on(conn)
         if state != "current":
             raise SchemaMismatch(
                 f"{mismatch(self.tables, state, current)}. A task created inside your own "
@@ -354,6 +367,8 @@ class StoreBase:
         await self._db.dispose()
 
 
-def _sqlite_key(database: str | None) -> str:
-    return os.path.realpath(database or "")
+def sqlite_file(engine: AsyncEngine) -> str:
+    """The resolved path of a SQLite engine's database file (the writer queue's key, the
+    file a change watcher reads)."""
+    return os.path.realpath(engine.url.database or "")
 

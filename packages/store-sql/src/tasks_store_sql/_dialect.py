@@ -148,15 +148,8 @@ _ASYNCPG_ALIASES = {"sslmode": "ssl", "connect_timeout": "timeout"}
 """libpq spellings translated for asyncpg."""
 
 _ASYNCPG_TYPED = frozenset(
-    {
-        "timeout",
-        "command_timeout",
-        "statement_cache_size",
-        "max_cached_statement_lifetime",
-        "max_cacheable_statement_size",
-        "direct_tls",
-    }
-)
+    name for name, check in _ASYNCPG.items() if check in (_seconds, _count, _flag)
+) - {"prepared_statement_cache_size"}  # (SQLAlchemy's own, which it converts)
 """asyncpg keywords that need a number or a flag (SQLAlchemy passes the URL's text)."""
 
 _LIBPQ_NAMES = (

@@ -62,7 +62,6 @@ import asyncio
 import builtins
 import json
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -91,7 +90,7 @@ from tasks_core.models import (
 )
 
 from tasks_store_sql import _codec
-from tasks_store_sql._base import TaskRow
+from tasks_store_sql._base import TaskRow, sqlite_file
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import active
 from tasks_store_sql._sqlite_watch import ChangeWatcher
@@ -141,7 +140,9 @@ class SQLStore(TransitionOps):
         )
         """The FIFO of this store's creators in front of the creators' lock row (SQLite:
         its writer queue already serializes every write)."""
-        self._watchers: dict[str, ChangeWatcher] = {}  # SQLite file: by path (one)
+        self._watcher = ChangeWatcher(sqlite_file(self._db.engine)) \
+            if self._db.kind == "sqlite" and not self._db.memory else None
+        """A SQLite file's wakeups (its connection opens at the first wait)."""
         if self._listens():
             self._fast = FastPath(self._db, self.tables, self._clock, self._channel,
                                   self.decoded)
@@ -508,8 +509,8 @@ class SQLStore(TransitionOps):
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise InvalidInput("timeout must be a non-negative number of seconds")
         await self._ensure_ready()
-        if not self._listens():  # a SQLite file: any commit of another connection
-            return await self._watcher().wait(float(timeout))
+        if self._watcher is not None:  # a SQLite file: any commit of another connection
+            return await self._watcher.wait(float(timeout))
         return await self._listener().wait(wanted, float(timeout))
 
     def _listens(self) -> bool:
@@ -517,15 +518,7 @@ class SQLStore(TransitionOps):
         return self._db.kind == "postgresql" and self._db.engine.dialect.driver == "asyncpg"
 
     def _wakeups_supported(self) -> bool:
-        return self._listens() or (self._db.kind == "sqlite" and not self._db.memory)
-
-    def _watcher(self) -> ChangeWatcher:
-        path = os.path.realpath(self._db.engine.url.database or "")
-        with self._listeners_lock:
-            watcher = self._watchers.get(path)
-            if watcher is None:
-                watcher = self._watchers[path] = ChangeWatcher(path)
-            return watcher
+        return self._listens() or self._watcher is not None
 
     def _listener(self) -> Listener:
         loop = asyncio.get_running_loop()
@@ -551,10 +544,8 @@ class SQLStore(TransitionOps):
         with self._listeners_lock:
             listeners = list(self._listeners.items())
             self._listeners.clear()
-            watchers = list(self._watchers.values())
-            self._watchers.clear()
-        for watcher in watchers:
-            watcher.close()
+        if self._watcher is not None:
+            self._watcher.close()
         for owner, listener in listeners:
             if owner is loop:
                 await listener.close()
