@@ -7,7 +7,8 @@ tests hold it to the rules: what it stores and returns is exactly what
 ``rules.start_claim`` decides from the snapshot before the claim (every field, a
 recovered lease, progress and a due retry cleared, ``started_at`` kept); the user's
 values read back exactly, down to the spelling of their numbers; and rows it cannot
-handle (past the delivery limit, not JSON at all) go to the claim decided in Python.
+handle (past the delivery limit, not JSON at all, stored in the layout or before the
+column of an older version) go to the claim decided in Python, which lays them out anew.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tasks_core import (
     TaskStatus,
     rules,
 )
-from tasks_store_sql import SQLStore
+from tasks_store_sql import SQLStore, _codec
 from tasks_store_sql._pg_claim import CLAIM_CHANGES
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +65,13 @@ async def _before(store: SQLStore, task_id: str) -> Snapshot:
     return Snapshot.model_validate_json(await _stored_text(store, task_id))
 
 
+def _split(text: str) -> tuple[list[str], str]:
+    """The keys of the head of stored ``text``, in order, and the rest of it (from
+    ``,"id":"``)."""
+    cut = text.index(',"id":"')
+    return list(json.loads(text[:cut] + "}")), text[cut:]
+
+
 async def _claim_matches_the_rules(store: SQLStore, clock: ManualClock, task_id: str) -> None:
     before = await _before(store, task_id)
     now = rules.tick(clock.now())
@@ -77,6 +85,8 @@ async def _claim_matches_the_rules(store: SQLStore, clock: ManualClock, task_id:
     claim = got[0]
     assert claim.snapshot == rules.present(expected, now)
     assert await _before(store, task_id) == expected
+    # laid out as the codec lays it out: the head first, the rest spelled as the codec does
+    assert _split(await _stored_text(store, task_id)) == _split(_codec.encode_snapshot(expected))
     assert claim.lease.model_dump(exclude={"token"}) == lease.model_dump(exclude={"token"})
     # the token the claim returned is the one stored: the holder can end the task
     done = await store.transition(
@@ -220,3 +230,77 @@ async def test_a_stricter_default_isolation_gets_an_explicit_read_committed_clai
     assert sorted(c.snapshot.id for c in got) == sorted(t.id for t in tasks)
     assert list(store._db._read_committed.values()) == [False]
 
+
+
+def _python_claims_refused(store: SQLStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the claim decided in Python fail the test: the statement must claim alone."""
+
+    async def refused(*args: object) -> object:
+        raise AssertionError("the claim statement left a row to the claim in Python")
+
+    monkeypatch.setattr(store._fast, "_claim_locked", refused)
+
+
+async def test_the_statement_claims_rows_laid_out_by_the_codec_alone(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row the codec wrote is claimed by the statement (no claim in Python), whatever
+    its values spell — ``"id"`` keys and quotes in the input, a progress message that
+    looks like the end of the head."""
+    tricky = {**TRICKY_INPUT, "deep": {"x": 1, "id": "a", "q": ',"id":"'}}
+    task = await store.create(new_task(input=tricky))
+    first = (await store.claim_next("w-old", LEASE_S, queues=["default"], limit=1))[0]
+    await store.report_progress(first.lease, 50.0, ',"id":"x"}')
+    clock.advance(LEASE_S + 1)
+    _python_claims_refused(store, monkeypatch)
+
+    await _claim_matches_the_rules(store, clock, task.id)
+    again = await store.get(task.id, tenant=None)
+    assert again.work.input == tricky
+
+
+async def _rewrite(store: SQLStore, task_id: str, **values: Any) -> None:
+    t = store.tables.tasks
+    async with store._db.engine.begin() as conn:
+        await conn.execute(sa.update(t).where(t.c.id == task_id).values(**values))
+
+
+async def test_rows_of_an_older_version_are_claimed_in_python_and_laid_out_anew(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    """Text in another key order (every version before the head layout) and a row without
+    a delivery limit column (stored before migration 0004) are claimed exactly as the
+    rules say, by the claim in Python, whose write lays the row out for the statement."""
+    old_layout = await store.create(new_task())
+    clock.advance(1)
+    no_limit = await store.create(new_task())
+    before = await _before(store, old_layout.id)
+    await _rewrite(store, old_layout.id, snapshot=before.model_dump_json())
+    await _rewrite(store, no_limit.id, max_deliveries=None)
+    clock.advance(1)
+
+    await _claim_matches_the_rules(store, clock, old_layout.id)
+    await _claim_matches_the_rules(store, clock, no_limit.id)
+
+    t = store.tables.tasks
+    async with store._db.engine.connect() as conn:
+        limits = (await conn.execute(
+            sa.select(t.c.max_deliveries).where(t.c.id.in_([old_layout.id, no_limit.id]))
+        )).scalars().all()
+    assert limits == [before.work.max_deliveries] * 2
+
+
+async def test_a_head_with_a_key_of_another_version_goes_to_the_claim_in_python(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    """A head holding anything but the claim's keys is not rewritten by the statement
+    (which would drop the key): the claim in Python decides on the whole text."""
+    task = await store.create(new_task())
+    text = await _stored_text(store, task.id)
+    odd = text.replace('{"progress":null,', '{"progress":null,"retry_count":0,', 1)
+    assert odd != text
+    assert _codec.decode_snapshot(task.id, odd) == await _before(store, task.id)
+    await _rewrite(store, task.id, snapshot=odd)
+    clock.advance(1)
+
+    await _claim_matches_the_rules(store, clock, task.id)

@@ -40,6 +40,7 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
     ("claim_expires_at", _TIME), ("retry_at", _TIME), ("created_at", _TIME),
     ("updated_at", _TIME), ("expires_at", _TIME), ("snapshot", _TEXT),
+    ("max_deliveries", _INT),
 )
 """The projection columns (``_codec.projection``) and their array types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (

@@ -22,6 +22,7 @@ __all__ = ["Prebuilt"]
 _PROJECTION = (
     "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
     "claim_expires_at", "retry_at", "created_at", "updated_at", "expires_at", "snapshot",
+    "max_deliveries",
 )
 """The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
 

@@ -169,6 +169,7 @@ class Tables:
             sa.Column("updated_at", Instant(), nullable=False),
             sa.Column("expires_at", Instant(), nullable=True),
             sa.Column("snapshot", Document(), nullable=False),
+            sa.Column("max_deliveries", sa.Integer, nullable=True),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
             mysql_charset="utf8mb4",
             mysql_engine="InnoDB",
