@@ -9,9 +9,10 @@ For each store (in a throw-away namespace or file, removed afterwards):
 - ``enqueue 1x1``: ``app.submit`` one after another (the first fifth of ``--tasks``);
 - ``enqueue xN``: the rest submitted ``--batch`` at a time, concurrently (there is no
   bulk submit: this is many clients at once);
-- ``burn-down``: one ``Worker`` at ``--concurrency`` (8) runs every submitted no-op async
-  handler; tasks/s from its start until its drain returned (every completion written),
-  then checked: every task completed, exactly once, recorded in its history;
+- ``burn-down``: one ``Worker`` at ``--concurrency`` (8) — and ``--prefetch`` (0, as the
+  worker's default) — runs every submitted no-op async handler; tasks/s from its start
+  until its drain returned (every completion written), then checked: every task
+  completed, exactly once, recorded in its history;
 - ``CPU per task``: CPU time of the burn-down per task, of the bench's own process (the
   worker) and of the rest of the machine (``cpu.py``) — steadier than rates, which drift
   with the machine's load; pgqueuer's is measured the same way;
@@ -169,10 +170,12 @@ async def enqueue(app: App, count: int, batch: int) -> tuple[float, float]:
     return one_by_one, batched
 
 
-async def burn_down(app: App, probe: Probe, count: int, concurrency: int) -> float:
+async def burn_down(
+    app: App, probe: Probe, count: int, concurrency: int, prefetch: int
+) -> float:
     """Tasks/s for one worker to run ``count`` queued no-op tasks and write every outcome."""
     probe.expect(count)
-    worker = app.worker(concurrency=concurrency, reap_interval=None)
+    worker = app.worker(concurrency=concurrency, prefetch=prefetch, reap_interval=None)
     gc.freeze()  # as `tasks worker` does before its loop (undone below, for the next run)
     started = time.perf_counter()
     running = asyncio.create_task(worker.run())
@@ -301,7 +304,8 @@ async def measure(
     app = make_app(store, probe)
     try:
         spent = cpu.sample()
-        result.burn_down = await burn_down(app, probe, args.tasks, args.concurrency)
+        result.burn_down = await burn_down(app, probe, args.tasks, args.concurrency,
+                                           args.prefetch)
         result.cpu_per_task = cpu.per_task(spent, cpu.sample(), args.tasks)
     finally:
         await target.close(store)
@@ -414,7 +418,8 @@ async def _ensure_database(dsn: str) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark; the JSON report."""
     report: dict[str, Any] = {
-        "tasks": args.tasks, "concurrency": args.concurrency, "batch": args.batch,
+        "tasks": args.tasks, "concurrency": args.concurrency, "prefetch": args.prefetch,
+        "batch": args.batch,
         "rate": args.rate, "samples": args.samples, "python": sys.version.split()[0],
         "stores": {},
     }
@@ -500,6 +505,7 @@ def _cpu(figures: dict[str, float | None]) -> str:
 def render(report: dict[str, Any]) -> str:
     """The human-readable table."""
     lines = [f"tasks={report['tasks']} concurrency={report['concurrency']} "
+             f"prefetch={report['prefetch']} "
              f"batch={report['batch']} latency at {report['rate']:g}/s x {report['samples']}",
              "", "baselines (ops/s, mean of right before and right after each burn-down):"]
     for name, f in report["stores"].items():
@@ -561,6 +567,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="a database of the bench's own ($TASKS_BENCH_POSTGRES_URL)")
     parser.add_argument("--tasks", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--prefetch", type=int, default=0,
+                        help="the burn-down worker's prefetch (default 0, the worker's)")
     parser.add_argument("--batch", type=int, default=100, help="submits in flight at once")
     parser.add_argument("--rate", type=float, default=200.0, help="latency: submits per second")
     parser.add_argument("--samples", type=int, default=300, help="latency: tasks per mode")

@@ -77,7 +77,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         app.declare_queue(queue)
     worker = Worker(
         app, queues=queues, concurrency=args.concurrency, recover=args.recover,
-        lease_for=args.lease, input_park=args.input_park,
+        lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
         reap_interval=None if args.no_reaper else args.reap_interval,
     )
     await app.open()

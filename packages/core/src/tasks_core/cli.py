@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP", help="module:attribute of your App, e.g. myapp:app")
     p.add_argument("--queues", help="comma-separated queues (default: every declared queue)")
     p.add_argument("--concurrency", type=int, help="runs at once (default 8)")
+    p.add_argument("--prefetch", type=int, default=0,
+                   help="tasks claimed beyond the free slots, for queues without a "
+                        "concurrency limit (default 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")

@@ -1,12 +1,21 @@
 """The worker: claims tasks in batches and runs them with bounded concurrency.
 
-Loop: claim with ``claim_next(limit=free slots)`` — never more than can start now, so
-nothing waits in a local buffer holding a lease (no prefetch); while fewer than half the
+Loop: claim with ``claim_next(limit=free slots)`` — by default never more than can start
+now, so nothing waits in a local buffer holding a lease; while fewer than half the
 slots are free and handlers still run, wait at most ``batch_window`` for more to free up,
 so one claim serves several slots — start a :class:`Run` per claim, and when nothing was
 claimed wait for work: the store's wakeups where it offers them
 (``capabilities.wakeups``), else polling with exponential backoff; submits, answers and
 releases made through the same ``App`` wake it at once either way.
+
+Prefetch (opt-in, ``prefetch=N``): the queues without a concurrency limit are claimed up
+to ``N`` tasks beyond the free slots, so the next claim is in flight while handlers run
+instead of after they finish. A held claim starts in the first free slot, oldest first;
+one held for ``lease_for / 3`` (a heartbeat interval, counted from before its claim was
+asked) is released instead — it never starts with less than two thirds of its lease left,
+and a long handler never keeps it from other workers for longer. A release gives the task
+back but not the delivery its claim counted (``Work.max_deliveries``), so after one the
+worker claims no further ahead until a run ends.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
@@ -34,7 +43,7 @@ import logging
 import os
 import secrets
 import socket
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -75,6 +84,9 @@ class Worker:
             store with ``batch_transitions``) a terminal event for others to be committed
             with it, in seconds; neither waits once no handler of the worker is running.
         commit_batch: the most terminal events committed together.
+        prefetch: claims held beyond the free slots, for queues without a concurrency
+            limit (default 0: no task waits in this worker holding a lease); see the
+            module docstring.
 
     Raises:
         InvalidInput: a bad argument or an undeclared queue.
@@ -97,6 +109,7 @@ class Worker:
         reap_interval: float | None = 60.0,
         batch_window: float = 0.003,
         commit_batch: int = 64,
+        prefetch: int = 0,
     ) -> None:
         self.app = app
         declared = app.queues
@@ -123,6 +136,9 @@ class Worker:
         if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
                 or not 1 <= commit_batch <= 1000:
             raise InvalidInput("commit_batch must be an integer in 1..1000")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) \
+                or not 0 <= prefetch <= 1000:
+            raise InvalidInput("prefetch must be an integer in 0..1000")
         self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
         self.limits: dict[str, int] = {}
         for q in self.queues:
@@ -160,6 +176,12 @@ class Worker:
         self._claim_at = max(1, (self.concurrency + 1) // 2)
         self.group: GroupCommit | None = None
         self._slots: set[Run] = set()
+        self.prefetch = prefetch
+        self._held: deque[tuple[float, Claim]] = deque()
+        """Claims beyond the free slots (``prefetch``), each with the loop time at which
+        its claim was asked, oldest first."""
+        self._hold_failed = False
+        """A held claim was released unstarted: no claiming ahead until a run ends."""
 
     # -- public --------------------------------------------------------------------------
 
@@ -294,7 +316,8 @@ class Worker:
         return self.concurrency - sum(self._active.values())
 
     def _plan(self) -> list[tuple[list[str], int, tuple[str, ...]]]:
-        """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first."""
+        """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first (never
+        more than the free slots); the others last, up to ``prefetch`` beyond them."""
         free = self._free()
         plan: list[tuple[list[str], int, tuple[str, ...]]] = []
         open_queues: list[str] = []
@@ -302,28 +325,47 @@ class Worker:
             limit = self.limits.get(q)
             if limit is None:
                 open_queues.append(q)
-            elif self._active[q] < limit:
+            elif self._active[q] < limit and free > 0:
                 exclusive = (q,) if q in self.exclusive else ()
                 plan.append(([q], min(free, limit - self._active[q]), exclusive))
-        if open_queues:
-            plan.append((open_queues, free, ()))
+        room = self._room()
+        if open_queues and (room >= self._claim_at or (room > 0 and free > 0)):
+            plan.append((open_queues, room, ()))
         return plan
 
+    def _room(self) -> int:
+        """How many tasks of the open queues a claim may take now: the free slots, plus
+        ``prefetch`` less the claims held (none while claiming ahead is paused)."""
+        ahead = 0 if self._hold_failed else self.prefetch
+        return self._free() + ahead - len(self._held)
+
     async def _claim_loop(self, store: Any) -> None:
+        try:
+            await self._claim_until_stopped(store)
+        finally:
+            while self._held:  # a shutdown (or a cancel): give held claims back
+                self._release(self._held.popleft()[1], "the worker is shutting down")
+
+    async def _claim_until_stopped(self, store: Any) -> None:
+        loop = asyncio.get_running_loop()
         backoff = self.min_poll
         while not self._stopping:
             self._slot_freed.clear()
-            if 0 < self._free() < self._claim_at and self._handlers_busy():
+            self._start_held(loop.time())
+            if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
                 await self._more_slots()
-            plan = self._plan() if self._free() > 0 else []
+            plan = self._plan()
             if not plan:
-                await _first(self._slot_freed.wait(), self._stop.wait())
+                await _first(self._slot_freed.wait(), self._stop.wait(),
+                             timeout=self._hold_left(loop.time()))
                 continue
             claimed, failed = 0, False
             for queues, limit, exclusive in plan:
-                limit = min(limit, self._free())
+                limited = queues[0] in self.limits
+                limit = min(limit, self._free() if limited else self._room())
                 if limit <= 0 or self._stopping:
                     continue
+                asked = loop.time()
                 try:
                     claims = await store.claim_next(self.worker_id, self.lease_for,
                                                     queues=queues, limit=limit,
@@ -333,13 +375,34 @@ class Worker:
                                   self.worker_id, backoff)
                     claims, failed = [], True
                 for claim in claims:
-                    self._start(claim)
+                    if limited or (self._free() > 0 and not self._held):
+                        self._start(claim)
+                    else:
+                        self._held.append((asked, claim))
                 claimed += len(claims)
             if claimed:
                 backoff = self.min_poll
                 continue
             await self._idle(store, backoff, wakeups=not failed)
             backoff = min(backoff * 2, self.poll_interval)
+
+    def _start_held(self, now: float) -> None:
+        """Start held claims in the free slots, oldest first; release those held for a
+        heartbeat interval (``lease_for / 3``) instead."""
+        held = self._held
+        while held and (self._free() > 0 or now - held[0][0] >= self.lease_for / 3):
+            asked, claim = held.popleft()
+            if now - asked >= self.lease_for / 3:
+                self._hold_failed = True
+                self._release(claim, f"held for {self.lease_for / 3:g}s without a free slot")
+            else:
+                self._start(claim)
+
+    def _hold_left(self, now: float) -> float | None:
+        """Seconds until the oldest held claim is due for release (``None``: none held)."""
+        if not self._held:
+            return None
+        return max(0.0, self._held[0][0] + self.lease_for / 3 - now)
 
     async def _more_slots(self) -> None:
         """Wait at most ``batch_window`` for half the slots to be free (or for no handler
@@ -375,9 +438,7 @@ class Worker:
         self.claimed += 1
         snapshot = claim.snapshot
         if self._stopping:
-            release = asyncio.ensure_future(self._release_unstarted(claim))
-            self._releasing.add(release)
-            release.add_done_callback(self._releasing.discard)
+            self._release(claim, "the worker is shutting down")
             return
         run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name))
         self.runs[snapshot.id] = run
@@ -408,6 +469,7 @@ class Worker:
         if run in self._slots:
             self._slots.discard(run)
             self._active[run.snapshot.queue] -= 1
+            self._hold_failed = False
             self._slot_freed.set()
 
     def _handlers_busy(self) -> int:
@@ -415,7 +477,13 @@ class Worker:
         them, briefly)."""
         return sum(1 for run in self.runs.values() if not run.settling)
 
-    async def _release_unstarted(self, claim: Claim) -> None:
+    def _release(self, claim: Claim, why: str) -> None:
+        """Give ``claim`` back unstarted, in the background (a shutdown waits for it)."""
+        release = asyncio.ensure_future(self._release_unstarted(claim, why))
+        self._releasing.add(release)
+        release.add_done_callback(self._releasing.discard)
+
+    async def _release_unstarted(self, claim: Claim, why: str) -> None:
         try:
             assert self._env is not None
             await self._env.store.release(claim.lease)
@@ -424,7 +492,7 @@ class Worker:
         except TasksError:
             log.exception("task %r: could not release an unstarted claim", claim.snapshot.id)
             return
-        log.info("task %r: released unstarted (the worker is shutting down)", claim.snapshot.id)
+        log.info("task %r: released unstarted (%s)", claim.snapshot.id, why)
         self.app._work.notify()
         self.app._changes.notify()
 
