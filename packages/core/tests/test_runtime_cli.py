@@ -279,3 +279,17 @@ def test_console_script_prints_a_refusal_on_one_line_whatever_the_width(
     assert proc.stderr.endswith("\n")
     assert lines[0].startswith(f"error: {kind}: ")
     assert len(lines[0]) > 100  # longer than any width rich would wrap at here
+
+
+async def test_worker_takes_prefetch_and_refuses_a_bad_one() -> None:
+    """``tasks worker --prefetch N`` MUST reach the worker; a bad value MUST be refused
+    (``InvalidInput``: exit 2 from the console script) before anything is claimed."""
+    parsed = build_parser().parse_args(["worker", "m:app", "--prefetch", "4"])
+    assert parsed.prefetch == 4
+    assert build_parser().parse_args(["worker", "m:app"]).prefetch == 0
+    app = _app()
+    async with app:
+        task = await app.submit("ask", None, ALICE)
+        with pytest.raises(InvalidInput, match="prefetch"):
+            await _cli(app, "worker", "m:app", "--prefetch", "-1")
+        assert (await app.get(task.id, ALICE)).deliveries == 0
