@@ -88,6 +88,8 @@ class SoakSizes:
         lease: lease seconds (heartbeats every lease/3).
         input_park: seconds a run waits for an answer before parking.
         seed: the client's random seed (the mix of kinds, when to answer and cancel).
+        prefetch: what every other worker claims beyond its free slots (``--prefetch``),
+            so the invariants are checked with and without claiming ahead.
     """
 
     workers: int = 4
@@ -97,11 +99,13 @@ class SoakSizes:
     lease: float = 2.0
     input_park: float = 1.0
     seed: int = 0
+    prefetch: int = 2
 
-    def worker_args(self) -> list[str]:
-        """Command-line arguments of each worker process."""
+    def worker_args(self, index: int) -> list[str]:
+        """Command-line arguments of worker process ``index`` (the odd ones prefetch)."""
         return ["--lease", str(self.lease), "--concurrency", str(self.concurrency),
-                "--input-park", str(self.input_park)]
+                "--input-park", str(self.input_park),
+                "--prefetch", str(self.prefetch if index % 2 else 0)]
 
 
 def soak_workload(sizes: SoakSizes, *, deadline: float,
@@ -118,8 +122,8 @@ def soak_workload(sizes: SoakSizes, *, deadline: float,
     """
 
     async def body(target: Target, fleet: Fleet, outcome: Outcome) -> None:
-        await asyncio.gather(*(fleet.spawn("worker", *sizes.worker_args())
-                               for _ in range(sizes.workers)))
+        await asyncio.gather(*(fleet.spawn("worker", *sizes.worker_args(index))
+                               for index in range(sizes.workers)))
         client = await fleet.spawn("client", "--rounds", str(sizes.rounds), "--tasks",
                                    str(sizes.tasks), "--seed", str(sizes.seed), "--deadline",
                                    str(deadline))
