@@ -414,13 +414,28 @@ async def test_run_worker_serves_until_cancelled() -> None:
 # -- prefetch (opt-in) -------------------------------------------------------------------
 
 
-def _gated_job(app: App, started: list[str], gate: asyncio.Event) -> Any:
-    @app.task(name="gated")
-    async def gated(ctx: TaskContext) -> None:
-        started.append(ctx.task_id)
-        await gate.wait()
+class _Gated:
+    """An app on a memory store with a manual clock, and a task whose runs record their
+    start and wait for ``gate``."""
 
-    return gated
+    def __init__(self, *, recording: bool = False) -> None:
+        self.clock = ManualClock()
+        memory = MemoryStore(clock=self.clock)
+        self.store = RecordingStore(memory) if recording else memory
+        self.app = make_app(store=self.store)
+        self.started: list[str] = []
+        self.gate = asyncio.Event()
+
+        @self.app.task(name="gated")
+        async def gated(ctx: TaskContext) -> None:
+            self.started.append(ctx.task_id)
+            await self.gate.wait()
+
+        self.job = gated
+
+    async def submit(self, count: int) -> list[str]:
+        """Submit ``count`` tasks a millisecond apart: claims take them in this order."""
+        return await _submitted_in_order(self.app, self.job, self.clock, count)
 
 
 async def _submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
@@ -440,78 +455,68 @@ async def _claimed_ids(app: App, ids: list[str]) -> list[str]:
 async def test_prefetch_claims_beyond_the_free_slots_and_starts_held_claims_oldest_first() -> None:
     """With ``prefetch=N`` the worker MUST claim up to N tasks beyond its free slots while
     its handlers run, and start them oldest first as slots free."""
-    clock = ManualClock()
-    store = RecordingStore(MemoryStore(clock=clock))
-    app = make_app(store=store)
-    started: list[str] = []
-    gate = asyncio.Event()
-    job = _gated_job(app, started, gate)
+    g = _Gated(recording=True)
+    app = g.app
 
     async with app:
-        ids = await _submitted_in_order(app, job, clock, 6)
+        ids = await g.submit(6)
         async with fast_worker(app, concurrency=2, prefetch=2) as worker:
             await until(app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
-            assert started == ids[:2]
+            assert g.started == ids[:2]
             assert await _claimed_ids(app, ids) == ids[:4]
             assert [claim.snapshot.id for _, claim in worker._held] == ids[2:4]
-            gate.set()
+            g.gate.set()
             for task_id in ids:
                 await app.wait(task_id, ALICE, timeout=TIMEOUT)
-    assert started == ids
-    assert store.claim_limits[0] == 4
-    assert all(1 <= limit <= 4 for limit in store.claim_limits)
+    assert g.started == ids
+    assert isinstance(g.store, RecordingStore)
+    assert g.store.claim_limits[0] == 4
+    assert all(1 <= limit <= 4 for limit in g.store.claim_limits)
 
 
 async def test_a_claim_held_for_a_heartbeat_interval_is_released_and_prefetch_pauses() -> None:
     """A held claim that finds no free slot within ``lease_for / 3`` MUST be released
     unstarted (another worker may take it), and the worker MUST claim no further ahead
     until one of its runs ends — a long handler does not burn the task's deliveries."""
-    clock = ManualClock()
-    app = make_app(store=MemoryStore(clock=clock))
-    started: list[str] = []
-    gate = asyncio.Event()
-    job = _gated_job(app, started, gate)
+    g = _Gated()
+    app = g.app
 
     async with app:
-        first_id, second_id = await _submitted_in_order(app, job, clock, 2)
-        first, second = await app.get(first_id, ALICE), await app.get(second_id, ALICE)
+        first, second = await g.submit(2)
         async with fast_worker(app, concurrency=1, prefetch=1, lease_for=0.3) as worker:
-            released = await until(app, second.id, ALICE,
+            released = await until(app, second, ALICE,
                                    lambda s: s.claim is not None and s.claim.ended)
             assert released.status == TaskStatus.PENDING
             assert released.deliveries == 1
-            assert started == [first.id]
+            assert g.started == [first]
             assert not worker._held
-            assert await _claimed_ids(app, [second.id]) == []  # not claimed again
-            gate.set()
-            done = await app.wait(second.id, ALICE, timeout=TIMEOUT)
+            assert await _claimed_ids(app, [second]) == []  # not claimed again
+            g.gate.set()
+            done = await app.wait(second, ALICE, timeout=TIMEOUT)
     assert done.status == TaskStatus.COMPLETED
     assert done.deliveries == 2
-    assert started == [first.id, second.id]
+    assert g.started == [first, second]
 
 
 async def test_a_shutdown_releases_held_claims_unstarted() -> None:
     """Claims held when a shutdown begins MUST be released unstarted: claimable again at
     once, by any worker."""
-    clock = ManualClock()
-    app = make_app(store=MemoryStore(clock=clock))
-    started: list[str] = []
-    gate = asyncio.Event()
-    job = _gated_job(app, started, gate)
+    g = _Gated()
+    app = g.app
 
     async with app:
-        ids = await _submitted_in_order(app, job, clock, 3)
+        ids = await g.submit(3)
         worker = fast_worker(app, concurrency=1, prefetch=2)
         async with worker:
             await until(app, ids[2], ALICE, lambda s: s.status == TaskStatus.RUNNING)
-            gate.set()  # the running handler ends during the drain
+            g.gate.set()  # the running handler ends during the drain
             assert await worker.shutdown(drain_timeout=TIMEOUT)
         for task_id in ids[1:]:
             held = await app.get(task_id, ALICE)
             assert held.status == TaskStatus.PENDING
             assert held.claim is not None
             assert held.claim.ended
-    assert started == ids[:1]
+    assert g.started == ids[:1]
 
 
 async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit() -> None:
