@@ -8,6 +8,7 @@ import contextlib
 import gc
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -161,6 +162,44 @@ async def test_a_busy_sqlite_file_fails_fast_and_writes_nothing(tmp_path: Path) 
         ids = [s.id for s in await store.list(TaskQuery(tenant=None))]
         assert ["after", "before"] == ids
     finally:
+        await store.aclose()
+
+
+async def test_a_sqlite_write_waits_in_short_tries_for_another_processs_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another connection holds SQLite's write lock (less than ``busy_timeout``), a
+    write MUST keep trying — every few milliseconds, not in SQLite's busy handler, which
+    sleeps up to 100 ms between tries — and go through once the lock is released.
+
+    Troubleshooting: the store's connections run ``PRAGMA busy_timeout = 0`` and
+    ``Database.when_free`` tries the transaction again after 0.5–4 ms pauses.
+    """
+    path = tmp_path / "held.db"
+    store = await SQLStore.open(f"sqlite:///{path}", busy_timeout=30)
+    tries = 0
+    tried_often = asyncio.Event()
+    once = store._db._once
+
+    async def counted(*args: Any) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries == 5:
+            tried_often.set()
+        return await once(*args)
+
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(store._db, "_once", counted)
+        creating = asyncio.ensure_future(store.create(_new("waited")))
+        await asyncio.wait_for(tried_often.wait(), 5)  # five tries: far below SQLite's pace
+        assert not creating.done()
+        other.execute("COMMIT")
+        created = await asyncio.wait_for(creating, 5)
+        assert created == await store.get("waited", tenant=None)
+    finally:
+        other.close()
         await store.aclose()
 
 

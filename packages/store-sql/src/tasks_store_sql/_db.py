@@ -3,7 +3,8 @@
 Every store operation is one call of :meth:`Database.run`: one transaction on one
 connection (SQLite writes first take this process's FIFO write slot and begin with
 ``BEGIN IMMEDIATE``), committed when the operation returns, rolled back when it raises,
-re-run from scratch after a deadlock, and with every driver error translated.
+re-run from scratch after a deadlock — and on SQLite while another process holds the
+file's lock (:meth:`Database.when_free`) — and with every driver error translated.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core.errors import TasksError
 
 from tasks_store_sql._dialect import WRITE, Kind, server_now
-from tasks_store_sql._errors import DRIVER_ERRORS, is_retryable, translate, translated
+from tasks_store_sql._errors import (
+    DRIVER_ERRORS,
+    is_busy,
+    is_retryable,
+    translate,
+    translated,
+)
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["CommitThenRaise", "Database"]
@@ -32,6 +39,9 @@ __all__ = ["CommitThenRaise", "Database"]
 log = logging.getLogger("tasks_store_sql")
 T = TypeVar("T")
 MAX_ATTEMPTS = 5
+BUSY_PAUSES = (0.0005, 0.004)
+"""SQLite: the first and the longest pause between tries for a lock another process holds
+(seconds; each pause doubles)."""
 IDLE_DRIVERS = 4
 _DEFAULT_ISOLATION = "SELECT current_setting('default_transaction_isolation')"
 """Connections :meth:`Database.run_driver` keeps checked out between calls (per store)."""
@@ -173,7 +183,7 @@ class Database:
         for attempt in itertools.count(1):
             try:
                 async with self._slot(write):
-                    return await self._once(operation, write)
+                    return await self.when_free(lambda: self._once(operation, write))
             except TasksError:
                 raise
             except DRIVER_ERRORS as exc:
@@ -279,6 +289,32 @@ class Database:
             known = self._read_committed[driver] = level == "read committed"
         return known
 
+    async def when_free(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, tried again after a short pause while SQLite answers busy —
+        another process holds the file's write lock — until ``busy_timeout`` has passed;
+        then its error. Nothing of a busy try was written.
+
+        SQLite cannot tell a waiter when a lock is free, and its own busy handler sleeps up
+        to 100 ms between tries: behind another process committing every few
+        milliseconds it kept missing the gaps (a claim waited ~1 s). The store's
+        connections answer busy at once (``PRAGMA busy_timeout = 0``) and wait here, in
+        pauses of 0.5 to 4 ms. Other databases, and SQLite engines the application owns,
+        try once.
+        """
+        if self.kind != "sqlite" or not self.managed_sqlite:
+            return await attempt()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.busy_timeout
+        pause = BUSY_PAUSES[0]
+        while True:
+            try:
+                return await attempt()
+            except DRIVER_ERRORS as exc:
+                if not is_busy(exc) or loop.time() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)  # polling: SQLite has no wait for a lock's release
+            pause = min(pause * 2, BUSY_PAUSES[1])
+
     async def _once(self, operation: Operation[T], write: bool) -> T:
         async with self.current().connect() as conn:
             if write and self.kind == "sqlite" and self.managed_sqlite:
@@ -311,8 +347,13 @@ class Database:
             async with self._slot(write), self.current().connect() as conn:
                 if write and self.kind == "sqlite" and self.managed_sqlite:
                     await conn.execution_options(**{WRITE: True})
-                async with conn.begin():
+                transaction = await self.when_free(conn.begin)
+                try:
                     yield conn
+                except BaseException:
+                    await transaction.rollback()
+                    raise
+                await transaction.commit()
 
     async def dispose(self) -> None:
         """Give back the connections kept for :meth:`run_driver` and dispose of the

@@ -500,6 +500,9 @@ def install_sqlite_hooks(engine: AsyncEngine, *, wal: bool) -> None:
             if wal:
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=FULL")
+            # From here on SQLite answers "busy" at once and the store waits for the lock
+            # itself, in short tries (Database.when_free); the pragmas above still waited.
+            cursor.execute("PRAGMA busy_timeout = 0")
         finally:
             cursor.close()
 

@@ -37,6 +37,7 @@ __all__ = [
     "DRIVER_ERRORS",
     "connect_arguments",
     "describe",
+    "is_busy",
     "is_retryable",
     "translate",
     "translated",
@@ -151,6 +152,12 @@ def _refusal(exc: BaseException) -> str | None:
         return _REFUSED_STATES.get(state) or _REFUSED_STATES.get(state[:2])
     code = _sqlite_code(exc)
     return _REFUSED_SQLITE.get(code) if code is not None else None
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether SQLite answered ``SQLITE_BUSY``: another connection holds the lock asked
+    for (nothing of the failed transaction was written)."""
+    return _sqlite_code(exc) == 5
 
 
 def is_retryable(exc: BaseException) -> bool:

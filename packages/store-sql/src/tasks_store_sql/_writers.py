@@ -12,8 +12,9 @@ SQLite admits one writer at a time. Left alone, concurrent writers of one proces
 spin on SQLite's busy handler and time each other out in no particular order. Here they
 queue instead: first come, first served, across threads and event loops; a writer that
 waits longer than the store's ``busy_timeout`` gives up with ``StoreUnavailable`` before it
-has touched the database (nothing written). SQLite's own busy timeout then only arbitrates
-between processes.
+has touched the database (nothing written). Between processes, the writer at the head of
+the queue then tries for the file's lock in short pauses (``Database.when_free``), again
+for at most ``busy_timeout``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from tasks_core.plugins import StoreSpec, hookimpl
 
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import create_engine, parse_url
-from tasks_store_sql._errors import translate
 from tasks_store_sql._schema import Tables, check_namespace, prefix_of
 from tasks_store_sql.migrations_api import current_revision, migrate
 from tasks_store_sql.store import SQLStore
@@ -85,9 +84,8 @@ async def drop_namespace(base_url: str, namespace: str) -> None:
             table.drop(conn, checkfirst=True)
 
     try:
-        with translate(db.what):
-            async with engine.begin() as conn:
-                await conn.run_sync(drop)
+        async with db.connection(write=True) as conn:
+            await conn.run_sync(drop)
     finally:
         await db.dispose()
 

@@ -40,7 +40,8 @@ Options (``open_store(url, **options)`` or ``SQLStore(url, **options)``): ``cloc
 ``schema`` — ``"create"`` (default: an empty namespace gets the current schema; an older
 or newer one is refused with ``SchemaMismatch``), ``"upgrade"`` (also migrates an older
 schema) or ``"check"`` (never runs DDL); ``busy_timeout`` (seconds a SQLite writer waits
-for its turn, default 5); ``engine_options`` (passed to ``create_async_engine``).
+for its turn in this process, and then for the file's lock, default 5);
+``engine_options`` (passed to ``create_async_engine``).
 
 Atomicity: every operation is one transaction. Operations on one task lock its row
 (``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), read
