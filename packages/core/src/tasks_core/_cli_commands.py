@@ -110,8 +110,9 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, on_signal, signum)
+    ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
     console.print(f"worker {plain(worker.worker_id)} on {plain(app.url)}: queues "
-                  f"{plain(', '.join(worker.queues))}, concurrency {worker.concurrency}",
+                  f"{plain(', '.join(worker.queues))}, concurrency {worker.concurrency}{ahead}",
                   highlight=False)
     try:
         await worker.run()

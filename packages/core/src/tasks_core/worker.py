@@ -227,8 +227,9 @@ class Worker:
         if self.reap_interval is not None:
             self.reaper = Reaper(store, interval=self.reap_interval)
             reaper_task = asyncio.create_task(self.reaper.run(self._stop))
-        log.info("worker %s serving %s (concurrency %d, store %s)", self.worker_id,
-                 ", ".join(self.queues), self.concurrency, type(store).__name__)
+        log.info("worker %s serving %s (concurrency %d, prefetch %d, store %s)",
+                 self.worker_id, ", ".join(self.queues), self.concurrency, self.prefetch,
+                 type(store).__name__)
         claiming = asyncio.create_task(self._claim_loop(store), name="tasks:claim-loop")
         claiming.add_done_callback(lambda _: self._loop_done.set())
         try:
