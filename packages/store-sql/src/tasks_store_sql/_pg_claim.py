@@ -29,10 +29,8 @@ from tasks_store_sql._codec import HEAD_KEYS
 from tasks_store_sql._pg_statements import Statement, oldest_claimable, store_clock
 from tasks_store_sql._schema import Tables
 
-__all__ = ["CLAIM_CHANGES", "claim_statement"]
+__all__ = ["claim_statement"]
 
-CLAIM_CHANGES = HEAD_KEYS
-"""The snapshot keys a claim writes (``rules.start_claim``): the head of the stored text."""
 _INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
 """How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
 _HEAD_START = '{"' + HEAD_KEYS[0] + '":'
@@ -91,7 +89,7 @@ def _read(locked: sa.CTE) -> sa.FromClause:
             each.c.key == _text(f"key_{name}", name)
         )
 
-    changed = sa.bindparam("changed", list(CLAIM_CHANGES), type_=_TEXTS)
+    changed = sa.bindparam("changed", list(HEAD_KEYS), type_=_TEXTS)
     return sa.select(
         sa.cast(field("lease_generation"), sa.Integer).label("lease_generation"),
         sa.cast(field("deliveries"), sa.Integer).label("deliveries"),
@@ -101,9 +99,21 @@ def _read(locked: sa.CTE) -> sa.FromClause:
     ).select_from(each).lateral("j")
 
 
+def _members(
+    name: str, fields: list[tuple[str, list[sa.ColumnElement[Any]]]]
+) -> list[sa.ColumnElement[Any]]:
+    """The text of a JSON object's members, ``{"key":value,…`` without its closing brace:
+    each key a bound literal, each value the text parts given."""
+    parts: list[sa.ColumnElement[Any]] = []
+    for index, (key, value) in enumerate(fields):
+        parts += [_text(f"{name}_{key}", ("{" if index == 0 else ",") + f'"{key}":'), *value]
+    return parts
+
+
 def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
-    """The claimed snapshot's text: a new head, in the codec's order, then the rest of
-    the stored text as it is."""
+    """The claimed snapshot's text: a new head, in the codec's order
+    (:data:`~tasks_store_sql._codec.HEAD_KEYS`), then the rest of the stored text as it
+    is (which begins ``,"id":``)."""
     null = _text("null", "null")
     started = sa.case(
         (sa.func.coalesce(plan.c.started_at, null) == null, _instant(plan.c.now)),
@@ -113,26 +123,25 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
         (plan.c.claim_expires_at.is_not(None), _text("true", "true")),
         else_=_text("false", "false"),
     )  # the previous lease never ended (its expiry is still recorded)
-    parts: list[sa.ColumnElement[Any]] = [
-        _text("h_deliveries", '{"progress":null,"retry_at":null,"deliveries":'),
-        sa.cast(plan.c.deliveries + 1, sa.Text),
-        _text("h_worker", ',"claim":{"worker_id":'),
-        sa.cast(sa.func.to_json(_text("worker")), sa.Text),
-        _text("h_generation", ',"generation":'),
-        sa.cast(plan.c.generation, sa.Text),
-        _text("h_expires_at", ',"expires_at":'),
-        _instant(plan.c.lease_expires_at),
-        _text("h_recovered", ',"ended":false,"recovered":'),
-        recovered,
-        _text("h_lease_generation", '},"lease_generation":'),
-        sa.cast(plan.c.generation, sa.Text),
-        _text("h_updated_at", ',"updated_at":'),
-        _instant(plan.c.touched),
-        _text("h_started_at", ',"started_at":'),
-        started,
-        sa.func.substr(plan.c.snapshot, plan.c.cut),
-    ]
-    return sa.func.concat(*parts)
+    generation = sa.cast(plan.c.generation, sa.Text)
+    claim = _members("c", [
+        ("worker_id", [sa.cast(sa.func.to_json(_text("worker")), sa.Text)]),
+        ("generation", [generation]),
+        ("expires_at", [_instant(plan.c.lease_expires_at)]),
+        ("ended", [_text("false", "false")]),
+        ("recovered", [recovered]),
+    ])
+    values: dict[str, list[sa.ColumnElement[Any]]] = {
+        "progress": [null],
+        "retry_at": [null],
+        "deliveries": [sa.cast(plan.c.deliveries + 1, sa.Text)],
+        "claim": [*claim, _text("close", "}")],
+        "lease_generation": [generation],
+        "updated_at": [_instant(plan.c.touched)],
+        "started_at": [started],
+    }
+    head = _members("h", [(key, values[key]) for key in HEAD_KEYS])
+    return sa.func.concat(*head, sa.func.substr(plan.c.snapshot, plan.c.cut))
 
 
 def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
@@ -170,8 +179,8 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
             t.c.id == decided.c.id,
             decided.c.deliveries < decided.c.max_deliveries,
             sa.or_(decided.c.expires_at.is_(None), decided.c.expires_at > decided.c.now),
-            decided.c.n_keys == len(CLAIM_CHANGES),
-            decided.c.changes == len(CLAIM_CHANGES),
+            decided.c.n_keys == len(HEAD_KEYS),
+            decided.c.changes == len(HEAD_KEYS),
         )
         .values(
             row_version=t.c.row_version + 1,
