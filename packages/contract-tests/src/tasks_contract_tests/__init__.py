@@ -42,6 +42,7 @@ __all__ = [
     "TTLContract",
     "TenantContract",
     "TransitionContract",
+    "WorkerContract",
 ]
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         TenantContract,
         TransitionContract,
         TTLContract,
+        WorkerContract,
     )
 
 

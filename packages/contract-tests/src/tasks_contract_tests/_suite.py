@@ -22,6 +22,7 @@ from tasks_contract_tests.contract.retry import RetryContract
 from tasks_contract_tests.contract.tenants import TenantContract
 from tasks_contract_tests.contract.transition import TransitionContract
 from tasks_contract_tests.contract.ttl import TTLContract
+from tasks_contract_tests.contract.worker import WorkerContract
 
 __all__ = [
     "BatchContract",
@@ -45,6 +46,7 @@ __all__ = [
     "TTLContract",
     "TenantContract",
     "TransitionContract",
+    "WorkerContract",
 ]
 
 
@@ -69,5 +71,6 @@ class StoreContract(
     CapabilityContract,
     RealClockContract,
     ModelContract,
+    WorkerContract,
 ):
     """Every contract test. Override the ``store_factory`` fixture (and ``corrupt_task``)."""

@@ -1,0 +1,125 @@
+"""The runtime's worker on the store: what ``tasks worker`` does to it, end to end.
+
+These run a real :class:`~tasks_core.worker.Worker` (batched claims, group commit where
+the store has ``batch_transitions``, claims held ahead with ``prefetch``) against the
+store under test, on the injected clock (leases never lapse here), and check what the
+store ends up holding. They wait for conditions (polling the store, bounded), never for
+a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import pytest
+from tasks_core import App, ManualClock, TaskContext, TaskStatus, TaskStore
+
+from tasks_contract_tests._base import ContractBase
+from tasks_contract_tests._kit import ALICE, LEASE_S
+
+TASKS = 24
+WAIT_S = 20.0
+"""The longest any condition is waited for (a failure, not a pause)."""
+POLL_S = 0.005
+FAST: dict[str, Any] = {
+    "poll_interval": 0.02, "min_poll": 0.005, "reap_interval": None, "lease_for": LEASE_S,
+}
+"""Worker options: poll often (a store without wakeups), no reaper."""
+
+
+async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Wait until ``condition()`` holds, polling; fail after ``WAIT_S``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not await condition():
+        if loop.time() > deadline:
+            pytest.fail(f"gave up waiting: {what}")
+        await asyncio.sleep(POLL_S)
+
+
+class WorkerContract(ContractBase):
+    """The worker on the store: each task run once and its end recorded; claims held
+    ahead started oldest first and given back unstarted at shutdown."""
+
+    @pytest.mark.parametrize("prefetch", [0, 3])
+    async def test_a_worker_runs_every_task_once_and_records_its_end(
+        self, store: TaskStore, prefetch: int
+    ) -> None:
+        """A worker (concurrency 4, with and without ``prefetch``) MUST run each submitted
+        task exactly once and leave it ``completed`` with its handler's result, one
+        delivery, and exactly one history entry, the completion.
+
+        Troubleshooting: a task run twice means a claim handed out a task another claim
+        held; a missing or doubled history entry means the completion's write (one
+        ``transition`` or a group of them in ``transition_many``) is not atomic.
+        """
+        app = App(store=store)
+        ran: Counter[str] = Counter()
+
+        @app.task(name="double")
+        async def double(ctx: TaskContext, n: int) -> int:
+            ran[ctx.task_id] += 1
+            return n * 2
+
+        async with app:
+            ids = [(await app.submit(double, {"n": n}, ALICE)).id for n in range(TASKS)]
+            async with app.worker(concurrency=4, prefetch=prefetch, **FAST):
+                ended = [await app.wait(task_id, ALICE, timeout=WAIT_S) for task_id in ids]
+        assert ran == dict.fromkeys(ids, 1)
+        for n, (task_id, snapshot) in enumerate(zip(ids, ended, strict=True)):
+            assert snapshot.status == TaskStatus.COMPLETED, task_id
+            assert snapshot.result == n * 2
+            assert snapshot.deliveries == 1
+            history = await store.history(task_id, tenant=ALICE.tenant)
+            assert [record.kind for record in history] == ["completed"]
+
+    async def test_a_prefetching_worker_gives_its_held_claims_back_at_shutdown(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """With ``prefetch=2`` and one slot, a worker MUST claim the next two tasks while
+        its handler runs without starting them; its shutdown MUST give every claim back
+        — the held ones unstarted, the running one stopped for the shutdown — so that
+        another worker can claim all three at once (no lease to wait out), none of them
+        recorded as cancelled or failed.
+
+        Troubleshooting: a held claim that stays claimed after the shutdown means
+        ``release`` left the lease live; a history entry means the release was written
+        as an event.
+        """
+        app = App(store=store)
+        started: list[str] = []
+
+        @app.task(name="parked")
+        async def parked(ctx: TaskContext) -> None:
+            started.append(ctx.task_id)
+            await ctx.sleep(WAIT_S)
+            ctx.raise_if_cancelled()
+
+        async def claimed(task_id: str) -> bool:
+            return (await app.get(task_id, ALICE)).status == TaskStatus.RUNNING
+
+        async with app:
+            ids = []
+            for _ in range(3):
+                ids.append((await app.submit(parked, None, ALICE)).id)
+                clock.advance(0.001)  # claims take them in this order
+            worker = app.worker(concurrency=1, prefetch=2, **FAST)
+            async with worker:
+                for task_id in ids:
+                    await _until(partial(claimed, task_id), f"{task_id} claimed")
+                assert started == ids[:1]
+                assert await worker.shutdown(drain_timeout=WAIT_S)
+            for task_id in ids:
+                given_back = await app.get(task_id, ALICE)
+                assert given_back.status == TaskStatus.PENDING, task_id
+                assert given_back.deliveries == 1
+                assert given_back.claim is not None
+                assert given_back.claim.ended
+                assert await store.history(task_id, tenant=ALICE.tenant) == []
+        assert started == ids[:1]
+        again = await store.claim_next("another-worker", LEASE_S, queues=["default"], limit=3)
+        assert sorted(claim.snapshot.id for claim in again) == sorted(ids)
