@@ -519,6 +519,29 @@ async def test_a_shutdown_releases_held_claims_unstarted() -> None:
     assert g.started == ids[:1]
 
 
+async def test_a_held_claim_of_a_task_cancelled_through_the_app_is_never_started() -> None:
+    """A cancel recorded through the worker's app while the task's claim is held MUST keep
+    the handler from ever running it: the next held claim starts in its place."""
+    g = _Gated()
+    app = g.app
+
+    async with app:
+        first, second = await g.submit(2)
+        async with fast_worker(app, concurrency=1, prefetch=1) as worker:
+            await until(app, second, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert [claim.snapshot.id for _, claim in worker._held] == [second]
+            await app.cancel(second, ALICE)
+            assert not worker._held
+            g.clock.advance(0.001)
+            (third,) = await g.submit(1)
+            await until(app, third, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            g.gate.set()
+            assert (await app.wait(third, ALICE, timeout=TIMEOUT)).status == \
+                TaskStatus.COMPLETED
+        assert (await app.get(second, ALICE)).status == TaskStatus.CANCELLED
+    assert g.started == [first, third]
+
+
 async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit() -> None:
     """A queue's own concurrency limit MUST hold with prefetch: its claims ask for its free
     slots only."""

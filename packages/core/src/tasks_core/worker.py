@@ -15,7 +15,8 @@ one held for ``lease_for / 3`` (a heartbeat interval, counted from before its cl
 asked) is released instead — it never starts with less than two thirds of its lease left,
 and a long handler never keeps it from other workers for longer. A release gives the task
 back but not the delivery its claim counted (``Work.max_deliveries``), so after one the
-worker claims no further ahead until a run ends.
+worker claims no further ahead until a run ends. A cancel recorded through the same
+``App`` drops a held claim of that task unstarted.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
@@ -502,9 +503,19 @@ class Worker:
         future.add_done_callback(self._late.discard)
 
     def _on_cancel(self, task_id: str, run_id: str) -> None:
+        """A cancel recorded through this app: stop that run, or never start it when its
+        claim is held (the task is finished: there is nothing to give back)."""
         run = self.runs.get(task_id)
         if run is not None and run.run_id == run_id:
             run.stop(CancelReason.USER)
+            return
+        for entry in self._held:
+            snapshot = entry[1].snapshot
+            if snapshot.id == task_id and snapshot.run_id == run_id:
+                self._held.remove(entry)
+                self._slot_freed.set()  # room for another claim ahead
+                log.info("task %r: cancelled while its claim was held; not started", task_id)
+                return
 
 
 def _default_worker_id() -> str:
