@@ -7,15 +7,24 @@ namespace lock and passes ``connection`` and ``prefix`` in ``config.attributes``
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import context
 
 config = context.config
 connection = config.attributes["connection"]
 prefix: str = config.attributes["prefix"]
+version_table = f"{prefix}tasks_schema_version"
+
+if connection.dialect.name in ("mysql", "mariadb"):
+    # MySQL and MariaDB call every primary key PRIMARY and warn about the name Alembic
+    # gives it: create Alembic's table first, with the same column and an unnamed key.
+    sa.Table(
+        version_table, sa.MetaData(), sa.Column("version_num", sa.String(32), primary_key=True)
+    ).create(connection, checkfirst=True)
 
 context.configure(
     connection=connection,
-    version_table=f"{prefix}tasks_schema_version",
+    version_table=version_table,
     tasks_prefix=prefix,
 )
 with context.begin_transaction():
