@@ -100,6 +100,8 @@ STORES = {
     "postgresql-psycopg": Store("postgresql+psycopg://postgres@127.0.0.1:5432/tasks_test",
                                 (*SUITE, "store-sql[psycopg]"), server=True),
     "mariadb":       Store("mysql://root@127.0.0.1:3306/tasks_test", SQL, server=True),
+    "mariadb-aiomysql": Store("mysql+aiomysql://root@127.0.0.1:3306/tasks_test",
+                              (*SUITE, "store-sql[aiomysql]"), server=True),
     "mongodb":       Store("{server}/tasks_test?driver=pymongo", MONGO, serve=secantusdb),
     "mongodb-motor": Store("{server}/tasks_test?driver=motor", MONGO, serve=secantusdb),
 }

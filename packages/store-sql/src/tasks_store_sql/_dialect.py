@@ -66,7 +66,7 @@ _DRIVERS: dict[str, tuple[Kind, str, frozenset[str]]] = {
 }
 _INSTALL = {
     "asyncmy": "pip install 'tasks-store-sql[mysql]'",
-    "aiomysql": "pip install aiomysql",
+    "aiomysql": "pip install 'tasks-store-sql[aiomysql]'",
     "psycopg": "pip install 'tasks-store-sql[psycopg]'",
 }
 URL_HELP = (

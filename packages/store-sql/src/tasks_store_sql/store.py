@@ -29,8 +29,9 @@ URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is ke
   path: one-statement claims, prepared statements, LISTEN/NOTIFY); ``+psycopg`` (extra
   ``tasks-store-sql[psycopg]``) runs the common SQLAlchemy path and polls;
 - ``mysql://user:password@host:3306/dbname`` or ``mariadb://…`` (also ``+asyncmy``,
-  ``+aiomysql``) — asyncmy, from the ``tasks-store-sql[mysql]`` extra. MariaDB 10.6+ or
-  MySQL 8.0+ (``SKIP LOCKED``).
+  ``+aiomysql``) — asyncmy, from the ``tasks-store-sql[mysql]`` extra (``+aiomysql``: the
+  ``[aiomysql]`` extra, which keeps PyMySQL below 1.2.1, where aiomysql 0.3 breaks).
+  MariaDB 10.6+ or MySQL 8.0+ (``SKIP LOCKED``).
 - ``?namespace=name`` (any scheme): an isolated set of tables (``name_tasks``…) so several
   applications or test runs can share one database.
 
