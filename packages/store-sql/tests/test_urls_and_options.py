@@ -261,3 +261,21 @@ def test_unusable_query_option_values_are_refused(url: str, said: str) -> None:
     """
     with pytest.raises(InvalidInput, match=said):
         parse_url(url)
+
+
+@pytest.mark.anyio
+async def test_aiomysql_with_a_pymysql_it_cannot_use_is_refused_at_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``mysql+aiomysql://`` with a PyMySQL that aiomysql cannot use (1.2.1 and later:
+    ``escape_bytes_prefixed`` gone, or bound to a string as 1.2.4 does) MUST be refused
+    with ``InvalidInput`` naming the extra to install when the store opens — never a
+    ``TypeError`` from the driver at its first query.
+
+    Troubleshooting: ``_check_aiomysql`` in ``_dialect.py``.
+    """
+    converters = pytest.importorskip("pymysql.converters")
+    pytest.importorskip("aiomysql")
+    monkeypatch.setattr(converters, "escape_bytes_prefixed", "DO NOT IMPORT THIS!!!")
+    with pytest.raises(InvalidInput, match=r"PyMySQL \(1.2.1 or later\).*\[aiomysql\]"):
+        await SQLStore.open("mysql+aiomysql://root@127.0.0.1:9/nowhere")  # never reached

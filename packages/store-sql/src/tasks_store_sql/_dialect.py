@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import math
 import os
 import threading
@@ -397,7 +398,8 @@ def create_engine(
     ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by us. PostgreSQL and MariaDB: READ COMMITTED.
 
     Raises:
-        InvalidInput: the driver is not installed (says what to install).
+        InvalidInput: the driver is not installed, or cannot work as installed (says
+            what to install).
     """
     kwargs: dict[str, Any] = dict(options or {})
     if target.kind == "sqlite":
@@ -415,11 +417,29 @@ def create_engine(
     except ImportError as exc:
         driver = target.url.get_driver_name()
         hint = _INSTALL.get(driver, f"pip install {driver}")
-        raise InvalidInput(f"The {driver} driver is not installed: {hint}") from exc
+        raise InvalidInput(f"The {driver} driver is not installed or cannot be imported: "
+                           f"{hint}") from exc
+    if target.url.get_driver_name() == "aiomysql":
+        _check_aiomysql()
     install_connect(engine)
     if target.kind == "sqlite":
         install_sqlite_hooks(engine, wal=not target.memory)
     return engine
+
+
+def _check_aiomysql() -> None:
+    """Refuse a PyMySQL that aiomysql cannot use, before its first query would fail.
+
+    aiomysql 0.3 escapes bytes with PyMySQL's ``escape_bytes_prefixed``, which PyMySQL
+    1.2.1 removed (later releases keep the name, bound to a string).
+
+    Raises:
+        InvalidInput: the installed PyMySQL is one of those (says what to install).
+    """
+    converters = importlib.import_module("pymysql.converters")
+    if not callable(getattr(converters, "escape_bytes_prefixed", None)):
+        raise InvalidInput("aiomysql cannot work with the installed PyMySQL (1.2.1 or "
+                           f"later): {_INSTALL['aiomysql']}")
 
 
 def install_connect(engine: AsyncEngine) -> None:
