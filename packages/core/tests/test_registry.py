@@ -113,8 +113,12 @@ def test_known_first_party_scheme_says_what_to_install(
     from tasks_core import _registry
 
     monkeypatch.setattr(_registry, "entry_points", lambda group: [])
-    with pytest.raises(UnknownStore, match=f"Install it with: pip install {distribution}"):
+    with pytest.raises(UnknownStore, match=f"Install it with: pip install {distribution}") \
+            as missing:
         find_store(url)
+    package = distribution.removeprefix("tasks-")
+    assert f"from a clone of the repository, pip install ./packages/{package})" in \
+        str(missing.value)
 
 
 @pytest.mark.parametrize(

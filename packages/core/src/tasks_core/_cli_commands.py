@@ -254,7 +254,8 @@ async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> in
         stress = importlib.import_module("tasks_contract_tests.stress")
     except ImportError:
         console.print("[red]error:[/] tasks stress needs the contract suite: "
-                      "pip install tasks-contract-tests", highlight=False)
+                      "pip install tasks-contract-tests (not on PyPI yet: from a clone of "
+                      "the repository, pip install ./packages/contract-tests)", highlight=False)
         return 2
     argv = ["--store", args.store or app.url or default_store_url()[0]]
     argv += [f"--{flag}" for flag in ("json", "small") if getattr(args, flag)]

@@ -60,7 +60,8 @@ def _miss(name: str) -> UnknownStore:
     hint = KNOWN_DISTRIBUTIONS.get(name)
     parts = [f"No installed store plugin serves {name!r}."]
     if hint:
-        parts.append(f"Install it with: pip install {hint}")
+        parts.append(f"Install it with: pip install {hint} (not on PyPI yet: from a clone "
+                     f"of the repository, pip install ./packages/{hint.removeprefix('tasks-')}).")
     close = difflib.get_close_matches(name, sorted({*installed, *KNOWN_DISTRIBUTIONS}), n=1)
     if close and close[0] != name:
         parts.append(f"Did you mean {close[0]!r}?")
