@@ -279,3 +279,20 @@ async def test_aiomysql_with_a_pymysql_it_cannot_use_is_refused_at_open(
     monkeypatch.setattr(converters, "escape_bytes_prefixed", "DO NOT IMPORT THIS!!!")
     with pytest.raises(InvalidInput, match=r"PyMySQL \(1.2.1 or later\).*\[aiomysql\]"):
         await SQLStore.open("mysql+aiomysql://root@127.0.0.1:9/nowhere")  # never reached
+
+
+@pytest.mark.anyio
+async def test_a_missing_driver_is_refused_naming_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A URL whose driver is not installed MUST be refused with ``InvalidInput`` naming
+    the extra of tasks-store-sql that brings it (and how to install it from a clone),
+    before anything connects.
+
+    Troubleshooting: ``_install_hint`` and ``_EXTRAS`` in ``_dialect.py``.
+    """
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    with pytest.raises(InvalidInput, match=r"psycopg driver is not installed") as refused:
+        await SQLStore.open("postgresql+psycopg://u@127.0.0.1:9/nowhere")  # never reached
+    assert "pip install 'tasks-store-sql[psycopg]'" in str(refused.value)
+    assert "pip install './packages/store-sql[psycopg]'" in str(refused.value)

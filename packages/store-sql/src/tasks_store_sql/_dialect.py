@@ -65,11 +65,8 @@ _DRIVERS: dict[str, tuple[Kind, str, frozenset[str]]] = {
     "mysql": ("mysql", "asyncmy", frozenset({"aiomysql", "asyncmy"})),
     "mariadb": ("mysql", "asyncmy", frozenset({"aiomysql", "asyncmy"})),
 }
-_INSTALL = {
-    "asyncmy": "pip install 'tasks-store-sql[mysql]'",
-    "aiomysql": "pip install 'tasks-store-sql[aiomysql]'",
-    "psycopg": "pip install 'tasks-store-sql[psycopg]'",
-}
+_EXTRAS = {"asyncmy": "mysql", "aiomysql": "aiomysql", "psycopg": "psycopg"}
+"""The extra of tasks-store-sql that installs each optional driver."""
 URL_HELP = (
     "SQL store URLs look like 'sqlite:///path/tasks.db', "
     "'postgresql://user:password@host:5432/db' or 'mysql://user:password@host:3306/db'"
@@ -416,7 +413,7 @@ def create_engine(
         engine = create_async_engine(target.url, **kwargs)
     except ImportError as exc:
         driver = target.url.get_driver_name()
-        hint = _INSTALL.get(driver, f"pip install {driver}")
+        hint = _install_hint(driver)
         raise InvalidInput(f"The {driver} driver is not installed or cannot be imported: "
                            f"{hint}") from exc
     if target.url.get_driver_name() == "aiomysql":
@@ -425,6 +422,15 @@ def create_engine(
     if target.kind == "sqlite":
         install_sqlite_hooks(engine, wal=not target.memory)
     return engine
+
+
+def _install_hint(driver: str) -> str:
+    """How to install ``driver``: the extra of tasks-store-sql that brings it."""
+    extra = _EXTRAS.get(driver)
+    if extra is None:
+        return f"pip install {driver}"
+    return (f"pip install 'tasks-store-sql[{extra}]' (not on PyPI yet: from a clone of the "
+            f"repository, pip install './packages/store-sql[{extra}]')")
 
 
 def _check_aiomysql() -> None:
@@ -439,7 +445,7 @@ def _check_aiomysql() -> None:
     converters = importlib.import_module("pymysql.converters")
     if not callable(getattr(converters, "escape_bytes_prefixed", None)):
         raise InvalidInput("aiomysql cannot work with the installed PyMySQL (1.2.1 or "
-                           f"later): {_INSTALL['aiomysql']}")
+                           f"later): {_install_hint('aiomysql')}")
 
 
 def install_connect(engine: AsyncEngine) -> None:
