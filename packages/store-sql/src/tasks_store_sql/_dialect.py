@@ -409,15 +409,14 @@ def create_engine(
         kwargs.setdefault("max_overflow", 20)
         if target.kind == "mysql":
             kwargs.setdefault("pool_recycle", 1800)
+    driver = target.url.get_driver_name()
     try:
+        if driver == "aiomysql":
+            _check_aiomysql()
         engine = create_async_engine(target.url, **kwargs)
     except ImportError as exc:
-        driver = target.url.get_driver_name()
-        hint = _install_hint(driver)
         raise InvalidInput(f"The {driver} driver is not installed or cannot be imported: "
-                           f"{hint}") from exc
-    if target.url.get_driver_name() == "aiomysql":
-        _check_aiomysql()
+                           f"{_install_hint(driver)}") from exc
     install_connect(engine)
     if target.kind == "sqlite":
         install_sqlite_hooks(engine, wal=not target.memory)
@@ -441,6 +440,7 @@ def _check_aiomysql() -> None:
 
     Raises:
         InvalidInput: the installed PyMySQL is one of those (says what to install).
+        ImportError: PyMySQL is not installed.
     """
     converters = importlib.import_module("pymysql.converters")
     if not callable(getattr(converters, "escape_bytes_prefixed", None)):
