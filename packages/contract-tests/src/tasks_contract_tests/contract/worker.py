@@ -31,6 +31,20 @@ FAST: dict[str, Any] = {
 """Worker options: poll often (a store without wakeups), no reaper."""
 
 
+async def _submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
+    """Submit ``count`` tasks of ``job`` a millisecond apart: claims take them in order."""
+    ids = []
+    for _ in range(count):
+        ids.append((await app.submit(job, None, ALICE)).id)
+        clock.advance(0.001)
+    return ids
+
+
+async def _claimed(app: App, task_id: str) -> bool:
+    """Whether ``task_id`` holds a live lease (claimed, started or held)."""
+    return (await app.get(task_id, ALICE)).status == TaskStatus.RUNNING
+
+
 async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
     """Wait until ``condition()`` holds, polling; fail after ``WAIT_S``."""
     loop = asyncio.get_running_loop()
@@ -99,21 +113,15 @@ class WorkerContract(ContractBase):
             await ctx.sleep(WAIT_S)
             ctx.raise_if_cancelled()
 
-        async def claimed(task_id: str) -> bool:
-            return (await app.get(task_id, ALICE)).status == TaskStatus.RUNNING
-
         async def first_started() -> bool:
             return bool(started)
 
         async with app:
-            ids = []
-            for _ in range(3):
-                ids.append((await app.submit(parked, None, ALICE)).id)
-                clock.advance(0.001)  # claims take them in this order
+            ids = await _submitted_in_order(app, parked, clock, 3)
             worker = app.worker(concurrency=1, prefetch=2, **FAST)
             async with worker:
                 for task_id in ids:
-                    await _until(partial(claimed, task_id), f"{task_id} claimed")
+                    await _until(partial(_claimed, app, task_id), f"{task_id} claimed")
                 await _until(first_started, "the first handler started")
                 assert started == ids[:1]  # the slot is taken: the others are held
                 assert await worker.shutdown(drain_timeout=WAIT_S)
@@ -127,3 +135,35 @@ class WorkerContract(ContractBase):
         assert started == ids[:1]
         again = await store.claim_next("another-worker", LEASE_S, queues=["default"], limit=3)
         assert sorted(claim.snapshot.id for claim in again) == sorted(ids)
+
+    async def test_a_held_claim_of_a_task_cancelled_through_the_app_never_starts(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A cancel recorded through the worker's own app while the task's claim is held
+        (``prefetch``) MUST keep its handler from ever running: the task stays
+        ``cancelled`` and the next task is claimed and run in its place.
+
+        Troubleshooting: the worker learns of the cancel in-process; a store whose
+        ``claim_next`` hands the cancelled task out again would make it start.
+        """
+        app = App(store=store)
+        started: list[str] = []
+        gate = asyncio.Event()
+
+        @app.task(name="gated")
+        async def gated(ctx: TaskContext) -> None:
+            started.append(ctx.task_id)
+            await gate.wait()
+
+        async with app:
+            first, second = await _submitted_in_order(app, gated, clock, 2)
+            async with app.worker(concurrency=1, prefetch=1, **FAST):
+                await _until(partial(_claimed, app, second), "the second task held")
+                await app.cancel(second, ALICE)
+                (third,) = await _submitted_in_order(app, gated, clock, 1)
+                await _until(partial(_claimed, app, third), "the third task held")
+                gate.set()
+                done = await app.wait(third, ALICE, timeout=WAIT_S)
+            assert done.status == TaskStatus.COMPLETED
+            assert (await app.get(second, ALICE)).status == TaskStatus.CANCELLED
+        assert started == [first, third]
