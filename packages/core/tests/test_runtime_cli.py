@@ -282,11 +282,15 @@ def test_console_script_prints_a_refusal_on_one_line_whatever_the_width(
 
 
 async def test_worker_takes_prefetch_and_refuses_a_bad_one() -> None:
-    """``tasks worker --prefetch N`` MUST reach the worker; a bad value MUST be refused
-    (``InvalidInput``: exit 2 from the console script) before anything is claimed."""
+    """``tasks worker --prefetch auto|N`` MUST reach the worker (default ``auto``); a bad
+    value MUST be refused (``InvalidInput``: exit 2 from the console script) before
+    anything is claimed."""
     parsed = build_parser().parse_args(["worker", "m:app", "--prefetch", "4"])
     assert parsed.prefetch == 4
-    assert build_parser().parse_args(["worker", "m:app"]).prefetch == 0
+    assert build_parser().parse_args(["worker", "m:app", "--prefetch", "0"]).prefetch == 0
+    assert build_parser().parse_args(["worker", "m:app"]).prefetch == "auto"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "m:app", "--prefetch", "some"])
     app = _app()
     async with app:
         task = await app.submit("ask", None, ALICE)

@@ -257,7 +257,7 @@ async def test_exclusive_queue_on_a_store_without_the_capability_is_refused() ->
 
 
 async def test_claims_ask_for_the_free_slots_only() -> None:
-    """``claim_next`` MUST be asked for at most the free slots (no prefetch)."""
+    """With ``prefetch=0`` ``claim_next`` MUST be asked for at most the free slots."""
     store = RecordingStore(MemoryStore(clock=ManualClock()))
     app = make_app(store=store)
     gate = asyncio.Event()
@@ -274,7 +274,7 @@ async def test_claims_ask_for_the_free_slots_only() -> None:
 
     async with app:
         ids = [(await app.submit(job, None, ALICE)).id for _ in range(5)]
-        async with fast_worker(app, concurrency=3):
+        async with fast_worker(app, concurrency=3, prefetch=0):
             await asyncio.wait_for(all_started.wait(), TIMEOUT)
             gate.set()
             for task_id in ids:
@@ -411,7 +411,7 @@ async def test_run_worker_serves_until_cancelled() -> None:
             await serving
 
 
-# -- prefetch (opt-in) -------------------------------------------------------------------
+# -- prefetch ------------------------------------------------------------------------------
 
 
 class _Gated:
@@ -569,7 +569,85 @@ async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit(
     assert set(store.claim_limits) == {1}
 
 
-@pytest.mark.parametrize("prefetch", [-1, 1001, 1.5, True])
-def test_prefetch_must_be_a_small_non_negative_integer(prefetch: Any) -> None:
+async def _auto_worker_after_short_runs(g: _Gated) -> tuple[Worker, list[str]]:
+    """A ``prefetch="auto"`` worker of two slots (every run counts as short) that has run
+    two tasks, with four more submitted while the gate is shut; returns it and those
+    four."""
+    worker = fast_worker(g.app, concurrency=2)
+    assert worker.prefetch == "auto"
+    worker._short_run = 60.0
+    g.gate.set()
+    warm = await g.submit(2)
+    await worker.__aenter__()
+    for task_id in warm:
+        await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+    g.gate.clear()
+    return worker, await g.submit(4)
+
+
+async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short() -> None:
+    """A worker with the default ``prefetch="auto"`` MUST claim no more than its free
+    slots until ``concurrency`` runs in a row have held their slot only briefly."""
+    g = _Gated(recording=True)
+    async with g.app:
+        ids = await g.submit(4)
+        async with fast_worker(g.app, concurrency=2) as worker:
+            worker._short_run = 60.0
+            await until(g.app, ids[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert await _claimed_ids(g.app, ids) == ids[:2]
+            assert not worker._held
+            g.gate.set()
+            for task_id in ids:
+                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert isinstance(g.store, RecordingStore)
+    assert g.store.claim_limits[0] == 2
+
+
+async def test_auto_prefetch_claims_ahead_while_runs_are_short() -> None:
+    """After ``concurrency`` short runs in a row, ``prefetch="auto"`` MUST claim up to
+    ``concurrency`` tasks beyond the free slots and start them oldest first."""
+    g = _Gated()
+    async with g.app:
+        worker, ids = await _auto_worker_after_short_runs(g)
+        try:
+            await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert g.started[-2:] == ids[:2]
+            assert [claim.snapshot.id for _, claim in worker._held] == ids[2:]
+            g.gate.set()
+            for task_id in ids:
+                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+        finally:
+            await worker.__aexit__(None, None, None)
+    assert g.started[-4:] == ids
+
+
+async def test_auto_prefetch_stops_claiming_ahead_once_a_run_is_long() -> None:
+    """``prefetch="auto"`` MUST claim nothing ahead while a run in a slot has held it
+    longer than a short run, nor after such a run ended, until ``concurrency`` short runs
+    in a row have ended again."""
+    g = _Gated()
+    async with g.app:
+        worker, ids = await _auto_worker_after_short_runs(g)
+        try:
+            await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            worker._short_run = 0.0  # the runs in the slots are long from now on
+            assert worker._ahead() == 0
+            g.gate.set()
+            for task_id in ids:
+                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+            g.gate.clear()
+            later = await g.submit(4)
+            await until(g.app, later[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert await _claimed_ids(g.app, later) == later[:2]
+            assert not worker._held
+            g.gate.set()
+            for task_id in later:
+                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+        finally:
+            await worker.__aexit__(None, None, None)
+
+
+@pytest.mark.parametrize("prefetch", [-1, 1001, 1.5, True, "always", None])
+def test_prefetch_must_be_auto_or_a_small_non_negative_integer(prefetch: Any) -> None:
     with pytest.raises(InvalidInput, match="prefetch"):
         Worker(make_app(), prefetch=prefetch)

@@ -9,10 +9,10 @@ For each store (in a throw-away namespace or file, removed afterwards):
 - ``enqueue 1x1``: ``app.submit`` one after another (the first fifth of ``--tasks``);
 - ``enqueue xN``: the rest submitted ``--batch`` at a time, concurrently (there is no
   bulk submit: this is many clients at once);
-- ``burn-down``: one ``Worker`` at ``--concurrency`` (8) — and ``--prefetch`` (0, as the
-  worker's default) — runs every submitted no-op async handler; tasks/s from its start
-  until its drain returned (every completion written), then checked: every task
-  completed, exactly once, recorded in its history;
+- ``burn-down``: one ``Worker`` at ``--concurrency`` (8) — and ``--prefetch`` (``auto``,
+  the worker's default; ``0`` never claims ahead) — runs every submitted no-op async
+  handler; tasks/s from its start until its drain returned (every completion written),
+  then checked: every task completed, exactly once, recorded in its history;
 - ``CPU per task``: CPU time of the burn-down per task, of the bench's own process (the
   worker) and of the rest of the machine (``cpu.py``) — steadier than rates, which drift
   with the machine's load; pgqueuer's is measured the same way;
@@ -171,7 +171,7 @@ async def enqueue(app: App, count: int, batch: int) -> tuple[float, float]:
 
 
 async def burn_down(
-    app: App, probe: Probe, count: int, concurrency: int, prefetch: int
+    app: App, probe: Probe, count: int, concurrency: int, prefetch: int | str
 ) -> float:
     """Tasks/s for one worker to run ``count`` queued no-op tasks and write every outcome."""
     probe.expect(count)
@@ -567,8 +567,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a database of the bench's own ($TASKS_BENCH_POSTGRES_URL)")
     parser.add_argument("--tasks", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--prefetch", type=int, default=0,
-                        help="the burn-down worker's prefetch (default 0, the worker's)")
+    parser.add_argument("--prefetch", type=lambda text: text if text == "auto" else int(text),
+                        default="auto", metavar="auto|N",
+                        help="the burn-down worker's prefetch (default auto, the worker's)")
     parser.add_argument("--batch", type=int, default=100, help="submits in flight at once")
     parser.add_argument("--rate", type=float, default=200.0, help="latency: submits per second")
     parser.add_argument("--samples", type=int, default=300, help="latency: tasks per mode")

@@ -79,6 +79,15 @@ def _common(*, top: bool) -> argparse.ArgumentParser:
     return common
 
 
+def _prefetch(text: str) -> int | str:
+    """``--prefetch``: ``auto`` or an integer (the worker checks its range).
+
+    Raises:
+        ValueError: neither (argparse reports it as an invalid value).
+    """
+    return text if text == "auto" else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tasks``."""
     common = _common(top=False)
@@ -100,9 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP", help="module:attribute of your App, e.g. myapp:app")
     p.add_argument("--queues", help="comma-separated queues (default: every declared queue)")
     p.add_argument("--concurrency", type=int, help="runs at once (default 8)")
-    p.add_argument("--prefetch", type=int, default=0,
+    p.add_argument("--prefetch", type=_prefetch, default="auto", metavar="auto|N",
                    help="tasks claimed beyond the free slots, for queues without a "
-                        "concurrency limit (default 0: none waits holding a lease)")
+                        "concurrency limit (default auto: up to --concurrency while runs "
+                        "are short; 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")

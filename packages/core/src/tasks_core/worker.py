@@ -1,22 +1,26 @@
 """The worker: claims tasks in batches and runs them with bounded concurrency.
 
-Loop: claim with ``claim_next(limit=free slots)`` — by default never more than can start
-now, so nothing waits in a local buffer holding a lease; while fewer than half the
-slots are free and handlers still run, wait at most ``batch_window`` for more to free up,
-so one claim serves several slots — start a :class:`Run` per claim, and when nothing was
-claimed wait for work: the store's wakeups where it offers them
-(``capabilities.wakeups``), else polling with exponential backoff; submits, answers and
-releases made through the same ``App`` wake it at once either way.
+Loop: claim with ``claim_next(limit=free slots)``; while fewer than half the slots are
+free and handlers still run, wait at most ``batch_window`` for more to free up, so one
+claim serves several slots — start a :class:`Run` per claim, and when nothing was claimed
+wait for work: the store's wakeups where it offers them (``capabilities.wakeups``), else
+polling with exponential backoff; submits, answers and releases made through the same
+``App`` wake it at once either way.
 
-Prefetch (opt-in, ``prefetch=N``): the queues without a concurrency limit are claimed up
-to ``N`` tasks beyond the free slots, so the next claim is in flight while handlers run
-instead of after they finish. A held claim starts in the first free slot, oldest first;
-one held for ``lease_for / 3`` (a heartbeat interval, counted from before its claim was
-asked) is released instead — it never starts with less than two thirds of its lease left,
-and a long handler never keeps it from other workers for longer. A release gives the task
-back but not the delivery its claim counted (``Work.max_deliveries``), so after one the
-worker claims no further ahead until a run ends. A cancel recorded through the same
-``App`` drops a held claim of that task unstarted.
+Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed up to
+``N`` tasks beyond the free slots, so the next claim is in flight while handlers run
+instead of after they finish. ``prefetch="auto"`` (the default) claims up to
+``concurrency`` ahead only while runs are short — the last ``concurrency`` runs each held
+their slot at most :data:`SHORT_RUN` seconds and none in a slot now has held it longer —
+so a held task waits milliseconds, and a worker of long handlers claims no more than it
+can start; ``prefetch=0`` never claims ahead, ``prefetch=N`` always up to ``N``. A held
+claim starts in the first free slot, oldest first; one held for ``lease_for / 3`` (a
+heartbeat interval, counted from before its claim was asked) is released instead — it
+never starts with less than two thirds of its lease left, and a long handler never keeps
+it from other workers for longer. A release gives the task back but not the delivery its
+claim counted (``Work.max_deliveries``), so after one the worker claims no further ahead
+until a run ends. A cancel recorded through the same ``App`` drops a held claim of that
+task unstarted.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
@@ -63,6 +67,9 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("tasks_core.worker")
 
+SHORT_RUN = 0.02
+"""Seconds a run may hold its slot and still count as short for ``prefetch="auto"``."""
+
 
 class Worker:
     """Runs the tasks of an :class:`~tasks_core.app.App`.
@@ -86,8 +93,9 @@ class Worker:
             with it, in seconds; neither waits once no handler of the worker is running.
         commit_batch: the most terminal events committed together.
         prefetch: claims held beyond the free slots, for queues without a concurrency
-            limit (default 0: no task waits in this worker holding a lease); see the
-            module docstring.
+            limit: ``"auto"`` (default: up to ``concurrency`` while runs are short),
+            ``0`` (none: no task waits in this worker holding a lease) or ``N`` (up to
+            ``N``); see the module docstring.
 
     Raises:
         InvalidInput: a bad argument or an undeclared queue.
@@ -110,7 +118,7 @@ class Worker:
         reap_interval: float | None = 60.0,
         batch_window: float = 0.003,
         commit_batch: int = 64,
-        prefetch: int = 0,
+        prefetch: int | Literal["auto"] = "auto",
     ) -> None:
         self.app = app
         declared = app.queues
@@ -137,9 +145,9 @@ class Worker:
         if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
                 or not 1 <= commit_batch <= 1000:
             raise InvalidInput("commit_batch must be an integer in 1..1000")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) \
-                or not 0 <= prefetch <= 1000:
-            raise InvalidInput("prefetch must be an integer in 0..1000")
+        if prefetch != "auto" and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+                                   or not 0 <= prefetch <= 1000):
+            raise InvalidInput("prefetch must be 'auto' or an integer in 0..1000")
         self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
         self.limits: dict[str, int] = {}
         for q in self.queues:
@@ -176,8 +184,12 @@ class Worker:
         self.commit_batch = commit_batch
         self._claim_at = max(1, (self.concurrency + 1) // 2)
         self.group: GroupCommit | None = None
-        self._slots: set[Run] = set()
-        self.prefetch = prefetch
+        self._slots: dict[Run, float] = {}
+        """Runs holding a slot, each with the loop time it started, oldest first."""
+        self.prefetch: int | Literal["auto"] = prefetch
+        self._short_run = SHORT_RUN
+        self._short_runs = 0
+        """Runs in a row (at most ``concurrency``) that held their slot for a short run."""
         self._held: deque[tuple[float, Claim]] = deque()
         """Claims beyond the free slots (``prefetch``), each with the loop time at which
         its claim was asked, oldest first."""
@@ -228,7 +240,7 @@ class Worker:
         if self.reap_interval is not None:
             self.reaper = Reaper(store, interval=self.reap_interval)
             reaper_task = asyncio.create_task(self.reaper.run(self._stop))
-        log.info("worker %s serving %s (concurrency %d, prefetch %d, store %s)",
+        log.info("worker %s serving %s (concurrency %d, prefetch %s, store %s)",
                  self.worker_id, ", ".join(self.queues), self.concurrency, self.prefetch,
                  type(store).__name__)
         claiming = asyncio.create_task(self._claim_loop(store), name="tasks:claim-loop")
@@ -319,7 +331,7 @@ class Worker:
 
     def _plan(self) -> list[tuple[list[str], int, tuple[str, ...]]]:
         """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first (never
-        more than the free slots); the others last, up to ``prefetch`` beyond them."""
+        more than the free slots); the others last, up to :meth:`_ahead` beyond them."""
         free = self._free()
         plan: list[tuple[list[str], int, tuple[str, ...]]] = []
         open_queues: list[str] = []
@@ -337,9 +349,24 @@ class Worker:
 
     def _room(self) -> int:
         """How many tasks of the open queues a claim may take now: the free slots, plus
-        ``prefetch`` less the claims held (none while claiming ahead is paused)."""
-        ahead = 0 if self._hold_failed else self.prefetch
-        return self._free() + ahead - len(self._held)
+        :meth:`_ahead` less the claims held."""
+        return self._free() + self._ahead() - len(self._held)
+
+    def _ahead(self) -> int:
+        """How many claims may be held beyond the free slots now: none while claiming
+        ahead is paused (a held claim was released); ``prefetch``; or, for ``"auto"``,
+        ``concurrency`` while the last ``concurrency`` runs were short and no run in a
+        slot has held it longer than a short run, else none."""
+        if self._hold_failed:
+            return 0
+        if self.prefetch != "auto":
+            return self.prefetch
+        if self._short_runs < self.concurrency:
+            return 0
+        oldest = next(iter(self._slots.values()), None)
+        if oldest is not None and asyncio.get_running_loop().time() - oldest > self._short_run:
+            return 0
+        return self.concurrency
 
     async def _claim_loop(self, store: Any) -> None:
         try:
@@ -444,7 +471,7 @@ class Worker:
             return
         run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name))
         self.runs[snapshot.id] = run
-        self._slots.add(run)
+        self._slots[run] = asyncio.get_running_loop().time()
         self._active[snapshot.queue] += 1
         task = asyncio.create_task(self._execute(run), name=f"tasks:run:{snapshot.id}")
         self._run_tasks[task] = run
@@ -468,11 +495,14 @@ class Worker:
     def _free_slot(self, run: Run) -> None:
         """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as
         its handler is done."""
-        if run in self._slots:
-            self._slots.discard(run)
-            self._active[run.snapshot.queue] -= 1
-            self._hold_failed = False
-            self._slot_freed.set()
+        started = self._slots.pop(run, None)
+        if started is None:
+            return
+        self._active[run.snapshot.queue] -= 1
+        self._hold_failed = False
+        short = asyncio.get_running_loop().time() - started <= self._short_run
+        self._short_runs = min(self._short_runs + 1, self.concurrency) if short else 0
+        self._slot_freed.set()
 
     def _handlers_busy(self) -> int:
         """Runs of this worker whose handler has not finished (the group commit waits for

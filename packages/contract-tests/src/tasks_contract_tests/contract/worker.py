@@ -59,11 +59,12 @@ class WorkerContract(ContractBase):
     """The worker on the store: each task run once and its end recorded; claims held
     ahead started oldest first and given back unstarted at shutdown."""
 
-    @pytest.mark.parametrize("prefetch", [0, 3])
+    @pytest.mark.parametrize("prefetch", [0, 3, "auto"])
     async def test_a_worker_runs_every_task_once_and_records_its_end(
-        self, store: TaskStore, prefetch: int
+        self, store: TaskStore, prefetch: int | str
     ) -> None:
-        """A worker (concurrency 4, with and without ``prefetch``) MUST run each submitted
+        """A worker (concurrency 4; no claims ahead, three, and ``"auto"``, the default:
+        ahead while runs are short) MUST run each submitted
         task exactly once and leave it ``completed`` with its handler's result, one
         delivery, and exactly one history entry, the completion.
 

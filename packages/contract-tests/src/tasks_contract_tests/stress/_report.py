@@ -185,9 +185,9 @@ HOW = """## How it is checked
 
 - **Processes.** Workers are real `tasks worker` commands (`python -m
   tasks_contract_tests.stress._worker`), the client and the CAS writers are processes of
-  their own; each opens its own store connections. In the soak every other worker claims
-  ahead (`--prefetch 2`), so held claims, their release and their start are checked
-  too. Leases are short (1.5–2 s) so that
+  their own; each opens its own store connections. In the soak the workers take turns at
+  `--prefetch 0`, `--prefetch 2` and `--prefetch auto`, so held claims, their release and
+  their start are checked too. Leases are short (1.5–2 s) so that
   recovery after a kill happens quickly; every run has a hard time bound and every process
   is reaped.
 - **Ledgers.** Each process appends to its own SQLite file, one committed row per fact:

@@ -1,7 +1,7 @@
 """A worker process of a stress run: the real ``tasks worker`` command on the stress app.
 
     python -m tasks_contract_tests.stress._worker --store URL --options JSON --ledger FILE
-        [--lease 2] [--concurrency 4] [--prefetch 0] [--input-park 1] [--drain-timeout 10]
+        [--lease 2] [--concurrency 4] [--prefetch auto] [--input-park 1] [--drain-timeout 10]
 
 Opens its own store connection, wraps it in a :class:`RecordingStore`, prints ``ready``
 and serves until SIGTERM (drain) like any worker; its exit code is the command's (0: the
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     add_options_argument(parser)
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--prefetch", type=int, default=0)
+    parser.add_argument("--prefetch", default="auto", help="auto or N (tasks worker checks)")
     parser.add_argument("--input-park", type=float, default=1.0)
     parser.add_argument("--drain-timeout", type=float, default=10.0)
     parser.add_argument("--recover", choices=("retry", "fail"), default="retry")

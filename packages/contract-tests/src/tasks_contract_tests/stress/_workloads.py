@@ -88,8 +88,8 @@ class SoakSizes:
         lease: lease seconds (heartbeats every lease/3).
         input_park: seconds a run waits for an answer before parking.
         seed: the client's random seed (the mix of kinds, when to answer and cancel).
-        prefetch: what every other worker claims beyond its free slots (``--prefetch``),
-            so the invariants are checked with and without claiming ahead.
+        prefetch: ``N`` of ``--prefetch N``: the workers take turns at ``--prefetch 0``,
+            ``N`` and ``auto`` (the default), so the invariants are checked in every mode.
     """
 
     workers: int = 4
@@ -102,10 +102,11 @@ class SoakSizes:
     prefetch: int = 2
 
     def worker_args(self, index: int) -> list[str]:
-        """Command-line arguments of worker process ``index`` (the odd ones prefetch)."""
+        """Command-line arguments of worker process ``index`` (``--prefetch``: 0, N and
+        ``auto`` in turn)."""
+        prefetch = ("0", str(self.prefetch), "auto")[index % 3]
         return ["--lease", str(self.lease), "--concurrency", str(self.concurrency),
-                "--input-park", str(self.input_park),
-                "--prefetch", str(self.prefetch if index % 2 else 0)]
+                "--input-park", str(self.input_park), "--prefetch", prefetch]
 
 
 def soak_workload(sizes: SoakSizes, *, deadline: float,
