@@ -7,9 +7,9 @@ wait for work: the store's wakeups where it offers them (``capabilities.wakeups`
 polling with exponential backoff; submits, answers and releases made through the same
 ``App`` wake it at once either way.
 
-Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed up to
-``N`` tasks beyond the free slots, so the next claim is in flight while handlers run
-instead of after they finish. ``prefetch="auto"`` (the default) claims up to
+Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed beyond
+the free slots, so the next claim is in flight while handlers run instead of after they
+finish. ``prefetch="auto"`` (the default) claims up to
 ``concurrency`` ahead only while runs are short — the last ``concurrency`` runs each held
 their slot at most :data:`SHORT_RUN` seconds and none in a slot now has held it longer —
 so a held task waits milliseconds, and a worker of long handlers claims no more than it
