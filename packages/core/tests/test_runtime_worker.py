@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -437,6 +439,12 @@ class _Gated:
         """Submit ``count`` tasks a millisecond apart: claims take them in this order."""
         return await _submitted_in_order(self.app, self.job, self.clock, count)
 
+    async def finish(self, ids: list[str]) -> None:
+        """Open the gate and wait until every task of ``ids`` has ended."""
+        self.gate.set()
+        for task_id in ids:
+            await self.app.wait(task_id, ALICE, timeout=TIMEOUT)
+
 
 async def _submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
     """Submit ``count`` tasks a millisecond apart: claims take them in this order."""
@@ -569,20 +577,20 @@ async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit(
     assert set(store.claim_limits) == {1}
 
 
-async def _auto_worker_after_short_runs(g: _Gated) -> tuple[Worker, list[str]]:
-    """A ``prefetch="auto"`` worker of two slots (every run counts as short) that has run
-    two tasks, with four more submitted while the gate is shut; returns it and those
+@contextlib.asynccontextmanager
+async def _auto_worker_after_short_runs(g: _Gated) -> AsyncIterator[tuple[Worker, list[str]]]:
+    """A running ``prefetch="auto"`` worker of two slots (every run counts as short) that
+    has run two tasks, with four more submitted while the gate is shut: it and those
     four."""
     worker = fast_worker(g.app, concurrency=2)
     assert worker.prefetch == "auto"
     worker._short_run = 60.0
     g.gate.set()
     warm = await g.submit(2)
-    await worker.__aenter__()
-    for task_id in warm:
-        await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
-    g.gate.clear()
-    return worker, await g.submit(4)
+    async with worker:
+        await g.finish(warm)
+        g.gate.clear()
+        yield worker, await g.submit(4)
 
 
 async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short() -> None:
@@ -596,9 +604,7 @@ async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short(
             await until(g.app, ids[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
             assert await _claimed_ids(g.app, ids) == ids[:2]
             assert not worker._held
-            g.gate.set()
-            for task_id in ids:
-                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
+            await g.finish(ids)
     assert isinstance(g.store, RecordingStore)
     assert g.store.claim_limits[0] == 2
 
@@ -607,17 +613,11 @@ async def test_auto_prefetch_claims_ahead_while_runs_are_short() -> None:
     """After ``concurrency`` short runs in a row, ``prefetch="auto"`` MUST claim up to
     ``concurrency`` tasks beyond the free slots and start them oldest first."""
     g = _Gated()
-    async with g.app:
-        worker, ids = await _auto_worker_after_short_runs(g)
-        try:
-            await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
-            assert g.started[-2:] == ids[:2]
-            assert [claim.snapshot.id for _, claim in worker._held] == ids[2:]
-            g.gate.set()
-            for task_id in ids:
-                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
-        finally:
-            await worker.__aexit__(None, None, None)
+    async with g.app, _auto_worker_after_short_runs(g) as (worker, ids):
+        await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        assert g.started[-2:] == ids[:2]
+        assert [claim.snapshot.id for _, claim in worker._held] == ids[2:]
+        await g.finish(ids)
     assert g.started[-4:] == ids
 
 
@@ -626,25 +626,23 @@ async def test_auto_prefetch_stops_claiming_ahead_once_a_run_is_long() -> None:
     longer than a short run, nor after such a run ended, until ``concurrency`` short runs
     in a row have ended again."""
     g = _Gated()
-    async with g.app:
-        worker, ids = await _auto_worker_after_short_runs(g)
-        try:
-            await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
-            worker._short_run = 0.0  # the runs in the slots are long from now on
-            assert worker._ahead() == 0
-            g.gate.set()
-            for task_id in ids:
-                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
-            g.gate.clear()
-            later = await g.submit(4)
-            await until(g.app, later[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
-            assert await _claimed_ids(g.app, later) == later[:2]
-            assert not worker._held
-            g.gate.set()
-            for task_id in later:
-                await g.app.wait(task_id, ALICE, timeout=TIMEOUT)
-        finally:
-            await worker.__aexit__(None, None, None)
+    async with g.app, _auto_worker_after_short_runs(g) as (worker, ids):
+        await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        worker._short_run = 0.0  # the runs in the slots are long from now on
+        assert worker._ahead() == 0
+        await g.finish(ids)
+        g.gate.clear()
+        later = await g.submit(4)
+        await until(g.app, later[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        assert await _claimed_ids(g.app, later) == later[:2]
+        assert not worker._held
+        worker._short_run = 60.0  # short again: two short runs in a row re-arm it
+        await g.finish(later)
+        g.gate.clear()
+        again = await g.submit(4)
+        await until(g.app, again[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        assert [claim.snapshot.id for _, claim in worker._held] == again[2:]
+        await g.finish(again)
 
 
 @pytest.mark.parametrize("prefetch", [-1, 1001, 1.5, True, "always", None])
