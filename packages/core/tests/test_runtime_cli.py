@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,7 @@ from tasks_core._defaults import (
     default_store_url,
     require_default_store_url,
 )
+from tasks_core._worker_gc import YOUNG_THRESHOLD, tune_for_serving
 from tasks_core.cli import build_parser, load_app, run
 
 pytestmark = pytest.mark.anyio
@@ -297,3 +300,44 @@ async def test_worker_takes_prefetch_and_refuses_a_bad_one() -> None:
         with pytest.raises(InvalidInput, match="prefetch"):
             await _cli(app, "worker", "m:app", "--prefetch", "-1")
         assert (await app.get(task.id, ALICE)).deliveries == 0
+
+
+async def test_the_cli_worker_tunes_the_collector_while_serving_and_restores_it() -> None:
+    """``tasks worker`` MUST serve with what it loaded frozen out of the collector's scans
+    and young collections at least ``YOUNG_THRESHOLD`` tracked objects apart, and leave
+    the collector as it found it when it returns (SIGTERM: drained, exit 0)."""
+    app = make_app()
+    seen: list[tuple[int, int]] = []
+
+    @app.task
+    async def look(ctx: TaskContext) -> None:
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # the worker's handler
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    async with app:
+        await app.submit(look, None, ALICE)
+        code, _ = await asyncio.wait_for(_cli(app, "worker", "m:app", "--no-reaper"), TIMEOUT)
+    assert code == 0
+    assert len(seen) == 1
+    threshold, frozen = seen[0]
+    assert threshold >= YOUNG_THRESHOLD
+    assert frozen > before[1]
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+def test_tuning_keeps_a_higher_young_threshold_and_undoes_itself() -> None:
+    """``tune_for_serving`` MUST never lower a young threshold the process already set
+    higher, and its undo MUST restore the thresholds and unfreeze."""
+    before = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD * 3, *before[1:])
+    try:
+        undo = tune_for_serving()
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD * 3
+        assert gc.get_freeze_count() > 0
+        undo()
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD * 3
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.set_threshold(*before)

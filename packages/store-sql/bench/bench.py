@@ -65,6 +65,7 @@ import cpu
 import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
+from tasks_core._worker_gc import tune_for_serving
 
 POSTGRES_URL = os.environ.get(
     "TASKS_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_bench"
@@ -176,7 +177,7 @@ async def burn_down(
     """Tasks/s for one worker to run ``count`` queued no-op tasks and write every outcome."""
     probe.expect(count)
     worker = app.worker(concurrency=concurrency, prefetch=prefetch, reap_interval=None)
-    gc.freeze()  # as `tasks worker` does before its loop (undone below, for the next run)
+    untune = tune_for_serving()  # as `tasks worker` does before its loop (undone below)
     started = time.perf_counter()
     running = asyncio.create_task(worker.run())
     waiting = asyncio.ensure_future(probe.done.wait())
@@ -189,7 +190,7 @@ async def burn_down(
         raise RuntimeError("the worker's drain did not settle")
     elapsed = time.perf_counter() - started
     await running
-    gc.unfreeze()
+    untune()
     return count / elapsed
 
 

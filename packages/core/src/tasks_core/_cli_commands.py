@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import importlib
 import json
 import logging
@@ -26,6 +25,7 @@ from tasks_core._cli_render import (
 )
 from tasks_core._defaults import default_store_url
 from tasks_core._registry import available_stores, find_store
+from tasks_core._worker_gc import tune_for_serving
 from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import InvalidInput
@@ -81,11 +81,10 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         reap_interval=None if args.no_reaper else args.reap_interval,
     )
     await app.open()
-    # Everything loaded so far (modules, the app, the store) lives as long as the process:
-    # leave it out of the cyclic collector's scans, which otherwise walk it over and over
-    # while runs allocate (CPython's advice for long-lived servers). Cycles made later are
-    # collected as usual.
-    gc.freeze()
+    # Everything loaded so far lives as long as the process: out of the collector's scans,
+    # and young collections far apart (see _worker_gc); undone when serving ends, for a
+    # caller that goes on in the same process.
+    untune = tune_for_serving()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     signals = 0
@@ -122,6 +121,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
+        untune()
     settled = drained[0] if drained else True
     if not settled:
         console.print(f"[yellow]{len(worker.running)} run(s) outlived the drain; their leases "
