@@ -63,10 +63,10 @@ class WorkerContract(ContractBase):
     async def test_a_worker_runs_every_task_once_and_records_its_end(
         self, store: TaskStore, prefetch: int | str
     ) -> None:
-        """A worker (concurrency 4; no claims ahead, three, and ``"auto"``, the default:
-        ahead while runs are short) MUST run each submitted
-        task exactly once and leave it ``completed`` with its handler's result, one
-        delivery, and exactly one history entry, the completion.
+        """A worker (concurrency 4; ``prefetch`` 0, 3 and ``"auto"``, the default: ahead
+        while runs are short) MUST run each submitted task exactly once and leave it
+        ``completed`` with its handler's result, one delivery, and exactly one history
+        entry, the completion.
 
         Troubleshooting: a task run twice means a claim handed out a task another claim
         held; a missing or doubled history entry means the completion's write (one
