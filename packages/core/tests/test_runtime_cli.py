@@ -341,3 +341,18 @@ def test_tuning_keeps_a_higher_young_threshold_and_undoes_itself() -> None:
         assert gc.get_freeze_count() == 0
     finally:
         gc.set_threshold(*before)
+
+
+async def test_stress_without_the_contract_suite_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tasks stress`` without tasks-contract-tests MUST exit 2 and say how to install
+    it, from PyPI and from a clone."""
+    monkeypatch.setitem(sys.modules, "tasks_contract_tests.stress", None)  # import fails
+    app = _app()
+    async with app:
+        code, out = await _cli(app, "stress", "--store", "memory://")
+    assert code == 2
+    text = " ".join(out.split())
+    assert "pip install tasks-contract-tests" in text
+    assert "from a clone of the repository, pip install ./packages/contract-tests" in text

@@ -21,6 +21,7 @@ from _runtime_kit import (
     make_app,
     until,
 )
+from tasks_contract_tests._kit import submitted_in_order
 from tasks_core import (
     App,
     CapabilityNotSupported,
@@ -437,22 +438,13 @@ class _Gated:
 
     async def submit(self, count: int) -> list[str]:
         """Submit ``count`` tasks a millisecond apart: claims take them in this order."""
-        return await _submitted_in_order(self.app, self.job, self.clock, count)
+        return await submitted_in_order(self.app, self.job, self.clock, count)
 
     async def finish(self, ids: list[str]) -> None:
         """Open the gate and wait until every task of ``ids`` has ended."""
         self.gate.set()
         for task_id in ids:
             await self.app.wait(task_id, ALICE, timeout=TIMEOUT)
-
-
-async def _submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
-    """Submit ``count`` tasks a millisecond apart: claims take them in this order."""
-    ids = []
-    for _ in range(count):
-        ids.append((await app.submit(job, None, ALICE)).id)
-        clock.advance(0.001)
-    return ids
 
 
 async def _claimed_ids(app: App, ids: list[str]) -> list[str]:
@@ -566,7 +558,7 @@ async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit(
         await gate.wait()
 
     async with app:
-        ids = await _submitted_in_order(app, limited, clock, 3)
+        ids = await submitted_in_order(app, limited, clock, 3)
         async with fast_worker(app, queues=["one"], concurrency=4, prefetch=4):
             await until(app, ids[0], ALICE, lambda s: s.status == TaskStatus.RUNNING)
             assert await _claimed_ids(app, ids) == ids[:1]

@@ -7,12 +7,14 @@ from typing import Any
 
 from tasks_core import (
     Access,
+    App,
     Cancelled,
     Claim,
     Completed,
     Event,
     Failed,
     Lease,
+    ManualClock,
     NewTask,
     Owner,
     RetryPolicy,
@@ -114,3 +116,13 @@ async def finished_task(store: TaskStore, end: str = "completed", **task: Any) -
     done = await store.transition(snapshot.id, snapshot.revision, event, authority)
     assert done.outcome == "applied", done
     return done.snapshot
+
+
+async def submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
+    """Submit ``count`` tasks of ``job`` (no input, as ``ALICE``) a millisecond apart on
+    ``clock``: claims take them in this order."""
+    ids = []
+    for _ in range(count):
+        ids.append((await app.submit(job, None, ALICE)).id)
+        clock.advance(0.001)
+    return ids

@@ -24,7 +24,7 @@ from tasks_core._cli_render import (
     tasks_table,
 )
 from tasks_core._defaults import default_store_url
-from tasks_core._registry import available_stores, find_store
+from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core._worker_gc import tune_for_serving
 from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
@@ -254,8 +254,7 @@ async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> in
         stress = importlib.import_module("tasks_contract_tests.stress")
     except ImportError:
         console.print("[red]error:[/] tasks stress needs the contract suite: "
-                      "pip install tasks-contract-tests (not on PyPI yet: from a clone of "
-                      "the repository, pip install ./packages/contract-tests)", highlight=False)
+                      f"{install_hint('tasks-contract-tests')}", highlight=False)
         return 2
     argv = ["--store", args.store or app.url or default_store_url()[0]]
     argv += [f"--{flag}" for flag in ("json", "small") if getattr(args, flag)]

@@ -17,7 +17,7 @@ from tasks_core.errors import PluginConflict, UnknownStore
 from tasks_core.plugins import PROJECT, StoreSpec, _Hooks
 from tasks_core.store import TaskStore
 
-__all__ = ["available_stores", "find_store", "open_store", "scheme_of"]
+__all__ = ["available_stores", "find_store", "install_hint", "open_store", "scheme_of"]
 
 # Where the first-party schemes live, for the install hint when nothing serves them.
 KNOWN_DISTRIBUTIONS = {
@@ -55,13 +55,20 @@ def _distribution(ep: EntryPoint) -> str:
     return ep.dist.name if ep.dist is not None else f"<unknown distribution of {ep.value}>"
 
 
+def install_hint(distribution: str) -> str:
+    """How to install one of this repository's ``tasks-…`` distributions: from PyPI, and
+    from a clone while they are not published there."""
+    folder = distribution.removeprefix("tasks-")
+    return (f"pip install {distribution} (not on PyPI yet: from a clone of the repository, "
+            f"pip install ./packages/{folder})")
+
+
 def _miss(name: str) -> UnknownStore:
     installed = sorted({ep.name for ep in _entry_points()})
     hint = KNOWN_DISTRIBUTIONS.get(name)
     parts = [f"No installed store plugin serves {name!r}."]
     if hint:
-        parts.append(f"Install it with: pip install {hint} (not on PyPI yet: from a clone "
-                     f"of the repository, pip install ./packages/{hint.removeprefix('tasks-')}).")
+        parts.append(f"Install it with: {install_hint(hint)}.")
     close = difflib.get_close_matches(name, sorted({*installed, *KNOWN_DISTRIBUTIONS}), n=1)
     if close and close[0] != name:
         parts.append(f"Did you mean {close[0]!r}?")

@@ -19,7 +19,7 @@ import pytest
 from tasks_core import App, ManualClock, TaskContext, TaskStatus, TaskStore
 
 from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import ALICE, LEASE_S
+from tasks_contract_tests._kit import ALICE, LEASE_S, submitted_in_order
 
 TASKS = 24
 WAIT_S = 20.0
@@ -29,15 +29,6 @@ FAST: dict[str, Any] = {
     "poll_interval": 0.02, "min_poll": 0.005, "reap_interval": None, "lease_for": LEASE_S,
 }
 """Worker options: poll often (a store without wakeups), no reaper."""
-
-
-async def _submitted_in_order(app: App, job: Any, clock: ManualClock, count: int) -> list[str]:
-    """Submit ``count`` tasks of ``job`` a millisecond apart: claims take them in order."""
-    ids = []
-    for _ in range(count):
-        ids.append((await app.submit(job, None, ALICE)).id)
-        clock.advance(0.001)
-    return ids
 
 
 async def _claimed(app: App, task_id: str) -> bool:
@@ -118,7 +109,7 @@ class WorkerContract(ContractBase):
             return bool(started)
 
         async with app:
-            ids = await _submitted_in_order(app, parked, clock, 3)
+            ids = await submitted_in_order(app, parked, clock, 3)
             worker = app.worker(concurrency=1, prefetch=2, **FAST)
             async with worker:
                 for task_id in ids:
@@ -157,11 +148,11 @@ class WorkerContract(ContractBase):
             await gate.wait()
 
         async with app:
-            first, second = await _submitted_in_order(app, gated, clock, 2)
+            first, second = await submitted_in_order(app, gated, clock, 2)
             async with app.worker(concurrency=1, prefetch=1, **FAST):
                 await _until(partial(_claimed, app, second), "the second task held")
                 await app.cancel(second, ALICE)
-                (third,) = await _submitted_in_order(app, gated, clock, 1)
+                (third,) = await submitted_in_order(app, gated, clock, 1)
                 await _until(partial(_claimed, app, third), "the third task held")
                 gate.set()
                 done = await app.wait(third, ALICE, timeout=WAIT_S)
