@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from datetime import datetime
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -24,6 +25,7 @@ from tasks_core import (
     Work,
 )
 from tasks_store_sql import SQLStore
+from tasks_store_sql._schema import COUNTER
 
 pytestmark = pytest.mark.anyio
 
@@ -175,17 +177,47 @@ async def test_unavailable_is_what_losers_of_an_exact_claim_hear(stores: list[SQ
 
 _LOCK_WAITERS = {
     # sessions of this database (other than the asking one) waiting for a lock on a
-    # statement that names the test's namespace ("fresh")
+    # statement that names ``:table``
     "postgresql": (
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND query LIKE '%%fresh\\_tasks%%' "
-        "AND pid <> pg_backend_pid()"
+        "AND wait_event_type = 'Lock' AND query LIKE :table AND pid <> pg_backend_pid()"
     ),
     "mysql": (
         "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' "
-        "AND info LIKE '%%fresh_tasks%%FOR UPDATE%%' AND id <> connection_id()"
+        "AND info LIKE :table AND info LIKE '%%FOR UPDATE%%' AND id <> connection_id()"
     ),
 }
+
+T = TypeVar("T")
+
+
+async def _waiting_for_a_held_row(
+    store: SQLStore, table: sa.Table, where: sa.ColumnElement[bool], write: Awaitable[T]
+) -> tuple[T, datetime]:
+    """Run ``write`` while another session holds the row of ``table`` that ``where``
+    finds; what ``write`` returned, and an instant read on the database's clock while it
+    waited for that row (a millisecond after it was seen waiting)."""
+    async with store.engine.connect() as blocker, store.engine.connect() as monitor:
+        holding = await blocker.begin()
+        await blocker.execute(sa.select(table).where(where).with_for_update())
+        writer = asyncio.ensure_future(write)
+        pattern = {"table": f"%{table.name}%"}
+        for _ in range(1000):
+            async with monitor.begin():  # statistics are a snapshot per transaction
+                waiting = await monitor.execute(sa.text(_LOCK_WAITERS[store.dialect]), pattern)
+                if waiting.scalar() or writer.done():
+                    break
+            await asyncio.sleep(0.01)
+        assert not writer.done(), "the write did not wait for the row lock"
+        first = await store.now()
+        while (during := await store.now()) <= first:  # a later millisecond, still held
+            pass
+        await holding.commit()
+        return await asyncio.wait_for(writer, 10), during
+
+
+_ROW_LOCKS_ONLY = ("SQLite locks the whole file (BEGIN IMMEDIATE), not rows; its clock "
+                   "is read after that lock in Python (Database.now)")
 
 
 async def test_time_is_read_after_the_row_lock_is_held(db_url: str, fresh_namespace: str) -> None:
@@ -200,30 +232,40 @@ async def test_time_is_read_after_the_row_lock_is_held(db_url: str, fresh_namesp
     store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
     try:
         if store.dialect == "sqlite":
-            pytest.skip("SQLite locks the whole file (BEGIN IMMEDIATE), not rows; its clock "
-                        "is read after that lock in Python (Database.now)")
+            pytest.skip(_ROW_LOCKS_ONLY)
         await store.create(_new("t"))
         held = await store.claim("t", "w1", 300)
         tasks = store.tables.tasks
-        async with store.engine.connect() as blocker, store.engine.connect() as monitor:
-            holding = await blocker.begin()
-            await blocker.execute(sa.select(tasks.c.id).where(tasks.c.id == "t").with_for_update())
-            writer = asyncio.ensure_future(store.transition(
-                "t", held.snapshot.revision, Completed(event_id="done"), held.lease
-            ))
-            for _ in range(1000):
-                async with monitor.begin():  # statistics are a snapshot per transaction
-                    waiting = (await monitor.execute(sa.text(_LOCK_WAITERS[store.dialect])))
-                    if waiting.scalar() or writer.done():
-                        break
-                await asyncio.sleep(0.01)
-            assert not writer.done(), "the write did not wait for the row lock"
-            first = await store.now()
-            while (during := await store.now()) <= first:  # a later millisecond, still held
-                pass
-            await holding.commit()
-            done = await asyncio.wait_for(writer, 10)
+        done, during = await _waiting_for_a_held_row(store, tasks, tasks.c.id == "t", (
+            store.transition("t", held.snapshot.revision, Completed(event_id="done"),
+                             held.lease)
+        ))
         assert done.record is not None
         assert done.record.committed_at >= during
+    finally:
+        await store.aclose()
+
+
+async def test_creation_time_is_read_after_the_creators_lock_is_held(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A create waiting for the creators' row (held by another creator) MUST read the
+    database clock after it gets it: its ``created_at`` is not earlier than an instant
+    read while it waited — so tasks are created in the order of their ``created_at``,
+    the order claims take them in.
+
+    Troubleshooting: on PostgreSQL the one-statement create reads the clock in a
+    ``MATERIALIZED`` CTE over the locked creators' row (``_pg_statements._created``).
+    """
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
+    try:
+        if store.dialect == "sqlite":
+            pytest.skip(_ROW_LOCKS_ONLY)
+        locks = store.tables.locks
+        created, during = await _waiting_for_a_held_row(
+            store, locks, locks.c.name == COUNTER, store.create(_new("t"))
+        )
+        assert created.created_at >= during
+        assert await store.get("t", tenant="default") == created
     finally:
         await store.aclose()

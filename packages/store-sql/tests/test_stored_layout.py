@@ -8,6 +8,7 @@ rest; every reader decodes it like text of any other key order.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from tasks_contract_tests._kit import new_task
@@ -34,3 +35,38 @@ def test_the_head_holds_the_claims_keys_and_ends_at_the_first_id_key(
     assert next(iter(rest)) == "id"
     assert not set(rest) & set(_codec.HEAD_KEYS)
     assert _codec.decode_snapshot(claimed.id, text) == claimed
+
+
+@pytest.mark.parametrize("at", [
+    datetime(2030, 1, 1, tzinfo=UTC), datetime(1500, 6, 1, 12, 0, 0, 239000, tzinfo=UTC),
+])
+def test_an_instant_is_spelled_as_the_snapshot_spells_it(at: datetime) -> None:
+    snapshot = rules.new_snapshot(new_task(), at)
+
+    spelled = _codec.instant_json(at)
+
+    assert f'"created_at":{spelled}' in _codec.encode_snapshot(snapshot)
+
+
+def test_text_cut_at_its_instants_joins_back_with_them() -> None:
+    at = datetime(1500, 6, 1, 12, 0, 0, 239000, tzinfo=UTC)
+    ttl = timedelta(seconds=90)
+    snapshot = rules.new_snapshot(new_task(input={"n": 1}, ttl_s=90), at)
+    text = _codec.encode_snapshot(snapshot)
+
+    cut = _codec.cut_at_instants(text, {at: (2, timedelta(0)), at + ttl: (1, ttl)})
+
+    assert cut is not None
+    parts, shifts = cut
+    assert shifts == [timedelta(0), timedelta(0), ttl]  # updated_at, created_at, expires_at
+    spelled = [_codec.instant_json(at + shift) for shift in shifts]
+    assert "".join(p + s for p, s in zip(parts, [*spelled, ""], strict=True)) == text
+
+
+def test_text_that_spells_an_instant_once_more_is_not_cut() -> None:
+    at = datetime(1500, 6, 1, 12, 0, 0, 239000, tzinfo=UTC)
+    value = _codec.instant_json(at).strip('"')
+    text = _codec.encode_snapshot(rules.new_snapshot(new_task(input={"v": value}), at))
+
+    assert _codec.cut_at_instants(text, {at: (2, timedelta(0))}) is None
+    assert _codec.cut_at_instants(text, {at: (3, timedelta(0))}) is not None

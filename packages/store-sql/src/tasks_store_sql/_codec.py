@@ -18,22 +18,25 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
-from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.models import Instant, Snapshot, TaskStatus
 
 __all__ = [
     "HEAD_KEYS",
     "Decoded",
+    "cut_at_instants",
     "decode_record",
     "decode_snapshot",
     "encode",
     "encode_model",
     "encode_snapshot",
     "event_row",
+    "instant_json",
     "member_rows",
     "projection",
     "status_value",
@@ -52,6 +55,7 @@ HEAD_KEYS = (
 """The snapshot keys a claim writes (``rules.start_claim``), in the order of the model's
 fields: the head of the stored text."""
 _HEAD = set(HEAD_KEYS)
+_INSTANT = TypeAdapter(Instant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
@@ -138,6 +142,40 @@ def encode_snapshot(snapshot: Snapshot) -> str:
         return head[:-1] + "," + rest[1:]
     document = snapshot.model_dump(mode="json")
     return encode({key: document.pop(key) for key in HEAD_KEYS} | document)
+
+
+def instant_json(value: datetime) -> str:
+    """How the stored text spells the instant ``value``: pydantic's JSON string of it
+    (``"2026-11-30T21:35:02.239000Z"``, without the fraction on a whole second)."""
+    return _INSTANT.dump_json(value).decode()
+
+
+def cut_at_instants(
+    text: str, instants: dict[datetime, tuple[int, timedelta]]
+) -> tuple[list[str], list[timedelta]] | None:
+    """``text`` cut where it spells each of ``instants`` (``{instant: (how many times text
+    must spell it, its shift)}``) and the shift of each cut, in order; ``None`` when it
+    spells one of them another number of times (a user's value that spells it too).
+
+    Joining the parts with the instants spelled back in (:func:`instant_json`) gives
+    ``text`` again, which lets a store put in instants only its database knows.
+    """
+    found: list[tuple[int, str, timedelta]] = []  # (where, spelling, shift)
+    for instant, (times, shift) in instants.items():
+        spelled = instant_json(instant)
+        at = text.find(spelled)
+        while at >= 0:
+            found.append((at, spelled, shift))
+            at = text.find(spelled, at + len(spelled))
+        if sum(1 for _, seen, _ in found if seen == spelled) != times:
+            return None
+    found.sort()
+    parts, start = [], 0
+    for at, spelled, _ in found:  # quoted, with no quote inside: spellings never overlap
+        parts.append(text[start:at])
+        start = at + len(spelled)
+    parts.append(text[start:])
+    return parts, [shift for _, _, shift in found]
 
 
 def status_value(status: TaskStatus) -> str:

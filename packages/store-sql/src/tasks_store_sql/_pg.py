@@ -29,13 +29,22 @@ applies ``rules.start_claim`` to each row in SQL (:mod:`tasks_store_sql._pg_clai
 claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. Rows it
 leaves alone (past the delivery limit, unreadable) go to the claim decided in Python
 above (:meth:`FastPath._claim_locked`).
+
+``create`` of a new task is one statement as well (:meth:`FastPath.create_at_once`): it
+locks the creators' row, reads the clock after that lock, and inserts the task, its
+members, the count and the ``NOTIFY`` while the store holds fewer tasks than both
+capacity limits; the snapshot text comes from Python cut at its instants, and the
+statement spells the clock into the cuts. What it cannot decide alone — a taken id, a
+store at a limit, a replacement — goes to the transaction (``BEGIN``, the lock with the
+clock, the checks in Python, the insert, ``COMMIT``).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
@@ -185,6 +194,10 @@ class FastPath:
         self, new: NewTask, replace: Snapshot | None, limits: StoreLimits
     ) -> Snapshot:
         """See ``SQLStore.create`` (without ``connection``)."""
+        if replace is None:
+            created = await self.create_at_once(new, limits)
+            if created is not None:
+                return created
         sql = self.sql
 
         async def taken(driver: Any) -> Loaded | None:
@@ -238,6 +251,47 @@ class FastPath:
 
         return await self.db.run_driver(op)
 
+    async def create_at_once(self, new: NewTask, limits: StoreLimits) -> Snapshot | None:
+        """``create`` of a new task in one statement, its own transaction
+        (:attr:`Statements.create`: one round trip, no ``BEGIN``/``COMMIT``), or ``None``
+        with nothing written when it cannot decide alone — the id is taken, or the
+        stored tasks number ``max_tasks`` or ``max_active_tasks_per_scope`` or more —
+        for the transaction that decides (:meth:`create`).
+
+        The snapshot is made in Python at a stand-in instant, its text cut where it spells
+        that instant (and the TTL's expiry), and the statement spells in the clock it
+        reads after the creators' lock: what is stored is exactly the snapshot made at
+        that clock, which is returned.
+        """
+        stand_in = _stand_in()
+        snapshot = rules.new_snapshot(new, stand_in)
+        instants = {stand_in: (2, timedelta(0))}  # created_at, updated_at
+        ttl = None
+        if snapshot.expires_at is not None:
+            ttl = snapshot.expires_at - stand_in
+            instants[snapshot.expires_at] = (1, ttl)
+        values = _new_row(snapshot, _codec.member_rows(snapshot))
+        cut = _codec.cut_at_instants(values.pop("snapshot"), instants)
+        if cut is None:  # the user's values spell the stand-in: decide in a transaction
+            return None
+        values["parts"], values["shifts"] = cut
+        statement = self.sql.create
+        args = statement.args(now=self._now_arg(), ttl=ttl,
+                              room=min(limits.max_tasks, limits.max_active_tasks_per_scope),
+                              **values)
+
+        async def op(driver: Any) -> Any:
+            return await driver.fetchrow(statement.sql, *args)
+
+        inserted, *_, clock = await self.db.run_driver(op, single_statement=True)
+        if not inserted:
+            return None
+        now = rules.tick(clock)
+        return snapshot.model_copy(update={
+            "created_at": now, "updated_at": now,
+            "expires_at": None if ttl is None else now + ttl,
+        })
+
     async def _insert(
         self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]
     ) -> bool:
@@ -246,12 +300,10 @@ class FastPath:
         Raises:
             StoreUnavailable: the creators' lock row is missing.
         """
-        values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
-        values.update(_codec.projection(snapshot, None))
-        for name in MEMBER_COLUMNS:
-            values["m_" + name] = [m[name] for m in members]
         statement = self.sql.insert
-        counts = await driver.fetchrow(statement.sql, *statement.args(**values))
+        counts = await driver.fetchrow(
+            statement.sql, *statement.args(**_new_row(snapshot, members))
+        )
         if counts[0] == 0:
             return False
         if tuple(counts[:3]) != (1, 1, len(members)):
@@ -441,6 +493,25 @@ class FastPath:
             return rules.present(new, now)
 
         return await self.db.run_driver(op)
+
+
+def _new_row(snapshot: Snapshot, members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of inserting ``snapshot`` (revision 0) and its ``members``."""
+    values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
+    values.update(_codec.projection(snapshot, None))
+    for name in MEMBER_COLUMNS:
+        values["m_" + name] = [m[name] for m in members]
+    return values
+
+
+_STAND_IN_FROM = datetime(1100, 1, 1, tzinfo=UTC)
+_STAND_IN_SPAN_MS = 700 * 365 * 86_400_000
+
+
+def _stand_in() -> datetime:
+    """A random instant no store clock gives (between the years 1100 and 1800, whole
+    milliseconds), for a snapshot whose instants the database puts in."""
+    return _STAND_IN_FROM + timedelta(milliseconds=secrets.randbelow(_STAND_IN_SPAN_MS))
 
 
 def _start(

@@ -26,13 +26,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from tasks_store_sql._codec import HEAD_KEYS
-from tasks_store_sql._pg_statements import Statement, oldest_claimable, store_clock
+from tasks_store_sql._pg_statements import (
+    Statement,
+    instant_text,
+    oldest_claimable,
+    store_clock,
+)
 from tasks_store_sql._schema import Tables
 
 __all__ = ["claim_statement"]
 
-_INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
-"""How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
 _HEAD_START = '{"' + HEAD_KEYS[0] + '":'
 _HEAD_END = ',"id":"'
 _JSON = postgresql.JSON
@@ -41,13 +44,6 @@ _TEXTS = postgresql.ARRAY(sa.Text)
 
 def _text(name: str, value: str | None = None) -> sa.BindParameter[str]:
     return sa.bindparam(name, value, type_=sa.Text)
-
-
-def _instant(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """``value`` (a ``timestamptz``) as the JSON string a snapshot stores for it."""
-    utc = sa.func.timezone(_text("utc", "UTC"), value)
-    quote = _text("quote", '"')
-    return quote + sa.func.to_char(utc, _text("instant_format", _INSTANT_FORMAT)) + quote
 
 
 def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
@@ -116,7 +112,7 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
     is (which begins ``,"id":``)."""
     null = _text("null", "null")
     started = sa.case(
-        (sa.func.coalesce(plan.c.started_at, null) == null, _instant(plan.c.now)),
+        (sa.func.coalesce(plan.c.started_at, null) == null, instant_text(plan.c.now)),
         else_=plan.c.started_at,
     )
     recovered = sa.case(
@@ -127,7 +123,7 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
     claim = _members("c", [
         ("worker_id", [sa.cast(sa.func.to_json(_text("worker")), sa.Text)]),
         ("generation", [generation]),
-        ("expires_at", [_instant(plan.c.lease_expires_at)]),
+        ("expires_at", [instant_text(plan.c.lease_expires_at)]),
         ("ended", [_text("false", "false")]),
         ("recovered", [recovered]),
     ])
@@ -137,7 +133,7 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
         "deliveries": [sa.cast(plan.c.deliveries + 1, sa.Text)],
         "claim": [*claim, _text("close", "}")],
         "lease_generation": [generation],
-        "updated_at": [_instant(plan.c.touched)],
+        "updated_at": [instant_text(plan.c.touched)],
         "started_at": [started],
     }
     head = _members("h", [(key, values[key]) for key in HEAD_KEYS])

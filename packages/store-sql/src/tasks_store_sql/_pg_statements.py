@@ -8,6 +8,7 @@ asyncpg dialect into ``$n`` SQL and the order of its named parameters
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,43 +187,14 @@ class Statements:
         )
         self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
         """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        inserted = (
-            postgresql.insert(t)
-            .values(id=sa.bindparam("id"), row_version=0,
-                    **{name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
-                       for name, type_ in ROW_COLUMNS})
-            .on_conflict_do_nothing(index_elements=[t.c.id])
-            .returning(t.c.id)
-            .cte("t")
-        )
-        done = sa.exists(sa.select(inserted.c.id))
-        counted = (
-            sa.update(locks)
-            .where(locks.c.name == COUNTER, done)
-            .values(value=locks.c.value + 1)
-            .returning(locks.c.value)
-            .cte("c")
-        )
-        members = sa.func.unnest(
-            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
-        ).table_valued(*MEMBER_COLUMNS).render_derived()
-        granted = (
-            sa.insert(tables.members)
-            .from_select(list(MEMBER_COLUMNS),
-                         sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(done))
-            .returning(tables.members.c.task_id)
-            .cte("m")
-        )
-        woken = sa.select(
-            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
-                              sa.bindparam("queue", type_=sa.Text))
-        ).where(done).cte("n")
-        self.insert = Statement.of(
-            sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-                        for cte in (inserted, counted, granted, woken)))
-        )
+        columns = {name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
+                   for name, type_ in ROW_COLUMNS}
+        self.insert = Statement.of(_inserted(tables, channel, columns, None))
         """Insert a new task with its members, count it, wake its queue — or nothing at
         all when the id is taken (counts 0)."""
+        self.create = Statement.of(_created(tables, channel, columns))
+        """:attr:`insert` in one statement with the creators' lock: see
+        :func:`_created`."""
         forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
         self.forget_events = Statement.of(forget)
         self.forget_members = Statement.of(
@@ -292,3 +264,110 @@ class Statements:
             return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
 
         return sa.select(count(updated), count(recorded), count(granted), count(woken))
+
+
+INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
+"""How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
+WHOLE_SECOND = ".000000"
+"""The fraction pydantic leaves out of an instant on a whole second."""
+
+
+def instant_text(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """``value`` (a ``timestamptz``) as the JSON string a snapshot stores for it, spelled
+    as pydantic spells it (:func:`tasks_store_sql._codec.instant_json`)."""
+    utc = sa.func.timezone(sa.bindparam("utc", "UTC", type_=sa.Text), value)
+    quote = sa.bindparam("quote", '"', type_=sa.Text)
+    spelled = sa.func.to_char(utc, sa.bindparam("instant_format", INSTANT_FORMAT, type_=sa.Text))
+    whole = sa.bindparam("whole_second", WHOLE_SECOND, type_=sa.Text)
+    return sa.func.replace(quote + spelled + quote, whole,
+                           sa.bindparam("nothing", "", type_=sa.Text))
+
+
+def _inserted(
+    tables: Tables, channel: str, columns: Mapping[str, sa.ColumnElement[Any]],
+    source: sa.FromClause | None,
+) -> sa.Select[Any]:
+    """Insert the task ``columns`` (from ``source``, one row or none) with its members
+    (``m_…`` arrays), count it in the creators' row and wake its queue — or nothing at all
+    when the id is taken or ``source`` is empty. Returns the number of rows inserted,
+    counted, granted and notified."""
+    t, locks = tables.tasks, tables.locks
+    names = ["id", "row_version", *columns]
+    values = sa.select(sa.bindparam("id"), sa.literal(0, sa.Integer), *columns.values())
+    inserted = (
+        postgresql.insert(t)
+        .from_select(names, values if source is None else values.select_from(source))
+        .on_conflict_do_nothing(index_elements=[t.c.id])
+        .returning(t.c.id)
+        .cte("t")
+    )
+    done = sa.exists(sa.select(inserted.c.id))
+    counted = (
+        sa.update(locks)
+        .where(locks.c.name == COUNTER, done)
+        .values(value=locks.c.value + 1)
+        .returning(locks.c.value)
+        .cte("c")
+    )
+    members = sa.func.unnest(
+        *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
+    ).table_valued(*MEMBER_COLUMNS).render_derived()
+    granted = (
+        sa.insert(tables.members)
+        .from_select(list(MEMBER_COLUMNS),
+                     sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(done))
+        .returning(tables.members.c.task_id)
+        .cte("m")
+    )
+    woken = sa.select(
+        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
+                          sa.bindparam("queue", type_=sa.Text))
+    ).where(done).cte("n")
+    return sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+                       for cte in (inserted, counted, granted, woken)))
+
+
+def _created(
+    tables: Tables, channel: str, columns: Mapping[str, sa.ColumnElement[Any]]
+) -> sa.Select[Any]:
+    """``create`` of a new task in one statement, its own transaction: lock the creators'
+    row, read the clock after the lock (whole milliseconds), and insert only while the
+    number of stored tasks is below ``room`` (the lower of ``max_tasks`` and
+    ``max_active_tasks_per_scope``: below it neither limit can be reached, so neither
+    needs counting). The snapshot text arrives cut at its instants: ``parts`` joined by
+    the clock's instant plus each of ``shifts`` (``created_at``, ``updated_at``: none;
+    ``expires_at``: the TTL), and the ``created_at``, ``updated_at`` and ``expires_at``
+    columns (``ttl`` added, ``NULL`` without one) are the clock's too. Returns
+    :func:`_inserted`'s counts and the clock (``NULL``, nothing written, at or past
+    ``room`` or without the creators' row)."""
+    locks = tables.locks
+    held = (
+        sa.select(locks.c.value)
+        .where(locks.c.name == COUNTER)
+        .with_for_update()
+        .cte("k")
+    )
+    now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
+    clocked = (
+        sa.select(now.label("now"))
+        .where(held.c.value < sa.bindparam("room", type_=sa.Integer))
+        .cte("r")
+        .prefix_with("MATERIALIZED")
+    )  # evaluated once, after the lock
+    pieces = sa.func.unnest(
+        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.Interval))
+    ).table_valued("part", "shift", with_ordinality="n").render_derived()
+    text = (
+        sa.select(sa.func.string_agg(
+            sa.func.concat(pieces.c.part, instant_text(clocked.c.now + pieces.c.shift)),
+            postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
+                                          pieces.c.n),
+        ))
+        .select_from(pieces)
+        .scalar_subquery()
+    )
+    ttl = sa.bindparam("ttl", type_=sa.Interval)
+    timed = {**columns, "created_at": clocked.c.now, "updated_at": clocked.c.now,
+             "expires_at": clocked.c.now + ttl, "snapshot": text}
+    counts = _inserted(tables, channel, timed, clocked).subquery("i")
+    return sa.select(counts, sa.select(clocked.c.now).scalar_subquery())
