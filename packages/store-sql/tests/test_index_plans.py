@@ -30,6 +30,7 @@ from sqlalchemy.sql.expression import Executable
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import ManualClock, Owner, StoreLimits, rules
 from tasks_store_sql import SQLStore
+from tasks_store_sql._pg_statements import MILLISECOND
 
 pytestmark = pytest.mark.anyio
 
@@ -168,7 +169,7 @@ async def test_claims_read_the_unclaimed_lease_and_retry_indexes(store: SQLStore
     await _assert_uses(store, CLAIM_INDEXES, [
         (fast.claim_one.sql, tuple(fast.claim_one.args(
             now=None, queue="default", limit=1, worker="w1",
-            lease=rules.check_lease_for(LEASE_S), tokens=tokens))),
+            lease=rules.check_lease_for(LEASE_S) // MILLISECOND, tokens=tokens))),
         (sql.candidates_one.sql, tuple(sql.candidates_one.args(
             now=None, queue="default", skip=[], limit=1))),
     ])

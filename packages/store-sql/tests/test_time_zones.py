@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from tasks_core import (
     Deferred,
+    ManualClock,
     NewTask,
     Owner,
     RetryPolicy,
@@ -27,9 +28,9 @@ OFFSET = "+05:45"
 SLACK = timedelta(seconds=10)
 
 
-def _session_options(url: str) -> dict[str, Any]:
+def _session_options(url: str, zone: str = ZONE) -> dict[str, Any]:
     if url.startswith("postgresql"):
-        return {"connect_args": {"server_settings": {"timezone": ZONE}}}
+        return {"connect_args": {"server_settings": {"timezone": zone}}}
     if url.startswith("mysql"):
         return {"connect_args": {"init_command": f"SET time_zone = '{OFFSET}'"}}
     return {}
@@ -98,5 +99,44 @@ async def test_database_time_in_a_non_utc_session_keeps_instants_exact(
         assert 3500 < deferred.value.seconds <= 3600
         assert [] == await store.reap()
         assert retried.snapshot == await store.get("t", tenant=None)
+    finally:
+        await store.aclose()
+
+
+async def test_leases_and_ttls_of_days_are_exact_across_a_daylight_saving_change(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """With the session in a zone that leaves daylight saving time during a lease and a
+    TTL of days, a day MUST still be 24 hours: in the snapshot, and in the queries that
+    decide when the lease lapses and when the task is reaped.
+
+    Troubleshooting: PostgreSQL adds an interval's days as calendar days in the session's
+    zone (``timestamptz + interval '1 day'`` is 25 hours on the night clocks go back);
+    add a count of milliseconds (``_pg_statements.later``), never a ``timedelta``.
+    """
+    clock = ManualClock(datetime(2026, 10, 31, 16, 0, tzinfo=UTC))  # New York: EDT, then EST
+    store = await SQLStore.open(
+        db_url, namespace=fresh_namespace, clock=clock,
+        engine_options=_session_options(db_url, zone="America/New_York"),
+    )
+    try:
+        created = await store.create(NewTask(
+            id="t", tenant="default", owner=Owner("alice"), work=Work(name="j"),
+            ttl_s=2 * 86400,
+        ))
+        assert created.expires_at == created.created_at + timedelta(days=2)  # type: ignore[operator]
+        [held] = await store.claim_next("w1", 86400, queues=["default"])
+        assert held.lease.expires_at == clock.now() + timedelta(days=1)
+
+        clock.advance(86400 - 0.001)
+        assert [] == await store.claim_next("w2", 60, queues=["default"])  # still held
+        clock.advance(0.001)
+        [taken] = await store.claim_next("w2", 60, queues=["default"])  # lapsed: 24 h
+        assert taken.lease.generation == held.lease.generation + 1
+
+        clock.advance(86400 - 0.001)
+        assert [] == await store.reap()
+        clock.advance(0.002)
+        assert ["t"] == await store.reap()  # expired: 48 h after it was created
     finally:
         await store.aclose()

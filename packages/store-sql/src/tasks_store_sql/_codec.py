@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -151,8 +151,8 @@ def instant_json(value: datetime) -> str:
 
 
 def cut_at_instants(
-    text: str, instants: dict[datetime, tuple[int, timedelta]]
-) -> tuple[list[str], list[timedelta]] | None:
+    text: str, instants: dict[datetime, tuple[int, int]]
+) -> tuple[list[str], list[int]] | None:
     """``text`` cut where it spells each of ``instants`` (``{instant: (how many times text
     must spell it, its shift)}``) and the shift of each cut, in order; ``None`` when it
     spells one of them another number of times (a user's value that spells it too).
@@ -160,7 +160,7 @@ def cut_at_instants(
     Joining the parts with the instants spelled back in (:func:`instant_json`) gives
     ``text`` again, which lets a store put in instants only its database knows.
     """
-    found: list[tuple[int, str, timedelta]] = []  # (where, spelling, shift)
+    found: list[tuple[int, str, int]] = []  # (where, spelling, shift)
     for instant, (times, shift) in instants.items():
         spelled = instant_json(instant)
         at = text.find(spelled)

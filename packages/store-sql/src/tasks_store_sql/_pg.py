@@ -70,6 +70,7 @@ from tasks_store_sql._pg_claim import claim_statement
 from tasks_store_sql._pg_statements import (
     EVENT_COLUMNS,
     MEMBER_COLUMNS,
+    MILLISECOND,
     ROW_COLUMNS,
     Statements,
     many_queues,
@@ -265,18 +266,19 @@ class FastPath:
         """
         stand_in = _stand_in()
         snapshot = rules.new_snapshot(new, stand_in)
-        instants = {stand_in: (2, timedelta(0))}  # created_at, updated_at
+        instants = {stand_in: (2, 0)}  # created_at, updated_at: no shift
         ttl = None
         if snapshot.expires_at is not None:
             ttl = snapshot.expires_at - stand_in
-            instants[snapshot.expires_at] = (1, ttl)
+            instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
         values = _new_row(snapshot, _codec.member_rows(snapshot))
         cut = _codec.cut_at_instants(values.pop("snapshot"), instants)
         if cut is None:  # the user's values spell the stand-in: decide in a transaction
             return None
         values["parts"], values["shifts"] = cut
         statement = self.sql.create
-        args = statement.args(now=self._now_arg(), ttl=ttl,
+        args = statement.args(now=self._now_arg(),
+                              ttl=None if ttl is None else ttl // MILLISECOND,
                               room=min(limits.max_tasks, limits.max_active_tasks_per_scope),
                               **values)
 
@@ -333,7 +335,7 @@ class FastPath:
             now=self._now_arg(),
             limit=limit,
             worker=worker_id,
-            lease=rules.check_lease_for(lease_for),
+            lease=rules.check_lease_for(lease_for) // MILLISECOND,
             tokens=[rules.new_lease_token() for _ in range(limit)],
             **({"queue": names[0]} if one else {"queues": names}),
         )

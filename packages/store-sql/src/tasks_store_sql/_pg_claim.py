@@ -29,6 +29,7 @@ from tasks_store_sql._codec import HEAD_KEYS
 from tasks_store_sql._pg_statements import (
     Statement,
     instant_text,
+    later,
     oldest_claimable,
     store_clock,
 )
@@ -142,7 +143,7 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
 
 def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
     """The claim of up to ``limit`` tasks of ``queue`` for ``worker`` (see the module
-    docstring); parameters ``now``, ``limit``, ``worker``, ``lease`` (an interval),
+    docstring); parameters ``now``, ``limit``, ``worker``, ``lease`` (milliseconds),
     ``tokens`` (one per rank) and the queue's.
 
     Returns one row per locked candidate, oldest first: ``id``, ``now`` and, for the rows
@@ -157,7 +158,8 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
         locked,
         (read.c.lease_generation + 1).label("generation"),
         read.c.deliveries, read.c.started_at, read.c.n_keys, read.c.changes,
-        (locked.c.now + sa.bindparam("lease", type_=sa.Interval)).label("lease_expires_at"),
+        later(locked.c.now, sa.bindparam("lease", type_=sa.BigInteger)).label(
+            "lease_expires_at"),
         sa.func.greatest(locked.c.now, locked.c.updated_at).label("touched"),
     ).select_from(locked.join(read, sa.true())).subquery("d")
     tokens = sa.func.unnest(sa.bindparam("tokens", type_=_TEXTS)).table_valued(

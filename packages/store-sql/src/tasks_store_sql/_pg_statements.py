@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,9 +24,12 @@ from tasks_store_sql._schema import COUNTER, Tables, active
 __all__ = [
     "EVENT_COLUMNS",
     "MEMBER_COLUMNS",
+    "MILLISECOND",
     "ROW_COLUMNS",
     "Statement",
     "Statements",
+    "instant_text",
+    "later",
     "many_queues",
     "oldest_claimable",
     "one_queue",
@@ -266,6 +270,22 @@ class Statements:
         return sa.select(count(updated), count(recorded), count(granted), count(woken))
 
 
+MILLISECOND = timedelta(milliseconds=1)
+
+
+def later(
+    instant: sa.ColumnElement[Any], milliseconds: sa.ColumnElement[Any]
+) -> sa.ColumnElement[Any]:
+    """``instant`` plus a number of ``milliseconds`` (a ``bigint``), exactly.
+
+    Never ``timestamptz + interval`` of a ``timedelta``: asyncpg sends a day of it as
+    ``1 day``, which PostgreSQL adds as a calendar day in the session's time zone — 23 or
+    25 hours across a daylight-saving change. A millisecond times a count is an interval
+    of seconds only, the same length in every zone.
+    """
+    return instant + milliseconds * sa.bindparam("millisecond", MILLISECOND, type_=sa.Interval)
+
+
 INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
 """How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
 WHOLE_SECOND = ".000000"
@@ -335,9 +355,10 @@ def _created(
     number of stored tasks is below ``room`` (the lower of ``max_tasks`` and
     ``max_active_tasks_per_scope``: below it neither limit can be reached, so neither
     needs counting). The snapshot text arrives cut at its instants: ``parts`` joined by
-    the clock's instant plus each of ``shifts`` (``created_at``, ``updated_at``: none;
-    ``expires_at``: the TTL), and the ``created_at``, ``updated_at`` and ``expires_at``
-    columns (``ttl`` added, ``NULL`` without one) are the clock's too. Returns
+    the clock's instant plus each of ``shifts`` in milliseconds (``created_at``,
+    ``updated_at``: none; ``expires_at``: the TTL), and the ``created_at``, ``updated_at``
+    and ``expires_at`` columns (``ttl`` milliseconds later, ``NULL`` without one) are the
+    clock's too. Returns
     :func:`_inserted`'s counts and the clock (``NULL``, nothing written, at or past
     ``room`` or without the creators' row)."""
     locks = tables.locks
@@ -355,19 +376,19 @@ def _created(
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
     pieces = sa.func.unnest(
-        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.Interval))
+        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.BigInteger))
     ).table_valued("part", "shift", with_ordinality="n").render_derived()
     text = (
         sa.select(sa.func.string_agg(
-            sa.func.concat(pieces.c.part, instant_text(clocked.c.now + pieces.c.shift)),
+            sa.func.concat(pieces.c.part, instant_text(later(clocked.c.now, pieces.c.shift))),
             postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
                                           pieces.c.n),
         ))
         .select_from(pieces)
         .scalar_subquery()
     )
-    ttl = sa.bindparam("ttl", type_=sa.Interval)
+    ttl = sa.bindparam("ttl", type_=sa.BigInteger)
     timed = {**columns, "created_at": clocked.c.now, "updated_at": clocked.c.now,
-             "expires_at": clocked.c.now + ttl, "snapshot": text}
+             "expires_at": later(clocked.c.now, ttl), "snapshot": text}
     counts = _inserted(tables, channel, timed, clocked).subquery("i")
     return sa.select(counts, sa.select(clocked.c.now).scalar_subquery())
