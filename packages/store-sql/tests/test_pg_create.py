@@ -13,6 +13,7 @@ spells the stand-in instant.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,15 @@ import pytest
 import sqlalchemy as sa
 from conftest import Opener
 from tasks_contract_tests._kit import new_task
-from tasks_core import CapacityExceeded, ManualClock, Owner, Snapshot, TaskExists, TaskQuery
+from tasks_core import (
+    CapacityExceeded,
+    ManualClock,
+    NewTask,
+    Owner,
+    Snapshot,
+    TaskExists,
+    TaskQuery,
+)
 from tasks_store_sql import SQLStore, _codec, _pg
 
 pytestmark = pytest.mark.anyio
@@ -34,19 +43,26 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+class Statements(list[list[Snapshot | None]]):
+    """What each create statement returned, a list per statement (``None``: left to the
+    transaction)."""
+
+    def outcomes(self) -> list[Snapshot | None]:
+        return [outcome for made in self for outcome in made]
+
+
 @pytest.fixture
-def at_once(monkeypatch: pytest.MonkeyPatch) -> list[Snapshot | None]:
-    """What each one-statement create returned (``None``: left to the transaction)."""
-    outcomes: list[Snapshot | None] = []
+def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
+    recorded = Statements()
     original = _pg.FastPath.create_at_once
 
-    async def recorded(self: _pg.FastPath, *args: Any) -> Snapshot | None:
-        outcome = await original(self, *args)
-        outcomes.append(outcome)
-        return outcome
+    async def recording(self: _pg.FastPath, *args: Any) -> list[Snapshot | None]:
+        made = await original(self, *args)
+        recorded.append(made)
+        return made
 
-    monkeypatch.setattr(_pg.FastPath, "create_at_once", recorded)
-    return outcomes
+    monkeypatch.setattr(_pg.FastPath, "create_at_once", recording)
+    return recorded
 
 
 async def _row(store: SQLStore, task_id: str) -> sa.Row[Any]:
@@ -75,12 +91,12 @@ async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
 @pytest.mark.parametrize("ttl_s", [None, 90.5])
 async def test_a_new_task_is_stored_at_the_clock_in_one_statement(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore],
-    at_once: list[Snapshot | None], start: datetime, ttl_s: float | None,
+    statements: Statements, start: datetime, ttl_s: float | None,
 ) -> None:
     store = closing(await postgres_opener(clock=ManualClock(start)))
     created = await store.create(new_task(input={"at": "x"}, ttl_s=ttl_s))
 
-    assert at_once == [created]
+    assert statements == [[created]]
     assert (created.created_at, created.updated_at) == (start, start)
     assert created.expires_at == (None if ttl_s is None else start + timedelta(seconds=ttl_s))
     await _stored_as_returned(store, created)
@@ -89,14 +105,14 @@ async def test_a_new_task_is_stored_at_the_clock_in_one_statement(
 
 async def test_on_the_database_clock_the_instants_are_the_databases(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore],
-    at_once: list[Snapshot | None],
+    statements: Statements,
 ) -> None:
     store = closing(await postgres_opener())
     before = await store.now()
     created = await store.create(new_task(ttl_s=60))
     after = await store.now()
 
-    assert at_once == [created]
+    assert statements == [[created]]
     assert before <= created.created_at <= after
     assert created.expires_at == created.created_at + timedelta(seconds=60)
     await _stored_as_returned(store, created)
@@ -104,7 +120,7 @@ async def test_on_the_database_clock_the_instants_are_the_databases(
 
 async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transaction(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
-    at_once: list[Snapshot | None], monkeypatch: pytest.MonkeyPatch,
+    statements: Statements, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stand_in = datetime(1500, 6, 1, 12, 0, 0, 1000, tzinfo=UTC)
     monkeypatch.setattr(_pg, "_stand_in", lambda: stand_in)
@@ -113,7 +129,7 @@ async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transac
 
     created = await store.create(new_task(input={"when": spelled}))
 
-    assert at_once == [None]  # nothing written by the statement; the transaction created it
+    assert statements == [[None]]  # nothing written by the statement; the transaction created it
     assert created.work.input == {"when": spelled}
     assert created.created_at == clock.now()
     assert await store.get(created.id, tenant="default") == created
@@ -122,7 +138,7 @@ async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transac
 
 async def test_a_taken_id_and_a_full_store_are_refused_by_the_transaction(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
-    at_once: list[Snapshot | None],
+    statements: Statements,
 ) -> None:
     store = closing(await postgres_opener(clock=clock, max_tasks=2))
     first = await store.create(new_task("a"))
@@ -132,14 +148,14 @@ async def test_a_taken_id_and_a_full_store_are_refused_by_the_transaction(
     with pytest.raises(CapacityExceeded):
         await store.create(new_task("c"))
 
-    assert [outcome is not None for outcome in at_once] == [True, False, True, False]
+    assert [outcome is not None for outcome in statements.outcomes()] == [True, False, True, False]
     assert [s.id for s in await store.list(TaskQuery(tenant=None))] == ["a", "b"]
     assert await store.get("a", tenant="default") == first
 
 
 async def test_past_the_active_limit_of_one_scope_the_transaction_counts_the_scope(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
-    at_once: list[Snapshot | None],
+    statements: Statements,
 ) -> None:
     """With as many stored tasks as one tenant may have active, the statement cannot tell
     whether this tenant is full; the transaction counts it."""
@@ -150,6 +166,90 @@ async def test_past_the_active_limit_of_one_scope_the_transaction_counts_the_sco
     with pytest.raises(CapacityExceeded):
         await store.create(new_task("a3", owner=IN_A))
 
-    assert [outcome is not None for outcome in at_once] == [True, True, False, False]
+    assert [outcome is not None for outcome in statements.outcomes()] == [True, True, False, False]
     assert created.tenant == "b"
     await _stored_as_returned(store, created)
+
+
+async def _gathered(store: SQLStore, news: list[NewTask]) -> list[Any]:
+    """Create ``news`` at once, after a first create (so each create goes straight to the
+    statements, without waiting to open the store): the first of them leads a statement
+    of its own, and the rest, arriving while it runs, make the next one together."""
+    await store.create(new_task("warm"))
+    return await asyncio.gather(*(store.create(new) for new in news), return_exceptions=True)
+
+
+async def test_creates_that_arrive_together_are_made_by_one_statement(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements,
+) -> None:
+    store = closing(await postgres_opener(clock=clock))
+    news = [new_task(f"t{i}", queue=f"q{i % 2}", ttl_s=60 * i or None,
+                     watchers=(Owner(f"w{i}"),), input={"i": i}) for i in range(6)]
+    made = await _gathered(store, news)
+
+    assert statements[1:] == [made[:1], made[1:]]
+    for created in made:
+        await _stored_as_returned(store, created)
+    for i, created in enumerate(made):
+        seen = await store.list(TaskQuery(tenant="default", principal=Owner(f"w{i}")))
+        assert [s.id for s in seen] == [created.id]  # each task's watcher, and no other
+
+
+async def test_every_queue_of_a_group_is_woken(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore],
+) -> None:
+    store = closing(await postgres_opener())
+    assert not await store.wait_for_work(["a", "b"], 0.01)  # listening from here on
+    await _gathered(store, [new_task(queue=queue) for queue in "aab"])
+
+    assert await store.wait_for_work(["a"], 30)
+    assert await store.wait_for_work(["b"], 30)
+
+
+async def test_an_id_twice_in_a_group_is_created_once_and_refused_once(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements,
+) -> None:
+    store = closing(await postgres_opener(clock=clock))
+    lead, once, twice = await _gathered(
+        store, [new_task("lead"), new_task("same", input=1), new_task("same", input=2)]
+    )
+
+    assert isinstance(twice, TaskExists)
+    assert statements.outcomes()[1:] == [lead, once, None]
+    assert (await store.get("same", tenant="default")).work.input == 1
+
+
+async def test_a_group_that_would_pass_a_limit_is_left_to_the_transaction(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements,
+) -> None:
+    """Four tasks may be stored; with two stored, a group of three would pass that, so
+    the statement creates none of it, and the transaction creates two and refuses one."""
+    store = closing(await postgres_opener(clock=clock, max_tasks=4))
+    outcomes = await _gathered(store, [new_task(f"t{i}") for i in range(4)])
+
+    assert statements.outcomes()[1:] == [outcomes[0], None, None, None]
+    assert [type(o) for o in outcomes].count(CapacityExceeded) == 1
+    stored = {s.id for s in await store.list(TaskQuery(tenant=None))}
+    assert stored == {"warm", *(o.id for o in outcomes if isinstance(o, Snapshot))}
+    assert len(stored) == 4
+
+
+async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_transaction(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stand_in = datetime(1500, 6, 1, 12, 0, 0, 1000, tzinfo=UTC)
+    monkeypatch.setattr(_pg, "_stand_in", lambda: stand_in)
+    store = closing(await postgres_opener(clock=clock))
+    spelled = _codec.instant_json(stand_in).strip('"')
+    made = await _gathered(store, [
+        new_task("lead"), new_task("spells", input=[spelled]), new_task("plain")
+    ])
+
+    assert statements.outcomes()[1:] == [made[0], None, made[2]]
+    for created in made:
+        assert await store.get(created.id, tenant="default") == created
+    await _stored_as_returned(store, made[2])

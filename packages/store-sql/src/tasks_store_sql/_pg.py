@@ -30,13 +30,14 @@ claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. R
 leaves alone (past the delivery limit, unreadable) go to the claim decided in Python
 above (:meth:`FastPath._claim_locked`).
 
-``create`` of a new task is one statement as well (:meth:`FastPath.create_at_once`): it
-locks the creators' row, reads the clock after that lock, and inserts the task, its
-members, the count and the ``NOTIFY`` while the store holds fewer tasks than both
-capacity limits; the snapshot text comes from Python cut at its instants, and the
-statement spells the clock into the cuts. What it cannot decide alone — a taken id, a
-store at a limit, a replacement — goes to the transaction (``BEGIN``, the lock with the
-clock, the checks in Python, the insert, ``COMMIT``).
+``create`` of new tasks is one statement as well (:meth:`FastPath.create_at_once`, for
+the creates of an event loop that arrive together: ``SQLStore.create``): it locks the
+creators' row, reads the clock after that lock, and inserts the tasks, their members,
+the count and the ``NOTIFY`` while the store stays within both capacity limits; each
+snapshot text comes from Python cut at its instants, and the statement spells the clock
+into the cuts. What it cannot decide alone — a taken id, a group that would pass a
+limit, a replacement — goes to the transaction (``BEGIN``, the lock with the clock, the
+checks in Python, the insert, ``COMMIT``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from tasks_store_sql._pg_statements import (
     MEMBER_COLUMNS,
     MILLISECOND,
     ROW_COLUMNS,
+    TIMED,
     Statements,
     many_queues,
     one_queue,
@@ -195,10 +197,6 @@ class FastPath:
         self, new: NewTask, replace: Snapshot | None, limits: StoreLimits
     ) -> Snapshot:
         """See ``SQLStore.create`` (without ``connection``)."""
-        if replace is None:
-            created = await self.create_at_once(new, limits)
-            if created is not None:
-                return created
         sql = self.sql
 
         async def taken(driver: Any) -> Loaded | None:
@@ -252,47 +250,80 @@ class FastPath:
 
         return await self.db.run_driver(op)
 
-    async def create_at_once(self, new: NewTask, limits: StoreLimits) -> Snapshot | None:
-        """``create`` of a new task in one statement, its own transaction
-        (:attr:`Statements.create`: one round trip, no ``BEGIN``/``COMMIT``), or ``None``
-        with nothing written when it cannot decide alone — the id is taken, or the
-        stored tasks number ``max_tasks`` or ``max_active_tasks_per_scope`` or more —
+    async def create_at_once(
+        self, news: Sequence[NewTask], limits: StoreLimits
+    ) -> list[Snapshot | None]:
+        """``create`` of new tasks in one statement, its own transaction
+        (:attr:`Statements.create`: one round trip, no ``BEGIN``/``COMMIT``); for each, the
+        snapshot created, or ``None`` with nothing written for it when the statement cannot
+        decide alone — its id is taken (or comes twice), the store would hold more than
+        ``max_tasks`` or ``max_active_tasks_per_scope`` tasks (then none is created) —
         for the transaction that decides (:meth:`create`).
 
-        The snapshot is made in Python at a stand-in instant, its text cut where it spells
-        that instant (and the TTL's expiry), and the statement spells in the clock it
-        reads after the creators' lock: what is stored is exactly the snapshot made at
+        Each snapshot is made in Python at a stand-in instant, its text cut where it
+        spells that instant (and the TTL's expiry), and the statement spells in the clock
+        it reads after the creators' lock: what is stored is exactly the snapshot made at
         that clock, which is returned.
+
+        Raises:
+            StoreUnavailable: transient failure; nothing was written.
         """
-        stand_in = _stand_in()
-        snapshot = rules.new_snapshot(new, stand_in)
-        instants = {stand_in: (2, 0)}  # created_at, updated_at: no shift
-        ttl = None
-        if snapshot.expires_at is not None:
-            ttl = snapshot.expires_at - stand_in
-            instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
-        values = _new_row(snapshot, _codec.member_rows(snapshot))
-        cut = _codec.cut_at_instants(values.pop("snapshot"), instants)
-        if cut is None:  # the user's values spell the stand-in: decide in a transaction
-            return None
-        values["parts"], values["shifts"] = cut
+        made: dict[str, tuple[Snapshot, timedelta | None]] = {}
+        values: dict[str, list[Any]] = {
+            name: [] for name in ("ids", "ttls", "parts", "shifts", "owners",
+                                  *(name for name, _ in ROW_COLUMNS if name not in TIMED),
+                                  *("m_" + name for name in MEMBER_COLUMNS))
+        }
+        seen: set[str] = set()
+        for new in news:
+            if new.id in seen:  # an id that comes twice is tried once, for its first caller
+                continue
+            seen.add(new.id)
+            stand_in = _stand_in()
+            snapshot = rules.new_snapshot(new, stand_in)
+            instants = {stand_in: (2, 0)}  # created_at, updated_at: no shift
+            ttl = None
+            if snapshot.expires_at is not None:
+                ttl = snapshot.expires_at - stand_in
+                instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
+            row = _new_row(snapshot, _codec.member_rows(snapshot))
+            cut = _codec.cut_at_instants(row.pop("snapshot"), instants)
+            if cut is None:  # the user's values spell the stand-in: decide in a transaction
+                continue
+            made[new.id] = (snapshot, ttl)
+            values["ids"].append(new.id)
+            values["ttls"].append(None if ttl is None else ttl // MILLISECOND)
+            values["parts"] += cut[0]
+            values["shifts"] += [*cut[1], None]  # one per part: none after the last
+            values["owners"] += [len(made)] * len(cut[0])
+            for name, value in row.items():
+                if name.startswith("m_"):
+                    values[name] += value
+                elif name in values:
+                    values[name].append(value)
+        if not made:
+            return [None] * len(news)
         statement = self.sql.create
-        args = statement.args(now=self._now_arg(),
-                              ttl=None if ttl is None else ttl // MILLISECOND,
-                              room=min(limits.max_tasks, limits.max_active_tasks_per_scope),
-                              **values)
+        most = min(limits.max_tasks, limits.max_active_tasks_per_scope) - len(made)
+        args = statement.args(now=self._now_arg(), most=most, **values)
 
         async def op(driver: Any) -> Any:
             return await driver.fetchrow(statement.sql, *args)
 
-        inserted, *_, clock = await self.db.run_driver(op, single_statement=True)
-        if not inserted:
-            return None
-        now = rules.tick(clock)
-        return snapshot.model_copy(update={
-            "created_at": now, "updated_at": now,
-            "expires_at": None if ttl is None else now + ttl,
-        })
+        ids, clock, *_ = await self.db.run_driver(op, single_statement=True)
+        created: dict[str, Snapshot] = {}
+        if ids:
+            now = rules.tick(clock)
+            for task_id in ids:
+                snapshot, ttl = made[task_id]
+                created[task_id] = snapshot.model_copy(update={
+                    "created_at": now, "updated_at": now,
+                    "expires_at": None if ttl is None else now + ttl,
+                })
+        outcomes: list[Snapshot | None] = []
+        for new in news:
+            outcomes.append(created.pop(new.id, None))  # a second caller of an id: None
+        return outcomes
 
     async def _insert(
         self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]

@@ -8,7 +8,6 @@ asyncpg dialect into ``$n`` SQL and the order of its named parameters
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -191,14 +190,16 @@ class Statements:
         )
         self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
         """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        columns = {name: sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
-                   for name, type_ in ROW_COLUMNS}
-        self.insert = Statement.of(_inserted(tables, channel, columns, None))
+        columns = [sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
+                   for name, type_ in ROW_COLUMNS]
+        one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
+        self.insert = Statement.of(sa.select(*_counts(*_inserted(
+            tables, channel, ["id", "row_version", *(name for name, _ in ROW_COLUMNS)], one
+        ))))
         """Insert a new task with its members, count it, wake its queue — or nothing at
         all when the id is taken (counts 0)."""
-        self.create = Statement.of(_created(tables, channel, columns))
-        """:attr:`insert` in one statement with the creators' lock: see
-        :func:`_created`."""
+        self.create = Statement.of(_created(tables, channel))
+        """New tasks in one statement with the creators' lock: see :func:`_created`."""
         forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
         self.forget_events = Statement.of(forget)
         self.forget_members = Statement.of(
@@ -304,28 +305,26 @@ def instant_text(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
 
 
 def _inserted(
-    tables: Tables, channel: str, columns: Mapping[str, sa.ColumnElement[Any]],
-    source: sa.FromClause | None,
-) -> sa.Select[Any]:
-    """Insert the task ``columns`` (from ``source``, one row or none) with its members
-    (``m_…`` arrays), count it in the creators' row and wake its queue — or nothing at all
-    when the id is taken or ``source`` is empty. Returns the number of rows inserted,
-    counted, granted and notified."""
+    tables: Tables, channel: str, names: list[str], rows: sa.Select[Any]
+) -> tuple[sa.CTE, ...]:
+    """Insert the tasks ``rows`` selects (columns ``names``) with their members (``m_…``
+    arrays, those of tasks not inserted left out), add them to the creators' count and
+    wake their queues; a task whose id is taken is left out (``ON CONFLICT DO
+    NOTHING``). The CTEs of the rows inserted (``id``, ``queue``), counted, granted and
+    notified."""
     t, locks = tables.tasks, tables.locks
-    names = ["id", "row_version", *columns]
-    values = sa.select(sa.bindparam("id"), sa.literal(0, sa.Integer), *columns.values())
     inserted = (
         postgresql.insert(t)
-        .from_select(names, values if source is None else values.select_from(source))
+        .from_select(names, rows)
         .on_conflict_do_nothing(index_elements=[t.c.id])
-        .returning(t.c.id)
+        .returning(t.c.id, t.c.queue)
         .cte("t")
     )
-    done = sa.exists(sa.select(inserted.c.id))
+    added = sa.select(sa.func.count()).select_from(inserted).scalar_subquery()
     counted = (
         sa.update(locks)
-        .where(locks.c.name == COUNTER, done)
-        .values(value=locks.c.value + 1)
+        .where(locks.c.name == COUNTER, sa.exists(sa.select(inserted.c.id)))
+        .values(value=locks.c.value + added)
         .returning(locks.c.value)
         .cte("c")
     )
@@ -335,60 +334,80 @@ def _inserted(
     granted = (
         sa.insert(tables.members)
         .from_select(list(MEMBER_COLUMNS),
-                     sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(done))
+                     sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(
+                         members.c.task_id.in_(sa.select(inserted.c.id))))
         .returning(tables.members.c.task_id)
         .cte("m")
     )
+    queues = sa.select(inserted.c.queue).distinct().subquery("q")
     woken = sa.select(
-        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text),
-                          sa.bindparam("queue", type_=sa.Text))
-    ).where(done).cte("n")
-    return sa.select(*(sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-                       for cte in (inserted, counted, granted, woken)))
+        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
+    ).cte("n")
+    return inserted, counted, granted, woken
 
 
-def _created(
-    tables: Tables, channel: str, columns: Mapping[str, sa.ColumnElement[Any]]
-) -> sa.Select[Any]:
-    """``create`` of a new task in one statement, its own transaction: lock the creators'
+def _counts(*ctes: sa.CTE) -> list[sa.ScalarSelect[Any]]:
+    return [sa.select(sa.func.count()).select_from(cte).scalar_subquery() for cte in ctes]
+
+
+TIMED = ("created_at", "updated_at", "expires_at", "snapshot")
+"""The columns of a new task :func:`_created` computes (the rest come as arrays)."""
+
+
+def _created(tables: Tables, channel: str) -> sa.Select[Any]:
+    """``create`` of new tasks in one statement, its own transaction: lock the creators'
     row, read the clock after the lock (whole milliseconds), and insert only while the
-    number of stored tasks is below ``room`` (the lower of ``max_tasks`` and
-    ``max_active_tasks_per_scope``: below it neither limit can be reached, so neither
-    needs counting). The snapshot text arrives cut at its instants: ``parts`` joined by
-    the clock's instant plus each of ``shifts`` in milliseconds (``created_at``,
-    ``updated_at``: none; ``expires_at``: the TTL), and the ``created_at``, ``updated_at``
-    and ``expires_at`` columns (``ttl`` milliseconds later, ``NULL`` without one) are the
-    clock's too. Returns
-    :func:`_inserted`'s counts and the clock (``NULL``, nothing written, at or past
-    ``room`` or without the creators' row)."""
+    stored tasks number at most ``most`` (the lower of ``max_tasks`` and
+    ``max_active_tasks_per_scope``, less the tasks inserted: below that neither limit can
+    be reached, so neither needs counting).
+
+    The tasks come as arrays (``ids``, the columns of :data:`ROW_COLUMNS` but
+    :data:`TIMED`, ``ttls`` in milliseconds); their snapshot texts cut at their instants:
+    ``parts`` of task number ``owners`` (1-based), each followed by the clock's instant
+    plus its ``shifts`` in milliseconds (``created_at``, ``updated_at``: none;
+    ``expires_at``: the TTL; ``NULL`` after a task's last part). The ``created_at``,
+    ``updated_at`` and ``expires_at`` columns are the clock's too.
+
+    Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
+    past ``most`` or without the creators' row), and the counted, granted and notified
+    counts.
+    """
     locks = tables.locks
-    held = (
-        sa.select(locks.c.value)
-        .where(locks.c.name == COUNTER)
-        .with_for_update()
-        .cte("k")
-    )
+    held = sa.select(locks.c.value).where(locks.c.name == COUNTER).with_for_update().cte("k")
     now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
     clocked = (
         sa.select(now.label("now"))
-        .where(held.c.value < sa.bindparam("room", type_=sa.Integer))
+        .where(held.c.value <= sa.bindparam("most", type_=sa.Integer))
         .cte("r")
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
+    given = [(name, type_) for name, type_ in ROW_COLUMNS if name not in TIMED]
+    rows = sa.func.unnest(
+        _array("ids", _TEXT), *(_array(name, type_) for name, type_ in given),
+        _array("ttls", postgresql.ARRAY(sa.BigInteger)),
+    ).table_valued("id", *(name for name, _ in given), "ttl", with_ordinality="n"
+                   ).render_derived("w")
     pieces = sa.func.unnest(
-        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.BigInteger))
-    ).table_valued("part", "shift", with_ordinality="n").render_derived()
+        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.BigInteger)),
+        _array("owners", _INT),
+    ).table_valued("part", "shift", "owner", with_ordinality="k").render_derived("p")
     text = (
         sa.select(sa.func.string_agg(
             sa.func.concat(pieces.c.part, instant_text(later(clocked.c.now, pieces.c.shift))),
             postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
-                                          pieces.c.n),
+                                          pieces.c.k),
         ))
-        .select_from(pieces)
+        .where(pieces.c.owner == rows.c.n)
         .scalar_subquery()
     )
-    ttl = sa.bindparam("ttl", type_=sa.BigInteger)
-    timed = {**columns, "created_at": clocked.c.now, "updated_at": clocked.c.now,
-             "expires_at": later(clocked.c.now, ttl), "snapshot": text}
-    counts = _inserted(tables, channel, timed, clocked).subquery("i")
-    return sa.select(counts, sa.select(clocked.c.now).scalar_subquery())
+    values = sa.select(
+        rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in given),
+        clocked.c.now, clocked.c.now, later(clocked.c.now, rows.c.ttl), text,
+    ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
+    names = ["id", "row_version", *(name for name, _ in given), *TIMED]
+    inserted, *rest = _inserted(tables, channel, names, values)
+    return sa.select(
+        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
+        sa.select(clocked.c.now).scalar_subquery(),
+        *_counts(*rest),
+    )

@@ -93,6 +93,7 @@ from tasks_core.models import (
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow, sqlite_file
+from tasks_store_sql._grouped import Grouped
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import active
 from tasks_store_sql._sqlite_watch import ChangeWatcher
@@ -103,6 +104,8 @@ from tasks_store_sql._writers import WriterQueue
 __all__ = ["SQLStore"]
 
 log = logging.getLogger("tasks_store_sql")
+GROUP_MOST = 100
+"""The most new tasks one statement creates (PostgreSQL)."""
 CREATOR_WAIT = 30.0
 """Seconds a create waits for its turn among this store's creators (as long as a pool
 checkout may wait) before it fails with ``StoreUnavailable``, nothing written."""
@@ -140,6 +143,9 @@ class SQLStore(TransitionOps):
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
         )
+        self._creates: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
+        ] = weakref.WeakKeyDictionary()
         """The FIFO of this store's creators in front of the creators' lock row (SQLite:
         its writer queue already serializes every write)."""
         self._watcher = ChangeWatcher(sqlite_file(self._db.engine)) \
@@ -218,10 +224,31 @@ class SQLStore(TransitionOps):
             await self._check_ready_on(transaction)
             return await self._create(new, replace, transaction)
         await self._ensure_ready()
+        if self._fast is not None and replace is None:  # PostgreSQL: with others at once
+            created = await self._grouped_creates()(new)
+            if created is not None:
+                return created
         if self._creators is not None:
             async with self._creators.slot(CREATOR_WAIT):
                 return await self._create(new, replace, None)
         return await self._create(new, replace, None)
+
+    def _grouped_creates(self) -> Grouped[NewTask, Snapshot | None]:
+        """The creates of this event loop, run together (:mod:`tasks_store_sql._grouped`)."""
+        loop = asyncio.get_running_loop()
+        with self._listeners_lock:
+            grouped = self._creates.get(loop)
+            if grouped is None:
+                grouped = self._creates[loop] = Grouped(self._create_group, GROUP_MOST)
+            return grouped
+
+    async def _create_group(self, news: list[NewTask]) -> list[Snapshot | None]:
+        """New tasks created in one statement, holding the creators' turn
+        (``FastPath.create_at_once``); ``None`` for each it left to the transaction."""
+        assert self._fast is not None
+        assert self._creators is not None
+        async with self._creators.slot(CREATOR_WAIT):
+            return await self._fast.create_at_once(news, self.limits)
 
     async def _create(
         self, new: NewTask, replace: Snapshot | None, connection: AsyncConnection | None

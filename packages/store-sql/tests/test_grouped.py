@@ -1,0 +1,149 @@
+"""``Grouped``: calls that arrive while a group runs are run together next, each caller
+gets its own outcome, and no cancellation loses a caller's outcome or the lead."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tasks_store_sql._grouped import Grouped
+
+pytestmark = pytest.mark.anyio
+
+
+class Runs:
+    """A ``run`` whose groups each wait for :meth:`finish`, recording what they got."""
+
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.groups: list[list[str]] = []
+        self.started = asyncio.Event()
+        self._gates: list[asyncio.Event] = []
+        self._fail = fail or set()
+
+    async def __call__(self, items: list[str]) -> list[str]:
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        self.groups.append(items)
+        self.started.set()
+        await gate.wait()
+        if self._fail & set(items):
+            raise LookupError("the group failed")
+        return [item.upper() for item in items]
+
+    async def finish(self) -> None:
+        """Let the oldest group waiting finish, once one has started."""
+        while not self._gates:
+            self.started.clear()
+            await self.started.wait()
+        self._gates.pop(0).set()
+
+
+async def _started(runs: Runs, groups: int) -> None:
+    while len(runs.groups) < groups:
+        runs.started.clear()
+        await runs.started.wait()
+
+
+async def _waiting(grouped: Grouped[str, str], calls: int) -> None:
+    """Let the new callers run up to their ``await`` (one turn of the event loop, which
+    runs every task made ready before it) and check that ``calls`` of them wait."""
+    await asyncio.sleep(0)
+    assert len(grouped._waiting) == calls
+
+
+async def test_calls_that_arrive_while_a_group_runs_run_together_next() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=10)
+    first = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    later = [asyncio.ensure_future(grouped(item)) for item in "bcd"]
+    await _waiting(grouped, 3)
+    await runs.finish()
+    await runs.finish()
+
+    assert await first == "A"
+    assert [await call for call in later] == ["B", "C", "D"]
+    assert runs.groups == [["a"], ["b", "c", "d"]]
+
+
+async def test_a_group_holds_at_most_most_calls_oldest_first() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=2)
+    calls = [asyncio.ensure_future(grouped(item)) for item in "abcde"]
+    for _ in range(3):
+        await runs.finish()
+
+    assert [await call for call in calls] == ["A", "B", "C", "D", "E"]
+    assert runs.groups == [["a"], ["b", "c"], ["d", "e"]]
+
+
+async def test_a_failed_group_fails_each_of_its_callers_and_the_next_group_runs() -> None:
+    runs = Runs(fail={"b"})
+    grouped = Grouped(runs, most=10)
+    first = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    failing = [asyncio.ensure_future(grouped(item)) for item in "bc"]
+    await _waiting(grouped, 2)
+    await runs.finish()
+    await runs.finish()
+    assert await first == "A"
+    for call in failing:
+        with pytest.raises(LookupError):
+            await call
+
+    after = asyncio.ensure_future(grouped("d"))
+    await runs.finish()
+    assert await after == "D"
+
+
+async def test_a_caller_cancelled_before_its_group_starts_is_never_run() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=10)
+    first = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    dropped, kept = asyncio.ensure_future(grouped("b")), asyncio.ensure_future(grouped("c"))
+    await _waiting(grouped, 2)
+    dropped.cancel()
+    await runs.finish()
+    await runs.finish()
+
+    assert (await first, await kept) == ("A", "C")
+    assert dropped.cancelled()
+    assert runs.groups == [["a"], ["c"]]
+
+
+async def test_a_cancelled_leader_leaves_its_group_to_finish_and_the_lead_to_a_waiter() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=10)
+    leader = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    with_leader = asyncio.ensure_future(grouped("b"))
+    await _waiting(grouped, 1)
+    leader.cancel()  # while its group (of "a") runs: "b" leads the next group
+    await _started(runs, 2)
+    await runs.finish()
+    await runs.finish()
+
+    assert await with_leader == "B"
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert runs.groups == [["a"], ["b"]]  # "a" ran to its end although its caller left
+
+
+async def test_a_caller_cancelled_as_it_is_handed_the_lead_passes_it_on() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=10)
+    first = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    heir, next_heir = asyncio.ensure_future(grouped("b")), asyncio.ensure_future(grouped("c"))
+    await _waiting(grouped, 2)
+    first.cancel()  # "b" is handed the lead ...
+    await asyncio.sleep(0)
+    heir.cancel()  # ... and cancelled before it takes it
+    await _started(runs, 2)
+    await runs.finish()
+    await runs.finish()
+
+    assert await next_heir == "C"
+    assert heir.cancelled()
+    assert runs.groups == [["a"], ["c"]]
