@@ -16,6 +16,7 @@ class Runs:
 
     def __init__(self, fail: set[str] | None = None) -> None:
         self.groups: list[list[str]] = []
+        self.finished: list[list[str]] = []
         self.started = asyncio.Event()
         self._gates: list[asyncio.Event] = []
         self._fail = fail or set()
@@ -28,6 +29,7 @@ class Runs:
         await gate.wait()
         if self._fail & set(items):
             raise LookupError("the group failed")
+        self.finished.append(items)
         return [item.upper() for item in items]
 
     async def finish(self) -> None:
@@ -112,22 +114,42 @@ async def test_a_caller_cancelled_before_its_group_starts_is_never_run() -> None
     assert runs.groups == [["a"], ["c"]]
 
 
-async def test_a_cancelled_leader_leaves_its_group_to_finish_and_the_lead_to_a_waiter() -> None:
+async def test_a_cancelled_leader_leaves_a_group_of_others_to_finish() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
     leader = asyncio.ensure_future(grouped("a"))
     await _started(runs, 1)
-    with_leader = asyncio.ensure_future(grouped("b"))
+    others = [asyncio.ensure_future(grouped(item)) for item in "bc"]
+    await _waiting(grouped, 2)
+    await runs.finish()  # "a" done: its caller leads the group of "b" and "c" ...
+    await _started(runs, 2)
+    leader.cancel()  # ... and leaves while it runs
+    await asyncio.sleep(0)
+    await runs.finish()
+
+    assert [await call for call in others] == ["B", "C"]
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert runs.finished == [["a"], ["b", "c"]]
+
+
+async def test_a_cancelled_leader_alone_stops_its_run_and_hands_the_lead_on() -> None:
+    runs = Runs()
+    grouped = Grouped(runs, most=10)
+    leader = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    waiter = asyncio.ensure_future(grouped("b"))
     await _waiting(grouped, 1)
-    leader.cancel()  # while its group (of "a") runs: "b" leads the next group
+    leader.cancel()  # its run had nobody else in it: it stops with its caller
     await _started(runs, 2)
     await runs.finish()
     await runs.finish()
 
-    assert await with_leader == "B"
+    assert await waiter == "B"
     with pytest.raises(asyncio.CancelledError):
         await leader
-    assert runs.groups == [["a"], ["b"]]  # "a" ran to its end although its caller left
+    assert runs.groups == [["a"], ["b"]]
+    assert runs.finished == [["b"]]
 
 
 async def test_a_caller_cancelled_as_it_is_handed_the_lead_passes_it_on() -> None:

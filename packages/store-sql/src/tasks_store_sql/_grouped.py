@@ -3,8 +3,9 @@ event loop in one statement (PostgreSQL's ``create``).
 
 The first caller leads: it runs every call waiting (up to ``most`` at a time, oldest
 first) and goes on while more arrive; the others wait for their own outcome. A leader
-that is cancelled leaves the group it started to finish (shielded: its callers still get
-their outcomes) and hands the lead to the oldest caller still waiting. A caller cancelled
+that is cancelled leaves a group of others it started to finish (shielded: their
+outcomes ride on it; a run of its own call alone just stops) and hands the lead to the
+oldest caller still waiting. A caller cancelled
 while it waits is dropped before its group starts (nothing of it written); once its
 group runs, it is written or not with the group. A group that fails gives every caller in
 it the same error.
@@ -70,6 +71,9 @@ class Grouped(Generic[T, R]):
             while self._waiting:
                 group = self._waiting[: self._most]
                 del self._waiting[: self._most]
+                if group == [call]:  # alone: nobody else's outcome rides on this run
+                    _deliver(group, await _ran(self._run([item])))
+                    continue
                 self._running.add(
                     running := asyncio.ensure_future(self._run([c.item for c in group]))
                 )
@@ -94,6 +98,16 @@ class Grouped(Generic[T, R]):
                 return
             self._waiting.pop(0)  # cancelled meanwhile
         self._leading = False
+
+
+async def _ran(outcomes: Awaitable[list[R]]) -> asyncio.Future[list[R]]:
+    """A finished future of what ``outcomes`` gives (or raises)."""
+    done: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+    try:
+        done.set_result(await outcomes)
+    except Exception as exc:  # handed to the caller through the future
+        done.set_exception(exc)
+    return done
 
 
 def _handed_the_lead(outcome: asyncio.Future[object]) -> bool:

@@ -70,10 +70,9 @@ from tasks_store_sql._db import CommitThenRaise, Database
 from tasks_store_sql._pg_claim import claim_statement
 from tasks_store_sql._pg_statements import (
     EVENT_COLUMNS,
-    MEMBER_COLUMNS,
     MILLISECOND,
+    NEW_COLUMNS,
     ROW_COLUMNS,
-    TIMED,
     Statements,
     many_queues,
     one_queue,
@@ -163,11 +162,10 @@ class FastPath:
         encoded = [_codec.event_row(task_id, record) for task_id, record in events]
         for name, _ in EVENT_COLUMNS:
             values["e_" + name] = [e[name] for e in encoded]
-        for name in MEMBER_COLUMNS:
-            values["m_" + name] = [m[name] for m in members]
-        values["wake"] = sorted(set(wake))
         statement = self.sql.write
-        counts = await driver.fetchrow(statement.sql, *statement.args(**values))
+        counts = await driver.fetchrow(statement.sql, *statement.args(
+            members=_codec.encode(list(members)), wake=sorted(set(wake)), **values
+        ))
         if tuple(counts[:3]) != (len(rows), len(events), len(members)):
             raise StoreUnavailable("A task changed during the write; nothing was written")
 
@@ -269,11 +267,8 @@ class FastPath:
             StoreUnavailable: transient failure; nothing was written.
         """
         made: dict[str, tuple[Snapshot, timedelta | None]] = {}
-        values: dict[str, list[Any]] = {
-            name: [] for name in ("ids", "ttls", "parts", "shifts", "owners",
-                                  *(name for name, _ in ROW_COLUMNS if name not in TIMED),
-                                  *("m_" + name for name in MEMBER_COLUMNS))
-        }
+        rows: list[dict[str, Any]] = []
+        members: list[dict[str, Any]] = []
         seen: set[str] = set()
         for new in news:
             if new.id in seen:  # an id that comes twice is tried once, for its first caller
@@ -286,26 +281,25 @@ class FastPath:
             if snapshot.expires_at is not None:
                 ttl = snapshot.expires_at - stand_in
                 instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
-            row = _new_row(snapshot, _codec.member_rows(snapshot))
-            cut = _codec.cut_at_instants(row.pop("snapshot"), instants)
+            columns = _codec.projection(snapshot, None)
+            cut = _codec.cut_at_instants(columns["snapshot"], instants)
             if cut is None:  # the user's values spell the stand-in: decide in a transaction
                 continue
             made[new.id] = (snapshot, ttl)
-            values["ids"].append(new.id)
-            values["ttls"].append(None if ttl is None else ttl // MILLISECOND)
-            values["parts"] += cut[0]
-            values["shifts"] += [*cut[1], None]  # one per part: none after the last
-            values["owners"] += [len(made)] * len(cut[0])
-            for name, value in row.items():
-                if name.startswith("m_"):
-                    values[name] += value
-                elif name in values:
-                    values[name].append(value)
+            parts, shifts = cut
+            rows.append({
+                "n": len(rows), "id": new.id,
+                **{name: columns[name] for name, _ in NEW_COLUMNS},
+                "ttl": None if ttl is None else ttl // MILLISECOND,
+                "pieces": list(zip(parts, [*shifts, None], strict=True)),
+            })
+            members += _codec.member_rows(snapshot)
         if not made:
             return [None] * len(news)
         statement = self.sql.create
         most = min(limits.max_tasks, limits.max_active_tasks_per_scope) - len(made)
-        args = statement.args(now=self._now_arg(), most=most, **values)
+        args = statement.args(now=self._now_arg(), most=most, rows=_codec.encode(rows),
+                              members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:
             return await driver.fetchrow(statement.sql, *args)
@@ -532,8 +526,7 @@ def _new_row(snapshot: Snapshot, members: Sequence[dict[str, Any]]) -> dict[str,
     """The parameters of inserting ``snapshot`` (revision 0) and its ``members``."""
     values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
     values.update(_codec.projection(snapshot, None))
-    for name in MEMBER_COLUMNS:
-        values["m_" + name] = [m[name] for m in members]
+    values["members"] = _codec.encode(list(members))
     return values
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "MEMBER_COLUMNS",
     "MILLISECOND",
+    "NEW_COLUMNS",
     "ROW_COLUMNS",
     "Statement",
     "Statements",
@@ -37,19 +38,18 @@ __all__ = [
 
 _DIALECT = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
 _TEXT = postgresql.ARRAY(sa.Text)
-_INT = postgresql.ARRAY(sa.Integer)
-_TIME = postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
+_TIMESTAMP = postgresql.TIMESTAMP(timezone=True)
 ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
-    ("tenant", _TEXT), ("queue", _TEXT), ("status", _TEXT), ("revision", _INT),
-    ("run_id", _TEXT), ("claim_token", _TEXT), ("claim_generation", _INT),
-    ("claim_expires_at", _TIME), ("retry_at", _TIME), ("created_at", _TIME),
-    ("updated_at", _TIME), ("expires_at", _TIME), ("snapshot", _TEXT),
-    ("max_deliveries", _INT),
+    ("tenant", sa.Text()), ("queue", sa.Text()), ("status", sa.Text()),
+    ("revision", sa.Integer()), ("run_id", sa.Text()), ("claim_token", sa.Text()),
+    ("claim_generation", sa.Integer()), ("claim_expires_at", _TIMESTAMP),
+    ("retry_at", _TIMESTAMP), ("created_at", _TIMESTAMP), ("updated_at", _TIMESTAMP),
+    ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
 )
-"""The projection columns (``_codec.projection``) and their array types."""
+"""The projection columns (``_codec.projection``) and their types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
-    ("task_id", _TEXT), ("event_id", _TEXT), ("revision", _INT), ("kind", _TEXT),
-    ("committed_at", _TIME), ("record", _TEXT),
+    ("task_id", sa.Text()), ("event_id", sa.Text()), ("revision", sa.Integer()),
+    ("kind", sa.Text()), ("committed_at", _TIMESTAMP), ("record", sa.Text()),
 )
 MEMBER_COLUMNS = ("tenant", "user_id", "task_id", "role")
 
@@ -190,8 +190,7 @@ class Statements:
         )
         self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
         """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        columns = [sa.bindparam(name, type_=type_.item_type)  # type: ignore[attr-defined]
-                   for name, type_ in ROW_COLUMNS]
+        columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
         one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
         self.insert = Statement.of(sa.select(*_counts(*_inserted(
             tables, channel, ["id", "row_version", *(name for name, _ in ROW_COLUMNS)], one
@@ -218,10 +217,18 @@ class Statements:
 
     @staticmethod
     def _write(tables: Tables, channel: str) -> sa.Select[Any]:
+        """Write the rows of arrays ``ids``, ``versions`` (the row version they were read
+        at) and one per column of :data:`ROW_COLUMNS` where their version is unchanged,
+        record the events of arrays ``e_…`` (:data:`EVENT_COLUMNS`) and the members
+        (JSON ``members``) of the rows written, and wake the queues ``wake``.
+
+        Arrays, not JSON, for the rows and events: in the bench's burn-down a JSON
+        document of them cost the worker more (encoding every instant and escaping every
+        snapshot) than the driver's per-element checks of arrays."""
         t, ev, mem = tables.tasks, tables.events, tables.members
         rows = sa.func.unnest(
-            _array("ids", _TEXT), _array("versions", _INT),
-            *(_array(name, type_) for name, type_ in ROW_COLUMNS),
+            _array("ids", _TEXT), _array("versions", postgresql.ARRAY(sa.Integer)),
+            *(_array(name, postgresql.ARRAY(type_)) for name, type_ in ROW_COLUMNS),
         ).table_valued("id", "version", *(name for name, _ in ROW_COLUMNS)).render_derived()
         updated = (
             sa.update(t)
@@ -233,7 +240,7 @@ class Statements:
         )
         written = sa.select(updated.c.id)
         events = sa.func.unnest(
-            *(_array("e_" + name, type_) for name, type_ in EVENT_COLUMNS)
+            *(_array("e_" + name, postgresql.ARRAY(type_)) for name, type_ in EVENT_COLUMNS)
         ).table_valued(*(name for name, _ in EVENT_COLUMNS)).render_derived()
         recorded = (
             sa.insert(ev)
@@ -246,9 +253,7 @@ class Statements:
             .returning(ev.c.task_id)
             .cte("e")
         )
-        members = sa.func.unnest(
-            *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
-        ).table_valued(*MEMBER_COLUMNS).render_derived()
+        members = _json_rows("members", [(name, sa.Text()) for name in MEMBER_COLUMNS])
         granted = (
             sa.insert(mem)
             .from_select(
@@ -304,14 +309,23 @@ def instant_text(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
                            sa.bindparam("nothing", "", type_=sa.Text))
 
 
+def _json_rows(name: str, columns: list[tuple[str, sa.types.TypeEngine[Any]]]) -> Any:
+    """The rows of JSON parameter ``name`` (an array of objects, sent as one text: no
+    per-element encoding in the driver) with ``columns``."""
+    document = sa.cast(sa.bindparam(name, type_=sa.Text), postgresql.JSON)
+    return sa.func.json_to_recordset(document).table_valued(
+        *(sa.column(column, type_) for column, type_ in columns)
+    ).render_derived(name, with_types=True)
+
+
 def _inserted(
     tables: Tables, channel: str, names: list[str], rows: sa.Select[Any]
 ) -> tuple[sa.CTE, ...]:
-    """Insert the tasks ``rows`` selects (columns ``names``) with their members (``m_…``
-    arrays, those of tasks not inserted left out), add them to the creators' count and
-    wake their queues; a task whose id is taken is left out (``ON CONFLICT DO
-    NOTHING``). The CTEs of the rows inserted (``id``, ``queue``), counted, granted and
-    notified."""
+    """Insert the tasks ``rows`` selects (columns ``names``) with their members (JSON
+    parameter ``members``: those of tasks not inserted left out), add them to the
+    creators' count and wake their queues; a task whose id is taken is left out (``ON
+    CONFLICT DO NOTHING``). The CTEs of the rows inserted (``id``, ``queue``), counted,
+    granted and notified."""
     t, locks = tables.tasks, tables.locks
     inserted = (
         postgresql.insert(t)
@@ -328,9 +342,7 @@ def _inserted(
         .returning(locks.c.value)
         .cte("c")
     )
-    members = sa.func.unnest(
-        *(_array("m_" + name, _TEXT) for name in MEMBER_COLUMNS)
-    ).table_valued(*MEMBER_COLUMNS).render_derived()
+    members = _json_rows("members", [(name, sa.Text()) for name in MEMBER_COLUMNS])
     granted = (
         sa.insert(tables.members)
         .from_select(list(MEMBER_COLUMNS),
@@ -350,8 +362,12 @@ def _counts(*ctes: sa.CTE) -> list[sa.ScalarSelect[Any]]:
     return [sa.select(sa.func.count()).select_from(cte).scalar_subquery() for cte in ctes]
 
 
-TIMED = ("created_at", "updated_at", "expires_at", "snapshot")
-"""The columns of a new task :func:`_created` computes (the rest come as arrays)."""
+NEW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("tenant", sa.Text()), ("queue", sa.Text()), ("status", sa.Text()),
+    ("revision", sa.Integer()), ("run_id", sa.Text()), ("max_deliveries", sa.Integer()),
+)
+"""The columns of a new task that :func:`_created` takes as they are; the lease and
+retry columns of a new task are ``NULL``, and it computes the instants and the text."""
 
 
 def _created(tables: Tables, channel: str) -> sa.Select[Any]:
@@ -361,12 +377,13 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     ``max_active_tasks_per_scope``, less the tasks inserted: below that neither limit can
     be reached, so neither needs counting).
 
-    The tasks come as arrays (``ids``, the columns of :data:`ROW_COLUMNS` but
-    :data:`TIMED`, ``ttls`` in milliseconds); their snapshot texts cut at their instants:
-    ``parts`` of task number ``owners`` (1-based), each followed by the clock's instant
-    plus its ``shifts`` in milliseconds (``created_at``, ``updated_at``: none;
-    ``expires_at``: the TTL; ``NULL`` after a task's last part). The ``created_at``,
-    ``updated_at`` and ``expires_at`` columns are the clock's too.
+    The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
+    the columns :data:`NEW_COLUMNS`, ``ttl`` (milliseconds, or ``null``) and ``pieces``,
+    their snapshot text cut at its instants — ``[part, shift]`` pairs, each part followed
+    by the clock's instant plus ``shift`` milliseconds (``created_at``, ``updated_at``:
+    ``0``; ``expires_at``: the TTL; ``null`` after the last part). The ``created_at``,
+    ``updated_at`` and ``expires_at`` columns are the clock's too; their members come as
+    :func:`_inserted` takes them.
 
     Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
     past ``most`` or without the creators' row), and the counted, granted and notified
@@ -381,30 +398,27 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
         .cte("r")
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
-    given = [(name, type_) for name, type_ in ROW_COLUMNS if name not in TIMED]
-    rows = sa.func.unnest(
-        _array("ids", _TEXT), *(_array(name, type_) for name, type_ in given),
-        _array("ttls", postgresql.ARRAY(sa.BigInteger)),
-    ).table_valued("id", *(name for name, _ in given), "ttl", with_ordinality="n"
-                   ).render_derived("w")
-    pieces = sa.func.unnest(
-        _array("parts", _TEXT), _array("shifts", postgresql.ARRAY(sa.BigInteger)),
-        _array("owners", _INT),
-    ).table_valued("part", "shift", "owner", with_ordinality="k").render_derived("p")
+    rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
+                               ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
+    pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
+        sa.column("piece", postgresql.JSON()), with_ordinality="k"
+    ).render_derived("p")
+    shift = sa.cast(pieces.c.piece[1].astext, sa.BigInteger)
     text = (
         sa.select(sa.func.string_agg(
-            sa.func.concat(pieces.c.part, instant_text(later(clocked.c.now, pieces.c.shift))),
+            sa.func.concat(pieces.c.piece[0].astext,
+                           instant_text(later(clocked.c.now, shift))),
             postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
                                           pieces.c.k),
         ))
-        .where(pieces.c.owner == rows.c.n)
         .scalar_subquery()
     )
     values = sa.select(
-        rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in given),
+        rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in NEW_COLUMNS),
         clocked.c.now, clocked.c.now, later(clocked.c.now, rows.c.ttl), text,
     ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
-    names = ["id", "row_version", *(name for name, _ in given), *TIMED]
+    names = ["id", "row_version", *(name for name, _ in NEW_COLUMNS),
+             "created_at", "updated_at", "expires_at", "snapshot"]
     inserted, *rest = _inserted(tables, channel, names, values)
     return sa.select(
         sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
