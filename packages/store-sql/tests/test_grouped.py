@@ -53,13 +53,22 @@ async def _waiting(grouped: Grouped[str, str], calls: int) -> None:
     assert len(grouped._waiting) == calls
 
 
+async def _behind_a_first(
+    runs: Runs, grouped: Grouped[str, str], items: str
+) -> tuple[asyncio.Task[str], list[asyncio.Task[str]]]:
+    """A first call (``"a"``), its group running; then a call of each of ``items``,
+    waiting behind it."""
+    first = asyncio.ensure_future(grouped("a"))
+    await _started(runs, 1)
+    later = [asyncio.ensure_future(grouped(item)) for item in items]
+    await _waiting(grouped, len(items))
+    return first, later
+
+
 async def test_calls_that_arrive_while_a_group_runs_run_together_next() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
-    first = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    later = [asyncio.ensure_future(grouped(item)) for item in "bcd"]
-    await _waiting(grouped, 3)
+    first, later = await _behind_a_first(runs, grouped, "bcd")
     await runs.finish()
     await runs.finish()
 
@@ -82,10 +91,7 @@ async def test_a_group_holds_at_most_most_calls_oldest_first() -> None:
 async def test_a_failed_group_fails_each_of_its_callers_and_the_next_group_runs() -> None:
     runs = Runs(fail={"b"})
     grouped = Grouped(runs, most=10)
-    first = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    failing = [asyncio.ensure_future(grouped(item)) for item in "bc"]
-    await _waiting(grouped, 2)
+    first, failing = await _behind_a_first(runs, grouped, "bc")
     await runs.finish()
     await runs.finish()
     assert await first == "A"
@@ -101,10 +107,7 @@ async def test_a_failed_group_fails_each_of_its_callers_and_the_next_group_runs(
 async def test_a_caller_cancelled_before_its_group_starts_is_never_run() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
-    first = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    dropped, kept = asyncio.ensure_future(grouped("b")), asyncio.ensure_future(grouped("c"))
-    await _waiting(grouped, 2)
+    first, (dropped, kept) = await _behind_a_first(runs, grouped, "bc")
     dropped.cancel()
     await runs.finish()
     await runs.finish()
@@ -117,10 +120,7 @@ async def test_a_caller_cancelled_before_its_group_starts_is_never_run() -> None
 async def test_a_cancelled_leader_leaves_a_group_of_others_to_finish() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
-    leader = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    others = [asyncio.ensure_future(grouped(item)) for item in "bc"]
-    await _waiting(grouped, 2)
+    leader, others = await _behind_a_first(runs, grouped, "bc")
     await runs.finish()  # "a" done: its caller leads the group of "b" and "c" ...
     await _started(runs, 2)
     leader.cancel()  # ... and leaves while it runs
@@ -136,10 +136,7 @@ async def test_a_cancelled_leader_leaves_a_group_of_others_to_finish() -> None:
 async def test_a_cancelled_leader_alone_stops_its_run_and_hands_the_lead_on() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
-    leader = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    waiter = asyncio.ensure_future(grouped("b"))
-    await _waiting(grouped, 1)
+    leader, (waiter,) = await _behind_a_first(runs, grouped, "b")
     leader.cancel()  # its run had nobody else in it: it stops with its caller
     await _started(runs, 2)
     await runs.finish()
@@ -155,10 +152,7 @@ async def test_a_cancelled_leader_alone_stops_its_run_and_hands_the_lead_on() ->
 async def test_a_caller_cancelled_as_it_is_handed_the_lead_passes_it_on() -> None:
     runs = Runs()
     grouped = Grouped(runs, most=10)
-    first = asyncio.ensure_future(grouped("a"))
-    await _started(runs, 1)
-    heir, next_heir = asyncio.ensure_future(grouped("b")), asyncio.ensure_future(grouped("c"))
-    await _waiting(grouped, 2)
+    first, (heir, next_heir) = await _behind_a_first(runs, grouped, "bc")
     first.cancel()  # "b" is handed the lead ...
     await asyncio.sleep(0)
     heir.cancel()  # ... and cancelled before it takes it

@@ -65,7 +65,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
     return recorded
 
 
-async def _row(store: SQLStore, task_id: str) -> sa.Row[Any]:
+async def _row(store: SQLStore, task_id: str) -> Any:
     t = store.tables.tasks
     async with store.engine.connect() as conn:
         found = await conn.execute(
@@ -118,14 +118,19 @@ async def test_on_the_database_clock_the_instants_are_the_databases(
     await _stored_as_returned(store, created)
 
 
-async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transaction(
-    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
-    statements: Statements, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def spelled(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A string that spells the stand-in instant, which is fixed for the test."""
     stand_in = datetime(1500, 6, 1, 12, 0, 0, 1000, tzinfo=UTC)
     monkeypatch.setattr(_pg, "_stand_in", lambda: stand_in)
+    return _codec.instant_json(stand_in).strip('"')
+
+
+async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transaction(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements, spelled: str,
+) -> None:
     store = closing(await postgres_opener(clock=clock))
-    spelled = _codec.instant_json(stand_in).strip('"')
 
     created = await store.create(new_task(input={"when": spelled}))
 
@@ -239,12 +244,9 @@ async def test_a_group_that_would_pass_a_limit_is_left_to_the_transaction(
 
 async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_transaction(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
-    statements: Statements, monkeypatch: pytest.MonkeyPatch,
+    statements: Statements, spelled: str,
 ) -> None:
-    stand_in = datetime(1500, 6, 1, 12, 0, 0, 1000, tzinfo=UTC)
-    monkeypatch.setattr(_pg, "_stand_in", lambda: stand_in)
     store = closing(await postgres_opener(clock=clock))
-    spelled = _codec.instant_json(stand_in).strip('"')
     made = await _gathered(store, [
         new_task("lead"), new_task("spells", input=[spelled]), new_task("plain")
     ])

@@ -59,7 +59,6 @@ _INSTANT = TypeAdapter(Instant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-
 def encode(document: Any) -> str:
     """Compact JSON text (ASCII-escaped, so any string survives any column charset)."""
     return _ENCODER.encode(document)

@@ -5,10 +5,9 @@ The first caller leads: it runs every call waiting (up to ``most`` at a time, ol
 first) and goes on while more arrive; the others wait for their own outcome. A leader
 that is cancelled leaves a group of others it started to finish (shielded: their
 outcomes ride on it; a run of its own call alone just stops) and hands the lead to the
-oldest caller still waiting. A caller cancelled
-while it waits is dropped before its group starts (nothing of it written); once its
-group runs, it is written or not with the group. A group that fails gives every caller in
-it the same error.
+oldest caller still waiting. A caller cancelled while it waits is dropped before its
+group starts (nothing of it written); once its group runs, it is written or not with the
+group. A group that fails gives every caller in it the same error.
 """
 
 from __future__ import annotations

@@ -328,9 +328,10 @@ class FastPath:
             StoreUnavailable: the creators' lock row is missing.
         """
         statement = self.sql.insert
-        counts = await driver.fetchrow(
-            statement.sql, *statement.args(**_new_row(snapshot, members))
-        )
+        counts = await driver.fetchrow(statement.sql, *statement.args(
+            id=snapshot.id, members=_codec.encode(list(members)),
+            **_codec.projection(snapshot, None),
+        ))
         if counts[0] == 0:
             return False
         if tuple(counts[:3]) != (1, 1, len(members)):
@@ -520,14 +521,6 @@ class FastPath:
             return rules.present(new, now)
 
         return await self.db.run_driver(op)
-
-
-def _new_row(snapshot: Snapshot, members: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The parameters of inserting ``snapshot`` (revision 0) and its ``members``."""
-    values: dict[str, Any] = {"id": snapshot.id, "queue": snapshot.queue}
-    values.update(_codec.projection(snapshot, None))
-    values["members"] = _codec.encode(list(members))
-    return values
 
 
 _STAND_IN_FROM = datetime(1100, 1, 1, tzinfo=UTC)

@@ -269,11 +269,7 @@ class Statements:
         woken = sa.select(
             sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
         ).cte("n")
-
-        def count(cte: sa.CTE) -> sa.ScalarSelect[Any]:
-            return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-
-        return sa.select(count(updated), count(recorded), count(granted), count(woken))
+        return sa.select(*_counts(updated, recorded, granted, woken))
 
 
 MILLISECOND = timedelta(milliseconds=1)

@@ -143,11 +143,13 @@ class SQLStore(TransitionOps):
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
         )
+        """The FIFO of this store's creators in front of the creators' lock row (SQLite:
+        its writer queue already serializes every write)."""
         self._creates: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
         ] = weakref.WeakKeyDictionary()
-        """The FIFO of this store's creators in front of the creators' lock row (SQLite:
-        its writer queue already serializes every write)."""
+        """Each event loop's creates, run together (PostgreSQL; under ``_listeners_lock``,
+        like the loops' listeners)."""
         self._watcher = ChangeWatcher(sqlite_file(self._db.engine)) \
             if self._db.kind == "sqlite" and not self._db.memory else None
         """A SQLite file's wakeups (its connection opens at the first wait)."""
