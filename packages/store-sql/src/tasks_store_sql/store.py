@@ -66,9 +66,9 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -102,6 +102,8 @@ from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
+
+_Kept = TypeVar("_Kept")
 
 log = logging.getLogger("tasks_store_sql")
 GROUP_MOST = 100
@@ -139,7 +141,8 @@ class SQLStore(TransitionOps):
         self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = (
             weakref.WeakKeyDictionary()
         )
-        self._listeners_lock = threading.Lock()
+        self._per_loop_lock = threading.Lock()
+        """Guards the maps kept per event loop (listeners, grouped creates)."""
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
         )
@@ -148,8 +151,7 @@ class SQLStore(TransitionOps):
         self._creates: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
         ] = weakref.WeakKeyDictionary()
-        """Each event loop's creates, run together (PostgreSQL; under ``_listeners_lock``,
-        like the loops' listeners)."""
+        """Each event loop's creates, run together (PostgreSQL)."""
         self._watcher = ChangeWatcher(sqlite_file(self._db.engine)) \
             if self._db.kind == "sqlite" and not self._db.memory else None
         """A SQLite file's wakeups (its connection opens at the first wait)."""
@@ -237,12 +239,8 @@ class SQLStore(TransitionOps):
 
     def _grouped_creates(self) -> Grouped[NewTask, Snapshot | None]:
         """The creates of this event loop, run together (:mod:`tasks_store_sql._grouped`)."""
-        loop = asyncio.get_running_loop()
-        with self._listeners_lock:
-            grouped = self._creates.get(loop)
-            if grouped is None:
-                grouped = self._creates[loop] = Grouped(self._create_group, GROUP_MOST)
-            return grouped
+        return self._of_this_loop(
+            self._creates, lambda: Grouped(self._create_group, GROUP_MOST))
 
     async def _create_group(self, news: list[NewTask]) -> list[Snapshot | None]:
         """New tasks created in one statement, holding the creators' turn
@@ -552,13 +550,21 @@ class SQLStore(TransitionOps):
         return self._listens() or self._watcher is not None
 
     def _listener(self) -> Listener:
+        return self._of_this_loop(self._listeners, lambda: Listener(
+            asyncpg_connector(self._db.engine, self._connect_args), self._channel))
+
+    def _of_this_loop(
+        self, kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept],
+        make: Callable[[], _Kept],
+    ) -> _Kept:
+        """What ``kept`` holds for the running event loop, made by ``make`` the first time
+        (each loop its own: asyncio objects never cross loops)."""
         loop = asyncio.get_running_loop()
-        with self._listeners_lock:
-            listener = self._listeners.get(loop)
-            if listener is None:
-                connect = asyncpg_connector(self._db.engine, self._connect_args)
-                listener = self._listeners[loop] = Listener(connect, self._channel)
-            return listener
+        with self._per_loop_lock:
+            value = kept.get(loop)
+            if value is None:
+                value = kept[loop] = make()
+            return value
 
     async def _notify(self, conn: AsyncConnection, queue: str) -> None:
         if self._listens():
@@ -572,7 +578,7 @@ class SQLStore(TransitionOps):
             StoreUnavailable: closing a connection failed.
         """
         loop = asyncio.get_running_loop()
-        with self._listeners_lock:
+        with self._per_loop_lock:
             listeners = list(self._listeners.items())
             self._listeners.clear()
         if self._watcher is not None:
