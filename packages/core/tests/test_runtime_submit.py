@@ -290,6 +290,17 @@ async def test_bad_keys_are_refused(key: str) -> None:
             await app.submit("report", None, ALICE, key=key)
 
 
+@pytest.mark.parametrize("count", [0, -1, True])
+async def test_a_delivery_limit_out_of_range_is_refused(count: int) -> None:
+    """``max_deliveries`` below 1 (or not an integer) MUST raise InvalidInput and store
+    nothing, never fall back to the task's default."""
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput, match="max_deliveries"):
+            await app.submit("report", None, ALICE, max_deliveries=count)
+        assert [] == (await app.list(System())).items
+
+
 async def test_system_needs_global_dedup_for_keys() -> None:
     """System has no owner scope: a key MUST use ``dedup="global"``."""
     app = _app()
@@ -341,6 +352,25 @@ async def test_max_runs_per_owner_refuses_beyond_the_limit() -> None:
         await app.cancel(a.id, ALICE)
         await app.submit("report", None, ALICE, key="c")
     assert Limits().max_runs_per_owner is None
+
+
+@pytest.mark.parametrize("limit", ["max_tasks", "max_active_tasks_per_scope"])
+async def test_store_limits_an_app_cannot_apply_to_its_given_store_are_refused(
+    limit: str,
+) -> None:
+    """``max_tasks`` and ``max_active_tasks_per_scope`` are enforced by the store, and
+    an ``App`` passes them on only to a store it opens itself: given a store, an ``App``
+    whose limits set one to other than the store's own MUST be refused with
+    ``InvalidInput`` (never ignored), and one that agrees with the store (or leaves the
+    default) MUST be accepted."""
+    with pytest.raises(InvalidInput, match=f"{limit}=1 .*where the store is opened"):
+        App(store=MemoryStore(), limits=Limits(**{limit: 1}))
+    app = App(store=MemoryStore(**{limit: 1}), limits=Limits(**{limit: 1}))
+    async with app:
+        await app.submit("report", None, ALICE)
+        with pytest.raises(CapacityExceeded):
+            await app.submit("report", None, ALICE)
+    App(store=MemoryStore(**{limit: 5}), limits=Limits(max_input_bytes=10))
 
 
 async def test_submit_by_name_of_an_unregistered_task_fails_it_in_the_worker() -> None:

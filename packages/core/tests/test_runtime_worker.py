@@ -140,14 +140,16 @@ async def test_progress_reaches_the_store() -> None:
     assert (100.0, "at 100") == (done.progress.value, done.progress.message)
 
 
-async def test_progress_out_of_range_raises_in_the_handler() -> None:
-    """A progress value outside 0..100 MUST raise InvalidInput in the handler."""
+@pytest.mark.parametrize("value", [101, -1, float("nan"), True, "50"])
+async def test_progress_out_of_range_raises_in_the_handler(value: Any) -> None:
+    """A progress value outside 0..100, not finite or not a number (a bool, a string)
+    MUST raise InvalidInput in the handler."""
     app = make_app()
 
     @app.task
     async def job(ctx: TaskContext) -> str:
         try:
-            ctx.progress(101)
+            ctx.progress(value)
         except InvalidInput:
             return "refused"
         return "accepted"

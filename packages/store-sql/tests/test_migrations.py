@@ -151,13 +151,21 @@ async def test_a_fresh_namespace_migrates_without_a_warning(
 ) -> None:
     """Migrating a fresh namespace, down to nothing and up again MUST log no warning on
     any database (MariaDB's driver used to warn that it ignores the name Alembic gives
-    the version table's primary key).
+    the version table's primary key); down to ``base`` MUST leave no table of the
+    namespace behind, the version table included.
 
     Troubleshooting: a warning here is printed by every ``tasks migrate`` a user runs.
     """
     caplog.set_level(logging.WARNING)
     assert None is await migrate(db_url, namespace=fresh_namespace)
     assert head() == await migrate(db_url, namespace=fresh_namespace, to="base")
+    store = SQLStore(db_url, namespace=fresh_namespace, schema="check")
+    try:
+        async with store.engine.connect() as conn:
+            names = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
+    finally:
+        await store.aclose()
+    assert [] == [name for name in names if name.startswith(f"{fresh_namespace}_")]
     assert None is await migrate(db_url, namespace=fresh_namespace)
     assert head() == await current_revision(db_url, namespace=fresh_namespace)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,36 @@ async def test_open_store_by_url_creates_a_usable_sqlite_file(tmp_path: Path) ->
     assert (tmp_path / "tasks.db").exists()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("spelled", ["file:{path}", "file://{path}", "file://localhost{path}"])
+async def test_a_sqlite_uri_opens_the_file_it_names(tmp_path: Path, spelled: str) -> None:
+    """A SQLite URI (``sqlite:///file:PATH?mode=ro&uri=true``) MUST open the file it
+    names, read only with ``mode=ro``: the tasks written before are read, a write is
+    refused and no other file appears; the store's writer queue and change watcher key on
+    that same file.
+
+    Troubleshooting: ``Target.sqlite_path`` and ``sqlite_file`` (``_dialect.py``,
+    ``_base.py``) must strip the URI's ``file:`` and authority.
+    """
+    from tasks_core.errors import StoreError
+    from tasks_core.models import NewTask, TaskQuery, Work
+    from tasks_store_sql._base import sqlite_file
+
+    path = tmp_path / "tasks.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        await store.create(NewTask(id="t1", tenant="default", owner=None,
+                                   work=Work(name="job")))
+    url = "sqlite:///" + spelled.format(path=path) + "?mode=ro&uri=true"
+    async with open_store(url) as store:
+        assert isinstance(store, SQLStore)
+        assert str(path) == sqlite_file(store.engine) == parse_url(url).sqlite_path
+        assert ["t1"] == [task.id for task in await store.list(TaskQuery(tenant=None))]
+        with pytest.raises(StoreError):  # SQLite refuses the write (read-only)
+            await store.create(NewTask(id="t2", tenant="default", owner=None,
+                                       work=Work(name="job")))
+    assert set(os.listdir(tmp_path)) <= {"tasks.db", "tasks.db-wal", "tasks.db-shm"}
+
+
 SECRET = "s3cret-Pw"
 
 
@@ -196,7 +227,7 @@ def test_the_cli_reports_a_malformed_url_in_one_line() -> None:
          {"sslmode": "require", "connect_timeout": "5"}),
         ("mysql://u@h/db?connect_timeout=5&ssl_ca=/ca.pem",
          {"connect_timeout": "5", "ssl_ca": "/ca.pem", "charset": "utf8mb4"}),
-        ("sqlite:///x.db?mode=ro&uri=true", {"mode": "ro", "uri": "true"}),
+        ("sqlite:///file:x.db?mode=ro&uri=true", {"mode": "ro", "uri": "true"}),
     ],
 )
 def test_driver_query_options_are_kept_or_translated(url: str, query: dict[str, str]) -> None:
@@ -238,7 +269,11 @@ def test_query_options_the_driver_does_not_take_are_refused(url: str, named: str
 @pytest.mark.parametrize(
     ("url", "said"),
     [
-        ("sqlite:///x.db?mode=ro", "add uri=true"),
+        ("sqlite:///x.db?mode=ro", "sqlite:///file:PATH"),
+        ("sqlite:///x.db?mode=ro&uri=true", "a SQLite URI"),
+        ("sqlite:///file::memory:?uri=true", "sqlite://"),
+        ("sqlite:///x.db?namespace=", "'namespace' has no value"),
+        ("postgresql://u@h/db?sslmode=", "'sslmode' has no value"),
         ("sqlite:///x.db?timeout=3", "busy_timeout"),
         ("sqlite:///x.db?isolation_level=DEFERRED", "transactions"),
         ("sqlite:///x.db?uri=true&mode=memory", "one of ro, rw, rwc"),
@@ -252,7 +287,9 @@ def test_query_options_the_driver_does_not_take_are_refused(url: str, named: str
 )
 def test_unusable_query_option_values_are_refused(url: str, said: str) -> None:
     """A query option the store cannot honour as given (a SQLite URI parameter without
-    ``uri=true``, an option the store sets itself, a value the driver cannot use, one
+    ``uri=true``, ``uri=true`` with a path that is not a SQLite ``file:`` URI — SQLite
+    would open a file named ``x.db?mode=ro`` —, an option the store sets itself, a value
+    the driver cannot use, an option without a value, which SQLAlchemy would drop, one
     option given twice) MUST raise ``InvalidInput`` saying why, before anything
     connects.
 

@@ -88,6 +88,24 @@ class Page:
         return len(self.items)
 
 
+def _check_store_limits(store: TaskStore, limits: Limits) -> None:
+    """``max_tasks`` and ``max_active_tasks_per_scope`` are the store's to enforce: an app
+    passes them on only to a store it opens. Given a store, a limit set to other than its
+    default must be the store's own (``store.limits``, where the store says).
+
+    Raises:
+        InvalidInput: naming the limit and where to set it.
+    """
+    defaults, own = Limits(), getattr(store, "limits", None)
+    for name in ("max_tasks", "max_active_tasks_per_scope"):
+        wanted = getattr(limits, name)
+        if wanted != getattr(defaults, name) and wanted != getattr(own, name, None):
+            raise InvalidInput(
+                f"{name}={wanted} is enforced by the store, and this store was opened "
+                f"without it: pass {name} where the store is opened (or give the app a "
+                "URL and it opens the store with it)")
+
+
 class App(Registry):
     """Tasks, queues, policy and the store: the client API and the worker's home.
 
@@ -123,6 +141,8 @@ class App(Registry):
     ) -> None:
         if url is not None and store is not None:
             raise InvalidInput("pass a store URL or a store, not both")
+        if store is not None and limits is not None:
+            _check_store_limits(store, limits)
         super().__init__(queues, retention)
         self.url = url
         self.policy = policy or Policy()
@@ -294,7 +314,8 @@ class App(Registry):
             idempotency_key=idempotency_key,
             retry_policy=retry or (definition.retry if definition else RetryPolicy.none()),
             timeout_s=_pick(timeout, definition.timeout if definition else None),
-            max_deliveries=max_deliveries or (definition.max_deliveries if definition else 25),
+            max_deliveries=(max_deliveries if max_deliveries is not None
+                            else definition.max_deliveries if definition else 25),
         )
         new = NewTask(
             id=task_id,

@@ -170,7 +170,7 @@ class Work(Model):
     idempotency_key: StrictStr | None = Field(default=None, max_length=512)
     retry_policy: RetryPolicy = RetryPolicy()
     timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400)
-    max_deliveries: int = Field(default=25, ge=1, le=100_000)
+    max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
 
 
 class ErrorInfo(Model):
@@ -183,7 +183,7 @@ class ErrorInfo(Model):
 class Progress(Model):
     """Progress of the current run, written by the lease holder; not revisioned."""
 
-    value: float = Field(ge=0, le=100, allow_inf_nan=False)
+    value: float = Field(ge=0, le=100, allow_inf_nan=False, strict=True)
     message: Annotated[str | None, _cap(1024)] = None
 
 

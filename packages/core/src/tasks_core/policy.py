@@ -143,7 +143,9 @@ class Limits:
             runtime before the create, so concurrent submits may overshoot it slightly.
         concurrency: default worker concurrency (runs at once per worker). Default 8.
         max_tasks: passed to a store the ``App`` opens from a URL (the store enforces it
-            atomically: ``CapacityExceeded("max_tasks")``). Default 1 000 000.
+            atomically: ``CapacityExceeded("max_tasks")``). Default 1 000 000. An ``App``
+            given a store object refuses (``InvalidInput``) a value other than the default
+            that the store was not opened with: set it where the store is opened.
         max_active_tasks_per_scope: likewise, per tenant. Default 10 000.
     """
 

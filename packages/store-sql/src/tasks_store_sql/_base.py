@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +27,7 @@ from tasks_store_sql._dialect import (
     kind_of,
     loop_engine_factory,
     parse_url,
+    sqlite_path_of,
 )
 from tasks_store_sql._errors import translate
 from tasks_store_sql._migrate import (
@@ -370,5 +370,5 @@ class StoreBase:
 def sqlite_file(engine: AsyncEngine) -> str:
     """The resolved path of a SQLite engine's database file (the writer queue's key, the
     file a change watcher reads)."""
-    return os.path.realpath(engine.url.database or "")
+    return sqlite_path_of(engine.url)
 

@@ -13,8 +13,10 @@ an option silently ignored. On asyncpg the libpq spellings most copied URLs carr
 translated: ``sslmode`` becomes ``ssl`` (the same values: ``disable``, ``allow``,
 ``prefer``, ``require``, ``verify-ca``, ``verify-full``) and ``connect_timeout`` becomes
 ``timeout`` (seconds). SQLite takes ``uri`` and ``cached_statements``, and with
-``uri=true`` SQLite's own URI parameters (``mode=ro``…); ``timeout`` is the
-``busy_timeout`` option, and the isolation level and type detection are the store's.
+``uri=true`` SQLite's own URI parameters (``mode=ro``…), the path then written as a
+SQLite URI (``sqlite:///file:tasks.db?mode=ro&uri=true``); ``timeout`` is the
+``busy_timeout`` option, and the isolation level and type detection are the store's. An
+option without a value (``?namespace=``), which SQLAlchemy would drop, is refused.
 A URL that cannot be parsed (a port that is not a number from 1 to 65535, an unclosed
 ``[``) raises ``InvalidInput`` without quoting the URL.
 """
@@ -31,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -245,7 +248,9 @@ def _check_query(driver: str, label: str, query: dict[str, Any]) -> dict[str, An
             first = spelled[name]
             raise InvalidInput(f"URL query options {first!r} and {given!r} are one option")
         if driver == "aiosqlite" and name in _SQLITE_URI and not uri:
-            raise InvalidInput(f"SQLite URL option {name!r} is a URI parameter: add uri=true")
+            raise InvalidInput(
+                f"SQLite URL option {name!r} is a URI parameter: name the file as a SQLite "
+                f"URI and add uri=true (sqlite:///file:PATH?{name}=…&uri=true)")
         values = value if isinstance(value, tuple) else (value,)
         if len(values) > 1 and name != "host":
             raise InvalidInput(f"URL query option {given!r} is given more than once")
@@ -320,7 +325,40 @@ class Target:
         """The resolved file of a SQLite database (``None`` in memory)."""
         if self.kind != "sqlite" or self.memory or not self.url.database:
             return None
-        return os.path.realpath(self.url.database)
+        return sqlite_path_of(self.url)
+
+
+def sqlite_path_of(url: URL) -> str:
+    """The resolved path of the file a SQLite URL opens: its database, or with
+    ``uri=true`` the file its ``file:`` URI names (:func:`_uri_file`)."""
+    database = url.database or ""
+    if _flag_of(url.query.get("uri")):
+        database = _uri_file(database)
+    return os.path.realpath(database)
+
+
+def _uri_file(database: str) -> str:
+    """The file a SQLite ``file:`` URI names (``file:PATH``, ``file:///PATH``,
+    ``file://localhost/PATH``; percent-escapes decoded, as SQLite does). With
+    ``uri=true`` SQLite reads the path as a URI only when it starts ``file:`` — any other
+    text is a file name, query and all — so anything else is refused, as is an in-memory
+    URI (``sqlite://`` is that store) and one naming another host.
+
+    Raises:
+        InvalidInput: saying how to write it.
+    """
+    example = "sqlite:///file:PATH?mode=ro&uri=true"
+    if not database.startswith("file:"):
+        raise InvalidInput(f"with uri=true the SQLite path must be a SQLite URI: {example}")
+    path = database[len("file:"):]
+    if path.startswith("//"):
+        authority, slash, rest = path[2:].partition("/")
+        if authority not in ("", "localhost"):
+            raise InvalidInput(f"a SQLite URI names a file on this machine: {example}")
+        path = slash + rest
+    if not path or path.startswith(":"):
+        raise InvalidInput("a SQLite URI must name a file; sqlite:// is the in-memory store")
+    return unquote(path)
 
 
 def parse_url(url: str) -> Target:
@@ -342,6 +380,7 @@ def parse_url(url: str) -> Target:
             f"{driver!r} is not an asyncio driver for {backend}; use one of "
             + ", ".join(sorted(allowed))
         )
+    _check_no_blank_options(url)
     query = dict(parsed.query)
     raw_namespace = query.pop("namespace", None)
     if isinstance(raw_namespace, tuple):
@@ -351,6 +390,8 @@ def parse_url(url: str) -> Target:
     if kind == "sqlite" and (parsed.username or parsed.password or parsed.host or parsed.port):
         raise InvalidInput(f"{URL_HELP} (a SQLite URL has no user, password, host or port)")
     query = _check_query(driver, label, query)
+    if kind == "sqlite" and _flag_of(query.get("uri")):
+        _uri_file(parsed.database or "")
     name = "mariadb" if backend == "mariadb" else "postgresql" if kind == "postgresql" else kind
     parsed = parsed.set(drivername=f"{name}+{driver}", query=query)
     memory = kind == "sqlite" and parsed.database in (None, "", ":memory:")
@@ -364,6 +405,19 @@ def parse_url(url: str) -> Target:
         raise InvalidInput(f"{URL_HELP} (this one has a host, port or option "
                            f"{label} cannot use)") from None
     return Target(parsed, kind, memory, namespace)
+
+
+def _check_no_blank_options(url: str) -> None:
+    """An option without a value (``?namespace=``) is refused: SQLAlchemy would drop it,
+    and a store in the default namespace, or a connection without ``sslmode``, is not
+    what the URL asked for.
+
+    Raises:
+        InvalidInput: naming the option.
+    """
+    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if not value:
+            raise InvalidInput(f"URL query option {name!r} has no value")
 
 
 def kind_of(engine: AsyncEngine) -> Kind:

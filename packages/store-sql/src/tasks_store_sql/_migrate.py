@@ -98,6 +98,8 @@ def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
         command.upgrade(config, target)
     else:
         command.downgrade(config, target)
+    if target == "base":  # nothing: Alembic leaves its (empty) version table behind
+        sa.Table(tables.version_table, sa.MetaData()).drop(sync_conn, checkfirst=True)
 
 
 def _newer(tables: Tables, current: str | None) -> SchemaMismatch:

@@ -23,7 +23,8 @@ submit
 URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is kept):
 
 - ``sqlite:///relative/tasks.db``, ``sqlite:////absolute/tasks.db``; ``sqlite://`` is an
-  in-memory database (one process, not durable) — aiosqlite;
+  in-memory database (one process, not durable) — aiosqlite; SQLite's URI parameters
+  need the path as a SQLite URI: ``sqlite:///file:tasks.db?mode=ro&uri=true``;
 - ``postgresql://user:password@host:5432/dbname`` (also ``postgres://``,
   ``postgresql+asyncpg://``, ``postgresql+psycopg://``) — asyncpg by default (its hot
   path: one-statement claims, prepared statements, LISTEN/NOTIFY); ``+psycopg`` (extra
