@@ -76,6 +76,20 @@ async def test_a_refused_login_is_unavailable_on_every_server(server_url: str) -
     assert SECRET not in str(error)
 
 
+async def test_a_server_nobody_answers_for_is_unavailable_in_plain_words(
+    server_url: str,
+) -> None:
+    """A URL whose host and port no server answers at MUST raise ``StoreUnavailable``
+    saying so in plain words ("cannot be reached"), on PostgreSQL and MariaDB alike
+    (not only ``ConnectionRefusedError [111]`` or ``OperationalError [2003]``).
+
+    Troubleshooting: ``_refusal`` in ``_errors.py`` (``_UNREACHABLE``, and MariaDB's
+    errnos 2002/2003/2005 in ``_REFUSED_ERRNOS``).
+    """
+    error = await _refusal(make_url(server_url).set(port=1).render_as_string(False))
+    assert "cannot be reached" in str(error)
+
+
 async def test_a_postgres_refusal_names_the_driver_error_never_the_password(
     postgres_url: str,
 ) -> None:

@@ -9,7 +9,9 @@
   (PostgreSQL class ``28``, MariaDB/MySQL 1044/1045/1698), a SQLite file that cannot be
   opened (``SQLITE_CANTOPEN``) or is not a SQLite database (``SQLITE_NOTADB``):
   :class:`~tasks_core.errors.StoreUnavailable` too, on every database alike, with the
-  cause in plain words ("the database does not exist"). Nothing was written, and the
+  cause in plain words ("the database does not exist"; a server that cannot be reached
+  — nothing answers at the host and port, an unknown host name — is said so too,
+  whatever the driver calls it). Nothing was written, and the
   store works once the server or the configuration is fixed; a file that is not a
   database is not :class:`~tasks_core.errors.StoreCorrupt`, which is about one task
   record;
@@ -26,6 +28,7 @@ stays chained (``raise … from exc``) for logs.
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,12 +64,20 @@ _REFUSED_STATES = {  # PostgreSQL: by SQLSTATE, else by class
     "3D": "the database does not exist",
     "28": "the login was refused",
 }
+_NO_SERVER = "the server cannot be reached (is it running; are the host and port right?)"
 _REFUSED_ERRNOS = {  # MariaDB/MySQL
     1049: "the database does not exist",
     1044: "the login may not use this database",
     1045: "the login was refused (an unknown user or a wrong password)",
     1698: "the login was refused (an unknown user or a wrong password)",
+    2002: _NO_SERVER,
+    2003: _NO_SERVER,
+    2005: "the server cannot be reached: its host name is unknown",
 }
+_UNREACHABLE: tuple[tuple[type[BaseException], str], ...] = (  # the driver's OSError
+    (socket.gaierror, "the server cannot be reached: its host name is unknown"),
+    (ConnectionRefusedError, _NO_SERVER),
+)
 _REFUSED_SQLITE = {  # primary result codes
     14: "the database file cannot be opened (is its directory there and writable?)",
     26: "the file is not a SQLite database",
@@ -143,9 +154,14 @@ def _sqlite_code(exc: BaseException) -> int | None:
 
 
 def _refusal(exc: BaseException) -> str | None:
-    """A connection refused as configured, in plain words (``None``: not one)."""
+    """A connection refused as configured, or a server that cannot be reached, in plain
+    words (``None``: not one)."""
+    driver = _driver_error(exc)
+    for kind, words in _UNREACHABLE:
+        if isinstance(driver, kind):
+            return words
     errno = _errno(exc)  # MariaDB/MySQL first: its errors carry a SQLSTATE too
-    if errno is not None:
+    if errno is not None and not isinstance(driver, OSError):
         return _REFUSED_ERRNOS.get(errno)
     state = _sqlstate(exc)
     if state is not None:
