@@ -17,6 +17,7 @@ from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app, until
 from rich.console import Console
 from tasks_core import (
     App,
+    CapabilityNotSupported,
     InvalidInput,
     ManualClock,
     System,
@@ -346,13 +347,35 @@ def test_tuning_keeps_a_higher_young_threshold_and_undoes_itself() -> None:
 async def test_stress_without_the_contract_suite_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``tasks stress`` without tasks-contract-tests MUST exit 2 and say how to install
-    it, from PyPI and from a clone."""
+    """``tasks stress`` without tasks-contract-tests MUST refuse (``CapabilityNotSupported``)
+    and say how to install it, from PyPI and from a clone."""
     monkeypatch.setitem(sys.modules, "tasks_contract_tests.stress", None)  # import fails
     app = _app()
     async with app:
-        code, out = await _cli(app, "stress", "--store", "memory://")
-    assert code == 2
-    text = " ".join(out.split())
-    assert "pip install tasks-contract-tests" in text
-    assert "from a clone of the repository, pip install ./packages/contract-tests" in text
+        with pytest.raises(CapabilityNotSupported) as info:
+            await _cli(app, "stress", "--store", "memory://")
+    assert "pip install tasks-contract-tests" in str(info.value)
+    assert "from a clone of the repository, pip install ./packages/contract-tests" in str(
+        info.value)
+
+
+@pytest.mark.parametrize("columns", ["20", "80"])
+def test_stress_without_the_contract_suite_refuses_on_one_line(
+    columns: str, tmp_path: Path,
+) -> None:
+    """The console script's ``tasks stress`` without tasks-contract-tests MUST refuse like
+    any command: one line on stderr, ``error: CapabilityNotSupported: …``, nothing on
+    stdout, exit code 2."""
+    script = ("import sys; sys.modules['tasks_contract_tests.stress'] = None; "
+              "from tasks_core.cli import main; sys.exit(main())")
+    env = {k: v for k, v in os.environ.items() if k not in ("TASKS_STORE", "COLUMNS")}
+    env["COLUMNS"] = columns
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "stress", "--store", "memory://"],
+        capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path, env=env,
+    )
+    assert (2, "") == (proc.returncode, proc.stdout), proc.stderr
+    lines = proc.stderr.splitlines()
+    assert 1 == len(lines), proc.stderr
+    assert lines[0].startswith("error: CapabilityNotSupported: tasks stress needs the "
+                               "contract suite: pip install tasks-contract-tests")

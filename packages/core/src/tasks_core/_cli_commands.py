@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import json
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,16 +17,19 @@ from tasks_core._cli_render import (
     Bars,
     backends_table,
     history_table,
+    one_line,
     plain,
     snapshot_table,
     tasks_table,
 )
+from tasks_core._cli_signals import Interrupts
 from tasks_core._defaults import default_store_url
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core._worker_gc import tune_for_serving
 from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
-from tasks_core.errors import InvalidInput
+from tasks_core.definitions import TaskDef
+from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.worker import Worker
 
 __all__ = ["COMMANDS", "authority_of"]
@@ -70,79 +71,142 @@ def _json_value(text: str, what: str) -> Any:
                            "long") from None
 
 
-async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Run a worker until SIGTERM/SIGINT, then drain; exit 0 when everything settled."""
+def _worker_of(app: App, args: argparse.Namespace) -> Worker:
+    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app.
+
+    Raises:
+        InvalidInput: a bad option (``--prefetch``, ``--concurrency``…) or queue name.
+    """
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     for queue in queues or ():
         app.declare_queue(queue)
-    worker = Worker(
+    return Worker(
         app, queues=queues, concurrency=args.concurrency, recover=args.recover,
         lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
         reap_interval=None if args.no_reaper else args.reap_interval,
     )
-    await app.open()
-    # Everything loaded so far lives as long as the process: out of the collector's scans,
-    # and young collections far apart (see _worker_gc); undone when serving ends, for a
-    # caller that goes on in the same process.
-    untune = tune_for_serving()
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    signals = 0
-    drained: list[bool] = []
-    draining: list[asyncio.Task[None]] = []
 
-    def on_signal(signum: int) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            log.info("received %s: draining (again to exit at once)", signal.Signals(signum).name)
 
-            async def drain() -> None:
-                drained.append(await worker.shutdown(args.drain_timeout))
+class _Drain:
+    """The worker's drain, started by the first signal, cut short by a second."""
 
-            draining.append(loop.create_task(drain()))
-        elif main is not None:
-            log.warning("second signal: exiting without waiting; running tasks keep their "
-                        "leases until they expire")
-            main.cancel()
+    def __init__(self, worker: Worker, timeout: float, interrupts: Interrupts) -> None:
+        self.worker = worker
+        self.timeout = timeout
+        self.interrupts = interrupts
+        self.task: asyncio.Task[bool] | None = None
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, on_signal, signum)
-    ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
-    console.print(f"worker {plain(worker.worker_id)} on {plain(app.url)}: queues "
-                  f"{plain(', '.join(worker.queues))}, concurrency {worker.concurrency}{ahead}",
-                  highlight=False)
-    try:
-        await worker.run()
-    except asyncio.CancelledError:
-        return 130
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signum)
-        untune()
-    settled = drained[0] if drained else True
+    def start(self) -> None:
+        """Begin the drain (``Worker.shutdown``) in a task of its own."""
+        self.task = asyncio.get_running_loop().create_task(
+            self.worker.shutdown(self.timeout), name="tasks:cli-drain")
+        # Cancelled by the second signal's handler itself: the drain cannot finish (and log
+        # "drain settled") in the loop step before the command sees that signal.
+        self.interrupts.cut_short(self.task)
+
+    async def end(self) -> bool:
+        """Wait for the drain to end, cancelling it if it still runs (the worker stopped
+        some other way); whether everything settled. With no drain, the worker stopped
+        without one (an error): True, nothing is left to settle. A drain that did not
+        finish settled nothing, and the log says so: the worker never logs it settled.
+        """
+        task = self.task
+        if task is None:
+            return True
+        task.cancel()  # a no-op once it has finished
+        await asyncio.wait({task})
+        if task.cancelled():
+            log.warning("worker %s: drain cut short; running tasks keep their leases until "
+                        "they expire", self.worker.worker_id)
+            return False
+        return task.result()
+
+
+async def _serve(worker: Worker) -> int:
+    """Run ``worker`` until its drain finishes: exit code 0 (the drain decides later).
+
+    Raises:
+        CapabilityNotSupported: exclusive queues on a store without them.
+    """
+    await worker.run()
+    return 0
+
+
+async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
+    """Run a worker until SIGTERM/SIGINT, then drain: exit 0 when everything settled, 1
+    when runs outlived the drain, 130 when a second signal cut it short. The signals are
+    handled until the command returns (see ``_cli_signals``).
+
+    Raises:
+        InvalidInput: a bad option.
+        CapabilityNotSupported: exclusive queues on a store without them.
+        UnknownStore, StoreUnavailable: the store cannot be opened.
+    """
+    worker = _worker_of(app, args)
+    with Interrupts.installed() as interrupts:
+        await app.open()
+        # Everything loaded so far lives as long as the process: out of the collector's
+        # scans, and young collections far apart (see _worker_gc); undone when serving
+        # ends, for a caller that goes on in the same process.
+        untune = tune_for_serving()
+        drain = _Drain(worker, args.drain_timeout, interrupts)
+        interrupts.on_first(drain.start)
+        try:
+            ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
+            one_line(console, f"worker {plain(worker.worker_id)} on {plain(app.url)}: queues "
+                              f"{plain(', '.join(worker.queues))}, concurrency "
+                              f"{worker.concurrency}{ahead}")
+            code = await interrupts.exit_code(_serve(worker))
+        finally:
+            interrupts.on_first(None)
+            untune()
+            settled = await drain.end()
+    if code != 0:
+        return code
     if not settled:
-        console.print(f"[yellow]{len(worker.running)} run(s) outlived the drain; their leases "
-                      "expire and another worker recovers them[/]")
+        one_line(console, f"[yellow]{len(worker.running)} run(s) outlived the drain; their "
+                          "leases expire and another worker recovers them[/]")
     return 0 if settled else 1
 
 
+def _task_of(app: App, args: argparse.Namespace) -> TaskDef | str:
+    """What ``tasks submit`` submits. With ``--app``: the app's registration of the name,
+    whose queue, retry, timeout and delivery limit apply (``--queue`` must name a queue
+    the app declared). Without: the bare name, which gets the defaults; its ``--queue`` is
+    declared here, since the operator names it.
+
+    Raises:
+        InvalidInput: with ``--app``, a name the app does not register; a bad queue name.
+    """
+    if args.app is None:
+        if args.queue:
+            app.declare_queue(args.queue)
+        return str(args.name)
+    definition = app.tasks.get(args.name)
+    if definition is None:
+        raise InvalidInput(f"task {args.name!r} is not registered in {args.app}")
+    return definition
+
+
 async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Submit a task by name (optionally wait for it)."""
+    """Submit a task by name (see :func:`_task_of`); ``--wait`` follows it to its end.
+
+    Raises:
+        InvalidInput: bad ``--input``, key or queue, or a task ``--app`` does not register;
+            nothing written.
+        AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit``.
+    """
     try:
         data = _json_value(args.input, "--input") if args.input else None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
-    if args.queue:
-        app.declare_queue(args.queue)
+    task = _task_of(app, args)
     authority = authority_of(args)
     submitted = await app.submit(
-        args.name, data, authority, key=args.key,
+        task, data, authority, key=args.key,
         dedup="global" if args.global_key else "owner", queue=args.queue,
     )
-    console.print(f"{submitted.outcome}: {plain(submitted.id)}", highlight=False)
+    one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     if args.wait:
         return await _follow(app, submitted.id, authority, console)
     return 0
@@ -154,8 +218,7 @@ async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
                           after=args.after, limit=args.limit)
     console.print(tasks_table(page.items, wide=args.wide))
     if page.next_after:
-        console.print(f"more: tasks ls … --after {plain(repr(page.next_after))}",
-                      highlight=False)
+        one_line(console, f"more: tasks ls … --after {plain(repr(page.next_after))}")
     return 0
 
 
@@ -183,7 +246,7 @@ async def _follow(app: App, task_id: str, authority: Authority, console: Console
 async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> int:
     """Cancel a task."""
     snapshot = await app.cancel(args.id, authority_of(args))
-    console.print(f"{plain(snapshot.id)}: {snapshot.status.value}", highlight=False)
+    one_line(console, f"{plain(snapshot.id)}: {snapshot.status.value}")
     return 0
 
 
@@ -200,19 +263,19 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
             answers[key] = raw
     result = await app.respond(args.id, answers, authority_of(args))
     if result.outcome == "unchanged":
-        console.print("no outstanding question matched; nothing changed")
+        one_line(console, "no outstanding question matched; nothing changed")
         return 1
-    console.print(f"{plain(result.snapshot.id)}: answer {result.outcome}; now "
-                  f"{result.snapshot.status.value}", highlight=False)
+    one_line(console, f"{plain(result.snapshot.id)}: answer {result.outcome}; now "
+                      f"{result.snapshot.status.value}")
     return 0
 
 
 async def cmd_reap(app: App, args: argparse.Namespace, console: Console) -> int:
     """Delete expired tasks now."""
     reaped = await app.reap(System(), limit=args.limit)
-    console.print(f"reaped {len(reaped)} expired task(s)")
+    one_line(console, f"reaped {len(reaped)} expired task(s)")
     for task_id in reaped:
-        console.print(f"  {plain(task_id)}", highlight=False)
+        one_line(console, f"  {plain(task_id)}")
     return 0
 
 
@@ -222,14 +285,14 @@ async def cmd_migrate(app: App, args: argparse.Namespace, console: Console) -> i
     url = args.store or app.url or default_store_url()[0]
     spec = find_store(url)
     if spec.migrate is None:
-        console.print(f"the {spec.name} store has no schema to migrate")
+        one_line(console, f"the {plain(spec.name)} store has no schema to migrate")
         return 0
     before, after = await spec.migrate(url, to=args.to, namespace=args.namespace)
     if before == after:
-        console.print(f"schema already at {after or 'nothing (no tables)'}", highlight=False)
+        one_line(console, f"schema already at {plain(after or 'nothing (no tables)')}")
     else:
-        console.print(f"schema migrated from {before or 'nothing'} to {after or 'nothing'}",
-                      highlight=False)
+        one_line(console, f"schema migrated from {plain(before or 'nothing')} to "
+                          f"{plain(after or 'nothing')}")
     return 0
 
 
@@ -249,13 +312,18 @@ async def cmd_demo(app: App, args: argparse.Namespace, console: Console) -> int:
 
 async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> int:
     """The stress harness of tasks-contract-tests, imported only now (core does not depend
-    on it)."""
+    on it).
+
+    Raises:
+        CapabilityNotSupported: tasks-contract-tests is not installed (the message says
+            how to install it).
+    """
     try:
         stress = importlib.import_module("tasks_contract_tests.stress")
     except ImportError:
-        console.print("[red]error:[/] tasks stress needs the contract suite: "
-                      f"{install_hint('tasks-contract-tests')}", highlight=False)
-        return 2
+        raise CapabilityNotSupported(
+            "tasks stress needs the contract suite: "
+            f"{install_hint('tasks-contract-tests')}") from None
     argv = ["--store", args.store or app.url or default_store_url()[0]]
     argv += [f"--{flag}" for flag in ("json", "small") if getattr(args, flag)]
     for option in ("out", "tasks", "writers", "workers", "rounds", "timeout"):

@@ -22,6 +22,7 @@ __all__ = [
     "backends_table",
     "cell",
     "history_table",
+    "one_line",
     "plain",
     "short",
     "snapshot_table",
@@ -52,6 +53,14 @@ def _inert(text: str) -> str:
 def plain(value: object) -> str:
     """``value`` for a rich markup string: control characters escaped, markup inert."""
     return escape(_inert(str(value)))
+
+
+def one_line(console: Console, markup: str) -> None:
+    """Print ``markup`` as one line, never wrapped or cropped, whatever the console's width:
+    a result that scripts parse (``created: ID``) keeps its id whole. Rich otherwise wraps
+    at the terminal width — 80 columns when the output is not a terminal. Build
+    ``markup`` with :func:`plain` around stored text, which also escapes newlines."""
+    console.print(markup, highlight=False, soft_wrap=True)
 
 
 def cell(value: object) -> Text:

@@ -4,7 +4,7 @@
 
     tasks demo                          a batch of tasks and a worker, live, in one process
     tasks worker myapp:app              run a worker (SIGTERM/SIGINT drain it)
-    tasks submit NAME --input '{...}'   submit a task by name
+    tasks submit NAME --app myapp:app   submit a task by name (its registration applies)
     tasks ls --system [--status …]      list tasks (--user U or --system on every command)
     tasks show ID [--follow]            one task and its event history (live with --follow)
     tasks cancel ID                     cancel a task
@@ -35,6 +35,7 @@ from rich.console import Console
 
 from tasks_core._cli_commands import COMMANDS
 from tasks_core._cli_render import plain
+from tasks_core._cli_signals import Interrupts
 from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.app import App
 from tasks_core.errors import TasksError
@@ -126,11 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", parents=[common, who], help="submit a task by name")
     p.add_argument("name", help="the registered task name")
+    p.add_argument("--app", metavar="MODULE:ATTR",
+                   help="your App, e.g. myapp:app: the task's registered queue, retry, "
+                        "timeout and delivery limit apply (without it: the defaults)")
     p.add_argument("--input", help="JSON object of keyword arguments")
     p.add_argument("--key", help="dedup key")
     p.add_argument("--global", dest="global_key", action="store_true",
                    help="the key is global (not scoped to the owner)")
-    p.add_argument("--queue", help="queue (default: 'default')")
+    p.add_argument("--queue", help="queue (default: the task's with --app, else 'default')")
     p.add_argument("--wait", action="store_true", help="follow the task until it ends")
 
     p = sub.add_parser("ls", parents=[common, who], help="list tasks")
@@ -182,25 +186,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def run(argv: Sequence[str], *, app: App | None = None,
-              console: Console | None = None) -> int:
-    """Run one command; ``app`` replaces the one built from ``--store`` (tests, embedding).
+def _app_for(args: argparse.Namespace) -> App:
+    """The app a command acts on: the user's for ``tasks worker APP`` and ``tasks submit
+    --app APP`` (its tasks and queues; ``--store`` replaces its URL), else a bare ``App``
+    on ``--store`` or the default store.
 
-    Returns:
-        The exit code.
+    Raises:
+        InvalidInput: APP cannot be imported or is not an ``App``.
+        UnknownStore: no store given and no store plugin installed (``backends`` still
+            answers: it is how one finds out).
     """
-    args = build_parser().parse_args(list(argv))
-    console = console or Console()
+    spec = getattr(args, "app", None)
+    if spec is not None:
+        app = load_app(spec)
+        if args.store:
+            app.use_store(args.store)
+        return app
+    if args.store:
+        return App(args.store)
+    return App(default_store_url()[0] if args.command == "backends"
+               else require_default_store_url())
+
+
+async def _command(args: argparse.Namespace, app: App | None, console: Console) -> int:
+    """Run the command on ``app`` (or on :func:`_app_for`'s, closed afterwards).
+
+    Raises:
+        TasksError: the command's refusal.
+    """
     owned = app is None
-    if app is None:
-        if args.command == "worker":
-            app = load_app(args.app)
-            if args.store:
-                app.use_store(args.store)
-        else:
-            # backends must work with no store installed: it is how one finds out.
-            app = App(args.store or (default_store_url()[0] if args.command == "backends"
-                                     else require_default_store_url()))
+    app = _app_for(args) if app is None else app
     if args.command not in ("demo", "backends", "stress", "migrate") \
             and (app.url or "").startswith("memory://"):
         Console(stderr=True).print(
@@ -212,6 +227,26 @@ async def run(argv: Sequence[str], *, app: App | None = None,
     finally:
         if owned:
             await app.aclose()
+
+
+async def run(argv: Sequence[str], *, app: App | None = None,
+              console: Console | None = None) -> int:
+    """Run one command; ``app`` replaces the one built from ``--store`` (tests, embedding).
+    ``tasks worker`` handles SIGTERM/SIGINT from here until it returns, its app's close
+    included: the first drains, a second exits at once with 130.
+
+    Returns:
+        The exit code.
+
+    Raises:
+        TasksError: the command's refusal (``main`` prints it: ``error: KIND: message``).
+    """
+    args = build_parser().parse_args(list(argv))
+    console = console or Console()
+    if args.command != "worker":
+        return await _command(args, app, console)
+    with Interrupts.installed() as interrupts:
+        return await interrupts.exit_code(_command(args, app, console))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,128 @@
+"""SIGTERM and SIGINT during ``tasks worker``: the first drains, a second exits at once.
+
+The handlers are installed when the command starts and removed only when it returns —
+after the app has closed its store — so no signal in between meets the default action
+(which would end the process with 143, not the documented 130).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["EXIT_INTERRUPTED", "Interrupts"]
+
+log = logging.getLogger("tasks_core.cli")
+
+EXIT_INTERRUPTED = 130
+"""The exit code of a command that a second signal cut short."""
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_current: ContextVar[Interrupts | None] = ContextVar("tasks_cli_interrupts", default=None)
+
+
+class Interrupts:
+    """The SIGTERM/SIGINT handling of one command, bound to the task that installed it.
+
+    The first signal calls the callback given to :meth:`on_first` (the drain) — at once,
+    or as soon as one is given. Every later signal cancels that task and every task given
+    to :meth:`cut_short`; :meth:`exit_code` turns that cancellation into
+    :data:`EXIT_INTERRUPTED`.
+    """
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.signals = 0
+        self._task = task
+        self._first: Callable[[], None] | None = None
+        self._also: list[asyncio.Task[Any]] = []
+        self._cancels = 0
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[Interrupts]:
+        """Handle SIGTERM and SIGINT on the running loop until the block exits, then give
+        them back their default action. Inside a block already handling them (the worker
+        command inside ``tasks``' own), the same handling, left installed for the outer
+        block to remove. Where the loop cannot handle signals (not the main thread,
+        Windows), nothing is installed and signals keep their default action.
+
+        Raises:
+            RuntimeError: no task is running.
+        """
+        outer = _current.get()
+        if outer is not None:
+            yield outer
+            return
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Interrupts.installed() needs a running task")
+        interrupts = cls(task)
+        loop = asyncio.get_running_loop()
+        for signum in SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, interrupts._received, signum)
+        token = _current.set(interrupts)
+        try:
+            yield interrupts
+        finally:
+            _current.reset(token)
+            for signum in SIGNALS:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+
+    def on_first(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` on the first signal — now, if it has arrived already;
+        ``None``: nothing more to do on a first signal."""
+        self._first = callback
+        if callback is not None and self.signals == 1:
+            callback()
+
+    def cut_short(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` too on a second signal."""
+        self._also.append(task)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a second signal arrived."""
+        return self.signals > 1
+
+    async def exit_code(self, work: Awaitable[int]) -> int:
+        """``work``'s exit code, or :data:`EXIT_INTERRUPTED` when a second signal cut it
+        short (the cancellation is consumed; one from elsewhere is not).
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled by something else.
+        """
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not self._cancels:
+                raise
+            for _ in range(self._cancels):
+                self._task.uncancel()
+            self._cancels = 0
+            if self._task.cancelling():
+                raise
+            return EXIT_INTERRUPTED
+
+    def _received(self, signum: int) -> None:
+        """The signal handler: first signal, drain; any later one, exit at once."""
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 1:
+            log.info("received %s: %s(again to exit at once)", name,
+                     "draining " if self._first is not None else "")
+            if self._first is not None:
+                self._first()
+            return
+        log.warning("received %s again: exiting at once", name)
+        for task in self._also:
+            task.cancel()
+        self._cancels += 1
+        self._task.cancel()

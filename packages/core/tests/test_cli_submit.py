@@ -1,0 +1,166 @@
+"""``tasks submit``/``cancel``/``respond``: submitting through the app module
+(``--app MODULE:ATTR``) and one-line results that scripts can parse."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app, until
+from rich.console import Console
+from tasks_core import (
+    App,
+    InvalidInput,
+    RetryPolicy,
+    System,
+    TaskContext,
+    TaskStatus,
+    UnknownStore,
+)
+from tasks_core.cli import build_parser, run
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+POLICY = RetryPolicy.exponential(1.0, attempts=5, cap=60)
+SUBMIT = ["submit", "build_report", "--input", '{"month": "2026-11"}', "--key", "r-11",
+          "--user", "alice"]
+
+
+def _reports_app(url: str | None = None) -> App:
+    """The README's app: ``build_report`` on queue ``reports`` with retry and timeout, and
+    a second declared queue, ``urgent``. On a memory store of its own unless ``url``."""
+    app = App(url, queues=["urgent"]) if url else App(store=MemoryStore(), queues=["urgent"])
+
+    @app.task(queue="reports", retry=POLICY, timeout=120, max_deliveries=7)
+    async def build_report(ctx: TaskContext, month: str) -> dict[str, Any]:
+        return {"month": month}
+
+    return app
+
+
+def _module(monkeypatch: pytest.MonkeyPatch, app: App) -> str:
+    """Make ``app`` importable as ``cli_submit_probe:app`` (what ``--app`` loads)."""
+    module = types.ModuleType("cli_submit_probe")
+    module.app = app  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cli_submit_probe", module)
+    return "cli_submit_probe:app"
+
+
+async def _run(*argv: str, app: App | None = None, width: int = 200) -> tuple[int, str]:
+    out = io.StringIO()
+    code = await run(list(argv), app=app, console=Console(file=out, width=width,
+                                                          color_system=None))
+    return code, out.getvalue()
+
+
+def test_app_is_an_option_of_submit_only() -> None:
+    """``--app MODULE:ATTR`` MUST be accepted by ``submit`` (default: none)."""
+    assert build_parser().parse_args([*SUBMIT, "--app", "m:app"]).app == "m:app"
+    assert build_parser().parse_args(SUBMIT).app is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ls", "--system", "--app", "m:app"])
+
+
+async def test_submit_with_app_applies_the_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``--app``, the task MUST be submitted with its registered queue, retry policy,
+    timeout and delivery limit (the README's example)."""
+    app = _reports_app()
+    code, out = await _run(*SUBMIT, "--app", _module(monkeypatch, app))
+    assert (0, "created: alice::r-11") == (code, out.strip())
+    snapshot = await app.get("alice::r-11", ALICE)
+    await app.aclose()
+    work = snapshot.work
+    assert ("reports", POLICY, 120, 7) == (snapshot.queue, work.retry_policy, work.timeout_s,
+                                           work.max_deliveries)
+
+
+async def test_submit_with_app_takes_only_a_queue_the_app_declared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``--app``, ``--queue`` MUST name a queue the app declared (then it replaces
+    the registered one, the rest of the registration still applies); any other queue MUST
+    be refused with ``InvalidInput`` and nothing written."""
+    app = _reports_app()
+    spec = _module(monkeypatch, app)
+    with pytest.raises(InvalidInput, match="'elsewhere' is not declared"):
+        await _run(*SUBMIT, "--app", spec, "--queue", "elsewhere")
+    assert [] == list(await app.list(System()))
+    assert "elsewhere" not in app.queues
+    code, _ = await _run(*SUBMIT, "--app", spec, "--queue", "urgent")
+    snapshot = await app.get("alice::r-11", ALICE)
+    await app.aclose()
+    assert (0, "urgent", 120) == (code, snapshot.queue, snapshot.work.timeout_s)
+
+
+async def test_submit_with_app_refuses_a_task_the_app_does_not_register(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``--app``, a name the app does not register MUST be refused with
+    ``InvalidInput`` naming the task and the app, before anything is written."""
+    app = _reports_app()
+    spec = _module(monkeypatch, app)
+    with pytest.raises(InvalidInput) as info:
+        await _run("submit", "build_reprot", "--user", "alice", "--app", spec)
+    assert "'build_reprot' is not registered in cli_submit_probe:app" in str(info.value)
+    assert [] == list(await app.list(System()))
+    await app.aclose()
+
+
+async def test_store_overrides_the_url_of_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--store`` MUST replace the URL of the ``--app`` app, as for ``tasks worker``."""
+    spec = _module(monkeypatch, _reports_app("nosuchscheme://anywhere"))
+    with pytest.raises(UnknownStore):
+        await _run(*SUBMIT, "--app", spec)
+    code, out = await _run(*SUBMIT, "--app", spec, "--store", "memory://")
+    assert (0, "created: alice::r-11") == (code, out.strip())
+
+
+async def test_submit_without_app_gets_the_defaults_and_declares_its_queue() -> None:
+    """Without ``--app`` the CLI knows only the name: the task MUST get the defaults —
+    queue ``default`` unless ``--queue`` (declared on the fly), no retry, no timeout, 25
+    deliveries."""
+    app = make_app()  # knows no task: a client without the handler code
+    async with app:
+        assert 0 == (await _run(*SUBMIT, app=app))[0]
+        plain = await app.get("alice::r-11", ALICE)
+        assert 0 == (await _run(*SUBMIT[:4], "--key", "r-12", "--user", "alice",
+                                "--queue", "reports", app=app))[0]
+        queued = await app.get("alice::r-12", ALICE)
+    assert ("default", RetryPolicy.none(), None, 25) == (
+        plain.queue, plain.work.retry_policy, plain.work.timeout_s, plain.work.max_deliveries)
+    assert "reports" == queued.queue
+
+
+async def test_one_line_results_never_wrap_whatever_the_width() -> None:
+    """The results of ``submit``, ``respond`` and ``cancel`` MUST each be one line with the
+    task id unbroken, however long the id and however narrow the console."""
+    key = "k" * 100
+    task_id = f"alice::{key}"
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        return await ctx.request_input("approve", {"q": "ok?"})
+
+    async with app:
+        submitted = await _run("submit", "ask", "--key", key, "--user", "alice", app=app,
+                               width=40)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, task_id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            responded = await _run("respond", task_id, "approve=true", "--user", "alice",
+                                   app=app, width=40)
+            await app.wait(task_id, ALICE, timeout=TIMEOUT)
+        await _run("submit", "ask", "--key", key, "--user", "alice", app=app, width=40)
+        cancelled = await _run("cancel", task_id, "--user", "alice", app=app, width=40)
+        unchanged = await _run("respond", task_id, "approve=true", "--user", "alice",
+                               app=app, width=40)
+    assert (0, [f"created: {task_id}"]) == (submitted[0], submitted[1].splitlines())
+    assert (0, [f"{task_id}: answer applied; now running"]) == (
+        responded[0], responded[1].splitlines())
+    assert (0, [f"{task_id}: cancelled"]) == (cancelled[0], cancelled[1].splitlines())
+    assert (1, ["no outstanding question matched; nothing changed"]) == (
+        unchanged[0], unchanged[1].splitlines())
