@@ -379,3 +379,45 @@ def test_stress_without_the_contract_suite_refuses_on_one_line(
     assert 1 == len(lines), proc.stderr
     assert lines[0].startswith("error: CapabilityNotSupported: tasks stress needs the "
                                "contract suite: pip install tasks-contract-tests")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://tasks:s3cret@db:5432/x", "postgresql://tasks:***@db:5432/x"),
+        ("mysql://root:s3cret@[::1]:3306/x?namespace=a", "mysql://root:***@[::1]:3306/x?namespace=a"),
+        ("postgresql://tasks@db/x", "postgresql://tasks@db/x"),
+        ("sqlite:///tasks.db", "sqlite:///tasks.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_store_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    """A store URL the CLI prints (the worker's banner, the demo's, ``backends``) MUST
+    show the password as ``***`` and the rest as it is."""
+    from tasks_core._cli_render import shown_url
+
+    assert shown == shown_url(url)
+
+
+async def test_the_worker_banner_and_backends_never_print_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tasks worker`` announces the store it serves and ``tasks backends`` the default
+    store; neither MUST print the URL's password (worker logs are widely read)."""
+    monkeypatch.setenv("TASKS_STORE", "memory://user:s3cret@here")
+    _, listed = await _cli(App("memory://"), "backends")
+    assert "s3cret" not in listed
+    assert "user:***@here" in listed
+    app = make_app()
+    app.url = "memory://user:s3cret@here"
+
+    @app.task
+    async def stop(ctx: TaskContext) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async with app:
+        await app.submit(stop, None, ALICE)
+        code, banner = await asyncio.wait_for(
+            _cli(app, "worker", "m:app", "--no-reaper"), TIMEOUT)
+    assert (0, False) == (code, "s3cret" in banner)
+    assert "user:***@here" in banner

@@ -3,6 +3,7 @@ can be created inside the application's own transaction."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -21,6 +22,7 @@ from tasks_core import (
     TaskStatus,
     Work,
 )
+from tasks_core.events import Completed
 from tasks_store_sql import SchemaMismatch, SQLStore
 from tasks_store_sql._dialect import parse_url
 
@@ -199,3 +201,50 @@ async def test_a_store_first_used_inside_a_transaction_refuses_a_missing_schema_
             await store.create(_new("not-a-connection"), transaction=object())
     finally:
         await store.aclose()
+
+
+@pytest.fixture
+async def pg_namespace(postgres_url: str) -> AsyncIterator[str]:
+    """A namespace with no tables in PostgreSQL, dropped again after the test."""
+    from tasks_store_sql.plugin import drop_namespace
+
+    await drop_namespace(postgres_url, "smallpool")
+    yield "smallpool"
+    await drop_namespace(postgres_url, "smallpool")
+
+
+@pytest.mark.parametrize("own_engine", [True, False], ids=["store-engine", "app-engine"])
+async def test_a_small_pool_is_never_starved_by_connections_the_store_keeps(
+    postgres_url: str, pg_namespace: str, own_engine: bool
+) -> None:
+    """The store keeps a few connections checked out between hot-path calls, but never
+    the pool's last free one: with a pool of two, after concurrent claims and
+    completions, both the store's own transactions and the application's checkout MUST
+    get a connection at once (a pool timeout of one second fails them otherwise).
+
+    Troubleshooting: ``Database._keep`` in ``_db.py``: a connection goes back to the pool
+    when keeping it would leave the pool no free connection.
+    """
+    options = {"pool_size": 2, "max_overflow": 0, "pool_timeout": 1}
+    url = parse_url(postgres_url).url
+    engine = None if own_engine else create_async_engine(url, **options)
+    store = (await SQLStore.open(postgres_url, namespace=pg_namespace,
+                                 engine_options=options) if own_engine
+             else await SQLStore.open(engine=engine, namespace=pg_namespace))
+    try:
+        for index in range(8):
+            await store.create(_new(f"t{index}"))
+        claims = await asyncio.gather(*(
+            store.claim_next("w", 60, queues=["default"], limit=2) for _ in range(4)))
+        assert 8 == sum(len(claimed) for claimed in claims)
+        done = [await store.transition(c.snapshot.id, c.snapshot.revision,
+                                       Completed(event_id=f"{c.snapshot.id}:done"), c.lease)
+                for claimed in claims for c in claimed]
+        assert {"applied"} == {t.outcome for t in done}
+        assert 8 == len(await store.list(TaskQuery(tenant=None)))
+        async with store.engine.connect() as conn:
+            assert 1 == (await conn.execute(sa.select(sa.literal(1)))).scalar()
+    finally:
+        await store.aclose()
+        if engine is not None:
+            await engine.dispose()

@@ -249,3 +249,38 @@ def _all() -> Any:
     from tasks_core import TaskQuery
 
     return TaskQuery(tenant=None)
+
+
+async def test_mariadb_holds_the_migration_lock_until_the_migration_committed(
+    mariadb_url: str,
+) -> None:
+    """On MariaDB the migration lock (``GET_LOCK``, held by a session, not a transaction)
+    MUST be released only after the migration's transaction committed — else another
+    migrator takes the lock, reads the old revision and runs the same DDL again
+    (duplicate column).
+
+    Troubleshooting: ``migrate_database`` in ``_migrate.py`` takes it on a connection of
+    its own and releases it after the migrating connection's commit.
+    """
+    from tasks_store_sql._migrate import migrate_database
+    from tasks_store_sql.plugin import drop_namespace
+
+    await drop_namespace(mariadb_url, "lockorder")
+    store = SQLStore(mariadb_url, namespace="lockorder", schema="check")
+    seen: list[str] = []
+
+    def statement(conn: Any, cursor: Any, text: str, *_: Any) -> None:
+        if "lock(" in text.lower():
+            seen.append(text.split("(")[0].split()[-1].lower())
+
+    sync_engine = store.engine.sync_engine
+    sa.event.listen(sync_engine, "before_cursor_execute", statement)
+    sa.event.listen(sync_engine, "commit", lambda conn: seen.append("commit"))
+    try:
+        await migrate_database(store._db, store.tables, "head")
+    finally:
+        await store.aclose()
+        await drop_namespace(mariadb_url, "lockorder")
+    assert "get_lock" == seen[0]
+    assert "release_lock" == seen[-1]
+    assert "commit" in seen[1:-1]

@@ -19,6 +19,7 @@ from tasks_core._cli_render import (
     history_table,
     one_line,
     plain,
+    shown_url,
     snapshot_table,
     tasks_table,
 )
@@ -153,7 +154,8 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         interrupts.on_first(drain.start)
         try:
             ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
-            one_line(console, f"worker {plain(worker.worker_id)} on {plain(app.url)}: queues "
+            where = shown_url(app.url or "")
+            one_line(console, f"worker {plain(worker.worker_id)} on {plain(where)}: queues "
                               f"{plain(', '.join(worker.queues))}, concurrency "
                               f"{worker.concurrency}{ahead}")
             code = await interrupts.exit_code(_serve(worker))
@@ -299,7 +301,7 @@ async def cmd_migrate(app: App, args: argparse.Namespace, console: Console) -> i
 async def cmd_backends(app: App, args: argparse.Namespace, console: Console) -> int:
     """Installed store plugins and their capabilities."""
     url, why = default_store_url()
-    console.print(backends_table(available_stores(), f"{url} — {why}"))
+    console.print(backends_table(available_stores(), f"{shown_url(url)} — {why}"))
     return 0
 
 

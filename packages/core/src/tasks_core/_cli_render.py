@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -53,6 +54,20 @@ def _inert(text: str) -> str:
 def plain(value: object) -> str:
     """``value`` for a rich markup string: control characters escaped, markup inert."""
     return escape(_inert(str(value)))
+
+
+def shown_url(url: str) -> str:
+    """A store URL as the CLI prints it: its password as ``***`` (banners end up in
+    logs), the rest as given; text that is not a URL is shown as it is."""
+    try:
+        parts = urlsplit(url)
+        hidden = parts.password is not None
+    except ValueError:
+        return url
+    if not hidden:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
 
 
 def one_line(console: Console, markup: str) -> None:
@@ -197,7 +212,8 @@ def history_table(records: Iterable[EventRecord]) -> Table:
 
 def backends_table(specs: Sequence[StoreSpec], default_url: str) -> Table:
     """Installed store plugins and their capabilities."""
-    table = Table(title=f"store plugins (default store: {default_url})", header_style="bold")
+    table = Table(title=f"store plugins (default store: {plain(default_url)})",
+                  header_style="bold")
     for column in ("NAME", "SCHEMES", "DISTRIBUTION", "DURABLE", "MULTI-PROCESS", "WAKEUPS",
                    "EXCLUSIVE QUEUES"):
         table.add_column(column)

@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tasks_core._cli_render import Bars, summary_table
+from tasks_core._cli_render import Bars, plain, shown_url, summary_table
 from tasks_core._defaults import default_store_url
 from tasks_core.app import App
 from tasks_core.authority import Owner
@@ -125,7 +125,8 @@ async def run_demo(url: str | None = None, *, console: Console | None = None) ->
         _Item("payout (asks approval)", "approve_payout", {"amount": 120},
               TaskStatus.COMPLETED),
     ]
-    console.print(f"[bold]tasks demo[/] — store [cyan]{url}[/] ({why})", highlight=False)
+    console.print(f"[bold]tasks demo[/] — store [cyan]{plain(shown_url(url))}[/] ({why})",
+                  highlight=False)
     started = time.monotonic()
     async with app:
         batch = secrets.token_hex(3)
@@ -188,7 +189,7 @@ def _hints(console: Console, url: str, items: list[_Item]) -> None:
                       "tasks-store-sql and the demo keeps its tasks in sqlite:///tasks.db for "
                       "`tasks ls` and `tasks show`.[/]")
         return
-    store = f" --store {url}" if url != default_store_url()[0] else ""
+    store = f" --store {plain(shown_url(url))}" if url != default_store_url()[0] else ""
     console.print("Inspect them:", highlight=False)
     console.print(f"  tasks ls --system{store}", highlight=False)
     console.print(f"  tasks show --system {items[-1].id}{store}", highlight=False)

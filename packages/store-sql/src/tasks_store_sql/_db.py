@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 from tasks_core.errors import TasksError
 
 from tasks_store_sql._dialect import WRITE, Kind, server_now
@@ -43,8 +44,9 @@ BUSY_PAUSES = (0.0005, 0.004)
 """SQLite: the first and the longest pause between tries for a lock another process holds
 (seconds; each pause doubles)."""
 IDLE_DRIVERS = 4
+"""The most connections :meth:`Database.run_driver` keeps checked out between calls (per
+store), never the pool's last free one (:meth:`Database._keep`)."""
 _DEFAULT_ISOLATION = "SELECT current_setting('default_transaction_isolation')"
-"""Connections :meth:`Database.run_driver` keeps checked out between calls (per store)."""
 
 
 class CommitThenRaise(Exception):
@@ -275,10 +277,25 @@ class Database:
                     keepable = False
                     await conn.invalidate()
         finally:
-            if keepable and len(self._idle) < IDLE_DRIVERS and not self._closing:
+            if keepable and self._keep():
                 self._idle.append((conn, driver))
             else:
                 await conn.close()
+
+    def _keep(self) -> bool:
+        """Whether a connection :meth:`run_driver` is done with may stay checked out for
+        the next call: fewer than ``IDLE_DRIVERS`` are kept, the store is not closing, and
+        the pool still has a free connection besides it — so a kept connection never
+        starves anyone waiting on the pool, the store's own transactions or the
+        application sharing its engine (once none is free, every connection a call is
+        done with goes back to the pool, to whoever waits)."""
+        if len(self._idle) >= IDLE_DRIVERS or self._closing:
+            return False
+        pool = self.engine.pool
+        if not isinstance(pool, QueuePool):
+            return True  # no limit: every checkout may open a connection
+        overflow = pool._max_overflow  # QueuePool has no public reader of it
+        return overflow < 0 or pool.checkedout() < pool.size() + overflow
 
     async def _reads_committed(self, driver: Any) -> bool:
         """Whether a statement on its own runs at READ COMMITTED on ``driver`` (the

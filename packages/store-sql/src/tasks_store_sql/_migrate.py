@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Literal
 
 import sqlalchemy as sa
@@ -20,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
 
 from tasks_store_sql._db import Database
+from tasks_store_sql._errors import translate
 from tasks_store_sql._schema import Tables
 
 __all__ = [
@@ -148,20 +151,36 @@ async def migrate_database(db: Database, tables: Tables, target: str = "head") -
     target = head() if target == "head" else target
     if target != "base" and target not in revisions():
         raise InvalidInput(f"Unknown schema revision {target!r}; known: {', '.join(revisions())}")
-    async with db.connection(write=True) as conn:
-        if db.kind == "postgresql":
+    async with _session_lock(db, tables), db.connection(write=True) as conn:
+        if db.kind == "postgresql":  # released by the commit, after everything it guards
             await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(tables))))
-        elif db.kind == "mysql":
-            name = f"tasks-migrate:{tables.prefix}"[:64]
-            got = (
-                await conn.execute(sa.select(sa.func.get_lock(name, LOCK_TIMEOUT_S)))
-            ).scalar()
+        before = await conn.run_sync(_current, tables)
+        await conn.run_sync(_run, tables, target)
+    return before
+
+
+@asynccontextmanager
+async def _session_lock(db: Database, tables: Tables) -> AsyncIterator[None]:
+    """MariaDB/MySQL: the namespace's migration lock (``GET_LOCK``, held by a session,
+    not a transaction), taken on a connection of its own and released only when the block
+    — the migration, its commit included — is over: released on the migrating connection
+    before its commit, it let another migrator read the old revision and run the same
+    DDL again. Elsewhere nothing (PostgreSQL's lock is the transaction's).
+
+    Raises:
+        StoreUnavailable: another process held the lock for ``LOCK_TIMEOUT_S``.
+    """
+    if db.kind != "mysql":
+        yield
+        return
+    name = f"tasks-migrate:{tables.prefix}"[:64]
+    with translate(db.what):
+        async with db.current().connect() as holder:
+            got = (await holder.execute(
+                sa.select(sa.func.get_lock(name, LOCK_TIMEOUT_S)))).scalar()
             if got != 1:
                 raise StoreUnavailable("Another process holds the migration lock")
-        try:
-            before = await conn.run_sync(_current, tables)
-            await conn.run_sync(_run, tables, target)
-        finally:
-            if db.kind == "mysql":
-                await conn.execute(sa.select(sa.func.release_lock(name)))
-    return before
+            try:
+                yield
+            finally:
+                await holder.execute(sa.select(sa.func.release_lock(name)))
