@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tasks_core._failures import log_failure
 from tasks_core.store import TaskStore
 
 __all__ = ["Reaper"]
@@ -59,7 +60,7 @@ class Reaper:
             return await self.sweep()
         except Exception:
             self.failures += 1
-            log.exception("reaper: tick failed; the next runs in %gs", self.interval)
+            log_failure(log, "reaper: tick failed; the next runs in %gs", self.interval)
             return None
 
     async def run(self, stop: asyncio.Event) -> None:

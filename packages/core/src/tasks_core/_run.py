@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
 from tasks_core._json import check_json, json_size
 from tasks_core._lease import LeaseCell
@@ -365,7 +366,7 @@ class Run:
             self.lost()
             return None
         except TasksError:
-            log.exception("task %r: could not write %s", self.task_id, event.kind)
+            log_failure(log, "task %r: could not write %s", self.task_id, event.kind)
             return None
         self.observe(transition.snapshot)
         self.env.changes.notify()
@@ -378,7 +379,7 @@ class Run:
         except LeaseLost:
             return
         except TasksError:
-            log.exception("task %r: could not release (%s)", self.task_id, why)
+            log_failure(log, "task %r: could not release (%s)", self.task_id, why)
             return
         log.info("task %r: released (%s)", self.task_id, why)
         self.env.changes.notify()
@@ -432,7 +433,7 @@ class Run:
                 self.lost()
                 return
             except Exception:
-                log.exception("task %r: renew failed; trying again", self.task_id)
+                log_failure(log, "task %r: renew failed; trying again", self.task_id)
             else:
                 self.observe(snapshot)
             if await self._pause(interval):
@@ -467,7 +468,7 @@ class Run:
             self.lost()
             return
         except Exception:
-            log.exception("task %r: progress write failed", self.task_id)
+            log_failure(log, "task %r: progress write failed", self.task_id)
             return
         self.observe(snapshot)
         self.env.changes.notify()

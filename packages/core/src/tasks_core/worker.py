@@ -53,6 +53,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
 from tasks_core._housekeeping import Reaper
 from tasks_core._run import Run, RunEnv
@@ -400,8 +401,8 @@ class Worker:
                                                     queues=queues, limit=limit,
                                                     exclusive=exclusive)
                 except Exception:  # a store outage (or a store bug) must not kill the worker
-                    log.exception("worker %s: claim failed; backing off %.2fs",
-                                  self.worker_id, backoff)
+                    log_failure(log, "worker %s: claim failed; backing off %.2fs",
+                                self.worker_id, backoff)
                     claims, failed = [], True
                 for claim in claims:
                     if limited or (self._free() > 0 and not self._held):
@@ -522,7 +523,7 @@ class Worker:
         except LeaseLost:
             return
         except TasksError:
-            log.exception("task %r: could not release an unstarted claim", claim.snapshot.id)
+            log_failure(log, "task %r: could not release an unstarted claim", claim.snapshot.id)
             return
         log.info("task %r: released unstarted (%s)", claim.snapshot.id, why)
         self.app._work.notify()
