@@ -272,6 +272,9 @@ async def test_mariadb_holds_the_migration_lock_until_the_migration_committed(
     def statement(conn: Any, cursor: Any, text: str, *_: Any) -> None:
         if "lock(" in text.lower():
             seen.append(text.split("(")[0].split()[-1].lower())
+        elif "tasks_schema_version" in text and text.lstrip().upper().startswith(
+                ("INSERT", "UPDATE")):
+            seen.append("version")
 
     sync_engine = store.engine.sync_engine
     sa.event.listen(sync_engine, "before_cursor_execute", statement)
@@ -283,4 +286,34 @@ async def test_mariadb_holds_the_migration_lock_until_the_migration_committed(
         await drop_namespace(mariadb_url, "lockorder")
     assert "get_lock" == seen[0]
     assert "release_lock" == seen[-1]
-    assert "commit" in seen[1:-1]
+    written = len(seen) - 1 - seen[::-1].index("version")
+    assert "commit" in seen[written:-1]  # the version's commit, before the release
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """Each server database."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+async def test_a_store_on_a_pool_of_one_migrates_its_namespace(server_url: str) -> None:
+    """Creating the schema of an empty namespace MUST need no more than one connection
+    (the migration lock and the migration share it): a store whose pool holds one opens
+    a fresh namespace and works.
+
+    Troubleshooting: ``_locked`` in ``_migrate.py``: MariaDB's ``GET_LOCK`` is taken on
+    the migrating connection itself, before its transaction.
+    """
+    from tasks_store_sql.plugin import drop_namespace
+
+    url = server_url
+    await drop_namespace(url, "poolofone")
+    store = await SQLStore.open(url, namespace="poolofone", engine_options={
+        "pool_size": 1, "max_overflow": 0, "pool_timeout": 2})
+    try:
+        await store.create(_new("one"))
+        assert ["one"] == [s.id for s in await store.list(_all())]
+    finally:
+        await store.aclose()
+        await drop_namespace(url, "poolofone")

@@ -151,36 +151,42 @@ async def migrate_database(db: Database, tables: Tables, target: str = "head") -
     target = head() if target == "head" else target
     if target != "base" and target not in revisions():
         raise InvalidInput(f"Unknown schema revision {target!r}; known: {', '.join(revisions())}")
-    async with _session_lock(db, tables), db.connection(write=True) as conn:
-        if db.kind == "postgresql":  # released by the commit, after everything it guards
-            await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(tables))))
+    async with _locked(db, tables) as conn:
         before = await conn.run_sync(_current, tables)
         await conn.run_sync(_run, tables, target)
     return before
 
 
 @asynccontextmanager
-async def _session_lock(db: Database, tables: Tables) -> AsyncIterator[None]:
-    """MariaDB/MySQL: the namespace's migration lock (``GET_LOCK``, held by a session,
-    not a transaction), taken on a connection of its own and released only when the block
-    — the migration, its commit included — is over: released on the migrating connection
-    before its commit, it let another migrator read the old revision and run the same
-    DDL again. Elsewhere nothing (PostgreSQL's lock is the transaction's).
+async def _locked(db: Database, tables: Tables) -> AsyncIterator[AsyncConnection]:
+    """A connection in a transaction, holding the namespace's migration lock until that
+    transaction has committed (or rolled back). PostgreSQL: a transaction-scoped advisory
+    lock, released by the commit itself. MariaDB/MySQL: ``GET_LOCK``, held by the session,
+    not the transaction, so taken before the transaction begins and released after it
+    ended, on the same connection (released before the commit, it let another migrator
+    read the old revision and run the same DDL again). SQLite: its write lock.
 
     Raises:
-        StoreUnavailable: another process held the lock for ``LOCK_TIMEOUT_S``.
+        StoreUnavailable: the database is unavailable, or another process held the lock
+            for ``LOCK_TIMEOUT_S`` (MariaDB/MySQL).
     """
     if db.kind != "mysql":
-        yield
+        async with db.connection(write=True) as conn:
+            if db.kind == "postgresql":
+                await conn.execute(
+                    sa.select(sa.func.pg_advisory_xact_lock(_lock_key(tables))))
+            yield conn
         return
     name = f"tasks-migrate:{tables.prefix}"[:64]
     with translate(db.what):
-        async with db.current().connect() as holder:
-            got = (await holder.execute(
+        async with db.current().connect() as conn:
+            got = (await conn.execute(
                 sa.select(sa.func.get_lock(name, LOCK_TIMEOUT_S)))).scalar()
+            await conn.commit()  # ends the transaction the statement began, not the lock
             if got != 1:
                 raise StoreUnavailable("Another process holds the migration lock")
             try:
-                yield
+                async with conn.begin():
+                    yield conn
             finally:
-                await holder.execute(sa.select(sa.func.release_lock(name)))
+                await conn.execute(sa.select(sa.func.release_lock(name)))
