@@ -415,7 +415,11 @@ def _check_no_blank_options(url: str) -> None:
     Raises:
         InvalidInput: naming the option.
     """
-    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+    try:
+        query = urlsplit(url).query
+    except ValueError:  # SQLAlchemy parsed it (checked before): its options are its own
+        return
+    for name, value in parse_qsl(query, keep_blank_values=True):
         if not value:
             raise InvalidInput(f"URL query option {name!r} has no value")
 
