@@ -238,3 +238,55 @@ async def test_a_result_that_is_not_json_fails_without_retry() -> None:
     assert done.error is not None
     assert (TaskStatus.FAILED, "InvalidResult", 0) == (done.status, done.error.type,
                                                        done.retry_count)
+
+
+async def test_an_async_handler_that_never_awaits_still_times_out() -> None:
+    """An async handler that runs past its timeout without ever awaiting (the event loop
+    cannot stop it) MUST still be recorded ``failed`` (``TaskTimeout``) when it returns,
+    and its late result fenced off — never ``completed``."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+
+    @app.task(timeout=0.05)
+    async def spin(ctx: TaskContext) -> str:
+        loop = asyncio.get_running_loop()
+        until_ = loop.time() + 0.2
+        while loop.time() < until_:  # CPU work: no await, the loop is blocked
+            pass
+        return "late"
+
+    async with app:
+        t = await app.submit(spin, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+            fenced = await store.wait_for(lambda r: r.event.kind == "completed")
+        assert isinstance(fenced.error, LeaseLost)
+        assert done.error is not None
+        assert (TaskStatus.FAILED, "TaskTimeout", None) == (done.status, done.error.type,
+                                                            done.result)
+
+
+async def test_a_result_above_the_limit_fails_without_retry() -> None:
+    """A result whose compact JSON is above ``Limits.max_result_bytes`` MUST fail the task
+    (``InvalidResult``, naming the limit), never retried nor stored; one at the limit
+    MUST complete. The default MUST be 1 MiB."""
+    from tasks_core import Limits
+
+    assert 1024 * 1024 == Limits().max_result_bytes
+    app = make_app(limits=Limits(max_result_bytes=12))
+
+    @app.task(retry=RetryPolicy.fixed(0, attempts=3))
+    async def job(ctx: TaskContext, text: str) -> str:
+        return text
+
+    async with app:
+        big = await app.submit(job, {"text": "x" * 11}, ALICE)
+        fits = await app.submit(job, {"text": "x" * 10}, ALICE)
+        async with fast_worker(app):
+            refused = await app.wait(big.id, ALICE, timeout=TIMEOUT)
+            done = await app.wait(fits.id, ALICE, timeout=TIMEOUT)
+    assert refused.error is not None
+    assert (TaskStatus.FAILED, "InvalidResult", 0, None) == (
+        refused.status, refused.error.type, refused.retry_count, refused.result)
+    assert "max_result_bytes" in refused.error.message
+    assert (TaskStatus.COMPLETED, "x" * 10) == (done.status, done.result)

@@ -254,11 +254,22 @@ class Run:
     async def _supervise(self, handler: asyncio.Future[_Outcome]) -> bool:
         """Wait for the handler; ``False`` when the run stopped waiting early."""
         timeout = self.snapshot.work.timeout_s
-        handler.add_done_callback(lambda _: self._poke.set())
+        ran_for: list[float] = []  # the handler's own time when it ended
+
+        def ended(_: object) -> None:
+            ran_for.append(self._active_time())
+            self._poke.set()
+
+        handler.add_done_callback(ended)
         while True:
             self._poke.clear()
             if handler.done():
-                return True
+                # An async handler that never awaits blocks the loop past its timeout, so
+                # nothing could stop it in time: it timed out all the same.
+                overran = timeout is not None and bool(ran_for) and ran_for[0] > timeout
+                stopped = (overran and self.token.reason is None
+                           and self.token.cancel(CancelReason.TIMEOUT))
+                return not stopped
             reason = self.token.reason
             if reason in (CancelReason.USER, CancelReason.SUPERSEDED):
                 return False
@@ -343,6 +354,11 @@ class Run:
         if error is None:
             try:
                 check_json(outcome.value, what="result")
+                most = self.env.limits.max_result_bytes
+                if json_size(outcome.value) > most:
+                    raise InvalidInput(f"the result is above max_result_bytes ({most} bytes "
+                                       "of JSON); store large results elsewhere and return "
+                                       "a reference")
                 return Completed(event_id=self.event_id("completed"), result=outcome.value)
             except (ValueError, InvalidInput) as exc:
                 return Failed(event_id=self.event_id("failed"), error="InvalidResult",

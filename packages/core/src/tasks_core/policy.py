@@ -22,6 +22,7 @@ from tasks_core.models import MAX_MESSAGE_CHARS
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_INPUT_BYTES",
+    "DEFAULT_MAX_RESULT_BYTES",
     "Limits",
     "Policy",
     "QueueAuthorizer",
@@ -32,6 +33,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 DEFAULT_CONCURRENCY = 8
 
 QueueAuthorizer = Callable[[str, Owner], bool]
@@ -138,6 +140,10 @@ class Limits:
     Attributes:
         max_input_bytes: compact JSON size of a task's input (and of one ``respond``
             payload); above it ``InvalidInput``. Default 256 KiB.
+        max_result_bytes: compact JSON size of a handler's result; above it the run is
+            recorded ``failed`` (``InvalidResult``, never retried) and the result is not
+            stored. Default 1 MiB (a store writes the result twice, in the snapshot and
+            the event: MariaDB's default packet limit is 16 MiB).
         max_runs_per_owner: live (non-terminal) tasks one owner may own; above it
             ``CapacityExceeded("max_runs_per_owner")``. Default: off. Checked by the
             runtime before the create, so concurrent submits may overshoot it slightly.
@@ -150,13 +156,15 @@ class Limits:
     """
 
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     max_runs_per_owner: int | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     max_tasks: int = 1_000_000
     max_active_tasks_per_scope: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("max_input_bytes", "concurrency", "max_tasks", "max_active_tasks_per_scope"):
+        for name in ("max_input_bytes", "max_result_bytes", "concurrency", "max_tasks",
+                     "max_active_tasks_per_scope"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name} must be a positive integer")
