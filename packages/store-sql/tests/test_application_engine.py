@@ -248,3 +248,14 @@ async def test_a_small_pool_is_never_starved_by_connections_the_store_keeps(
         await store.aclose()
         if engine is not None:
             await engine.dispose()
+
+
+def test_an_app_refuses_store_limits_this_store_was_not_opened_with() -> None:
+    """An ``App`` given a SQL store MUST refuse ``Limits`` whose ``max_tasks`` the store
+    does not enforce (``InvalidInput``) and accept those it does: the store's own
+    ``limits`` are what the app compares with."""
+    from tasks_core import Limits
+
+    with pytest.raises(InvalidInput, match=r"max_tasks=1 .*where the store is opened"):
+        App(store=SQLStore("sqlite://"), limits=Limits(max_tasks=1))
+    App(store=SQLStore("sqlite://", max_tasks=1), limits=Limits(max_tasks=1))

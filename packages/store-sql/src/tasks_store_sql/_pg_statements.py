@@ -225,7 +225,7 @@ class Statements:
         Arrays, not JSON, for the rows and events: in the bench's burn-down a JSON
         document of them cost the worker more (encoding every instant and escaping every
         snapshot) than the driver's per-element checks of arrays."""
-        t, ev, mem = tables.tasks, tables.events, tables.members
+        t, ev = tables.tasks, tables.events
         rows = sa.func.unnest(
             _array("ids", _TEXT), _array("versions", postgresql.ARRAY(sa.Integer)),
             *(_array(name, postgresql.ARRAY(type_)) for name, type_ in ROW_COLUMNS),
@@ -253,23 +253,9 @@ class Statements:
             .returning(ev.c.task_id)
             .cte("e")
         )
-        members = _json_rows("members", [(name, sa.Text()) for name in MEMBER_COLUMNS])
-        granted = (
-            sa.insert(mem)
-            .from_select(
-                list(MEMBER_COLUMNS),
-                sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(
-                    members.c.task_id.in_(written)
-                ),
-            )
-            .returning(mem.c.task_id)
-            .cte("m")
-        )
         queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
-        woken = sa.select(
-            sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
-        ).cte("n")
-        return sa.select(*_counts(updated, recorded, granted, woken))
+        return sa.select(*_counts(updated, recorded, _granted(tables, written),
+                                  _woken(channel, queues.c.queue)))
 
 
 MILLISECOND = timedelta(milliseconds=1)
@@ -338,20 +324,30 @@ def _inserted(
         .returning(locks.c.value)
         .cte("c")
     )
+    queues = sa.select(inserted.c.queue).distinct().subquery("q")
+    return (inserted, counted, _granted(tables, sa.select(inserted.c.id)),
+            _woken(channel, queues.c.queue))
+
+
+def _granted(tables: Tables, of: sa.Select[Any]) -> sa.CTE:
+    """Insert the members of JSON parameter ``members`` (objects of
+    :data:`MEMBER_COLUMNS`) whose task is among the ids ``of`` selects."""
     members = _json_rows("members", [(name, sa.Text()) for name in MEMBER_COLUMNS])
-    granted = (
+    return (
         sa.insert(tables.members)
         .from_select(list(MEMBER_COLUMNS),
                      sa.select(*(members.c[name] for name in MEMBER_COLUMNS)).where(
-                         members.c.task_id.in_(sa.select(inserted.c.id))))
+                         members.c.task_id.in_(of)))
         .returning(tables.members.c.task_id)
         .cte("m")
     )
-    queues = sa.select(inserted.c.queue).distinct().subquery("q")
-    woken = sa.select(
-        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queues.c.queue)
+
+
+def _woken(channel: str, queue: sa.ColumnElement[Any]) -> sa.CTE:
+    """``NOTIFY`` the store's ``channel`` with each ``queue``."""
+    return sa.select(
+        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queue)
     ).cte("n")
-    return inserted, counted, granted, woken
 
 
 def _counts(*ctes: sa.CTE) -> list[sa.ScalarSelect[Any]]:
