@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, GateStore, fast_worker, make_app, until
+from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, GateStore, fast_worker, make_app, until
 from tasks_core import (
     App,
     CancelReason,
@@ -18,6 +18,7 @@ from tasks_core import (
     TaskDef,
     TaskStatus,
 )
+from tasks_core.errors import StoreUnavailable
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -159,3 +160,85 @@ async def _drained_while_running(app: App, job: TaskDef, started: asyncio.Event)
         assert await worker.shutdown(drain_timeout=TIMEOUT)
         await serving
         return await app.get(t.id, ALICE)
+
+
+class _FailingWrites(DelegatingStore):
+    """Once ``failing``, every write of a worker's outcome fails as a store outage."""
+
+    failing = False
+
+    async def transition(self, *args: Any) -> Any:
+        if self.failing:
+            raise StoreUnavailable("the store is down")
+        return await self.inner.transition(*args)
+
+    async def transition_many(self, items: Any) -> Any:
+        if self.failing:
+            raise StoreUnavailable("the store is down")
+        return await self.inner.transition_many(items)
+
+    async def release(self, lease: Any) -> Any:
+        if self.failing:
+            raise StoreUnavailable("the store is down")
+        return await self.inner.release(lease)
+
+
+async def test_a_drain_whose_outcome_could_not_be_written_is_not_settled(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run that ends during the drain but whose outcome the store refused to take
+    (``StoreUnavailable`` past the retries) MUST make ``shutdown`` return False and be
+    named in a warning: the task is not recorded and runs again once its lease expires."""
+    monkeypatch.setattr("tasks_core._lease.MAX_UNAVAILABLE", 1)
+    store = _FailingWrites(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    started = asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        started.set()
+        await ctx.token.wait()
+        store.failing = True
+        return "done, but never recorded"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        with caplog.at_level("WARNING", logger="tasks_core.worker"):
+            assert not await worker.shutdown(drain_timeout=TIMEOUT)
+        await serving
+        store.failing = False
+        snapshot = await app.get(t.id, ALICE)
+    assert (TaskStatus.RUNNING, 0) == (snapshot.status, snapshot.revision)
+    assert any("could not be written" in r.getMessage() and t.id in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_a_drain_whose_unstarted_claim_could_not_be_released_is_not_settled() -> None:
+    """A claim given back unstarted during the drain whose release the store refused
+    MUST make ``shutdown`` return False (the task waits for its lease to expire)."""
+    store = _FailingWrites(MemoryStore(clock=ManualClock()))
+    gate = GateStore(store)
+    app = make_app(store=gate)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        raise AssertionError("never started")
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        gate.armed = True
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(gate.entered.wait(), TIMEOUT)
+        drain = asyncio.create_task(worker.shutdown(drain_timeout=TIMEOUT))
+        await asyncio.sleep(0)
+        store.failing = True
+        gate.gate.set()
+        assert not await drain
+        await serving
+        store.failing = False
+        snapshot = await app.get(t.id, ALICE)
+    assert (TaskStatus.RUNNING, 0) == (snapshot.status, snapshot.revision)

@@ -30,6 +30,8 @@ For each store (in a throw-away namespace or file, removed afterwards):
 On PostgreSQL the peer is measured too, in the same run (``peers.py``): pgqueuer's own
 burn-down of as many no-op jobs, with its defaults, on the same server — the issue's
 "at least pgqueuer's rate" read directly rather than scaled from another machine.
+Last, ``no store``: the same burn-down on a store that does no work (``floor.py``) — the
+runtime's own CPU per task, which a store's figure less it shows what the store costs.
 
 Every figure is also given as a ratio to baselines measured in the same run (see
 ``baselines.py``), right before and right after that store's burn-down (their mean: the
@@ -62,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import cpu
+import floor
 import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
@@ -454,7 +457,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 gc.collect()
                 if target.name == "postgresql":
                     report["peer"] = await _peer(dsn, args.tasks)
+        report["runtime_alone"] = await _runtime_alone(args)
     return report
+
+
+async def _runtime_alone(args: argparse.Namespace) -> dict[str, Any]:
+    """The burn-down on :class:`floor.NoWorkStore`: the runtime's own rate and CPU per
+    task, the least any store adds to."""
+    probe = Probe()
+    app = make_app(floor.NoWorkStore(args.tasks, OWNER), probe)
+    async with app:
+        spent = cpu.sample()
+        rate = await burn_down(app, probe, args.tasks, args.concurrency, args.prefetch)
+        return {"burn_down": round(rate, 1),
+                "cpu_per_task": cpu.per_task(spent, cpu.sample(), args.tasks)}
 
 
 async def _peer(dsn: str | None, tasks: int) -> dict[str, Any]:
@@ -536,6 +552,10 @@ def render(report: dict[str, Any]) -> str:
     peer_cpu = report.get("peer", {}).get("cpu_per_task")
     if peer_cpu:
         lines.append(f"  {'pgqueuer':<11} {_cpu(peer_cpu)}")
+    alone = report.get("runtime_alone")
+    if alone:
+        lines.append(f"  {'no store':<11} {_cpu(alone['cpu_per_task'])}   (the runtime alone, "
+                     f"on a store that does no work: {alone['burn_down']:.0f}/s)")
     lines += ["", f"target (issue 4): burn-down/update >= {PGQUEUER_RATIO:.3f} (pgqueuer), "
               f"commits/task <= {TARGET_COMMITS}, latency p50 <= {TARGET_P50_MS:g} ms "
               "(PostgreSQL, other app)"]

@@ -96,6 +96,9 @@ class RunEnv:
     """The worker's group commit of terminal events (stores with ``batch_transitions``)."""
     free_slot: Callable[[Run], None] | None = None
     """Give the run's worker slot back before its terminal event is written (group mode)."""
+    unwritten: Callable[[str], None] | None = None
+    """Told the task id of a run whose outcome (its last event or release) the store
+    failed to take: the task runs again once its lease expires."""
 
 
 @dataclass(frozen=True)
@@ -383,11 +386,17 @@ class Run:
             return None
         except TasksError:
             log_failure(log, "task %r: could not write %s", self.task_id, event.kind)
+            if not late:
+                self._unwritten()
             return None
         self.observe(transition.snapshot)
         self.env.changes.notify()
         log.info("task %r: %s (%s)", self.task_id, event.kind, transition.outcome)
         return transition
+
+    def _unwritten(self) -> None:
+        if self.env.unwritten is not None:
+            self.env.unwritten(self.task_id)
 
     async def _release(self, why: str) -> None:
         try:
@@ -396,6 +405,7 @@ class Run:
             return
         except TasksError:
             log_failure(log, "task %r: could not release (%s)", self.task_id, why)
+            self._unwritten()
             return
         log.info("task %r: released (%s)", self.task_id, why)
         self.env.changes.notify()

@@ -169,6 +169,8 @@ class Worker:
         self._run_tasks: dict[asyncio.Task[None], Run] = {}
         self._releasing: set[asyncio.Future[Any]] = set()
         self._late: set[asyncio.Future[Any]] = set()
+        self._unwritten: list[str] = []
+        """Tasks whose outcome (last event or release) the store failed to take."""
         self._active: Counter[str] = Counter()
         self._stopping = False
         self._stop = asyncio.Event()
@@ -233,7 +235,7 @@ class Worker:
             lease_for=self.lease_for, input_park=self.input_park,
             poll_interval=self.poll_interval, progress_interval=self.progress_interval,
             recover=self.recover, stopping=lambda: self._stopping, keep=self._keep_late,
-            group=self.group, free_slot=self._free_slot,
+            group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
         )
         self._work_seen = self.app._work.version
         self.app._changes.add_cancel_listener(self._on_cancel)
@@ -282,6 +284,7 @@ class Worker:
             return bool(self._settled)
         self._stopping = True
         self._stop.set()
+        before = len(self._unwritten)
         log.info("worker %s: shutting down (drain %gs)", self.worker_id, drain_timeout)
         deadline = asyncio.get_running_loop().time() + drain_timeout
         started = self._env is not None
@@ -294,10 +297,15 @@ class Worker:
         if pending:
             await _wait_until(asyncio.wait(pending), deadline)
         outliving = sorted(self.runs)
-        settled = (self._loop_done.is_set() or not started) and not outliving
+        unwritten = sorted(set(self._unwritten[before:]))
+        settled = (self._loop_done.is_set() or not started) and not outliving and not unwritten
         if outliving:
             log.warning("worker %s: %d run(s) outlived the drain and keep their lease: %s",
                         self.worker_id, len(outliving), ", ".join(outliving))
+        if unwritten:
+            log.warning("worker %s: the outcome of %d task(s) could not be written during the "
+                        "drain (the store failed); they run again once their leases expire: "
+                        "%s", self.worker_id, len(unwritten), ", ".join(unwritten))
         log.info("worker %s: drain %s", self.worker_id, "settled" if settled else "unsettled")
         self._settled = settled
         self._shutdown_done.set()
@@ -524,6 +532,7 @@ class Worker:
             return
         except TasksError:
             log_failure(log, "task %r: could not release an unstarted claim", claim.snapshot.id)
+            self._unwritten.append(claim.snapshot.id)
             return
         log.info("task %r: released unstarted (%s)", claim.snapshot.id, why)
         self.app._work.notify()
