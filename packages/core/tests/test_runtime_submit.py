@@ -21,6 +21,7 @@ from tasks_core import (
     TaskContext,
     TaskNotFound,
     TaskStatus,
+    random_task_id,
 )
 from tasks_store_memory import MemoryStore
 
@@ -107,6 +108,26 @@ async def test_joining_a_foreign_global_key_is_refused(finished: bool) -> None:
         assert before == await app.get(mine.id, ALICE)
         with pytest.raises(TaskNotFound):
             await app.get(mine.id, BOB)
+
+
+async def test_a_global_key_never_names_a_task_submitted_without_a_key() -> None:
+    """A global key equal to the id of someone's key-less task MUST be refused exactly as
+    for an id nobody uses — before anything is written — not answered with that task
+    (no existence oracle; an approving watch authorizer must not let a stranger join it or
+    re-run it with his input)."""
+    app = _app(policy=Policy(watch_authorizer=lambda task_id, watchers, owner: True))
+    async with app:
+        private = await app.submit("report", {"month": "11"}, ALICE)
+        unused = random_task_id()
+        refusals = []
+        for key in (private.id, unused):
+            with pytest.raises(InvalidInput) as refused:
+                await app.submit("report", {"month": "12"}, BOB, key=key, dedup="global")
+            refusals.append(str(refused.value).replace(key, "KEY"))
+        assert refusals[0] == refusals[1]
+        assert private.snapshot == await app.get(private.id, ALICE)
+        with pytest.raises(TaskNotFound):
+            await app.get(unused, System())
 
 
 async def test_watch_authorizer_lets_a_submitter_join_a_live_global_key() -> None:

@@ -217,6 +217,26 @@ async def test_queue_concurrency_one_runs_sequentially_in_fifo_order() -> None:
     assert (1, [0, 1, 2, 3, 4]) == (highest, order)
 
 
+async def test_fifo_holds_for_tasks_created_in_the_same_store_millisecond() -> None:
+    """Tasks submitted one after another without a key MUST run oldest first even when
+    the store clock gives them the same creation instant: claims order by
+    ``(created_at, id)``, and random ids grow in submission order."""
+    clock = ManualClock()  # never advanced: every task is created at the same instant
+    app = make_app(clock, queues=[Queue("q", concurrency=1)])
+    order: list[int] = []
+
+    @app.task(queue="q")
+    async def job(ctx: TaskContext, n: int) -> None:
+        order.append(n)
+
+    async with app:
+        ids = [(await app.submit(job, {"n": n}, ALICE)).id for n in range(20)]
+        async with fast_worker(app):
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert list(range(20)) == order
+
+
 async def test_worker_queue_concurrency_overrides_the_declaration() -> None:
     """``Worker(queue_concurrency=…)`` MUST override the queue's declared concurrency."""
     clock = ManualClock()

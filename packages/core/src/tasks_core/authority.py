@@ -13,18 +13,23 @@ Ids (``scoped_task_key``):
   ``"acme::alice::report_42"`` in tenant ``acme``;
 - ``dedup="global"``: the key verbatim in tenant ``default``, ``"acme::::report"`` in
   tenant ``acme`` (tenants never share a global key);
-- no key: a random id (:func:`random_task_id`).
+- no key: a random id (:func:`random_task_id`), ``"::"`` then 32 hex digits.
 
 User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
 (we refuse it for both dedup modes, see docs/design.md). So an owner id has exactly one
 ``::`` in the default tenant, two in any other tenant (with a non-empty user between),
 a global key none in ``default`` and two around an empty user elsewhere: no two
-(tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back.
+(tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back. No id
+built from a key begins with ``::`` (a name or tenant is never empty and never begins
+with ``::``; a key never holds it), so a random id can never be named by a key: a global
+key cannot reach — or probe for — a task submitted without one.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator
@@ -237,6 +242,23 @@ def names(task_id: str, authority: Owner | System) -> bool:
     return task_id.startswith(f"{authority.tenant}{SEPARATOR}{SEPARATOR}")
 
 
+_RANDOM_ID_PREFIX = SEPARATOR
+_stamps = threading.Lock()
+_last_stamp = 0
+
+
 def random_task_id() -> str:
-    """A fresh random task id (128 bits; never contains ``::``)."""
-    return secrets.token_hex(16)
+    """A fresh random task id: ``"::"``, 16 hex digits that grow with every call in this
+    process (the milliseconds since the epoch times 65,536, plus a count within the
+    millisecond), then 16 random hex digits (64 bits).
+
+    The ``"::"`` prefix keeps random ids out of every id a key builds (see the module
+    docstring). The growing part makes ids submitted one after another by one process
+    sort in submission order, so tasks created within the same store millisecond still
+    run oldest first (claims order by ``(created_at, id)``).
+    """
+    global _last_stamp
+    with _stamps:
+        _last_stamp = max(_last_stamp + 1, (time.time_ns() // 1_000_000) << 16)
+        stamp = _last_stamp
+    return f"{_RANDOM_ID_PREFIX}{stamp:016x}{secrets.token_hex(8)}"
