@@ -290,3 +290,38 @@ async def test_a_result_above_the_limit_fails_without_retry() -> None:
         refused.status, refused.error.type, refused.retry_count, refused.result)
     assert "max_result_bytes" in refused.error.message
     assert (TaskStatus.COMPLETED, "x" * 10) == (done.status, done.result)
+
+
+async def test_the_log_says_when_a_failing_handler_has_no_retry_left(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that raises MUST be logged with its (redacted) message and where it
+    raised; a retry request the policy cannot grant MUST be logged as the task's failure
+    (WARNING), never as a retry; one it grants says when the retry is due."""
+    clock = ManualClock()
+    app = make_app(clock)
+
+    @app.task
+    async def once(ctx: TaskContext) -> None:
+        raise ValueError("boom")
+
+    @app.task(retry=RetryPolicy.fixed(5.0, attempts=2))
+    async def twice(ctx: TaskContext) -> None:
+        raise ValueError("again")
+
+    async with app:
+        failing = await app.submit(once, None, ALICE)
+        retried = await app.submit(twice, None, ALICE)
+        with caplog.at_level("INFO", logger="tasks_core.worker"):
+            async with fast_worker(app):
+                await until(app, failing.id, ALICE, lambda s: s.terminal)
+                await until(app, retried.id, ALICE, lambda s: s.retry_at is not None)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert not [m for _, m in lines if "asking for a retry" in m]
+    assert ("WARNING", f"task {failing.id!r}: failed: ValueError (no retry left after 1 "
+            "attempt(s))") in lines
+    raised = [m for _, m in lines if m.startswith(f"task {failing.id!r}: handler raised")]
+    assert 1 == len(raised)
+    assert "ValueError: boom\nTraceback (most recent call last):" in raised[0]
+    assert 'raise ValueError("boom")' in raised[0]
+    assert [m for _, m in lines if m.startswith(f"task {retried.id!r}: retry 1 scheduled at ")]

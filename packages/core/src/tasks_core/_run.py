@@ -36,6 +36,7 @@ import contextvars
 import hashlib
 import logging
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -49,7 +50,14 @@ from tasks_core.cancel import CancelToken, RunCancelled
 from tasks_core.context import TaskContext
 from tasks_core.definitions import Retry, TaskDef
 from tasks_core.errors import InvalidInput, LeaseLost, StoreUnavailable, TasksError
-from tasks_core.events import Completed, Event, Failed, InputRequested, RetryRequested
+from tasks_core.events import (
+    Completed,
+    Event,
+    Failed,
+    InputRequested,
+    RetryRequested,
+    Transition,
+)
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import WORKER_LOST_MESSAGE, CancelReason, reason_error, timeout_message
 
@@ -69,6 +77,28 @@ UNRECOVERABLE: tuple[type[BaseException], ...] = (
     SystemExit,
 )
 """Errors that fail a task at once, never retried."""
+
+
+def _frames(error: BaseException) -> str:
+    """Where ``error`` was raised: its traceback's frames (files, lines and code — never
+    the message, which only the policy's redactor may pass on)."""
+    frames = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+    return f"Traceback (most recent call last):\n{frames}" if frames else "(no traceback)"
+
+
+def _log_written(task_id: str, event: Event, transition: Transition) -> None:
+    """Log what a worker event did; a retry request says whether the task was scheduled
+    again or failed with no retry left (WARNING)."""
+    snapshot = transition.snapshot
+    if isinstance(event, RetryRequested) and transition.outcome != "unchanged":
+        if snapshot.status == TaskStatus.FAILED:
+            log.warning("task %r: failed: %s (no retry left after %d attempt(s))", task_id,
+                        event.error, snapshot.retry_count + 1)
+        else:
+            log.info("task %r: retry %d scheduled at %s (%s)", task_id, snapshot.retry_count,
+                     snapshot.retry_at, transition.outcome)
+        return
+    log.info("task %r: %s (%s)", task_id, event.kind, transition.outcome)
 
 
 class _Parked(BaseException):
@@ -368,10 +398,12 @@ class Run:
                               message=self.env.policy.redact(exc))
         name = type(error).__name__[:256]
         message = self.env.policy.redact(error)
+        where = _frames(error)
         if isinstance(error, UNRECOVERABLE):
-            log.error("task %r: unrecoverable %s; failing without retry", self.task_id, name)
+            log.error("task %r: unrecoverable %s: %s; failing without retry\n%s",
+                      self.task_id, name, message, where)
             return Failed(event_id=self.event_id("failed"), error=name, message=message)
-        log.info("task %r: handler raised %s; asking for a retry", self.task_id, name)
+        log.info("task %r: handler raised %s: %s\n%s", self.task_id, name, message, where)
         return RetryRequested(event_id=self.event_id("retry"), error=name, message=message)
 
     async def _write(self, event: Event, *, late: bool = False) -> Any:
@@ -391,7 +423,7 @@ class Run:
             return None
         self.observe(transition.snapshot)
         self.env.changes.notify()
-        log.info("task %r: %s (%s)", self.task_id, event.kind, transition.outcome)
+        _log_written(self.task_id, event, transition)
         return transition
 
     def _unwritten(self) -> None:
