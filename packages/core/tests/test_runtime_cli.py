@@ -421,3 +421,37 @@ async def test_the_worker_banner_and_backends_never_print_the_password(
             _cli(app, "worker", "m:app", "--no-reaper"), TIMEOUT)
     assert (0, False) == (code, "s3cret" in banner)
     assert "user:***@here" in banner
+
+
+async def test_ls_into_a_pipe_keeps_every_row_on_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tasks ls`` (``--wide`` too) into a pipe MUST print each task's row on one line
+    with its id whole, however long (scripts grep and cut it); on a terminal it keeps the
+    terminal's width."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    app = _app()
+    key = "report-" + "x" * 90
+    async with app:
+        await app.submit("ask", None, ALICE, key=key)
+        random = await app.submit("ask", None, ALICE)
+        for wide in ([], ["--wide"]):
+            assert 0 == await run(["ls", "--system", *wide], app=app)
+            out = capsys.readouterr().out
+            for task_id in (f"alice::{key}", random.id):
+                assert [line for line in out.splitlines() if task_id in line], out
+
+
+async def test_show_tells_a_held_lease_from_an_expired_one() -> None:
+    """``tasks show`` MUST call a live lease ``held`` and one that expired without ending
+    ``expired`` (the task is pending again), never ``held``."""
+    clock = ManualClock()
+    app = _app(clock)
+    async with app:
+        t = await app.submit("ask", None, ALICE, key="k")
+        await app.store.claim(t.id, "w1", 10)
+        _, held = await _cli(app, "show", t.id, "--user", "alice")
+        clock.advance(11)
+        _, expired = await _cli(app, "show", t.id, "--user", "alice")
+    assert "w1 gen 1 (held, until" in held
+    assert "w1 gen 1 (expired, until" in expired

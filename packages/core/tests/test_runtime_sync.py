@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -83,3 +85,29 @@ async def test_sync_calls_from_a_thread_use_the_apps_running_loop() -> None:
             assert [7] == result
             with pytest.raises(RuntimeError, match="own event loop"):
                 app.sync.get("x", ALICE)
+
+
+def test_sync_refused_on_a_stopped_loop_leaves_no_unawaited_coroutine() -> None:
+    """A sync call refused because the app was opened on a loop that no longer runs MUST
+    raise its RuntimeError and nothing else (no "coroutine … was never awaited"
+    warning)."""
+    app = _app()
+    t = asyncio.run(app.submit("job", None, ALICE))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="not running"):
+            app.sync.get(t.id, ALICE)
+        gc.collect()
+    assert [] == [str(w.message) for w in caught if "never awaited" in str(w.message)]
+
+
+def test_a_tenant_member_refused_an_answer_reads_a_plain_refusal() -> None:
+    """Under ``visibility="tenant"`` a member who is not owner or watcher MUST be refused
+    ``respond`` with a message in plain words."""
+    app = _app(policy=Policy(visibility="tenant"))
+    try:
+        t = app.sync.submit("job", None, ALICE)
+        with pytest.raises(AuthorizationError, match=r"^Not authorized to respond to this task$"):
+            app.sync.respond(t.id, {"x": 1}, BOB)
+    finally:
+        app.sync.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,21 @@ def shown_url(url: str) -> str:
         return url
     userinfo, _, host = parts.netloc.rpartition("@")
     return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+
+
+PIPE_WIDTH = 10_000
+"""The width tables are drawn at when stdout is not a terminal (and ``$COLUMNS`` is not
+set): wide enough that no column is squeezed, wrapped or cut."""
+
+
+def output_console() -> Console:
+    """The console of a command's output: the terminal's width on a terminal; into a pipe
+    or a file every table at its natural width, each row one line (rich would draw it at
+    80 columns and wrap the ids, which scripts read whole); ``$COLUMNS`` still wins."""
+    console = Console()
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(width=PIPE_WIDTH)
 
 
 def one_line(console: Console, markup: str) -> None:
@@ -180,7 +196,10 @@ def snapshot_table(s: Snapshot) -> Table:
     if s.last_failure is not None and s.error is None:
         rows.append(("last failure", f"{s.last_failure.type}: {s.last_failure.message}"))
     if s.claim is not None:
-        state = "ended" if s.claim.ended else "held"
+        # A pending task whose claim never ended lost its lease (it expired): the status is
+        # derived from the lease at the store's clock when the task was read.
+        state = ("ended" if s.claim.ended
+                 else "expired" if s.status == TaskStatus.PENDING else "held")
         rows.append(("lease", f"{s.claim.worker_id} gen {s.claim.generation} ({state}, "
                               f"until {_when(s.claim.expires_at)})"))
     rows += [("created", _when(s.created_at)), ("started", _when(s.started_at)),

@@ -68,7 +68,11 @@ class SyncApp:
             return self._portal.loop
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop()
+        try:
+            loop = self._loop()
+        except BaseException:
+            coro.close()  # never run: no "coroutine was never awaited" warning
+            raise
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:

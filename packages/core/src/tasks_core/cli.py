@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from tasks_core._cli_commands import COMMANDS
-from tasks_core._cli_render import plain
+from tasks_core._cli_render import output_console, plain
 from tasks_core._cli_signals import Interrupts
 from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.app import App
@@ -242,7 +242,7 @@ async def run(argv: Sequence[str], *, app: App | None = None,
         TasksError: the command's refusal (``main`` prints it: ``error: KIND: message``).
     """
     args = build_parser().parse_args(list(argv))
-    console = console or Console()
+    console = console or output_console()
     if args.command != "worker":
         return await _command(args, app, console)
     with Interrupts.installed() as interrupts:

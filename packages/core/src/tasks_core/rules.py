@@ -101,6 +101,9 @@ _EVENT_TYPES = (
     InputRequested, InputResponsesAccepted, RetryRequested, Completed, Failed, Cancelled,
     WatcherAdded,
 )
+_ACTION: dict[Right, str] = {"read": "read", "cancel": "cancel", "respond": "respond to",
+                             "grant": "grant watchers on"}
+"""How a refusal names each right's action."""
 _EVENT_RIGHT: dict[str, Right] = {
     "cancelled": "cancel",
     "input_responses_accepted": "respond",
@@ -220,7 +223,7 @@ def check_request(snapshot: Snapshot, access: Access, right: Right, now: datetim
     if right == "grant":
         raise AuthorizationError("Only core grants watchers, at submit")
     if right != "read" and not _is_member(snapshot, principal):
-        raise AuthorizationError(f"Not authorized to {right} this task")
+        raise AuthorizationError(f"Not authorized to {_ACTION[right]} this task")
 
 
 def check_lease(

@@ -513,7 +513,7 @@ class SQLStore(TransitionOps):
                 reaped += batch
                 if len(rows) < want:
                     break
-            log.info("reaped %d expired task(s)", len(reaped))
+            log.debug("reaped %d expired task(s)", len(reaped))  # the reaper logs each sweep
             return reaped
 
         return await self._db.run(op, write=True)
