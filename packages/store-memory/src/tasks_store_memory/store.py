@@ -466,6 +466,7 @@ class MemoryStore:
         new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
         if failure is not None:
             self._append(row, new, failure)
+            rules.report_delivery_limit(snapshot.id, failure)
             return None
         assert lease is not None
         self._set(row, new)

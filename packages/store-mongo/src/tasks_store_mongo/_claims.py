@@ -17,6 +17,7 @@ from typing import Any
 
 from tasks_core import rules
 from tasks_core.errors import CapabilityNotSupported, TaskNotFound, Unavailable
+from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Snapshot
 
 from tasks_store_mongo import _codec
@@ -69,12 +70,18 @@ class MongoClaims(MongoBase):
         lease_for: float,
         now: datetime,
         session: Any = None,
+        failed: list[EventRecord] | None = None,
     ) -> Claim | str | None:
         """Claim a claimable task: the claim, ``None`` if it was failed for exceeding its
-        delivery limit instead, or ``_LOST``."""
+        delivery limit instead (in a ``session``: its record added to ``failed``, for the
+        caller to report once the transaction commits), or ``_LOST``."""
         new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
         if failure is not None:
             won = await self._cas(doc, self._update(new, record=failure), session=session)
+            if won and session is None:
+                rules.report_delivery_limit(snapshot.id, failure)
+            elif won and failed is not None:
+                failed.append(failure)
             return None if won else _LOST
         assert lease is not None
         if not await self._cas(doc, self._update(new, token=token), session=session):
@@ -180,14 +187,18 @@ class MongoClaims(MongoBase):
             snapshot = _codec.decode_task(candidate.id, doc)
             if not rules.is_claimable(snapshot, now):
                 return _LOST
-            return await self._start(doc, snapshot, worker_id, lease_for, now, session)
+            failed.clear()
+            return await self._start(doc, snapshot, worker_id, lease_for, now, session, failed)
 
+        failed: list[EventRecord] = []  # past its delivery limit: failed instead
         if queue not in self._queue_docs:  # created outside the transaction, once
             await self._queues.update_one(
                 {"_id": queue}, {"$setOnInsert": {"claims": 0}}, upsert=True
             )
             self._queue_docs.add(queue)
         outcome: Claim | str | None = await self._atomically(body)
+        if outcome is None and failed:  # committed: the failure is written
+            rules.report_delivery_limit(candidate.id, failed[0])
         return outcome
 
 

@@ -65,13 +65,20 @@ class ClaimOps(StoreBase):
             snapshot = row.decode()
             rules.check_claimable(snapshot, now)
             claim = await self._start(conn, row, snapshot, worker_id, lease_for, now)
-            if claim is None:
+            if isinstance(claim, EventRecord):
+                failed[:] = [claim]
                 raise CommitThenRaise(
                     Unavailable(f"The task exceeded {snapshot.work.max_deliveries} deliveries")
                 )
             return claim
 
-        return await self._db.run(op, write=True)
+        failed: list[EventRecord] = []  # the failure past the delivery limit, if any
+        try:
+            return await self._db.run(op, write=True)
+        except Unavailable:
+            if failed:  # raised after the commit: the failure is written
+                rules.report_delivery_limit(task_id, failed[0])
+            raise
 
     async def _start(
         self,
@@ -81,12 +88,13 @@ class ClaimOps(StoreBase):
         worker_id: str,
         lease_for: float,
         now: datetime,
-    ) -> Claim | None:
+    ) -> Claim | EventRecord:
+        """Claim ``row``, or fail it past its delivery limit (the failure's record)."""
         new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
         if failure is not None:
             await self._save(conn, row, new, row.token)
             await self._record(conn, row.id, failure)
-            return None
+            return failure
         assert lease is not None
         await self._save(conn, row, new, token)
         return Claim(rules.present(new, now), lease)
@@ -118,7 +126,9 @@ class ClaimOps(StoreBase):
         if guarded and self._db.kind != "sqlite":
             await self._ensure_queue_locks(guarded)
 
-        async def op(conn: AsyncConnection) -> list[Claim]:
+        async def op(
+            conn: AsyncConnection,
+        ) -> tuple[list[Claim], list[tuple[str, EventRecord]]]:
             now = await self._now(conn)
             open_queues = sorted(wanted - exclusive_set)
             free = [q for q in guarded if await self._queue_is_free(conn, q, now)]
@@ -126,7 +136,10 @@ class ClaimOps(StoreBase):
                 conn, worker_id, lease_for, now, open_queues, free, limit
             )
 
-        return await self._db.run(op, write=True)
+        claims, failures = await self._db.run(op, write=True)
+        for task_id, record in failures:
+            rules.report_delivery_limit(task_id, record)
+        return claims
 
     async def _claim_oldest(
         self,
@@ -137,7 +150,7 @@ class ClaimOps(StoreBase):
         open_queues: list[str],
         free: list[str],
         limit: int,
-    ) -> list[Claim]:
+    ) -> tuple[list[Claim], list[tuple[str, EventRecord]]]:
         claims: list[Claim] = []
         seen: set[str] = set()
         free = list(free)
@@ -180,7 +193,7 @@ class ClaimOps(StoreBase):
         await self._save_rows(conn, saves)
         for task_id, record in failures:
             await self._record(conn, task_id, record)
-        return claims
+        return claims, failures
 
     async def _candidates(
         self,

@@ -412,10 +412,12 @@ class FastPath:
         decoded and checked, claimed or failed past its delivery limit, corrupt records
         skipped (nothing written to them)."""
 
+        failures: list[tuple[str, EventRecord]] = []  # past the delivery limit: failed
+
         async def op(driver: Any) -> list[Claim]:
             claims: list[Claim] = []
             changed: list[Loaded] = []
-            failures: list[tuple[str, EventRecord]] = []
+            failures.clear()
             skip: list[str] = []
             while len(claims) < limit:
                 want = limit - len(claims)
@@ -451,19 +453,24 @@ class FastPath:
             await self._write(driver, changed, failures)
             return claims
 
-        return await self.db.run_driver(op)
+        claims = await self.db.run_driver(op)
+        for task_id, record in failures:
+            rules.report_delivery_limit(task_id, record)
+        return claims
 
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
         """See ``SQLStore.claim``."""
 
+        failures: list[tuple[str, EventRecord]] = []  # past the delivery limit: failed
+
         async def op(driver: Any) -> Claim:
+            failures.clear()
             loaded, now = await self._lock(driver, [task_id], [])
             row = loaded.get(task_id)
             if row is None or now is None:
                 raise TaskNotFound(task_id)
             snapshot = row.snapshot
             rules.check_claimable(snapshot, now)
-            failures: list[tuple[str, EventRecord]] = []
             claim = _start(row, snapshot, worker_id, lease_for, now, failures)
             await self._write(driver, [row], failures)
             if claim is None:
@@ -472,7 +479,12 @@ class FastPath:
                 )
             return claim
 
-        return await self.db.run_driver(op)
+        try:
+            return await self.db.run_driver(op)
+        except Unavailable:
+            for failed_id, record in failures:  # raised after the commit: written
+                rules.report_delivery_limit(failed_id, record)
+            raise
 
     # -- leases --------------------------------------------------------------------------
 

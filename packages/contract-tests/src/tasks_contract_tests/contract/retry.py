@@ -206,21 +206,25 @@ class RetryContract(ContractBase):
     # -- delivery limit -------------------------------------------------------------------------
 
     async def test_claim_past_the_delivery_limit_fails_the_task(
-        self, store: TaskStore, clock: ManualClock
+        self, store: TaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
     ) -> None:
         """With ``max_deliveries=2``, after two claims whose leases expired, the third
         exact claim MUST fail the task (``DeliveryLimitExceeded``, "exceeded 2 deliveries",
-        recorded as a ``failed`` event in history) and raise ``Unavailable``.
+        recorded as a ``failed`` event in history), report it once
+        (``rules.report_delivery_limit``) and raise ``Unavailable``.
 
         Troubleshooting: compare ``deliveries`` with ``work.max_deliveries`` before issuing a
         lease and, when reached, apply the ``failed`` event from ``rules.start_claim`` in the
-        same atomic step; then refuse the claim.
+        same atomic step; then refuse the claim. Call ``rules.report_delivery_limit`` once
+        that failure is written: no worker sees the task, and a poison task must not end
+        silently.
         """
         created = await store.create(new_task(max_deliveries=2))
         await _expire(store, clock, created.id, "w1")
         await _expire(store, clock, created.id, "w2")
-        with pytest.raises(Unavailable):
+        with caplog.at_level("WARNING", logger="tasks_core.worker"), pytest.raises(Unavailable):
             await claim(store, created.id, worker="w3")
+        assert 1 == len(_delivery_limit_reports(caplog, created.id))
         failed = await store.get(created.id, tenant=None)
         assert (TaskStatus.FAILED, 2) == (failed.status, failed.deliveries)
         assert ErrorInfo(type=DELIVERY_LIMIT_ERROR, message="exceeded 2 deliveries") == failed.error
@@ -232,10 +236,11 @@ class RetryContract(ContractBase):
             await claim(store, created.id, worker="w4")
 
     async def test_claim_next_fails_a_task_past_the_delivery_limit_instead_of_serving_it(
-        self, store: TaskStore, clock: ManualClock
+        self, store: TaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
     ) -> None:
         """``claim_next`` MUST NOT return a task past its delivery limit: it fails the task
-        (``DeliveryLimitExceeded``) and serves the next claimable task instead.
+        (``DeliveryLimitExceeded``, reported once) and serves the next claimable task
+        instead.
 
         Troubleshooting: a poison task must not loop forever; do not count the failed task
         against ``limit``.
@@ -244,8 +249,10 @@ class RetryContract(ContractBase):
         await _expire(store, clock, poison.id, "w1")
         await _expire(store, clock, poison.id, "w2")
         healthy = await store.create(new_task())
-        got = await store.claim_next("w3", LEASE_S, queues=["default"], limit=1)
+        with caplog.at_level("WARNING", logger="tasks_core.worker"):
+            got = await store.claim_next("w3", LEASE_S, queues=["default"], limit=1)
         assert [healthy.id] == [c.snapshot.id for c in got]
+        assert 1 == len(_delivery_limit_reports(caplog, poison.id))
         failed = await store.get(poison.id, tenant=None)
         assert (TaskStatus.FAILED, DELIVERY_LIMIT_ERROR) == (
             failed.status, failed.error.type if failed.error else None
@@ -278,3 +285,10 @@ class RetryContract(ContractBase):
         assert (0, None, 2) == (
             again.snapshot.retry_count, again.snapshot.retry_at, again.snapshot.deliveries
         )
+
+
+def _delivery_limit_reports(caplog: pytest.LogCaptureFixture, task_id: str) -> list[str]:
+    """The warnings ``rules.report_delivery_limit`` logged about ``task_id``."""
+    return [r.getMessage() for r in caplog.records
+            if r.name == "tasks_core.worker" and r.levelname == "WARNING"
+            and repr(task_id) in r.getMessage() and "exceeded 2 deliveries" in r.getMessage()]
