@@ -110,10 +110,13 @@ async def test_transient_error_in_exclusive_claim_is_retried_to_one_lease(
 
 
 async def test_transaction_that_keeps_conflicting_reports_store_unavailable(
-    open_store: Opener, url: str, failpoint: Callable[..., Awaitable[None]]
+    open_store: Opener, url: str, failpoint: Callable[..., Awaitable[None]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A transaction that conflicts on every try MUST end in ``StoreUnavailable`` with
-    nothing stored (and the session ended, so no transaction stays open)."""
+    """A transaction that conflicts on every try MUST end in ``StoreUnavailable`` (once
+    its retry budget is spent: shortened here) with nothing stored (and the session ended,
+    so no transaction stays open)."""
+    monkeypatch.setattr("tasks_store_mongo._driver.TRANSACTION_BUDGET_S", 0.3)
     store = await _transactional(open_store, url)
     await store.create(new_task())
     await failpoint("insert", times=1000)

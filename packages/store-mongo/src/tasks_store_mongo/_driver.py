@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -38,7 +39,7 @@ from tasks_core.errors import (
 
 __all__ = [
     "DRIVERS",
-    "TRANSACTION_ATTEMPTS",
+    "TRANSACTION_BUDGET_S",
     "Driver",
     "driver_of",
     "in_transaction",
@@ -51,7 +52,12 @@ log = logging.getLogger(__name__)
 
 Driver = Literal["pymongo", "motor"]
 DRIVERS: tuple[Driver, ...] = ("pymongo", "motor")
-TRANSACTION_ATTEMPTS = 60
+TRANSACTION_BUDGET_S = 30.0
+"""How long a transaction that keeps conflicting is tried again before ``StoreUnavailable``
+(pymongo's own ``with_transaction`` tries for 120 s). Writers of one tenant all touch its
+counter, so a burst of them queues up: each waits its turn, none is refused for it."""
+_BACKOFF_FIRST_S = 0.001
+_BACKOFF_CAP_S = 0.05
 _COMMIT_ATTEMPTS = 5
 # mongod codes for "the document would be too large" (BSONObjectTooLarge and friends).
 _TOO_LARGE = frozenset({10334, 17419, 17420})
@@ -159,19 +165,21 @@ async def in_transaction(
     body: Callable[[Any], Awaitable[T]],
     *,
     on_retry: Callable[[], None] | None = None,
-    attempts: int = TRANSACTION_ATTEMPTS,
 ) -> T:
     """Run ``body(session)`` in a multi-document transaction, retrying the whole of it on
     ``TransientTransactionError`` (a write conflict with a concurrent transaction, a
-    failover) and the commit on ``UnknownTransactionCommitResult``.
+    failover) — after a random pause that doubles up to 50 ms, for at most
+    :data:`TRANSACTION_BUDGET_S` — and the commit on ``UnknownTransactionCommitResult``.
 
     The session is always ended, which aborts a transaction left open (a server may never
     expire an abandoned one). A core error raised by ``body`` aborts and propagates.
 
     Raises:
-        StoreUnavailable: still conflicting after ``attempts`` tries.
+        StoreUnavailable: still conflicting after :data:`TRANSACTION_BUDGET_S` seconds.
     """
-    for attempt in range(attempts):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TRANSACTION_BUDGET_S
+    for attempt in itertools.count():
         session = await settle(client.start_session())
         try:
             await settle(session.start_transaction())
@@ -191,7 +199,10 @@ async def in_transaction(
         finally:
             await settle(session.end_session())
         # Spread competing writers apart: they conflicted on the same document.
-        await asyncio.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+        pause = random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_FIRST_S * 2 ** min(attempt, 16)))
+        if loop.time() + pause >= deadline:
+            break
+        await asyncio.sleep(pause)
     raise StoreUnavailable("A MongoDB transaction kept conflicting; retry later")
 
 
