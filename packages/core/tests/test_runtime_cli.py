@@ -455,3 +455,16 @@ async def test_show_tells_a_held_lease_from_an_expired_one() -> None:
         _, expired = await _cli(app, "show", t.id, "--user", "alice")
     assert "w1 gen 1 (held, until" in held
     assert "w1 gen 1 (expired, until" in expired
+
+
+@pytest.mark.parametrize("store", ["", "  "])
+async def test_an_empty_store_option_is_refused_not_taken_for_the_default(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--store ""`` (an unset variable in ``--store "$URL"``) MUST be refused
+    (``InvalidInput``) — never open the default store in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    with pytest.raises(InvalidInput, match="--store is empty"):
+        await run(["ls", "--system", "--store", store], console=_console()[0])
+    assert [] == os.listdir(tmp_path)

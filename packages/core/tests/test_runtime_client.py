@@ -130,6 +130,9 @@ async def test_list_filters_and_pages_by_keyset() -> None:
                 break
             after = page.next_after
         assert [ids[0:2], ids[2:4], ids[4:5]] == pages
+        full_last = await app.list(ALICE, limit=1, after=ids[3])
+        assert ([ids[4]], None) == ([s.id for s in full_last], full_last.next_after), \
+            "a full page that is the last one says so"
         cancelled = await app.list(ALICE, status="cancelled")
         assert [ids[0]] == [s.id for s in cancelled]
         pending = await app.list(ALICE, status=[TaskStatus.PENDING, "running"])

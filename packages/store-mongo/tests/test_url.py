@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tasks_core import InvalidInput, find_store
+from tasks_core import InvalidInput, StoreUnavailable, find_store
 from tasks_store_mongo._url import parse_url
 from tasks_store_mongo.plugin import open_mongo
 
@@ -62,3 +62,13 @@ def test_both_schemes_find_the_mongo_plugin() -> None:
     assert {"mongodb"} == names
     assert "tasks-store-mongo" == find_store("mongodb").distribution
 
+
+
+@pytest.mark.anyio
+async def test_a_failed_dns_lookup_of_an_srv_host_is_unavailable_not_invalid() -> None:
+    """A ``mongodb+srv://`` host whose DNS lookup fails (here: a name that cannot exist,
+    ``.invalid``) MUST be ``StoreUnavailable`` in plain words — pymongo reports every
+    resolver error, timeouts included, as a ``ConfigurationError``, which is not a bad
+    option."""
+    with pytest.raises(StoreUnavailable, match="DNS lookup"):
+        await open_mongo("mongodb+srv://no-such-host.invalid/x")

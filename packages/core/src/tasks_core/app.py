@@ -411,7 +411,10 @@ class App(Registry):
         store = await self._opened()
         items = await store.list(query)
         visible = [s for s in items if rules.can_see(s, authority, self.policy.visibility)]
-        return Page(visible, items[-1].id if len(items) >= limit else None)
+        more = len(items) >= limit and bool(await store.list(
+            query.model_copy(update={"after": items[-1].id, "limit": 1})
+        ))  # a full page may be the last: look one task further
+        return Page(visible, items[-1].id if more else None)
 
     async def history(
         self, task_id: str, authority: Authority, /

@@ -38,7 +38,7 @@ from tasks_core._cli_render import output_console, plain
 from tasks_core._cli_signals import Interrupts
 from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.app import App
-from tasks_core.errors import TasksError
+from tasks_core.errors import InvalidInput, TasksError
 
 __all__ = ["build_parser", "load_app", "main", "run"]
 
@@ -50,8 +50,6 @@ def load_app(spec: str) -> App:
     Raises:
         InvalidInput: the module or attribute is missing, or is not an ``App``.
     """
-    from tasks_core.errors import InvalidInput
-
     module_name, _, attribute = spec.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -192,10 +190,14 @@ def _app_for(args: argparse.Namespace) -> App:
     on ``--store`` or the default store.
 
     Raises:
-        InvalidInput: APP cannot be imported or is not an ``App``.
+        InvalidInput: APP cannot be imported or is not an ``App``; an empty ``--store``.
         UnknownStore: no store given and no store plugin installed (``backends`` still
             answers: it is how one finds out).
     """
+    if args.store is not None and not args.store.strip():
+        # An unset variable (--store "$URL") must not mean "a fresh default store here".
+        raise InvalidInput("--store is empty; give a store URL, or leave the option out "
+                           "for the default store")
     spec = getattr(args, "app", None)
     if spec is not None:
         app = load_app(spec)

@@ -151,9 +151,21 @@ def translate() -> Iterator[None]:
     except InvalidOperation as exc:
         raise StoreUnavailable("The MongoDB client is closed") from exc
     except ConfigurationError as exc:
+        if _dns_failure(exc):
+            raise StoreUnavailable(
+                "MongoDB is unreachable: the DNS lookup of its mongodb+srv:// host failed "
+                "(check the host name and the DNS; a lookup that timed out may pass later)"
+            ) from exc
         raise InvalidInput(f"Invalid MongoDB URL or option ({type(exc).__name__})") from exc
     except PyMongoError as exc:
         raise StoreError(f"MongoDB driver error ({type(exc).__name__})") from exc
+
+
+def _dns_failure(exc: ConfigurationError) -> bool:
+    """Whether pymongo raised ``exc`` for a failed DNS lookup (``mongodb+srv://``: it wraps
+    every resolver error, a timeout included, in ``ConfigurationError``)."""
+    cause = exc.__cause__
+    return cause is not None and type(cause).__module__.split(".")[0] == "dns"
 
 
 def _has_label(exc: PyMongoError, label: str) -> bool:
