@@ -86,10 +86,20 @@ def test_ledger_rows_committed_before_a_sigkill_survive_it(tmp_path: Path) -> No
     assert [str(n) for n in range(50)] == [e.nonce for e in read_ledgers(tmp_path)]
 
 
-def test_tasks_stress_refuses_a_store_private_to_one_process() -> None:
-    """``tasks stress --store memory://`` MUST exit 2 without running anything."""
+def test_tasks_stress_refuses_a_store_private_to_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``tasks stress --store memory://`` MUST exit 2 without running anything, saying why
+    in one ``error: KIND: message`` line, as every refusal does; so MUST sizes it cannot
+    run."""
     console = Console(record=True, width=200)
     assert 2 == asyncio.run(tasks_cli(["stress", "--store", "memory://"], console=console))
+    assert capsys.readouterr().err.startswith(
+        "error: CapabilityNotSupported: the memory store is private to one process")
+    assert 2 == asyncio.run(tasks_cli(["stress", "--store", "sqlite:///x.db", "--writers", "1"],
+                                      console=console))
+    assert "error: InvalidInput: sizes must be positive, with at least 2 writers\n" == (
+        capsys.readouterr().err)
 
 
 def test_tasks_stress_names_the_package_to_install_when_missing(

@@ -31,6 +31,7 @@ from tasks_core._defaults import (
     EMBEDDED_STORE_URL,
     FALLBACK_STORE_URL,
     default_store_url,
+    installed,
     require_default_store_url,
 )
 from tasks_core._worker_gc import YOUNG_THRESHOLD, tune_for_serving
@@ -96,7 +97,7 @@ async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
 
 async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None:
     """``show --follow`` and ``submit --wait`` MUST follow the task live to its end and
-    exit 0 for a completed task."""
+    exit 0 for a completed task; off a terminal the output ends with a newline."""
     app = make_app()
 
     @app.task
@@ -110,6 +111,7 @@ async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None
         code, out = await _cli(app, "submit", "steps", "--input", '{"n": 3}', "--wait", "--system")
         assert 0 == code
         assert "100%" in out
+        assert out.endswith("\n")
         t = await app.submit(steps, {"n": 2}, ALICE)
         code, out = await _cli(app, "show", t.id, "--follow", "--system")
         assert 0 == code
@@ -248,6 +250,9 @@ async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
     assert "every task ended as expected" in text
     for word in ("TaskTimeout", "Cancelled by user", "completed", "summary"):
         assert word in text
+    sql = installed(EMBEDDED_STORE_URL)  # the hint never asks to install what is there
+    assert (sql, not sql) == ("Run it on sqlite:///tasks.db" in text,
+                              "Install tasks-store-sql" in text)
 
 
 def test_console_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:

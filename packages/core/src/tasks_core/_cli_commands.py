@@ -229,8 +229,10 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
     authority = authority_of(args)
     if args.follow:
         await _follow(app, args.id, authority, console)
-    console.print(snapshot_table(await app.get(args.id, authority)))
-    console.print(history_table(await app.history(args.id, authority)))
+    snapshot = await app.get(args.id, authority)
+    history = await app.history(args.id, authority)  # read both first: all or nothing
+    console.print(snapshot_table(snapshot))
+    console.print(history_table(history))
     return 0
 
 
@@ -242,6 +244,8 @@ async def _follow(app: App, task_id: str, authority: Authority, console: Console
             bars.update(snapshot)
             live.update(bars.renderable(), refresh=True)
             last = snapshot
+    if not console.is_terminal:
+        console.line()  # off a terminal the last frame ends without one
     return 0 if last.status == "completed" else 1
 
 

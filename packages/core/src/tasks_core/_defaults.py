@@ -20,6 +20,7 @@ __all__ = [
     "FALLBACK_STORE_URL",
     "NO_DEFAULT_STORE",
     "default_store_url",
+    "installed",
     "require_default_store_url",
 ]
 
@@ -34,7 +35,8 @@ NO_DEFAULT_STORE = (
 )
 
 
-def _installed(url: str) -> bool:
+def installed(url: str) -> bool:
+    """Whether a store plugin serves ``url``."""
     try:
         find_store(url)
     except TasksError:
@@ -59,9 +61,9 @@ def _default() -> tuple[str, str, bool]:
     configured = os.environ.get(ENV_VAR, "").strip()
     if configured:
         return configured, f"from ${ENV_VAR}", True
-    if _installed(EMBEDDED_STORE_URL):
+    if installed(EMBEDDED_STORE_URL):
         return EMBEDDED_STORE_URL, "the embedded default", True
-    if _installed(FALLBACK_STORE_URL):
+    if installed(FALLBACK_STORE_URL):
         return (FALLBACK_STORE_URL,
                 "tasks-store-sql is not installed; volatile, this process only", True)
     return FALLBACK_STORE_URL, "neither tasks-store-sql nor tasks-store-memory is installed", False

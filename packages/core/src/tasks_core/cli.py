@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an answer per key; VALUE is JSON (or else a string)")
 
     p = sub.add_parser("reap", parents=[common], help="delete expired tasks now")
-    p.add_argument("--limit", type=int, default=1000)
+    p.add_argument("--limit", type=int, default=1000,
+                   help="delete at most this many expired tasks (default 1000)")
 
     p = sub.add_parser("migrate", parents=[common],
                        help="move the store's schema to the installed code's revision")
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
 
     sub.add_parser("backends", parents=[common], help="installed store plugins")
-    sub.add_parser("demo", parents=[common], help="run the demo (about ten seconds)")
+    sub.add_parser("demo", parents=[common], help="run the demo (a few seconds)")
 
     p = sub.add_parser("stress", parents=[common],
                        help="multi-process stress run with exact invariants (needs "

@@ -1,6 +1,6 @@
 """``tasks demo``: a batch of tasks and a worker in one process, drawn live.
 
-What it shows, in about ten seconds:
+What it shows, in a few seconds:
 
 - three reports with progress bars (``async def``, running side by side);
 - a flaky sync handler (``def``, in a thread) that fails twice and is retried by the
@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.live import Live
 
 from tasks_core._cli_render import Bars, plain, shown_url, summary_table
-from tasks_core._defaults import default_store_url
+from tasks_core._defaults import EMBEDDED_STORE_URL, default_store_url, installed
 from tasks_core.app import App
 from tasks_core.authority import Owner
 from tasks_core.context import TaskContext
@@ -185,8 +185,9 @@ async def _drive(
 
 def _hints(console: Console, url: str, items: list[_Item]) -> None:
     if url.startswith("memory://"):
-        console.print("[dim]The memory:// store lived in this process only. Install "
-                      "tasks-store-sql and the demo keeps its tasks in sqlite:///tasks.db for "
+        keep = (f"Run it on {EMBEDDED_STORE_URL} (the default)" if installed(EMBEDDED_STORE_URL)
+                else f"Install tasks-store-sql and the demo keeps them in {EMBEDDED_STORE_URL}")
+        console.print(f"[dim]The memory:// store lived in this process only. {keep} for "
                       "`tasks ls` and `tasks show`.[/]")
         return
     store = f" --store {plain(shown_url(url))}" if url != default_store_url()[0] else ""

@@ -93,14 +93,16 @@ async def run_stress(
 
 
 def unsuitable(url: str) -> str | None:
-    """Why the store at ``url`` cannot be stressed (``None``: it can)."""
+    """Why the store at ``url`` cannot be stressed, as ``KIND: message`` (``None``: it
+    can)."""
     try:
         spec = find_store(url)
     except TasksError as exc:
         return f"{type(exc).__name__}: {exc}"
     if not spec.capabilities.multi_process:
-        return (f"the {spec.name} store is private to one process; stress a store that "
-                "several processes share (sqlite:///file.db, postgresql://…)")
+        return (f"CapabilityNotSupported: the {spec.name} store is private to one process; "
+                "stress a store that several processes share (sqlite:///file.db, "
+                "postgresql://…)")
     return None
 
 
@@ -145,7 +147,8 @@ async def main_async(argv: Sequence[str], console: Console | None = None) -> int
     args = build_parser().parse_args(list(argv))
     sizes = sizes_of(args)
     if min(sizes.tasks, sizes.writers, sizes.workers, sizes.rounds) < 1 or sizes.writers < 2:
-        print("error: sizes must be positive, with at least 2 writers", file=sys.stderr)
+        print("error: InvalidInput: sizes must be positive, with at least 2 writers",
+              file=sys.stderr)
         return 2
     problem = unsuitable(args.store)
     if problem:
