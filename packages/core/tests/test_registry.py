@@ -80,13 +80,15 @@ def test_find_store_returns_the_spec_of_the_scheme() -> None:
 
 
 def test_unknown_scheme_names_it_and_lists_what_is_installed() -> None:
-    """An unknown scheme MUST raise UnknownStore naming it, without an install hint or a
-    far-fetched "did you mean"."""
+    """An unknown scheme MUST raise UnknownStore naming it and the naming convention of
+    third-party store distributions — without a command installing a package named after
+    the user's text (a typo must not become an install) or a far-fetched "did you mean"."""
     with pytest.raises(UnknownStore) as info:
         find_store("nosuch://x")
     message = str(info.value)
     assert "No installed store plugin serves 'nosuch'." in message
     assert "memory" in message.split("Installed:")[1]
+    assert "tasks-store-<name>" in message
     assert "pip install" not in message
     assert "Did you mean" not in message
 

@@ -447,3 +447,13 @@ async def test_submit_in_a_transaction_is_refused_by_a_store_without_transaction
             await app.submit("report", {"month": "11"}, ALICE, key="r-tx",
                              transaction=object())
         assert [] == (await app.list(System())).items
+
+
+async def test_an_empty_queue_is_refused_not_taken_for_the_tasks_queue() -> None:
+    """``queue=""`` MUST be refused (``InvalidInput``, nothing stored), never read as
+    "the task's own queue"."""
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput, match="queue"):
+            await app.submit("report", None, ALICE, queue="")
+        assert [] == (await app.list(System())).items

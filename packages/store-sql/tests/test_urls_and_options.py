@@ -69,12 +69,26 @@ def test_in_memory_sqlite_is_not_durable(url: str) -> None:
     assert (False, False) == (store.capabilities.durable, store.capabilities.multi_process)
 
 
-@pytest.mark.parametrize("namespace", ["Upper", "1abc", "a-b", "x" * 31, ""])
+@pytest.mark.parametrize("namespace",
+                         ["Upper", "1abc", "a-b", "x" * 31, "", "sqlite", "sqlite_x"])
 def test_bad_namespaces_are_refused(namespace: str) -> None:
     """A namespace becomes part of table names: anything but ``[a-z][a-z0-9_]{0,29}``
     MUST be refused before any I/O."""
     with pytest.raises(InvalidInput, match="namespace"):
         SQLStore("sqlite://", namespace=namespace)
+
+
+@pytest.mark.anyio
+async def test_a_namespace_that_only_begins_like_sqlite_works_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    """Only ``sqlite`` and ``sqlite_…`` are reserved: ``sqlitex`` MUST open, and a refused
+    namespace MUST write nothing (no file)."""
+    with pytest.raises(InvalidInput, match="reserves"):
+        await SQLStore.open(f"sqlite:///{tmp_path}/refused.db", namespace="sqlite")
+    assert not (tmp_path / "refused.db").exists()
+    store = await SQLStore.open(f"sqlite:///{tmp_path}/ok.db", namespace="sqlitex")
+    await store.aclose()
 
 
 def test_namespace_given_twice_with_two_values_is_refused() -> None:

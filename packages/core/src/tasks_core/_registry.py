@@ -72,6 +72,10 @@ def _miss(name: str) -> UnknownStore:
     close = difflib.get_close_matches(name, sorted({*installed, *KNOWN_DISTRIBUTIONS}), n=1)
     if close and close[0] != name:
         parts.append(f"Did you mean {close[0]!r}?")
+    elif not hint:  # a third party's: name the convention, never a package to trust
+        parts.append(f"Store plugins of other publishers are distributions named "
+                     f"tasks-store-<name> by convention (entry point group 'tasks'); "
+                     f"install the one for {name!r} from a publisher you trust.")
     parts.append(f"Installed: {', '.join(installed) or 'none'}.")
     return UnknownStore(" ".join(parts))
 

@@ -294,7 +294,10 @@ class App(Registry):
         name = definition.name if definition else task
         if not isinstance(name, str):
             raise InvalidInput("task must be a registered task or a task name")
-        queue_name = queue or (definition.queue if definition else DEFAULT_QUEUE)
+        if queue is None:
+            queue_name = definition.queue if definition else DEFAULT_QUEUE
+        else:
+            queue_name = queue  # "" is refused below, never taken for the default
         if not isinstance(queue_name, str):
             raise InvalidInput("queue must be the name of a declared queue")
         if queue_name not in self._queues:

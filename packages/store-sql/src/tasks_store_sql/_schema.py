@@ -56,7 +56,9 @@ _NAMESPACE = re.compile(r"[a-z][a-z0-9_]{0,29}")
 
 
 def check_namespace(namespace: str | None) -> str | None:
-    """Validate a namespace: 1–30 of ``a-z0-9_``, starting with a letter.
+    """Validate a namespace: 1–30 of ``a-z0-9_``, starting with a letter, and not ``sqlite``
+    or ``sqlite_…`` (SQLite reserves table names that begin with ``sqlite_``; refused on
+    every dialect, so that a namespace means the same everywhere).
 
     Raises:
         ValueError: anything else (it becomes part of table names).
@@ -67,6 +69,9 @@ def check_namespace(namespace: str | None) -> str | None:
         raise ValueError(
             "namespace must be 1-30 characters of a-z, 0-9 and _, starting with a letter"
         )
+    if f"{namespace}_".startswith("sqlite_"):
+        raise ValueError("namespace must not be 'sqlite' nor begin with 'sqlite_' (SQLite "
+                         "reserves the table names it would give)")
     return namespace
 
 
