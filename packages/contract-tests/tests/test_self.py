@@ -189,3 +189,33 @@ def test_model_check_passes_for_the_reference_store() -> None:
         return MemoryStore(**options)
 
     run_model_check(factory, max_examples=MODEL_EXAMPLES, steps=MODEL_STEPS)
+
+
+SHARED = '''
+import pytest
+from tasks_contract_tests import StoreContract
+from tasks_store_memory import MemoryStore
+
+SHARED = MemoryStore()
+
+
+class TestStore(StoreContract):
+    @pytest.fixture
+    async def store_factory(self):
+        async def factory(**options):
+            return SHARED  # one store for every test: they leak into each other
+
+        return factory
+'''
+
+
+def test_the_fixture_checks_fail_first_when_stores_leak(pytester: pytest.Pytester) -> None:
+    """``StoreContract`` MUST run its fixture checks before every other test, so that with
+    ``-x`` a factory that shares one store between tests is named for what it is, not
+    for whichever test its leftovers break first (writing-a-store.md promises it)."""
+    pytester.makepyfile(test_contract=SHARED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-x", "-rf")
+    failed = [line.split(" ")[1] for line in result.outlines if line.startswith("FAILED ")]
+    assert ["test_contract.py::TestStore::test_stores_from_the_factory_are_isolated"] == (
+        failed), result.stdout.str()
+    assert {"passed": 1, "failed": 1} == result.parseoutcomes(), "the fixture checks ran first"

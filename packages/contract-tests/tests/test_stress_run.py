@@ -102,6 +102,20 @@ def test_tasks_stress_refuses_a_store_private_to_one_process(
         capsys.readouterr().err)
 
 
+def test_tasks_stress_refuses_a_store_it_cannot_reach(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A store that cannot be opened MUST be a refusal — exit 2, one ``error: KIND:``
+    line, nothing run — not a run whose invariants all "failed" (exit 1): CI must tell a
+    database that is down from a store that broke a rule."""
+    missing = tmp_path / "no-such-directory" / "x.db"
+    code = asyncio.run(tasks_cli(["stress", "--store", f"sqlite:///{missing}", "--small"],
+                                 console=Console(record=True, width=200)))
+    err = capsys.readouterr().err
+    assert (2, True) == (code, err.startswith("error: StoreUnavailable: ")), err
+    assert 1 == len(err.splitlines())
+
+
 def test_tasks_stress_names_the_package_to_install_when_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

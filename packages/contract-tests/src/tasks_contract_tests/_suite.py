@@ -51,26 +51,32 @@ __all__ = [
 
 
 class StoreContract(
-    FixtureContract,
-    CreateContract,
-    TransitionContract,
-    ReplayContract,
-    RaceContract,
-    BatchContract,
-    ClaimContract,
-    LeaseContract,
-    RetryContract,
-    CapacityContract,
-    TenantContract,
-    TTLContract,
-    InboxContract,
-    ListingContract,
-    ProgressContract,
-    DeleteContract,
-    CorruptContract,
-    CapabilityContract,
-    RealClockContract,
-    ModelContract,
     WorkerContract,
+    ModelContract,
+    RealClockContract,
+    CapabilityContract,
+    CorruptContract,
+    DeleteContract,
+    ProgressContract,
+    ListingContract,
+    InboxContract,
+    TTLContract,
+    TenantContract,
+    CapacityContract,
+    RetryContract,
+    LeaseContract,
+    ClaimContract,
+    BatchContract,
+    RaceContract,
+    ReplayContract,
+    TransitionContract,
+    CreateContract,
+    FixtureContract,
 ):
-    """Every contract test. Override the ``store_factory`` fixture (and ``corrupt_task``)."""
+    """Every contract test. Override the ``store_factory`` fixture (and ``corrupt_task``).
+
+    The bases are listed last group first: pytest runs inherited tests in reverse method
+    resolution order, so the tests of the fixture itself (``FixtureContract``: fresh and
+    isolated stores) run first and, with ``-x``, fail first when stores leak into each
+    other; then creation, transitions… up to the worker.
+    """

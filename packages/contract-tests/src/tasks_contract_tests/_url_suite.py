@@ -48,3 +48,19 @@ class TestStoreAtURL(StoreContract):
     @pytest.fixture
     def corrupt_task(self, store_spec: StoreSpec) -> Corrupter | None:
         return store_spec.corrupt
+
+    async def test_the_plugin_declares_every_capability_its_store_has(
+        self, store: TaskStore, store_spec: StoreSpec
+    ) -> None:
+        """Every flag the store reports MUST be on in its plugin's ``StoreSpec``: the spec
+        declares the most a URL of the plugin can get (``tasks backends``, the stress
+        harness and callers choosing a store read it), the store what this URL has —
+        it may have less (MariaDB has no wakeups), never more.
+
+        Troubleshooting: declare the spec's ``capabilities`` as the union of what the
+        plugin's stores can offer, and each store's as what it offers here.
+        """
+        spec = store_spec.capabilities.model_dump()
+        beyond = sorted(k for k, on in store.capabilities.model_dump().items()
+                        if on and not spec[k])
+        assert [] == beyond, f"the store has {beyond}, which its spec does not declare"

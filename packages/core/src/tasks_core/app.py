@@ -294,10 +294,8 @@ class App(Registry):
         name = definition.name if definition else task
         if not isinstance(name, str):
             raise InvalidInput("task must be a registered task or a task name")
-        if queue is None:
-            queue_name = definition.queue if definition else DEFAULT_QUEUE
-        else:
-            queue_name = queue  # "" is refused below, never taken for the default
+        default_queue = definition.queue if definition else DEFAULT_QUEUE
+        queue_name = default_queue if queue is None else queue  # "" is refused below
         if not isinstance(queue_name, str):
             raise InvalidInput("queue must be the name of a declared queue")
         if queue_name not in self._queues:

@@ -19,6 +19,7 @@ from tasks_core import TasksError, find_store
 
 from tasks_contract_tests.stress._outcome import Outcome, bounded
 from tasks_contract_tests.stress._report import build_report, print_summary, write_report
+from tasks_contract_tests.stress._target import fresh_target
 from tasks_contract_tests.stress._workloads import SoakSizes, cas_workload, soak_workload
 
 __all__ = ["SMALL", "StressSizes", "build_parser", "main", "main_async", "run_stress"]
@@ -106,6 +107,22 @@ def unsuitable(url: str) -> str | None:
     return None
 
 
+async def unreachable(url: str) -> str | None:
+    """Why the store at ``url`` cannot be opened, as ``KIND: message`` (``None``: it opens
+    — in a namespace of its own, dropped again). A store that is down is refused (exit
+    2), never reported as broken invariants (exit 1)."""
+    try:
+        target = await fresh_target(url, prefix="p")
+        try:
+            store = await target.open()
+            await store.aclose()
+        finally:
+            await target.drop()
+    except TasksError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The arguments of ``tasks stress`` / ``python -m tasks_contract_tests.stress``."""
     parser = argparse.ArgumentParser(prog="tasks stress", description=__doc__)
@@ -150,7 +167,7 @@ async def main_async(argv: Sequence[str], console: Console | None = None) -> int
         print("error: InvalidInput: sizes must be positive, with at least 2 writers",
               file=sys.stderr)
         return 2
-    problem = unsuitable(args.store)
+    problem = unsuitable(args.store) or await unreachable(args.store)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
