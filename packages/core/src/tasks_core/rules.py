@@ -14,7 +14,6 @@ included — reads back exactly what it wrote.
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
@@ -89,13 +88,11 @@ __all__ = [
     "present",
     "release",
     "renew",
-    "report_delivery_limit",
     "report_progress",
     "start_claim",
     "tick",
 ]
 
-_worker_log = logging.getLogger("tasks_core.worker")
 Right = Literal["read", "cancel", "respond", "grant"]
 MAX_LEASE_S = 7 * 86400
 DELIVERY_LIMIT_ERROR = "DeliveryLimitExceeded"
@@ -611,17 +608,6 @@ def new_lease_token() -> str:
     return secrets.token_urlsafe(18)
 
 
-def report_delivery_limit(task_id: str, record: EventRecord) -> None:
-    """Log (WARNING, logger ``tasks_core.worker``) that a claim failed ``task_id`` past its
-    delivery limit — a store calls it once that failure, ``record`` (from
-    :func:`start_claim`), is written: the worker whose claim it was never sees the task,
-    and a poison task must not end silently."""
-    why = record.error.message if record.error is not None else DELIVERY_LIMIT_ERROR
-    _worker_log.warning("task %r failed instead of running again: %s (its earlier runs "
-                        "ended without an outcome: a crash or a lost lease each time)",
-                        task_id, why)
-
-
 def start_claim(
     snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
 ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
@@ -629,7 +615,7 @@ def start_claim(
 
     Beyond ``work.max_deliveries`` the claim fails the task instead:
     ``(failed snapshot, "", None, record of the failure)``; once that is written the
-    store calls :func:`report_delivery_limit`.
+    store calls :func:`tasks_core.reports.delivery_limit`.
     The caller has checked :func:`check_claimable`.
     """
     duration = check_lease_for(lease_for)

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.authority import Access
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import (
@@ -341,7 +341,7 @@ class MemoryStore:
                 try:
                     snapshot = self._view(task_id, self._rows[task_id])
                 except Exception:
-                    log.warning("skipping corrupt record of task %r in a listing", task_id)
+                    reports.corrupt_skipped(log, task_id, "a listing")
                     continue
                 if not self._tenant_matches(snapshot, query.tenant):
                     continue
@@ -466,7 +466,7 @@ class MemoryStore:
         new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
         if failure is not None:
             self._append(row, new, failure)
-            rules.report_delivery_limit(snapshot.id, failure)
+            reports.delivery_limit(snapshot.id, failure)
             return None
         assert lease is not None
         self._set(row, new)
@@ -612,7 +612,7 @@ class MemoryStore:
                 try:
                     snapshot = self._view(task_id, self._rows[task_id])
                 except Exception:
-                    log.warning("reap skipped the corrupt record of task %r", task_id)
+                    reports.corrupt_skipped(log, task_id, "reap")
                     continue
                 if snapshot.expired(now):
                     del self._rows[task_id]

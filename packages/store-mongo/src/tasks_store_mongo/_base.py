@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.clock import Clock, utc
 from tasks_core.errors import CapacityExceeded, InvalidInput, StoreCorrupt, StoreUnavailable
 from tasks_core.events import EventRecord
@@ -224,7 +224,7 @@ class MongoBase:
         try:
             return _codec.decode_task(task_id if isinstance(task_id, str) else "?", doc)
         except StoreCorrupt:
-            log.warning("skipping the corrupt record of task %r in %s", task_id, where)
+            reports.corrupt_skipped(log, task_id, where)
             return None
 
     async def _contended(self, attempt: int) -> None:

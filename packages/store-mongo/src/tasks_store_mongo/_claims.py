@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.errors import CapabilityNotSupported, TaskNotFound, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Snapshot
@@ -79,7 +79,7 @@ class MongoClaims(MongoBase):
         if failure is not None:
             won = await self._cas(doc, self._update(new, record=failure), session=session)
             if won and session is None:
-                rules.report_delivery_limit(snapshot.id, failure)
+                reports.delivery_limit(snapshot.id, failure)
             elif won and failed is not None:
                 failed.append(failure)
             return None if won else _LOST
@@ -198,7 +198,7 @@ class MongoClaims(MongoBase):
             self._queue_docs.add(queue)
         outcome: Claim | str | None = await self._atomically(body)
         if outcome is None and failed:  # committed: the failure is written
-            rules.report_delivery_limit(candidate.id, failed[0])
+            reports.delivery_limit(candidate.id, failed[0])
         return outcome
 
 

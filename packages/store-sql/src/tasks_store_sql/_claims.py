@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.errors import InvalidInput, LeaseLost, StoreCorrupt, TaskNotFound, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
@@ -77,7 +77,7 @@ class ClaimOps(StoreBase):
             return await self._db.run(op, write=True)
         except Unavailable:
             if failed:  # raised after the commit: the failure is written
-                rules.report_delivery_limit(task_id, failed[0])
+                reports.delivery_limit(task_id, failed[0])
             raise
 
     async def _start(
@@ -138,7 +138,7 @@ class ClaimOps(StoreBase):
 
         claims, failures = await self._db.run(op, write=True)
         for task_id, record in failures:
-            rules.report_delivery_limit(task_id, record)
+            reports.delivery_limit(task_id, record)
         return claims
 
     async def _claim_oldest(
@@ -172,7 +172,7 @@ class ClaimOps(StoreBase):
                 try:
                     snapshot = row.decode()
                 except StoreCorrupt:
-                    log.warning("claim_next skipped the corrupt record of task %r", row.id)
+                    reports.corrupt_skipped(log, row.id, "claim_next")
                     continue
                 if snapshot.queue not in open_queues and snapshot.queue not in free:
                     continue  # an exclusive queue already served by this call

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.clock import Clock
 from tasks_core.errors import (
     CapacityExceeded,
@@ -440,7 +440,7 @@ class FastPath:
                     row = Loaded(task_id, text, token, version)
                     snapshot = corrupt_or(row)
                     if snapshot is None:
-                        log.warning("claim_next skipped the corrupt record of task %r", task_id)
+                        reports.corrupt_skipped(log, task_id, "claim_next")
                         continue
                     if len(claims) >= limit or not rules.is_claimable(snapshot, now):
                         continue
@@ -455,7 +455,7 @@ class FastPath:
 
         claims = await self.db.run_driver(op)
         for task_id, record in failures:
-            rules.report_delivery_limit(task_id, record)
+            reports.delivery_limit(task_id, record)
         return claims
 
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
@@ -483,7 +483,7 @@ class FastPath:
             return await self.db.run_driver(op)
         except Unavailable:
             for failed_id, record in failures:  # raised after the commit: written
-                rules.report_delivery_limit(failed_id, record)
+                reports.delivery_limit(failed_id, record)
             raise
 
     # -- leases --------------------------------------------------------------------------

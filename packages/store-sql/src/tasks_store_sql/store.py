@@ -73,7 +73,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tasks_core import rules
+from tasks_core import reports, rules
 from tasks_core.errors import (
     CapabilityNotSupported,
     CapacityExceeded,
@@ -393,7 +393,7 @@ class SQLStore(TransitionOps):
                     try:
                         snapshot = _codec.decode_snapshot(task_id, text)
                     except StoreCorrupt:
-                        log.warning("skipping corrupt record of task %r in a listing", task_id)
+                        reports.corrupt_skipped(log, task_id, "a listing")
                         continue
                     if rules.matches(snapshot, query, now):
                         page.append(rules.present(snapshot, now))

@@ -143,13 +143,17 @@ class CorruptContract(ContractBase):
         assert sorted([ids[0], *ids[2:]]) == sorted(reaped)
 
     async def test_claim_next_carries_on_past_a_corrupt_record(
-        self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None
+        self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None,
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
         """``claim_next`` MUST still claim the other tasks when the oldest record is
-        corrupt, and MUST NOT claim the corrupt one.
+        corrupt, and MUST NOT claim the corrupt one — call after call, logging the skip
+        at most once (``tasks_core.reports.corrupt_skipped``: a busy worker claims many
+        times a second) and never quoting stored text.
 
         Troubleshooting: skip records that fail validation when choosing candidates (or
-        filter in the query and decode each claimed row, skipping failures).
+        filter in the query and decode each claimed row, skipping failures); report each
+        skip through ``tasks_core.reports.corrupt_skipped``.
         """
         corrupt = _corrupter(corrupt_task)
         ids = []
@@ -157,5 +161,11 @@ class CorruptContract(ContractBase):
             ids.append((await store.create(new_task())).id)
             clock.advance(1)
         await corrupt(store, ids[0])
-        got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=5)
+        with caplog.at_level("WARNING"):
+            got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=5)
+            for _ in range(3):
+                assert [] == await store.claim_next("w2", LEASE_S, queues=["default"], limit=5)
         assert ids[1:] == [c.snapshot.id for c in got]
+        about = [r.getMessage() for r in caplog.records if ids[0] in r.getMessage()]
+        assert len(about) <= 1, about
+        assert [] == [m for m in caplog.messages if CORRUPT_MARKER in m]

@@ -211,11 +211,11 @@ class RetryContract(ContractBase):
         """With ``max_deliveries=2``, after two claims whose leases expired, the third
         exact claim MUST fail the task (``DeliveryLimitExceeded``, "exceeded 2 deliveries",
         recorded as a ``failed`` event in history), report it once
-        (``rules.report_delivery_limit``) and raise ``Unavailable``.
+        (``tasks_core.reports.delivery_limit``) and raise ``Unavailable``.
 
         Troubleshooting: compare ``deliveries`` with ``work.max_deliveries`` before issuing a
         lease and, when reached, apply the ``failed`` event from ``rules.start_claim`` in the
-        same atomic step; then refuse the claim. Call ``rules.report_delivery_limit`` once
+        same atomic step; then refuse the claim. Call ``tasks_core.reports.delivery_limit`` once
         that failure is written: no worker sees the task, and a poison task must not end
         silently.
         """
@@ -288,7 +288,7 @@ class RetryContract(ContractBase):
 
 
 def _delivery_limit_reports(caplog: pytest.LogCaptureFixture, task_id: str) -> list[str]:
-    """The warnings ``rules.report_delivery_limit`` logged about ``task_id``."""
+    """The warnings ``tasks_core.reports.delivery_limit`` logged about ``task_id``."""
     return [r.getMessage() for r in caplog.records
             if r.name == "tasks_core.worker" and r.levelname == "WARNING"
             and repr(task_id) in r.getMessage() and "exceeded 2 deliveries" in r.getMessage()]
