@@ -473,3 +473,17 @@ async def test_an_empty_store_option_is_refused_not_taken_for_the_default(
     with pytest.raises(InvalidInput, match="--store is empty"):
         await run(["ls", "--system", "--store", store], console=_console()[0])
     assert [] == os.listdir(tmp_path)
+
+
+async def test_show_tells_accepted_answers_from_ignored_ones() -> None:
+    """``tasks show`` MUST render an answer event with the answers that were accepted and
+    name the keys that were ignored (not read them as accepted)."""
+    app = _app()
+    async with app:
+        t = await app.submit("ask", None, ALICE, key="k")
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            await app.respond(t.id, {"approve": True, "stray": "x"}, ALICE)
+            await app.wait(t.id, ALICE, timeout=TIMEOUT)
+        _, shown = await _cli(app, "show", t.id, "--user", "alice")
+    assert '{"responses":{"approve":true},"ignored":["stray"]}' in shown

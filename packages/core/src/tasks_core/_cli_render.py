@@ -215,6 +215,10 @@ def _detail(record: EventRecord) -> str:
         event["retry_at"] = _when(record.retry_at)
     if record.error is not None and "error" not in event:
         event["error"] = f"{record.error.type}: {record.error.message}"
+    if record.accepted is not None:  # answers: those accepted, and the keys ignored
+        sent = event.get("responses", {})
+        event["responses"] = {k: v for k, v in sent.items() if k in record.accepted}
+        event["ignored"] = [k for k in sent if k not in record.accepted] or None
     return short({k: v for k, v in event.items() if v not in (None, "")}, 160)
 
 

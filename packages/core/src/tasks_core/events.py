@@ -139,6 +139,10 @@ class EventRecord(Model):
         status: the (stored) status the event left the task in.
         retry_at: the retry deadline it scheduled, if any.
         error: the failure it recorded, if any.
+        accepted: for ``input_responses_accepted``, the keys of its answers that were
+            accepted (questions outstanding then); the event keeps every answer as sent
+            (a replay compares it), the others were ignored. ``None`` for other kinds —
+            and in records stored before the field existed.
     """
 
     event: Event
@@ -147,6 +151,7 @@ class EventRecord(Model):
     status: TaskStatus
     retry_at: Instant | None = None
     error: ErrorInfo | None = None
+    accepted: tuple[str, ...] | None = None
 
     @property
     def event_id(self) -> str:

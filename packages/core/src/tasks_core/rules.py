@@ -401,6 +401,7 @@ def apply_event(
     if snapshot.terminal:
         return None
     update: dict[str, object]
+    accepted: tuple[str, ...] | None = None
     if isinstance(event, InputRequested):
         if event.key in snapshot.input_history:
             return None
@@ -414,6 +415,7 @@ def apply_event(
         if not matched:
             return None
         remaining = {k: v for k, v in snapshot.input_requests.items() if k not in matched}
+        accepted = tuple(matched)
         update = {
             "status": TaskStatus.WAITING_INPUT if remaining else TaskStatus.PENDING,
             "input_requests": remaining,
@@ -473,6 +475,7 @@ def apply_event(
         status=new.status,
         retry_at=new.retry_at if isinstance(event, RetryRequested) else None,
         error=new.error if new.terminal else None,
+        accepted=accepted,
     )
     return new, record
 

@@ -13,7 +13,7 @@ One document per task::
       "_ready_at": the earliest instant a claim may succeed (lease end, retry due),
       "_wake":     changed by writes that may make work claimable (change-stream filter),
       "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
-                     "retry_at", "error"}, ...]   # the applied events of the current run
+                     "retry_at", "error", "accepted"}, ...]  # this run's applied events
     }
 
 User payloads (input, result, questions, answers, events) are kept as JSON text, not as
@@ -164,6 +164,7 @@ def encode_record(record: EventRecord) -> dict[str, Any]:
         "status": record.status.value,
         "retry_at": record.retry_at,
         "error": record.error.model_dump(mode="json") if record.error else None,
+        "accepted": None if record.accepted is None else list(record.accepted),
     }
 
 
@@ -215,6 +216,7 @@ def decode_record(task_id: str, entry: Any) -> EventRecord:
                 "status": entry["status"],
                 "retry_at": entry.get("retry_at"),
                 "error": entry.get("error"),
+                "accepted": entry.get("accepted"),
             }
         )
     except _DECODE_ERRORS:

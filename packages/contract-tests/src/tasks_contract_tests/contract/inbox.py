@@ -146,6 +146,29 @@ class InboxContract(ContractBase):
             second.snapshot.accepted_input_responses,
         )
 
+    async def test_history_says_which_answers_were_accepted(self, store: TaskStore) -> None:
+        """An answer event's history record MUST keep the answers as sent and name the
+        keys accepted (``accepted``): an answer to a question no longer outstanding, or
+        to none, is ignored, and an auditor must not read it as accepted. A replay of the
+        event returns that record.
+
+        Troubleshooting: store the record ``rules.apply_event`` returns (with its
+        ``accepted``) whole, and read it back whole.
+        """
+        claimed = await created_and_claimed(store)
+        await ask(store, claimed, 0, "a", "b")
+        await answer(store, claimed.snapshot.id, 2, "r1", a=1)
+        both = await answer(store, claimed.snapshot.id, 3, "r2", a=9, b=2, stray=0)
+        assert both.record is not None
+        assert ({"a": 9, "b": 2, "stray": 0}, ("b",)) == (
+            both.record.event.responses, both.record.accepted)
+        again = await answer(store, claimed.snapshot.id, 3, "r2", a=9, b=2, stray=0)
+        assert ("duplicate", both.record) == (again.outcome, again.record)
+        history = await store.history(claimed.snapshot.id, tenant="default")
+        assert [None, None, ("a",), ("b",)] == [r.accepted for r in history]
+        stored = await store.get(claimed.snapshot.id, tenant="default")
+        assert {"a": 1, "b": 2} == stored.accepted_input_responses
+
     async def test_a_waiting_task_cannot_be_claimed(
         self, store: TaskStore, clock: ManualClock
     ) -> None:
