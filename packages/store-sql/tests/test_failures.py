@@ -46,14 +46,16 @@ _WAITING = {
     "postgresql": (
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
         "AND wait_event_type = 'Lock' AND query LIKE '%%killed\\_%%' "
-        "AND pid <> pg_backend_pid()"
+        "AND pid <> pg_backend_pid() AND pid <> :blocker"
     ),
     # (not innodb_trx: MariaDB caches it while it is read more often than every 0.1 s)
     "mysql": (
         "SELECT id FROM information_schema.processlist WHERE command = 'Query' "
-        "AND info LIKE 'INSERT INTO %%task_events%%' AND id <> connection_id()"
+        "AND info LIKE 'INSERT INTO %%task_events%%' AND id <> connection_id() "
+        "AND id <> :blocker"
     ),
 }
+_SESSION_ID = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT connection_id()"}
 _KILL = {"postgresql": "SELECT pg_terminate_backend(:pid)", "mysql": "KILL CONNECTION :pid"}
 
 
@@ -81,6 +83,8 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
         done = Completed(event_id="done", result="r")
         async with store.engine.connect() as blocker, store.engine.connect() as monitor:
             trans = await blocker.begin()
+            # (never the blocker itself: only the store's waiting session may be killed)
+            blocker_id = await blocker.scalar(sa.text(_SESSION_ID[store.dialect]))
             # An uncommitted row with the same key makes the store's event insert wait.
             await blocker.execute(
                 sa.insert(events).values(
@@ -92,7 +96,8 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
             victim = None
             for _ in range(500):
                 async with monitor.begin():  # statistics are a snapshot per transaction
-                    found = await monitor.execute(sa.text(_WAITING[store.dialect]))
+                    found = await monitor.execute(sa.text(_WAITING[store.dialect]),
+                                                  {"blocker": blocker_id})
                     victim = found.scalar()
                 if victim is not None or writer.done():
                     break
