@@ -160,6 +160,7 @@ class InboxContract(ContractBase):
         await answer(store, claimed.snapshot.id, 2, "r1", a=1)
         both = await answer(store, claimed.snapshot.id, 3, "r2", a=9, b=2, stray=0)
         assert both.record is not None
+        assert isinstance(both.record.event, InputResponsesAccepted)
         assert ({"a": 9, "b": 2, "stray": 0}, ("b",)) == (
             both.record.event.responses, both.record.accepted)
         again = await answer(store, claimed.snapshot.id, 3, "r2", a=9, b=2, stray=0)
