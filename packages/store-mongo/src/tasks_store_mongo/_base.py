@@ -124,6 +124,10 @@ class MongoBase:
         return self._loops.current().counters
 
     @property
+    def _creators(self) -> asyncio.Lock:
+        return self._loops.current().creators
+
+    @property
     def _queues(self) -> Any:
         return self._loops.current().queues
 

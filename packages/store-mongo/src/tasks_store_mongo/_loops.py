@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
@@ -30,13 +30,15 @@ _CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Handles:
-    """A client and the store's database and collections on it."""
+    """A client and the store's database and collections on it, and the lock the creates
+    of this loop take turns on (see ``MongoStore.create``)."""
 
     client: Any
     db: Any
     tasks: Any
     counters: Any
     queues: Any
+    creators: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class LoopClients:

@@ -142,9 +142,13 @@ class MongoStore(MongoClaims):
         await self._ensure_tenant(new.tenant)
         for attempt in range(CAS_ATTEMPTS):
             try:
-                snapshot: Snapshot = await self._atomically(
-                    lambda session: self._create(new, replace, session)
-                )
+                # Every create writes the tasks counter and its tenant's (the exact limits
+                # need the conflict), so creates only ever run one after another; this
+                # loop's take turns here instead of aborting each other's transactions.
+                async with self._creators:
+                    snapshot: Snapshot = await self._atomically(
+                        lambda session: self._create(new, replace, session)
+                    )
                 return snapshot
             except DuplicateKeyError:
                 pass
