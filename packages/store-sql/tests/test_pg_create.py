@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from conftest import Opener
-from tasks_contract_tests._kit import new_task
+from tasks_contract_tests._kit import finished_task, new_task
 from tasks_core import (
     CapacityExceeded,
     ManualClock,
@@ -36,6 +36,7 @@ from tasks_store_sql import SQLStore, _codec, _pg
 pytestmark = pytest.mark.anyio
 
 IN_A, IN_B = Owner("alice", tenant="a"), Owner("bob", tenant="b")
+IN_C = Owner("carol", tenant="c")
 
 
 @pytest.fixture
@@ -158,12 +159,13 @@ async def test_a_taken_id_and_a_full_store_are_refused_by_the_transaction(
     assert await store.get("a", tenant="default") == first
 
 
-async def test_past_the_active_limit_of_one_scope_the_transaction_counts_the_scope(
+async def test_past_the_lower_limit_the_statement_counts_the_scope(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements,
 ) -> None:
-    """With as many stored tasks as one tenant may have active, the statement cannot tell
-    whether this tenant is full; the transaction counts it."""
+    """With as many stored tasks as one tenant may have active, the statement counts the
+    tenant of the new task: another tenant's task is still created by it, and a task of
+    the full tenant is left to the transaction, which refuses it."""
     store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=2))
     await store.create(new_task("a1", owner=IN_A))
     await store.create(new_task("a2", owner=IN_A))
@@ -171,16 +173,41 @@ async def test_past_the_active_limit_of_one_scope_the_transaction_counts_the_sco
     with pytest.raises(CapacityExceeded):
         await store.create(new_task("a3", owner=IN_A))
 
-    assert [outcome is not None for outcome in statements.outcomes()] == [True, True, False, False]
+    assert [outcome is not None for outcome in statements.outcomes()] == [True, True, True, False]
     assert created.tenant == "b"
     await _stored_as_returned(store, created)
 
 
-async def _gathered(store: SQLStore, news: list[NewTask]) -> list[Any]:
+@pytest.mark.parametrize("end", ["finished", "expired"])
+async def test_tasks_that_are_no_longer_active_leave_creates_to_the_statement(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements, end: str,
+) -> None:
+    """A store holds its finished tasks until their retention ends — far more than one
+    tenant's active limit: they (and tasks past their TTL) are not counted, so new tasks
+    of that tenant are still created by the statement."""
+    store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=2))
+    for n in range(3):
+        if end == "finished":
+            await finished_task(store, id=f"done{n}", owner=IN_A)
+        else:
+            await store.create(new_task(f"old{n}", owner=IN_A, ttl_s=10))
+            clock.advance(11)
+    statements.clear()
+    created = [await store.create(new_task(f"a{n}", owner=IN_A)) for n in range(2)]
+    with pytest.raises(CapacityExceeded):
+        await store.create(new_task("a2", owner=IN_A))
+
+    assert statements.outcomes() == [*created, None]
+    for snapshot in created:
+        await _stored_as_returned(store, snapshot)
+
+
+async def _gathered(store: SQLStore, news: list[NewTask], warm: str = "warm") -> list[Any]:
     """Create ``news`` at once, after a first create (so each create goes straight to the
     statements, without waiting to open the store): the first of them leads a statement
     of its own, and the rest, arriving while it runs, make the next one together."""
-    await store.create(new_task("warm"))
+    await store.create(new_task(warm))
     return await asyncio.gather(*(store.create(new) for new in news), return_exceptions=True)
 
 
@@ -240,6 +267,34 @@ async def test_a_group_that_would_pass_a_limit_is_left_to_the_transaction(
     stored = {s.id for s in await store.list(TaskQuery(tenant=None))}
     assert stored == {"warm", *(o.id for o in outcomes if isinstance(o, Snapshot))}
     assert len(stored) == 4
+
+
+async def test_a_group_that_would_fill_a_tenant_is_left_to_the_transaction(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements,
+) -> None:
+    """Three tasks of one tenant may be active, and the store holds more than that: a
+    group with two more of a tenant that has two is left to the transaction (which
+    creates one and refuses one); a group with two of a tenant that has none is not."""
+    store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=3))
+    for n in range(4):
+        await finished_task(store, id=f"done{n}", owner=IN_B)
+    await store.create(new_task("a0", owner=IN_A))
+    await store.create(new_task("b0", owner=IN_B))
+    await store.create(new_task("b1", owner=IN_B))
+    statements.clear()
+    crowded = await _gathered(store, [new_task("lead1", owner=IN_A),
+                                      new_task("b2", owner=IN_B), new_task("b3", owner=IN_B)])
+    assert statements.outcomes()[1:] == [crowded[0], None, None]
+    assert [type(o) for o in crowded[1:]].count(CapacityExceeded) == 1
+
+    statements.clear()
+    roomy = await _gathered(store, [new_task("lead2", owner=IN_A),
+                                    new_task("c0", owner=IN_C), new_task("c1", owner=IN_C)],
+                            warm="warm2")
+    assert statements.outcomes()[1:] == roomy
+    for snapshot in roomy:
+        await _stored_as_returned(store, snapshot)
 
 
 async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_transaction(

@@ -255,8 +255,9 @@ class FastPath:
         (:attr:`Statements.create`: one round trip, no ``BEGIN``/``COMMIT``); for each, the
         snapshot created, or ``None`` with nothing written for it when the statement cannot
         decide alone — its id is taken (or comes twice), the store would hold more than
-        ``max_tasks`` or ``max_active_tasks_per_scope`` tasks (then none is created) —
-        for the transaction that decides (:meth:`create`).
+        ``max_tasks`` tasks or a tenant of the group more than
+        ``max_active_tasks_per_scope`` active ones (then none is created) — for the
+        transaction that decides (:meth:`create`).
 
         Each snapshot is made in Python at a stand-in instant, its text cut where it
         spells that instant (and the TTL's expiry), and the statement spells in the clock
@@ -297,9 +298,10 @@ class FastPath:
         if not made:
             return [None] * len(news)
         statement = self.sql.create
-        most = min(limits.max_tasks, limits.max_active_tasks_per_scope) - len(made)
-        args = statement.args(now=self._now_arg(), most=most, rows=_codec.encode(rows),
-                              members=_codec.encode(members))
+        most, cap = limits.max_tasks, limits.max_active_tasks_per_scope
+        args = statement.args(now=self._now_arg(), most=most - len(made),
+                              quiet=min(most, cap) - len(made), max_active=cap,
+                              rows=_codec.encode(rows), members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:
             return await driver.fetchrow(statement.sql, *args)

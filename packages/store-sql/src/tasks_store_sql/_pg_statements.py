@@ -362,12 +362,44 @@ NEW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
 retry columns of a new task are ``NULL``, and it computes the instants and the text."""
 
 
+def _a_tenant_full(tables: Tables, rows: Any, now: sa.ColumnElement[Any]) -> Any:
+    """Some tenant of ``rows`` would hold more than ``max_active`` active tasks at ``now``
+    with its tasks among them (the deciding transaction's count: ``Statements.active``)."""
+    t = tables.tasks
+    cap = sa.bindparam("max_active", type_=sa.Integer)
+    group = (
+        sa.select(rows.c.tenant, sa.func.count().label("n"))
+        .group_by(rows.c.tenant)
+        .subquery("g")
+    )
+    stored = (
+        sa.select(t.c.id)
+        .where(
+            t.c.tenant == group.c.tenant,
+            active(t.c.status),
+            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+        )
+        .limit(cap)
+        .correlate_except(t)
+        .lateral("a")
+    )
+    return sa.exists(
+        sa.select(group.c.tenant)
+        .select_from(group.outerjoin(stored, sa.true()))
+        .group_by(group.c.tenant, group.c.n)
+        .having(group.c.n + sa.func.count(stored.c.id) > cap)
+    )
+
+
 def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     """``create`` of new tasks in one statement, its own transaction: lock the creators'
     row, read the clock after the lock (whole milliseconds), and insert only while the
-    stored tasks number at most ``most`` (the lower of ``max_tasks`` and
-    ``max_active_tasks_per_scope``, less the tasks inserted: below that neither limit can
-    be reached, so neither needs counting).
+    store stays within both capacity limits with every task of the group: the stored
+    tasks number at most ``most`` (``max_tasks`` less the tasks inserted) and, unless
+    they number at most ``quiet`` (the lower of both limits, less the tasks inserted:
+    then no tenant can be full), each tenant of the group has, at the clock, fewer than
+    ``max_active`` active tasks less its tasks in the group (counted as the deciding
+    transaction counts them, up to ``max_active``).
 
     The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
     the columns :data:`NEW_COLUMNS`, ``ttl`` (milliseconds, or ``null``) and ``pieces``,
@@ -384,14 +416,21 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     locks = tables.locks
     held = sa.select(locks.c.value).where(locks.c.name == COUNTER).with_for_update().cte("k")
     now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
-    clocked = (
-        sa.select(now.label("now"))
+    locked = (
+        sa.select(now.label("now"), held.c.value)
         .where(held.c.value <= sa.bindparam("most", type_=sa.Integer))
-        .cte("r")
+        .cte("l")
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
     rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
                                ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
+    quiet = locked.c.value <= sa.bindparam("quiet", type_=sa.Integer)
+    clocked = (
+        sa.select(locked.c.now)
+        .where(sa.case((quiet, sa.true()), else_=~_a_tenant_full(tables, rows, locked.c.now)))
+        .cte("r")
+        .prefix_with("MATERIALIZED")
+    )  # a tenant is counted only when the store holds enough tasks to fill one
     pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
         sa.column("piece", postgresql.JSON()), with_ordinality="k"
     ).render_derived("p")
