@@ -114,7 +114,7 @@ RUFF = "ruff==0.17.6"
 MYPY = "mypy>=1.11"
 
 nox.needs_version = ">=2024.3.2"
-nox.options.default_venv_backend = "virtualenv"
+nox.options.default_venv_backend = "uv|virtualenv"  # uv (`nox[uv]`) when installed
 # `nox`: what needs no database server. `nox -t all` (the README's test command, run by
 # .ci/run): every session; a server session skips locally when its server is down and
 # fails under CI.
@@ -136,19 +136,19 @@ def install(session: nox.Session, *targets: str) -> None:
     known = {**PACKAGES, **EXAMPLES}
     wheels = Path(session.create_tmp()) / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
-    session.install("hatchling>=1.25", *TEST_DEPS)
+    session.install("pip", "hatchling>=1.25", *TEST_DEPS)  # pip builds (a uv venv has none)
     chosen: dict[str, str] = {}  # one target per package; "name[extra]" wins over "name"
     for target in targets:
         name = target.partition("[")[0]
         if name not in chosen or "[" in target:
             chosen[name] = target
+    build = ["python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    session.run(*build, "--wheel-dir", str(wheels), *(str(ROOT / known[name].path)
+                                                      for name in chosen))  # one pip run
     requirements, built = [], []
     for target in chosen.values():
         name, bracket, extra = target.partition("[")
-        out = wheels / name
-        build = ["python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        session.run(*build, "--wheel-dir", str(out), str(ROOT / known[name].path))
-        wheel = str(next(out.glob("*.whl")))
+        wheel = str(next(wheels.glob(f"{known[name].module}-*.whl")))  # the dist's name
         built.append(wheel)
         requirements.append(wheel + bracket + extra)
     session.install(*requirements)
