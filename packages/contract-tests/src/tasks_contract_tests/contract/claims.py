@@ -26,6 +26,7 @@ from tasks_core import (
     TaskStore,
     Unavailable,
 )
+from tasks_core.authority import random_task_id
 from tasks_core.rules import MAX_LEASE_S
 
 from tasks_contract_tests._base import ContractBase
@@ -189,6 +190,27 @@ class ClaimContract(ContractBase):
             for _ in range(4)
         ]
         assert [["zz-b"], ["zz-a"], ["zz-c1"], ["zz-c2"]] == got
+
+    async def test_random_ids_made_in_one_instant_are_served_in_the_order_made(
+        self, store: TaskStore
+    ) -> None:
+        """Tasks without a key get ids from ``random_task_id``, which grow with every id a
+        process makes, so that tasks created within one store millisecond (here: the
+        frozen clock) MUST still be served in the order they were made — a
+        ``concurrency=1`` queue stays FIFO.
+
+        Troubleshooting: compare ids as plain byte strings (PostgreSQL: ``COLLATE "C"``;
+        MariaDB: a binary collation): a collation that orders letters and digits
+        differently sorts hex digits ``a``–``f`` out of order.
+        """
+        made = [random_task_id() for _ in range(12)]
+        for task in made:
+            await store.create(new_task(task))
+        got = [
+            _ids(await store.claim_next("w1", LEASE_S, queues=["default"]))[0]
+            for _ in made
+        ]
+        assert got == made
 
     async def test_claim_next_serves_oldest_first_across_its_queues(
         self, store: TaskStore, clock: ManualClock
