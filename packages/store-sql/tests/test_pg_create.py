@@ -24,6 +24,7 @@ from conftest import Opener
 from tasks_contract_tests._kit import finished_task, new_task
 from tasks_core import (
     CapacityExceeded,
+    Completed,
     ManualClock,
     NewTask,
     Owner,
@@ -159,48 +160,52 @@ async def test_a_taken_id_and_a_full_store_are_refused_by_the_transaction(
     assert await store.get("a", tenant="default") == first
 
 
-async def test_past_the_lower_limit_the_statement_counts_the_scope(
+async def test_a_tenant_is_counted_by_the_transaction_and_bounded_after(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements,
 ) -> None:
-    """With as many stored tasks as one tenant may have active, the statement counts the
-    tenant of the new task: another tenant's task is still created by it, and a task of
-    the full tenant is left to the transaction, which refuses it."""
-    store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=2))
-    await store.create(new_task("a1", owner=IN_A))
-    await store.create(new_task("a2", owner=IN_A))
-    created = await store.create(new_task("b1", owner=IN_B))
+    """Once the store holds as many tasks as a tenant may have active, the statement
+    cannot tell whether a tenant without a bound is full: the transaction counts it and
+    stores its bound, and the next creates of that tenant are the statement's again —
+    until the bound reaches the limit; then the transaction counts (and refuses)."""
+    store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=3))
+    for n in range(4):
+        await finished_task(store, id=f"done{n}", owner=IN_B)
+    statements.clear()
+    made = [await store.create(new_task(f"a{n}", owner=IN_A)) for n in range(3)]
     with pytest.raises(CapacityExceeded):
         await store.create(new_task("a3", owner=IN_A))
 
-    assert [outcome is not None for outcome in statements.outcomes()] == [True, True, True, False]
-    assert created.tenant == "b"
-    await _stored_as_returned(store, created)
+    assert statements.outcomes() == [None, made[1], made[2], None]
+    for snapshot in made:
+        await _stored_as_returned(store, snapshot)
 
 
 @pytest.mark.parametrize("end", ["finished", "expired"])
-async def test_tasks_that_are_no_longer_active_leave_creates_to_the_statement(
+async def test_tasks_no_longer_active_are_counted_out_when_the_bound_is_reached(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements, end: str,
 ) -> None:
-    """A store holds its finished tasks until their retention ends — far more than one
-    tenant's active limit: they (and tasks past their TTL) are not counted, so new tasks
-    of that tenant are still created by the statement."""
+    """A bound only grows with creates; tasks that finished or expired since are counted
+    out when it reaches the limit: the transaction counts, and creates again."""
     store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=2))
-    for n in range(3):
+    for n in range(2):
+        await store.create(new_task(f"old{n}", owner=IN_A, ttl_s=10))
+    for n in range(2):
         if end == "finished":
-            await finished_task(store, id=f"done{n}", owner=IN_A)
-        else:
-            await store.create(new_task(f"old{n}", owner=IN_A, ttl_s=10))
-            clock.advance(11)
+            claimed = await store.claim(f"old{n}", "w1", 30)
+            await store.transition(f"old{n}", claimed.snapshot.revision,
+                                   Completed(event_id="done"), claimed.lease)
+    clock.advance(11 if end == "expired" else 0)
     statements.clear()
-    created = [await store.create(new_task(f"a{n}", owner=IN_A)) for n in range(2)]
+    created = await store.create(new_task("new0", owner=IN_A))
+    again = await store.create(new_task("new1", owner=IN_A))
     with pytest.raises(CapacityExceeded):
-        await store.create(new_task("a2", owner=IN_A))
+        await store.create(new_task("new2", owner=IN_A))
 
-    assert statements.outcomes() == [*created, None]
-    for snapshot in created:
-        await _stored_as_returned(store, snapshot)
+    assert statements.outcomes() == [None, again, None]
+    await _stored_as_returned(store, created)
+    await _stored_as_returned(store, again)
 
 
 async def _gathered(store: SQLStore, news: list[NewTask], warm: str = "warm") -> list[Any]:
@@ -273,25 +278,22 @@ async def test_a_group_that_would_fill_a_tenant_is_left_to_the_transaction(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements,
 ) -> None:
-    """Three tasks of one tenant may be active, and the store holds more than that: a
-    group with two more of a tenant that has two is left to the transaction (which
-    creates one and refuses one); a group with two of a tenant that has none is not."""
+    """Three tasks of one tenant may be active: a group with two more of a tenant whose
+    bound is two is left to the transaction (which creates one and refuses one); a group
+    whose tenants have room is not."""
     store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=3))
-    for n in range(4):
-        await finished_task(store, id=f"done{n}", owner=IN_B)
-    await store.create(new_task("a0", owner=IN_A))
     await store.create(new_task("b0", owner=IN_B))
     await store.create(new_task("b1", owner=IN_B))
     statements.clear()
     crowded = await _gathered(store, [new_task("lead1", owner=IN_A),
                                       new_task("b2", owner=IN_B), new_task("b3", owner=IN_B)])
-    assert statements.outcomes()[1:] == [crowded[0], None, None]
+    assert statements.outcomes()[2:] == [None, None]
     assert [type(o) for o in crowded[1:]].count(CapacityExceeded) == 1
 
+    store = closing(await postgres_opener(clock=clock, max_active_tasks_per_scope=10))
     statements.clear()
     roomy = await _gathered(store, [new_task("lead2", owner=IN_A),
-                                    new_task("c0", owner=IN_C), new_task("c1", owner=IN_C)],
-                            warm="warm2")
+                                    new_task("c0", owner=IN_C), new_task("c1", owner=IN_C)])
     assert statements.outcomes()[1:] == roomy
     for snapshot in roomy:
         await _stored_as_returned(store, snapshot)

@@ -1,5 +1,4 @@
-"""PostgreSQL plans of the hot path: a transition reads its own task's history by key, and
-a create counts its tenant's active tasks by index.
+"""PostgreSQL plans of the hot path: a transition reads its own task's history by key.
 
 asyncpg prepares each hot-path statement once per connection, and after a few runs
 PostgreSQL may keep one generic plan for it — made with the statistics of that moment,
@@ -10,19 +9,16 @@ grows (that was the plan a join of the lookup gave, found by ``nox -s bench``).
 
 The test forces the generic plan while the events table is tiny and never analyzed, runs
 the lock statement on its own connection, and reads the table's scan counters of that
-transaction (``pg_stat_xact_user_tables``): no sequential scan of the events table. The
-same for the create statement's count of a tenant's active tasks (made once the store
-holds as many tasks as a tenant may have active): no sequential scan of the tasks table.
+transaction (``pg_stat_xact_user_tables``): no sequential scan of the events table.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from tasks_core import Completed, NewTask, Owner, StoreLimits, Work
+from tasks_core import Completed, NewTask, Owner, Work
 from tasks_store_sql import SQLStore
 from tasks_store_sql._dialect import parse_url
 from tasks_store_sql.plugin import drop_namespace
@@ -30,20 +26,6 @@ from tasks_store_sql.plugin import drop_namespace
 pytestmark = pytest.mark.anyio
 
 NAMESPACE = "plans"
-
-
-async def _generic(postgres_url: str) -> asyncpg.Connection:
-    """A connection of its own that always uses the generic plan."""
-    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
-    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-    return conn
-
-
-async def _scans(conn: asyncpg.Connection, table: str) -> Any:
-    return await conn.fetchrow(
-        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1", table
-    )
 
 
 @pytest.fixture
@@ -72,13 +54,18 @@ async def test_generic_plan_of_a_transition_reads_history_by_key(
     lock = store._fast.sql.lock
     events_table = store.tables.events.name
 
-    conn = await _generic(postgres_url)
+    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
+    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
     try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
         async with conn.transaction():
             rows = await conn.fetch(
                 lock.sql, *lock.args(now=None, ids=["t1", "t2"], event_ids=["done"])
             )
-            scans = await _scans(conn, events_table)
+            scans = await conn.fetchrow(
+                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
+                events_table,
+            )
     finally:
         await conn.close()
 
@@ -86,40 +73,3 @@ async def test_generic_plan_of_a_transition_reads_history_by_key(
     assert scans is not None
     assert scans["seq_scan"] == 0, "the generic plan scans the events table"
     assert scans["idx_scan"] >= 1
-
-
-async def test_generic_plan_of_a_create_counts_the_tenant_by_index(
-    store: SQLStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    owner = Owner("alice")
-    for n in range(3):
-        await store.create(NewTask(id=f"t{n}", tenant="default", owner=owner,
-                                   work=Work(name="job")))
-        if n:  # two finished, one active
-            claim = await store.claim(f"t{n}", "w1", 30)
-            await store.transition(f"t{n}", claim.snapshot.revision,
-                                   Completed(event_id="done", result=n), claim.lease)
-    assert store._fast is not None
-    conn = await _generic(postgres_url)
-
-    async def on_the_generic_connection(
-        op: Callable[[Any], Awaitable[Any]], single_statement: bool = False
-    ) -> Any:
-        return await op(conn)
-
-    monkeypatch.setattr(store._fast.db, "run_driver", on_the_generic_connection)
-    limits = StoreLimits(max_active_tasks_per_scope=3)  # 3 stored: the tenant is counted
-    try:
-        async with conn.transaction():
-            made = await store._fast.create_at_once(
-                [NewTask(id=f"new{n}", tenant="default", owner=owner, work=Work(name="job"))
-                 for n in range(2)],
-                limits,
-            )
-            scans = await _scans(conn, store.tables.tasks.name)
-    finally:
-        await conn.close()
-
-    assert [snapshot is not None for snapshot in made] == [True, True]
-    assert scans is not None
-    assert scans["seq_scan"] == 0, "the generic plan scans the tasks table"

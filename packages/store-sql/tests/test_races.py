@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import (
     Access,
     Cancelled,
@@ -192,14 +193,19 @@ T = TypeVar("T")
 
 
 async def _waiting_for_a_held_row(
-    store: SQLStore, table: sa.Table, where: sa.ColumnElement[bool], write: Awaitable[T]
+    store: SQLStore, table: sa.Table, where: sa.ColumnElement[bool], write: Awaitable[T],
+    hold: Callable[[AsyncConnection], Awaitable[object]] | None = None,
 ) -> tuple[T, datetime]:
     """Run ``write`` while another session holds the row of ``table`` that ``where``
-    finds; what ``write`` returned, and an instant read on the database's clock while it
-    waited for that row (a millisecond after it was seen waiting)."""
+    finds (locked by ``hold``, if given, in that session's open transaction); what
+    ``write`` returned, and an instant read on the database's clock while it waited for
+    that row (a millisecond after it was seen waiting)."""
     async with store.engine.connect() as blocker, store.engine.connect() as monitor:
         holding = await blocker.begin()
-        await blocker.execute(sa.select(table).where(where).with_for_update())
+        if hold is None:
+            await blocker.execute(sa.select(table).where(where).with_for_update())
+        else:
+            await hold(blocker)
         writer = asyncio.ensure_future(write)
         pattern = {"table": f"%{table.name}%"}
         for _ in range(1000):
@@ -267,5 +273,43 @@ async def test_creation_time_is_read_after_the_creators_lock_is_held(
         )
         assert created.created_at >= during
         assert await store.get("t", tenant="default") == created
+    finally:
+        await store.aclose()
+
+
+async def test_a_create_that_waits_for_another_creator_counts_its_tasks(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A create that waits for the creators' row while another creator holds it MUST see
+    that creator's tasks once it gets the row: with one task left below
+    ``max_active_tasks_per_scope`` and the other creator taking it, the waiting create
+    is refused — though the store holds more tasks than the limit, so the tenant's
+    active tasks must be known, and a count in a statement that began before the wait
+    would not see the other creator's task (PostgreSQL reads other rows as of a
+    statement's start).
+
+    Troubleshooting: decide on what was read after the lock — rows locked after it, or a
+    count in a statement of its own (``_scopes``, ``_pg_statements._scopes``).
+    """
+    store = await SQLStore.open(db_url, namespace=fresh_namespace,
+                                max_active_tasks_per_scope=2)
+    try:
+        if store.dialect == "sqlite":
+            pytest.skip(_ROW_LOCKS_ONLY)
+        for n in range(3):  # more stored tasks than the limit: the tenant must be counted
+            await store.create(_new(f"o{n}").model_copy(update={"tenant": f"other{n}"}))
+        await store.create(_new("a1"))
+        locks = store.tables.locks
+
+        async def take_the_last_place(blocker: AsyncConnection) -> None:
+            await store.create(_new("a2"), transaction=blocker)
+
+        with pytest.raises(CapacityExceeded):
+            await _waiting_for_a_held_row(
+                store, locks, locks.c.name == COUNTER, store.create(_new("a3")),
+                hold=take_the_last_place,
+            )
+        active = await store.list(TaskQuery(tenant="default"))
+        assert sorted(s.id for s in active) == ["a1", "a2"]
     finally:
         await store.aclose()

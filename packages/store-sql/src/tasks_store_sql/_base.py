@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules
 from tasks_core.clock import Clock
@@ -40,6 +41,7 @@ from tasks_store_sql._migrate import (
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
+from tasks_store_sql._scopes import scope_lock
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
 __all__ = ["SchemaMode", "StoreBase", "TaskRow"]
@@ -339,6 +341,28 @@ class StoreBase:
         if value is None:
             raise StoreError("The creators' lock row is missing: the schema is damaged")
         return int(value)
+
+    async def _scope_bound(self, conn: AsyncConnection, tenant: str) -> int | None:
+        """The stored bound on ``tenant``'s active tasks (:mod:`tasks_store_sql._scopes`;
+        the caller holds the creators' lock)."""
+        locks = self.tables.locks
+        stmt = sa.select(locks.c.value).where(locks.c.name == scope_lock(tenant))
+        value = (await conn.execute(stmt)).scalar()
+        return None if value is None else int(value)
+
+    async def _store_scope_bound(self, conn: AsyncConnection, tenant: str, bound: int) -> None:
+        """Store ``tenant``'s bound, inserting or replacing its row."""
+        locks = self.tables.locks
+        row = {"name": scope_lock(tenant), "value": bound}
+        if self._db.kind == "mysql":
+            upsert: Any = mysql.insert(locks).values(row)
+            upsert = upsert.on_duplicate_key_update(value=upsert.inserted.value)
+        else:
+            dialect = postgresql if self._db.kind == "postgresql" else sqlite
+            upsert = dialect.insert(locks).values(row)
+            upsert = upsert.on_conflict_do_update(index_elements=[locks.c.name],
+                                                  set_={"value": upsert.excluded.value})
+        await conn.execute(upsert)
 
     async def _add_to_counter(self, conn: AsyncConnection, delta: int) -> None:
         locks = self.tables.locks

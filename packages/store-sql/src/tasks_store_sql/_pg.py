@@ -78,6 +78,7 @@ from tasks_store_sql._pg_statements import (
     one_queue,
 )
 from tasks_store_sql._schema import Tables
+from tasks_store_sql._scopes import room_for_one, scope_lock
 
 __all__ = ["FastPath"]
 
@@ -224,14 +225,24 @@ class FastPath:
                 rules.check_replace(current, replace, now)
             if row is None and total >= limits.max_tasks:
                 await refuse(driver, "max_tasks", now, checked)
-            others = total - (1 if row is not None else 0)
-            if others >= limits.max_active_tasks_per_scope:  # else the count cannot reach it
-                active = await driver.fetchval(sql.active.sql, *sql.active.args(
+            scope = scope_lock(new.tenant)
+
+            async def count() -> int:
+                return int(await driver.fetchval(sql.active.sql, *sql.active.args(
                     tenant=new.tenant, now=now, id=new.id,
                     cap=limits.max_active_tasks_per_scope,
-                ))
-                if active >= limits.max_active_tasks_per_scope:
-                    await refuse(driver, "max_active_tasks_per_scope", now, checked)
+                )))
+
+            bound = await room_for_one(
+                total - (1 if row is not None else 0),
+                await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope)),
+                limits.max_active_tasks_per_scope,
+                count,
+            )
+            if bound is None:
+                await refuse(driver, "max_active_tasks_per_scope", now, checked)
+            await driver.execute(sql.store_bound.sql,
+                                 *sql.store_bound.args(name=scope, value=bound))
             snapshot = rules.new_snapshot(new, now, replace=current)
             members = _codec.member_rows(snapshot)
             if row is None:
@@ -298,9 +309,8 @@ class FastPath:
         if not made:
             return [None] * len(news)
         statement = self.sql.create
-        most, cap = limits.max_tasks, limits.max_active_tasks_per_scope
-        args = statement.args(now=self._now_arg(), most=most - len(made),
-                              quiet=min(most, cap) - len(made), max_active=cap,
+        args = statement.args(now=self._now_arg(), most=limits.max_tasks - len(made),
+                              max_active=limits.max_active_tasks_per_scope,
                               rows=_codec.encode(rows), members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:

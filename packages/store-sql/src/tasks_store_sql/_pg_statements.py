@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from tasks_store_sql._candidates import claimable_rows
-from tasks_store_sql._schema import COUNTER, Tables, active
+from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, Tables, active
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -190,6 +190,18 @@ class Statements:
         )
         self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
         """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
+        self.bound = Statement.of(
+            sa.select(locks.c.value).where(locks.c.name == sa.bindparam("name", type_=sa.Text))
+        )
+        """The bound row ``name`` of a tenant (:mod:`tasks_store_sql._scopes`)."""
+        upsert = postgresql.insert(locks).values(
+            name=sa.bindparam("name", type_=sa.Text),
+            value=sa.bindparam("value", type_=sa.BigInteger),
+        )
+        self.store_bound = Statement.of(upsert.on_conflict_do_update(
+            index_elements=[locks.c.name], set_={"value": upsert.excluded.value}
+        ))
+        """Store the bound row ``name``."""
         columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
         one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
         self.insert = Statement.of(sa.select(*_counts(*_inserted(
@@ -362,32 +374,60 @@ NEW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
 retry columns of a new task are ``NULL``, and it computes the instants and the text."""
 
 
-def _a_tenant_full(tables: Tables, rows: Any, now: sa.ColumnElement[Any]) -> Any:
-    """Some tenant of ``rows`` would hold more than ``max_active`` active tasks at ``now``
-    with its tasks among them (the deciding transaction's count: ``Statements.active``)."""
-    t = tables.tasks
-    cap = sa.bindparam("max_active", type_=sa.Integer)
+def _scopes(tables: Tables, rows: Any, locked: sa.CTE) -> sa.CTE:
+    """Each tenant of ``rows``: ``n``, its tasks among them; ``stored``, its stored bound
+    (``NULL``: none); and ``active``, how many active tasks it has at most —
+    ``min(bound, stored tasks)`` (:mod:`tasks_store_sql._scopes`).
+
+    The bound rows are locked after the creators' row (``locked`` is joined below the
+    lock), so they are read as last written: a statement reads other rows as of its
+    start, before it waited for the creators' lock. Nothing is counted here for the same
+    reason: a tenant that needs counting is left to the transaction, whose count is a
+    statement of its own, after the lock."""
+    locks = tables.locks
+    prefix = sa.bindparam("scope_prefix", SCOPE_PREFIX, type_=sa.Text)
     group = (
         sa.select(rows.c.tenant, sa.func.count().label("n"))
         .group_by(rows.c.tenant)
         .subquery("g")
     )
-    stored = (
-        sa.select(t.c.id)
-        .where(
-            t.c.tenant == group.c.tenant,
-            active(t.c.status),
-            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
-        )
-        .limit(cap)
-        .correlate_except(t)
-        .lateral("a")
+    bounds = (
+        sa.select(locks.c.name, locks.c.value)
+        .select_from(locks.join(locked, sa.true()))
+        .where(locks.c.name.in_(sa.select(prefix + rows.c.tenant)))
+        .with_for_update(of=locks)
+        .cte("b0")
     )
-    return sa.exists(
-        sa.select(group.c.tenant)
-        .select_from(group.outerjoin(stored, sa.true()))
-        .group_by(group.c.tenant, group.c.n)
-        .having(group.c.n + sa.func.count(stored.c.id) > cap)
+    return (
+        sa.select(
+            group.c.tenant, group.c.n, bounds.c.value.label("stored"),
+            sa.func.least(bounds.c.value, locked.c.value).label("active"),  # skips a NULL
+        )
+        .select_from(group.join(locked, sa.true()).outerjoin(
+            bounds, bounds.c.name == prefix + group.c.tenant))
+        .cte("s")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _bounds_stored(tables: Tables, scopes: sa.CTE, inserted: sa.CTE) -> sa.CTE:
+    """Store each tenant's bound once tasks were inserted: its active tasks at most, plus
+    its new ones. A bound row written since the statement began (by a creator it waited
+    for, unseen by :func:`_scopes`) is replaced by that sum too, which still bounds the
+    tenant: its ``active`` was then the number of stored tasks."""
+    locks = tables.locks
+    name = sa.bindparam("scope_prefix", SCOPE_PREFIX, type_=sa.Text) + scopes.c.tenant
+    upsert = postgresql.insert(locks).from_select(
+        ["name", "value"],
+        sa.select(name, scopes.c.active + scopes.c.n).where(
+            sa.exists(sa.select(inserted.c.id))
+        ),
+    )
+    return (
+        upsert.on_conflict_do_update(index_elements=[locks.c.name],
+                                     set_={"value": upsert.excluded.value})
+        .returning(locks.c.name)
+        .cte("b")
     )
 
 
@@ -395,11 +435,10 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     """``create`` of new tasks in one statement, its own transaction: lock the creators'
     row, read the clock after the lock (whole milliseconds), and insert only while the
     store stays within both capacity limits with every task of the group: the stored
-    tasks number at most ``most`` (``max_tasks`` less the tasks inserted) and, unless
-    they number at most ``quiet`` (the lower of both limits, less the tasks inserted:
-    then no tenant can be full), each tenant of the group has, at the clock, fewer than
-    ``max_active`` active tasks less its tasks in the group (counted as the deciding
-    transaction counts them, up to ``max_active``).
+    tasks number at most ``most`` (``max_tasks`` less the tasks inserted), and each
+    tenant of the group has room for its tasks below ``max_active`` by its bound
+    (:func:`_scopes`; a tenant that would need counting leaves the group to the
+    transaction); the tenants' bounds are stored with the tasks.
 
     The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
     the columns :data:`NEW_COLUMNS`, ``ttl`` (milliseconds, or ``null``) and ``pieces``,
@@ -424,13 +463,10 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     )  # evaluated once, after the lock
     rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
                                ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
-    quiet = locked.c.value <= sa.bindparam("quiet", type_=sa.Integer)
-    clocked = (
-        sa.select(locked.c.now)
-        .where(sa.case((quiet, sa.true()), else_=~_a_tenant_full(tables, rows, locked.c.now)))
-        .cte("r")
-        .prefix_with("MATERIALIZED")
-    )  # a tenant is counted only when the store holds enough tasks to fill one
+    scopes = _scopes(tables, rows, locked)
+    full = sa.exists(sa.select(scopes.c.tenant).where(
+        scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.Integer)))
+    clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
     pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
         sa.column("piece", postgresql.JSON()), with_ordinality="k"
     ).render_derived("p")
@@ -454,5 +490,5 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     return sa.select(
         sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
         sa.select(clocked.c.now).scalar_subquery(),
-        *_counts(*rest),
+        *_counts(*rest, _bounds_stored(tables, scopes, inserted)),
     )

@@ -14,8 +14,9 @@ indexes included, since PostgreSQL index names are per schema.
 ``task_members``
     Owner and watchers of each task, so listings by principal are a join.
 ``task_locks``
-    Lock rows: ``tasks`` (serializes creators; its ``value`` counts stored tasks) and
-    ``queue:<name>`` (one per exclusive queue).
+    Lock rows: ``tasks`` (serializes creators; its ``value`` counts stored tasks),
+    ``queue:<name>`` (one per exclusive queue) and ``scope:<tenant>`` (a bound on the
+    tenant's active tasks: :mod:`tasks_store_sql._scopes`).
 ``tasks_schema_version``
     Alembic's version table.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "COUNTER",
     "ID_BYTES",
     "NAME_BYTES",
+    "SCOPE_PREFIX",
     "Tables",
     "active",
     "check_namespace",
@@ -51,6 +53,8 @@ EVENT_ID_BYTES = 256
 TOKEN_CHARS = 256
 COUNTER = "tasks"
 """The lock row creators hold; its ``value`` is the number of stored tasks."""
+SCOPE_PREFIX = "scope:"
+"""The lock rows of tenants' bounds (:mod:`tasks_store_sql._scopes`) begin with this."""
 
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]{0,29}")
 

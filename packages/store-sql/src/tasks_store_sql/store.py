@@ -97,6 +97,7 @@ from tasks_store_sql._base import TaskRow, sqlite_file
 from tasks_store_sql._grouped import Grouped
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import active
+from tasks_store_sql._scopes import room_for_one
 from tasks_store_sql._sqlite_watch import ChangeWatcher
 from tasks_store_sql._transitions import TransitionOps
 from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
@@ -270,13 +271,17 @@ class SQLStore(TransitionOps):
                 rules.check_replace(current, replace, now)
             if row is None and total >= self.limits.max_tasks:
                 raise CapacityExceeded("max_tasks")
-            others = total - (1 if row is not None else 0)
-            if others >= self.limits.max_active_tasks_per_scope:  # else it cannot be reached
-                active = await self._count_active(conn, new.tenant, new.id, now)
-                if active >= self.limits.max_active_tasks_per_scope:
-                    raise CapacityExceeded("max_active_tasks_per_scope")
+            bound = await room_for_one(
+                total - (1 if row is not None else 0),
+                await self._scope_bound(conn, new.tenant),
+                self.limits.max_active_tasks_per_scope,
+                lambda: self._count_active(conn, new.tenant, new.id, now),
+            )
+            if bound is None:
+                raise CapacityExceeded("max_active_tasks_per_scope")
             snapshot = rules.new_snapshot(new, now, replace=current)
             await self._put_new(conn, row, snapshot)
+            await self._store_scope_bound(conn, new.tenant, bound)
             await self._notify(conn, snapshot.queue)
             return snapshot
 
