@@ -41,7 +41,7 @@ from tasks_store_sql._migrate import (
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
-from tasks_store_sql._scopes import scope_lock
+from tasks_store_sql._scopes import Room, scope_lock
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
 __all__ = ["SchemaMode", "StoreBase", "TaskRow"]
@@ -350,10 +350,16 @@ class StoreBase:
         value = (await conn.execute(stmt)).scalar()
         return None if value is None else int(value)
 
-    async def _store_scope_bound(self, conn: AsyncConnection, tenant: str, bound: int) -> None:
-        """Store ``tenant``'s bound, inserting or replacing its row."""
+    async def _keep_scope_bound(self, conn: AsyncConnection, tenant: str, room: Room) -> None:
+        """Store ``tenant``'s bound after a create (:class:`~tasks_store_sql._scopes.Room`):
+        insert or replace its row, or raise the row there is by one."""
         locks = self.tables.locks
-        row = {"name": scope_lock(tenant), "value": bound}
+        name = scope_lock(tenant)
+        if room.bound is None:
+            await conn.execute(sa.update(locks).where(locks.c.name == name)
+                               .values(value=locks.c.value + 1))
+            return
+        row = {"name": name, "value": room.bound}
         if self._db.kind == "mysql":
             upsert: Any = mysql.insert(locks).values(row)
             upsert = upsert.on_duplicate_key_update(value=upsert.inserted.value)

@@ -233,16 +233,19 @@ class FastPath:
                     cap=limits.max_active_tasks_per_scope,
                 )))
 
-            bound = await room_for_one(
-                total - (1 if row is not None else 0),
-                await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope)),
-                limits.max_active_tasks_per_scope,
-                count,
-            )
-            if bound is None:
+            async def read_bound() -> int | None:
+                value = await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope))
+                return None if value is None else int(value)
+
+            room = await room_for_one(total - (1 if row is not None else 0),
+                                      limits.max_active_tasks_per_scope, read_bound, count)
+            if room.full:
                 await refuse(driver, "max_active_tasks_per_scope", now, checked)
-            await driver.execute(sql.store_bound.sql,
-                                 *sql.store_bound.args(name=scope, value=bound))
+            if room.bound is None:
+                await driver.execute(sql.raise_bound.sql, *sql.raise_bound.args(name=scope))
+            else:
+                await driver.execute(sql.store_bound.sql,
+                                     *sql.store_bound.args(name=scope, value=room.bound))
             snapshot = rules.new_snapshot(new, now, replace=current)
             members = _codec.member_rows(snapshot)
             if row is None:

@@ -202,6 +202,12 @@ class Statements:
             index_elements=[locks.c.name], set_={"value": upsert.excluded.value}
         ))
         """Store the bound row ``name``."""
+        self.raise_bound = Statement.of(
+            sa.update(locks)
+            .where(locks.c.name == sa.bindparam("name", type_=sa.Text))
+            .values(value=locks.c.value + 1)
+        )
+        """Raise the bound row ``name`` by one, if there is one."""
         columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
         one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
         self.insert = Statement.of(sa.select(*_counts(*_inserted(

@@ -271,17 +271,17 @@ class SQLStore(TransitionOps):
                 rules.check_replace(current, replace, now)
             if row is None and total >= self.limits.max_tasks:
                 raise CapacityExceeded("max_tasks")
-            bound = await room_for_one(
+            room = await room_for_one(
                 total - (1 if row is not None else 0),
-                await self._scope_bound(conn, new.tenant),
                 self.limits.max_active_tasks_per_scope,
+                lambda: self._scope_bound(conn, new.tenant),
                 lambda: self._count_active(conn, new.tenant, new.id, now),
             )
-            if bound is None:
+            if room.full:
                 raise CapacityExceeded("max_active_tasks_per_scope")
             snapshot = rules.new_snapshot(new, now, replace=current)
             await self._put_new(conn, row, snapshot)
-            await self._store_scope_bound(conn, new.tenant, bound)
+            await self._keep_scope_bound(conn, new.tenant, room)
             await self._notify(conn, snapshot.queue)
             return snapshot
 
