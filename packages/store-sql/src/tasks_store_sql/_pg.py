@@ -42,6 +42,7 @@ checks in Python, the insert, ``COMMIT``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Sequence
@@ -73,6 +74,7 @@ from tasks_store_sql._pg_statements import (
     MILLISECOND,
     NEW_COLUMNS,
     ROW_COLUMNS,
+    Statement,
     Statements,
     many_queues,
     one_queue,
@@ -97,10 +99,19 @@ class FastPath:
     ) -> None:
         self.db = db
         self.clock = clock
+        self.tables = tables
         self.sql = Statements(tables, channel)
-        self.claim_one = claim_statement(tables, one_queue(tables.tasks))
-        self.claim_many = claim_statement(tables, many_queues(tables.tasks))
         self.decoded = decoded  # what a claim decoded, for its completion (the store's)
+
+    @functools.cached_property
+    def claim_one(self) -> Statement:
+        """``claim_next`` of one queue (built when first used, like :attr:`sql`'s)."""
+        return claim_statement(self.tables, one_queue(self.tables.tasks))
+
+    @functools.cached_property
+    def claim_many(self) -> Statement:
+        """``claim_next`` of several queues."""
+        return claim_statement(self.tables, many_queues(self.tables.tasks))
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None

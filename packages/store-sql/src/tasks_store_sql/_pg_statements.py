@@ -8,6 +8,7 @@ asyncpg dialect into ``$n`` SQL and the order of its named parameters
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -115,12 +116,19 @@ def oldest_claimable(
 
 
 class Statements:
-    """The hot-path statements of one namespace (see the module docstring)."""
+    """The hot-path statements of one namespace (see the module docstring), each built
+    and compiled when first used: a store that a command opens for one call compiles
+    what that call runs, not all of them (~70 ms here)."""
 
     def __init__(self, tables: Tables, channel: str) -> None:
-        t, ev = tables.tasks, tables.events
+        self.tables = tables
+        self.channel = channel
+
+    @functools.cached_property
+    def lock(self) -> Statement:
+        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
+        t, ev = self.tables.tasks, self.tables.events
         ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
-        clock = store_clock()
         locked = (
             sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
             .where(t.c.id == sa.any_(ids))
@@ -137,91 +145,141 @@ class Statements:
             .lateral("h")
         )  # OFFSET 0 keeps the subquery per locked row (by primary key) even in a plan
         # made while the events table was small: no plan reads other tasks' history.
-        self.lock = Statement.of(
+        return Statement.of(
             sa.select(
                 locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
-                before.scalar_subquery().label("seen"), clock.label("now"),
+                before.scalar_subquery().label("seen"), store_clock().label("now"),
                 history.c.event_id, history.c.record,
             ).select_from(locked.outerjoin(history, sa.true()))
         )
-        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
-        self.events = Statement.of(
+
+    @functools.cached_property
+    def events(self) -> Statement:
+        """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
+        ev = self.tables.events
+        return Statement.of(
             sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
-                ev.c.task_id == sa.any_(ids), ev.c.event_id == sa.any_(event_ids)
+                ev.c.task_id == sa.any_(_array("ids", _TEXT)),
+                ev.c.event_id == sa.any_(_array("event_ids", _TEXT)),
             )
         )
-        """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
-        self.candidates_one = self._candidates(tables, one_queue(t))
-        self.candidates_many = self._candidates(tables, many_queues(t))
-        self.write = Statement.of(self._write(tables, channel))
-        self._creation(tables, channel)
 
-    def _creation(self, tables: Tables, channel: str) -> None:
-        """The statements of ``create``."""
-        t, locks = tables.tasks, tables.locks
+    @functools.cached_property
+    def candidates_one(self) -> Statement:
+        """The oldest claimable rows of ``queue``, locked (the claim decided in Python)."""
+        return self._candidates(self.tables, one_queue(self.tables.tasks))
+
+    @functools.cached_property
+    def candidates_many(self) -> Statement:
+        """The oldest claimable rows of ``queues``, locked (the claim decided in Python)."""
+        return self._candidates(self.tables, many_queues(self.tables.tasks))
+
+    @functools.cached_property
+    def write(self) -> Statement:
+        """Write rows, events and members and wake queues: see :meth:`_write`."""
+        return Statement.of(self._write(self.tables, self.channel))
+
+    # -- create --------------------------------------------------------------------------
+
+    @functools.cached_property
+    def counter(self) -> Statement:
+        """Lock the creators' row; the number of stored tasks, ``now`` after the lock, and
+        whether the id was taken as of the statement's start (a hint: ``insert`` still
+        refuses an id taken since)."""
+        t, locks = self.tables.tasks, self.tables.locks
         held = (
             sa.select(locks.c.value)
             .where(locks.c.name == COUNTER)
             .with_for_update()
             .subquery("k")
         )
-        clock = store_clock()
         taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
-        self.counter = Statement.of(sa.select(held.c.value, clock.label("now"), taken))
-        """Lock the creators' row; the number of stored tasks, ``now`` after the lock, and
-        whether the id was taken as of the statement's start (a hint: ``insert`` still
-        refuses an id taken since)."""
-        self.existing = Statement.of(
+        return Statement.of(sa.select(held.c.value, store_clock().label("now"), taken))
+
+    @functools.cached_property
+    def existing(self) -> Statement:
+        """The row of ``id``, locked."""
+        t = self.tables.tasks
+        return Statement.of(
             sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
             .where(t.c.id == sa.bindparam("id"))
             .with_for_update()
         )
-        now = _now_param()
+
+    @functools.cached_property
+    def active(self) -> Statement:
+        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
+        t = self.tables.tasks
         capped = (
             sa.select(t.c.id)
             .where(
                 t.c.tenant == sa.bindparam("tenant"),
                 active(t.c.status),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
+                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > _now_param()),
                 t.c.id != sa.bindparam("id"),
             )
             .limit(sa.bindparam("cap", type_=sa.Integer))
             .subquery("a")
         )
-        self.active = Statement.of(sa.select(sa.func.count()).select_from(capped))
-        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        self.bound = Statement.of(
+        return Statement.of(sa.select(sa.func.count()).select_from(capped))
+
+    @functools.cached_property
+    def bound(self) -> Statement:
+        """The bound row ``name`` of a tenant (:mod:`tasks_store_sql._scopes`)."""
+        locks = self.tables.locks
+        return Statement.of(
             sa.select(locks.c.value).where(locks.c.name == sa.bindparam("name", type_=sa.Text))
         )
-        """The bound row ``name`` of a tenant (:mod:`tasks_store_sql._scopes`)."""
+
+    @functools.cached_property
+    def store_bound(self) -> Statement:
+        """Store the bound row ``name``."""
+        locks = self.tables.locks
         upsert = postgresql.insert(locks).values(
             name=sa.bindparam("name", type_=sa.Text),
             value=sa.bindparam("value", type_=sa.BigInteger),
         )
-        self.store_bound = Statement.of(upsert.on_conflict_do_update(
+        return Statement.of(upsert.on_conflict_do_update(
             index_elements=[locks.c.name], set_={"value": upsert.excluded.value}
         ))
-        """Store the bound row ``name``."""
-        self.raise_bound = Statement.of(
+
+    @functools.cached_property
+    def raise_bound(self) -> Statement:
+        """Raise the bound row ``name`` by one, if there is one."""
+        locks = self.tables.locks
+        return Statement.of(
             sa.update(locks)
             .where(locks.c.name == sa.bindparam("name", type_=sa.Text))
             .values(value=locks.c.value + 1)
         )
-        """Raise the bound row ``name`` by one, if there is one."""
-        columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
-        one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
-        self.insert = Statement.of(sa.select(*_counts(*_inserted(
-            tables, channel, ["id", "row_version", *(name for name, _ in ROW_COLUMNS)], one
-        ))))
+
+    @functools.cached_property
+    def insert(self) -> Statement:
         """Insert a new task with its members, count it, wake its queue — or nothing at
         all when the id is taken (counts 0)."""
-        self.create = Statement.of(_created(tables, channel))
+        columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
+        one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
+        return Statement.of(sa.select(*_counts(*_inserted(
+            self.tables, self.channel,
+            ["id", "row_version", *(name for name, _ in ROW_COLUMNS)], one,
+        ))))
+
+    @functools.cached_property
+    def create(self) -> Statement:
         """New tasks in one statement with the creators' lock: see :func:`_created`."""
-        forget = sa.delete(tables.events).where(tables.events.c.task_id == sa.bindparam("id"))
-        self.forget_events = Statement.of(forget)
-        self.forget_members = Statement.of(
-            sa.delete(tables.members).where(tables.members.c.task_id == sa.bindparam("id"))
-        )
+        return Statement.of(_created(self.tables, self.channel))
+
+    @functools.cached_property
+    def forget_events(self) -> Statement:
+        """Delete the history of task ``id`` (a replaced run)."""
+        events = self.tables.events
+        return Statement.of(sa.delete(events).where(events.c.task_id == sa.bindparam("id")))
+
+    @functools.cached_property
+    def forget_members(self) -> Statement:
+        """Delete the members of task ``id`` (a replaced run)."""
+        members = self.tables.members
+        return Statement.of(sa.delete(members).where(members.c.task_id == sa.bindparam("id")))
 
     @staticmethod
     def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
