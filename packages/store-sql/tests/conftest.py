@@ -22,6 +22,7 @@ from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
 from tasks_store_sql import SQLStore, migrate
 from tasks_store_sql._dialect import parse_url
+from tasks_store_sql._schema import COUNTER
 
 POSTGRES_URL = os.environ.get(
     "TASKS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_test"
@@ -121,7 +122,7 @@ async def empty(store: SQLStore) -> None:
         await conn.execute(sa.delete(t.events))
         await conn.execute(sa.delete(t.members))
         await conn.execute(sa.delete(t.tasks))
-        await conn.execute(sa.delete(t.locks).where(t.locks.c.name != "tasks"))
+        await conn.execute(sa.delete(t.locks).where(t.locks.c.name != COUNTER))
         await conn.execute(sa.update(t.locks).values(value=0))
 
 

@@ -18,10 +18,11 @@ from tasks_core import (
     ManualClock,
     NewTask,
     Owner,
+    TaskQuery,
     Work,
 )
 from tasks_core.cli import run
-from tasks_core.errors import InvalidInput
+from tasks_core.errors import InvalidInput, StoreError
 from tasks_store_sql import SchemaMismatch, SQLStore, current_revision, head, migrate, revisions
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +67,48 @@ async def test_migrations_go_up_down_and_up_again_keeping_tasks(
         await store.create(_new("second"))
         with pytest.raises(CapacityExceeded):
             await store.create(_new("third"))
+    finally:
+        await store.aclose()
+
+
+async def _lock_rows(store: SQLStore) -> list[str]:
+    locks = store.tables.locks
+    async with store.engine.connect() as conn:
+        return sorted((await conn.execute(sa.select(locks.c.name))).scalars())
+
+
+async def test_creates_stop_on_the_far_side_of_the_bounds_migration(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Revision 0005 makes every create keep a bound per tenant (``scope:<tenant>``); a
+    create that keeps none leaves a bound too low. So 0005 renames the creators' row
+    (``tasks`` → ``creators``) and its downgrade renames it back and deletes the bounds:
+    a process still running on the other side of the migration — code from before it,
+    or, as here, code from after it across a downgrade — finds no creators' row, and its
+    creates MUST fail (``StoreError``) with nothing stored, never pass a limit.
+
+    Troubleshooting: keep the rename in both directions of 0005, and refuse a create that
+    finds no creators' row (``MISSING_COUNTER``) on every path.
+    """
+    ns = fresh_namespace
+    await migrate(db_url, namespace=ns)
+    store = await SQLStore.open(db_url, namespace=ns, schema="check")
+    try:
+        await store.create(_new("before"))
+        rows = await _lock_rows(store)
+        assert "creators" in rows
+        assert "tasks" not in rows
+
+        await migrate(db_url, namespace=ns, to="0004")
+        assert await _lock_rows(store) == ["tasks"]
+        with pytest.raises(StoreError, match="creators' lock row is missing"):
+            await store.create(_new("during"))
+
+        await migrate(db_url, namespace=ns)
+        assert await _lock_rows(store) == ["creators"]  # no bound survived the downgrade
+        await store.create(_new("after"))
+        stored = await store.list(TaskQuery(tenant=None))
+        assert sorted(s.id for s in stored) == ["after", "before"]
     finally:
         await store.aclose()
 

@@ -40,7 +40,13 @@ from tasks_store_sql._migrate import (
 )
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
-from tasks_store_sql._schema import COUNTER, Tables, check_namespace, prefix_of
+from tasks_store_sql._schema import (
+    COUNTER,
+    MISSING_COUNTER,
+    Tables,
+    check_namespace,
+    prefix_of,
+)
 from tasks_store_sql._scopes import Room, scope_lock
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
@@ -339,14 +345,18 @@ class StoreBase:
             stmt = stmt.with_for_update()
         value = (await conn.execute(stmt)).scalar()
         if value is None:
-            raise StoreError("The creators' lock row is missing: the schema is damaged")
+            raise StoreError(MISSING_COUNTER)
         return int(value)
 
     async def _scope_bound(self, conn: AsyncConnection, tenant: str) -> int | None:
         """The stored bound on ``tenant``'s active tasks (:mod:`tasks_store_sql._scopes`;
-        the caller holds the creators' lock)."""
+        the caller holds the creators' lock). On MariaDB a locking read: a plain one in
+        a transaction at REPEATABLE READ (an application's own, for a create inside it)
+        sees the rows as of its first read, before another creator's commit."""
         locks = self.tables.locks
         stmt = sa.select(locks.c.value).where(locks.c.name == scope_lock(tenant))
+        if self._db.kind == "mysql":
+            stmt = stmt.with_for_update()
         value = (await conn.execute(stmt)).scalar()
         return None if value is None else int(value)
 

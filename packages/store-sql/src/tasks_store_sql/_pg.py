@@ -56,6 +56,7 @@ from tasks_core.errors import (
     CapacityExceeded,
     LeaseLost,
     StoreCorrupt,
+    StoreError,
     StoreUnavailable,
     TaskExists,
     TaskNotFound,
@@ -79,7 +80,7 @@ from tasks_store_sql._pg_statements import (
     many_queues,
     one_queue,
 )
-from tasks_store_sql._schema import Tables
+from tasks_store_sql._schema import MISSING_COUNTER, Tables
 from tasks_store_sql._scopes import room_for_one, scope_lock
 
 __all__ = ["FastPath"]
@@ -221,9 +222,12 @@ class FastPath:
             raise CapacityExceeded(limit)
 
         async def op(driver: Any) -> Snapshot:
-            total, clock, seen = await driver.fetchrow(
+            locked = await driver.fetchrow(
                 sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=new.id)
             )
+            if locked is None:
+                raise StoreError(MISSING_COUNTER)
+            total, clock, seen = locked
             now = rules.tick(clock)
             checked = bool(seen) or replace is not None  # else: read only if it matters
             row = await taken(driver) if checked else None

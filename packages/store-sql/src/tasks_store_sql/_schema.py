@@ -14,7 +14,7 @@ indexes included, since PostgreSQL index names are per schema.
 ``task_members``
     Owner and watchers of each task, so listings by principal are a join.
 ``task_locks``
-    Lock rows: ``tasks`` (serializes creators; its ``value`` counts stored tasks),
+    Lock rows: ``creators`` (serializes creators; its ``value`` counts stored tasks),
     ``queue:<name>`` (one per exclusive queue) and ``scope:<tenant>`` (a bound on the
     tenant's active tasks: :mod:`tasks_store_sql._scopes`).
 ``tasks_schema_version``
@@ -35,6 +35,7 @@ from tasks_store_sql._types import Document, Ident, Instant
 __all__ = [
     "COUNTER",
     "ID_BYTES",
+    "MISSING_COUNTER",
     "NAME_BYTES",
     "SCOPE_PREFIX",
     "Tables",
@@ -51,8 +52,12 @@ ID_BYTES = 1024
 NAME_BYTES = 256
 EVENT_ID_BYTES = 256
 TOKEN_CHARS = 256
-COUNTER = "tasks"
-"""The lock row creators hold; its ``value`` is the number of stored tasks."""
+COUNTER = "creators"
+"""The lock row creators hold; its ``value`` is the number of stored tasks (named
+``tasks`` before migration 0005, whose rename stops the creates of code that keeps no
+bounds: see that migration)."""
+MISSING_COUNTER = "The creators' lock row is missing: the schema is damaged or migrated away"
+"""The refusal (``StoreError``) of a create that finds no creators' row."""
 SCOPE_PREFIX = "scope:"
 """The lock rows of tenants' bounds (:mod:`tasks_store_sql._scopes`) begin with this."""
 

@@ -290,9 +290,11 @@ class SQLStore(TransitionOps):
     async def _count_active(
         self, conn: AsyncConnection, tenant: str, other_than: str, now: datetime
     ) -> int:
-        """Active tasks of ``tenant`` (not terminal, not expired), counted up to the limit."""
+        """Active tasks of ``tenant`` (not terminal, not expired), counted up to the limit
+        — on MariaDB by a locking read (see ``_scope_bound``), which holds the rows it
+        counted until the transaction ends (a claim skips them; a completion waits)."""
         t = self.tables.tasks
-        capped = (
+        rows = (
             sa.select(t.c.id)
             .where(
                 t.c.tenant == tenant,
@@ -301,8 +303,10 @@ class SQLStore(TransitionOps):
                 t.c.id != other_than,
             )
             .limit(self.limits.max_active_tasks_per_scope)
-            .subquery()
         )
+        if self._db.kind == "mysql":
+            rows = rows.with_for_update(read=True)
+        capped = rows.subquery()
         count = sa.select(sa.func.count()).select_from(capped)
         return int((await conn.execute(count)).scalar_one())
 
