@@ -2,13 +2,14 @@
 clock read after the creators' lock.
 
 A new task is created by one statement, its own transaction (``Statements.create``): it
-locks the creators' row, reads the clock, inserts only while the stored tasks are fewer
-than both capacity limits, and spells the clock's instants into snapshot text made in
-Python at a stand-in instant. These tests hold what it stores to what the codec would
-write for the snapshot it returns — on the injected clock (a whole second and not), with
-and without a TTL, on the database's clock — and check that it leaves to the deciding
-transaction what it cannot decide: a taken id, a store at a limit, a user's value that
-spells the stand-in instant.
+locks the creators' row, reads the clock, inserts only while the store stays within
+``max_tasks`` and each tenant's bound leaves room below ``max_active_tasks_per_scope``,
+and spells the clock's instants into snapshot text made in Python at a stand-in instant.
+These tests hold what it stores to what the codec would write for the snapshot it
+returns — on the injected clock (a whole second and not), with and without a TTL, on the
+database's clock — and check that it leaves to the deciding transaction what it cannot
+decide: a taken id, a store at a limit, a tenant that must be counted, a user's value
+that spells the stand-in instant.
 """
 
 from __future__ import annotations

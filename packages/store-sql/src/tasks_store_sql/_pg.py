@@ -284,8 +284,8 @@ class FastPath:
         (:attr:`Statements.create`: one round trip, no ``BEGIN``/``COMMIT``); for each, the
         snapshot created, or ``None`` with nothing written for it when the statement cannot
         decide alone — its id is taken (or comes twice), the store would hold more than
-        ``max_tasks`` tasks or a tenant of the group more than
-        ``max_active_tasks_per_scope`` active ones (then none is created) — for the
+        ``max_tasks`` tasks, or a tenant's bound leaves no room for its tasks of the group
+        (it may be full: the transaction counts it; then none is created) — for the
         transaction that decides (:meth:`create`).
 
         Each snapshot is made in Python at a stand-in instant, its text cut where it
