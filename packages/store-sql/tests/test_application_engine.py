@@ -17,6 +17,7 @@ from tasks_core import (
     InvalidInput,
     NewTask,
     Owner,
+    StoreUnavailable,
     TaskContext,
     TaskNotFound,
     TaskQuery,
@@ -262,33 +263,41 @@ def test_an_app_refuses_store_limits_this_store_was_not_opened_with() -> None:
     App(store=SQLStore("sqlite://", max_tasks=1), limits=Limits(max_tasks=1))
 
 
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
 async def test_a_create_in_a_repeatable_read_transaction_counts_what_others_committed(
-    mariadb_url: str, mariadb_pool: list[str]
+    server: str, postgres_url: str, postgres_pool: list[str], mariadb_url: str,
+    mariadb_pool: list[str],
 ) -> None:
-    """MariaDB runs an application's transactions at REPEATABLE READ by default, where a
-    plain read sees the rows as of the transaction's first read. A create inside such a
-    transaction MUST still count the tasks other creators committed since — here the
-    last place of the tenant, taken by another store after the transaction read — and
-    refuse, not pass ``max_active_tasks_per_scope``.
+    """In an application's transaction at REPEATABLE READ (MariaDB's default), a plain
+    read sees the rows as of the transaction's first read. A create inside such a
+    transaction MUST still not pass ``max_active_tasks_per_scope`` because of tasks other
+    creators committed since — here the last place of the tenant, taken by another store
+    after the transaction read: MariaDB refuses it (``CapacityExceeded``), PostgreSQL
+    fails it as a serialization failure (``StoreUnavailable``: roll back and retry).
 
-    Troubleshooting: read the tenant's bound and count its active tasks with locking reads
-    (``FOR UPDATE`` / ``LOCK IN SHARE MODE``), which read what is committed.
+    Troubleshooting: on MariaDB read the tenant's bound and count its active tasks with
+    locking reads (``FOR UPDATE`` / ``LOCK IN SHARE MODE``), which read what is committed.
     """
-    namespace = mariadb_pool[0]
-    app_engine = create_async_engine(mariadb_url.replace("mysql://", "mysql+asyncmy://", 1))
+    url, namespace = {"postgres": (postgres_url, postgres_pool[0]),
+                      "mariadb": (mariadb_url, mariadb_pool[0])}[server]
+    driver = {"postgres": "postgresql+asyncpg://", "mariadb": "mysql+asyncmy://"}[server]
+    app_engine = create_async_engine(url.replace(url.split("//")[0] + "//", driver, 1),
+                                     isolation_level="REPEATABLE READ")
     store = await SQLStore.open(engine=app_engine, namespace=namespace,
                                 max_active_tasks_per_scope=2)
-    other = await SQLStore.open(mariadb_url, namespace=namespace, max_active_tasks_per_scope=2)
+    other = await SQLStore.open(url, namespace=namespace, max_active_tasks_per_scope=2)
     try:
         await empty(store)
         for n in range(3):  # more stored tasks than the limit: the tenant must be read
             await store.create(_new(f"o{n}").model_copy(update={"tenant": f"other{n}"}))
         await store.create(_new("first"))
-        async with app_engine.connect() as conn, conn.begin():
+        async with app_engine.connect() as conn:
+            await conn.begin()
             await conn.execute(sa.select(sa.func.count()).select_from(store.tables.tasks))
             await other.create(_new("second"))  # committed after the transaction's view
-            with pytest.raises(CapacityExceeded):
+            with pytest.raises((CapacityExceeded, StoreUnavailable)):
                 await store.create(_new("third"), transaction=conn)
+            await conn.rollback()
         stored = await other.list(TaskQuery(tenant="default"))
         assert sorted(s.id for s in stored) == ["first", "second"]
     finally:

@@ -453,12 +453,12 @@ def _scopes(tables: Tables, rows: Any, locked: sa.CTE) -> sa.CTE:
     group = (
         sa.select(rows.c.tenant, sa.func.count().label("n"))
         .group_by(rows.c.tenant)
-        .subquery("g")
-    )
+        .cte("g")
+    )  # read twice, evaluated once: the tasks' JSON is parsed once here
     bounds = (
         sa.select(locks.c.name, locks.c.value)
         .select_from(locks.join(locked, sa.true()))
-        .where(locks.c.name.in_(sa.select(prefix + rows.c.tenant)))
+        .where(locks.c.name.in_(sa.select(prefix + group.c.tenant)))
         .with_for_update(of=locks)
         .cte("b0")
     )
