@@ -16,6 +16,7 @@ from _runtime_kit import (
     BOB,
     TIMEOUT,
     CapabilityStore,
+    DelegatingStore,
     RecordingStore,
     fast_worker,
     make_app,
@@ -306,6 +307,128 @@ async def test_claims_ask_for_the_free_slots_only() -> None:
                 await app.wait(task_id, ALICE, timeout=TIMEOUT)
     assert 3 == store.claim_limits[0]
     assert all(1 <= limit <= 3 for limit in store.claim_limits)
+
+
+class _OverlapStore(DelegatingStore):
+    """Counts the ``claim_next`` calls in flight at once; while ``gate`` is closed a call
+    waits at it before claiming anything (only calls of the ``gated`` queue, if given)."""
+
+    def __init__(self, inner: Any, gated: str | None = None) -> None:
+        super().__init__(inner)
+        self.gated = gated
+        """Only claims of this queue wait at the gate (``None``: every claim)."""
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.in_flight = 0
+        self.most = 0
+        self.waiting = asyncio.Condition()
+
+    async def claim_next(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.waiting:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            self.waiting.notify_all()
+        try:
+            if self.gated is None or self.gated in kwargs["queues"]:
+                await self.gate.wait()
+            return await self.inner.claim_next(*args, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+    async def until_in_flight(self, count: int) -> None:
+        async with self.waiting:
+            await asyncio.wait_for(self.waiting.wait_for(lambda: self.in_flight >= count),
+                                   TIMEOUT)
+
+
+async def test_claims_of_open_queues_overlap_within_the_free_slots() -> None:
+    """A worker serving only queues without a concurrency limit MUST ask for the next
+    claim while an earlier one is still in flight (slots freed meanwhile), and never run
+    more than ``concurrency`` handlers at once (four slots, ``prefetch=0``, eight tasks:
+    the first four run until released, two at a time, while later claims wait)."""
+    store = _OverlapStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store, queues=[Queue("a")])
+    releases = [asyncio.Event() for _ in range(8)]
+    started: list[int] = []
+    running = highest = 0
+
+    @app.task(queue="a")
+    async def job(ctx: TaskContext, n: int) -> None:
+        nonlocal running, highest
+        started.append(n)
+        running += 1
+        highest = max(highest, running)
+        await releases[n].wait()
+        running -= 1
+
+    async with app:
+        ids = [(await app.submit(job, {"n": n}, ALICE)).id for n in range(8)]
+        async with fast_worker(app, concurrency=4, prefetch=0):
+            for task_id in ids[:4]:
+                await until(app, task_id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            store.gate.clear()
+            first = list(started)
+            releases[first[0]].set()
+            releases[first[1]].set()
+            await store.until_in_flight(1)  # two slots free: a claim is asked for them
+            releases[first[2]].set()
+            releases[first[3]].set()
+            for task_id in ids[:4]:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+            most = store.most
+            store.gate.set()
+            for n in range(8):
+                releases[n].set()
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert (2, 4) == (most, highest)
+
+
+async def test_claims_never_overlap_in_a_worker_serving_a_limited_queue() -> None:
+    """A worker serving a queue with a concurrency limit MUST claim one call at a time: a
+    limited queue's claim starts its tasks at once, so an open queue's claim answering
+    meanwhile could take its slot (two slots, ``prefetch=0``: ``b`` limited to one)."""
+    store = _OverlapStore(MemoryStore(clock=ManualClock()), gated="a")
+    app = make_app(store=store, queues=[Queue("a"), Queue("b", concurrency=1)])
+    releases = {name: asyncio.Event() for name in ("a1", "a2", "b1", "b2")}
+    running = highest = 0
+
+    async def job(ctx: TaskContext, name: str) -> None:
+        nonlocal running, highest
+        running += 1
+        highest = max(highest, running)
+        await releases[name].wait()
+        running -= 1
+
+    app.task(name="a", queue="a")(job)
+    app.task(name="b", queue="b")(job)
+    async with app:
+        ids = {name: (await app.submit(name[0], {"name": name}, ALICE)).id
+               for name in ("b1", "b2", "a1", "a2")}
+        async with fast_worker(app, concurrency=2, prefetch=0, queues=["a", "b"]) as worker:
+            for name in ("b1", "a1"):
+                await until(app, ids[name], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            store.gate.clear()
+            releases["a1"].set()
+            await store.until_in_flight(1)  # a claim of queue a waits at the gate
+            b_free = asyncio.Event()
+            plan = worker._plan
+
+            def planned() -> Any:  # the claim loop plans with b's slot free
+                if worker._active["b"] == 0:
+                    b_free.set()
+                return plan()
+
+            worker._plan = planned  # type: ignore[method-assign]
+            releases["b1"].set()
+            await asyncio.wait_for(b_free.wait(), TIMEOUT)
+            most = store.most
+            store.gate.set()
+            for event in releases.values():
+                event.set()
+            for task_id in ids.values():
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert (1, 2) == (most, highest)
 
 
 async def test_worker_uses_store_wakeups_when_offered() -> None:

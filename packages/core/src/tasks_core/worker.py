@@ -7,6 +7,14 @@ wait for work: the store's wakeups where it offers them (``capabilities.wakeups`
 polling with exponential backoff; submits, answers and releases made through the same
 ``App`` wake it at once either way.
 
+Claims in flight: the open queues' claim runs in the background, and while it is in flight
+the loop asks for the next one as soon as slots free up (at most :data:`CLAIMS_IN_FLIGHT`
+at once), each asking only for room no claim in flight asked for — so the round trip of a
+claim overlaps the next and the bounds below count tasks asked for as if held. A worker
+serving a queue with a concurrency limit claims one call at a time: a limited queue's
+claim starts its tasks at once, so no other claim may answer meanwhile and take its slots.
+The worker waits for work only once every claim in flight came back empty.
+
 Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed beyond
 the free slots, so the next claim is in flight while handlers run instead of after they
 finish. ``prefetch="auto"`` (the default) claims up to
@@ -70,6 +78,9 @@ log = logging.getLogger("tasks_core.worker")
 
 SHORT_RUN = 0.02
 """Seconds a run may hold its slot and still count as short for ``prefetch="auto"``."""
+
+CLAIMS_IN_FLIGHT = 2
+"""Claims of the open queues a worker keeps in flight at once (see the module docstring)."""
 
 
 class Worker:
@@ -198,6 +209,10 @@ class Worker:
         its claim was asked, oldest first."""
         self._hold_failed = False
         """A held claim was released unstarted: no claiming ahead until a run ends."""
+        self._asking: dict[asyncio.Task[None], int] = {}
+        """Claims of the open queues in flight, each with how many tasks it asked for."""
+        self._answers: list[tuple[int, bool]] = []
+        """What claims in flight got since the claim loop last looked: ``(tasks, failed)``."""
 
     # -- public --------------------------------------------------------------------------
 
@@ -358,8 +373,8 @@ class Worker:
 
     def _room(self) -> int:
         """How many tasks of the open queues a claim may take now: the free slots, plus
-        :meth:`_ahead` less the claims held."""
-        return self._free() + self._ahead() - len(self._held)
+        :meth:`_ahead`, less the claims held and the tasks claims in flight asked for."""
+        return self._free() + self._ahead() - len(self._held) - sum(self._asking.values())
 
     def _ahead(self) -> int:
         """How many claims may be held beyond the free slots now: none while claiming
@@ -381,48 +396,86 @@ class Worker:
         try:
             await self._claim_until_stopped(store)
         finally:
-            while self._held:  # a shutdown (or a cancel): give held claims back
-                self._release(self._held.popleft()[1], "the worker is shutting down")
+            try:
+                if self._asking:  # their claims are released as they arrive (stopping)
+                    await asyncio.wait(list(self._asking))
+            finally:
+                for asking in list(self._asking):
+                    asking.cancel()
+                while self._held:  # a shutdown (or a cancel): give held claims back
+                    self._release(self._held.popleft()[1], "the worker is shutting down")
 
     async def _claim_until_stopped(self, store: Any) -> None:
         loop = asyncio.get_running_loop()
         backoff = self.min_poll
+        dry = failed = False  # every claim answered since tasks last came was empty
         while not self._stopping:
+            answers, self._answers = self._answers, []
+            if any(got for got, _ in answers):
+                dry = failed = False
+                backoff = self.min_poll
+            elif answers:
+                dry, failed = True, failed or any(bad for _, bad in answers)
+            if dry and not self._asking:
+                await self._idle(store, backoff, wakeups=not failed)
+                backoff = min(backoff * 2, self.poll_interval)
+                dry = failed = False
+                continue
             self._slot_freed.clear()
             self._start_held(loop.time())
-            if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
+            if (0 < self._free() < self._claim_at and self._handlers_busy() and not self._held
+                    and not self._asking):
                 await self._more_slots()
-            plan = self._plan()
-            if not plan:
+            for queues, limit, exclusive in [] if dry else self._plan():
+                if self.stopping:  # a drain began during a claim of a limited queue
+                    break
+                if queues[0] in self.limits:
+                    if not self._asking:  # see the module docstring
+                        self._answers.append(await self._claim(
+                            store, queues, min(limit, self._free()), exclusive, limited=True))
+                elif len(self._asking) < (1 if self.limits else CLAIMS_IN_FLIGHT):
+                    self._ask(store, queues, min(limit, self._room()))
+            if not self._answers:  # wait for an answer, a freed slot or a held claim's turn
                 await _first(self._slot_freed.wait(), self._stop.wait(),
                              timeout=self._hold_left(loop.time()))
-                continue
-            claimed, failed = 0, False
-            for queues, limit, exclusive in plan:
-                limited = queues[0] in self.limits
-                limit = min(limit, self._free() if limited else self._room())
-                if limit <= 0 or self._stopping:
-                    continue
-                asked = loop.time()
-                try:
-                    claims = await store.claim_next(self.worker_id, self.lease_for,
-                                                    queues=queues, limit=limit,
-                                                    exclusive=exclusive)
-                except Exception:  # a store outage (or a store bug) must not kill the worker
-                    log_failure(log, "worker %s: claim failed; backing off %.2fs",
-                                self.worker_id, backoff)
-                    claims, failed = [], True
-                for claim in claims:
-                    if limited or (self._free() > 0 and not self._held):
-                        self._start(claim)
-                    else:
-                        self._held.append((asked, claim))
-                claimed += len(claims)
-            if claimed:
-                backoff = self.min_poll
-                continue
-            await self._idle(store, backoff, wakeups=not failed)
-            backoff = min(backoff * 2, self.poll_interval)
+
+    def _ask(self, store: Any, queues: list[str], limit: int) -> None:
+        """Claim up to ``limit`` tasks of the open ``queues`` in the background; the claim
+        loop hears of the answer through :attr:`_answers` (and a wakeup)."""
+        if limit <= 0:
+            return
+
+        async def ask() -> None:
+            answer = (0, True)
+            try:
+                answer = await self._claim(store, queues, limit, (), limited=False)
+            finally:
+                self._asking.pop(asking, None)
+                self._answers.append(answer)
+                self._slot_freed.set()
+
+        asking = asyncio.create_task(ask(), name="tasks:claim")
+        self._asking[asking] = limit
+
+    async def _claim(self, store: Any, queues: list[str], limit: int,
+                     exclusive: tuple[str, ...], *, limited: bool) -> tuple[int, bool]:
+        """Claim up to ``limit`` tasks of ``queues``: start each in a free slot or hold it
+        (open queues only); ``(tasks claimed, whether the store failed)``."""
+        if limit <= 0:
+            return 0, False
+        asked = asyncio.get_running_loop().time()
+        try:
+            claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
+                                            limit=limit, exclusive=exclusive)
+        except Exception:  # a store outage (or a store bug) must not kill the worker
+            log_failure(log, "worker %s: claim failed; backing off", self.worker_id)
+            return 0, True
+        for claim in claims:
+            if limited or (self._free() > 0 and not self._held):
+                self._start(claim)
+            else:
+                self._held.append((asked, claim))
+        return len(claims), False
 
     def _start_held(self, now: float) -> None:
         """Start held claims in the free slots, oldest first; release those held for a
