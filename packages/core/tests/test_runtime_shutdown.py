@@ -56,6 +56,35 @@ async def test_drain_releases_claimed_but_unstarted_tasks() -> None:
     assert [0] * 3 == [s.revision for s in snapshots], "nothing was written"
 
 
+async def test_a_cancelled_worker_starts_nothing_a_claim_in_flight_brings() -> None:
+    """A worker cancelled (not drained) while a claim is in flight MUST start none of the
+    tasks that claim brings: like a killed process, it leaves them to their leases."""
+    inner = MemoryStore(clock=ManualClock())
+    store = GateStore(inner)
+    app = make_app(store=store)
+    ran: list[str] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        ran.append(ctx.task_id)
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(3)]
+        store.armed = True
+        worker = fast_worker(app)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(store.entered.wait(), TIMEOUT)  # claimed, not yet handed over
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        store.gate.set()
+        await asyncio.sleep(0)  # one loop step: a claim task still alive hands over in it
+        snapshots = [await app.get(task_id, ALICE) for task_id in ids]
+    assert [] == ran
+    assert not worker.runs
+    assert [TaskStatus.RUNNING] * 3 == [s.status for s in snapshots], "left to their leases"
+
+
 async def test_a_run_that_stops_for_the_shutdown_is_released_not_cancelled() -> None:
     """Running tokens MUST get ``shutdown``; a handler that stops for it (raising) MUST be
     released for another worker — pending, not cancelled, no retry consumed."""

@@ -397,9 +397,9 @@ class Worker:
             await self._claim_until_stopped(store)
         finally:
             try:
-                if self._asking:  # their claims are released as they arrive (stopping)
+                if self._asking and self._stopping:  # a drain: released as they arrive
                     await asyncio.wait(list(self._asking))
-            finally:
+            finally:  # a cancel (a killed worker): their tasks are left to their leases
                 for asking in list(self._asking):
                     asking.cancel()
                 while self._held:  # a shutdown (or a cancel): give held claims back
@@ -423,8 +423,7 @@ class Worker:
                 continue
             self._slot_freed.clear()
             self._start_held(loop.time())
-            if (0 < self._free() < self._claim_at and self._handlers_busy() and not self._held
-                    and not self._asking):
+            if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
                 await self._more_slots()
             for queues, limit, exclusive in [] if dry else self._plan():
                 if self.stopping:  # a drain began during a claim of a limited queue
@@ -452,7 +451,7 @@ class Worker:
             finally:
                 self._asking.pop(asking, None)
                 self._answers.append(answer)
-                self._slot_freed.set()
+                self._slot_freed.set()  # wakes the claim loop
 
         asking = asyncio.create_task(ask(), name="tasks:claim")
         self._asking[asking] = limit
