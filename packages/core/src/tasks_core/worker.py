@@ -185,7 +185,9 @@ class Worker:
         self._active: Counter[str] = Counter()
         self._stopping = False
         self._stop = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self._wake = asyncio.Event()
+        """Set when the claim loop may have something to do: a slot freed, a claim in flight
+        answered, a held claim dropped."""
         self._loop_done = asyncio.Event()
         self._shutdown_done = asyncio.Event()
         self._settled: bool | None = None
@@ -421,7 +423,7 @@ class Worker:
                 backoff = min(backoff * 2, self.poll_interval)
                 dry = failed = False
                 continue
-            self._slot_freed.clear()
+            self._wake.clear()
             self._start_held(loop.time())
             if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
                 await self._more_slots()
@@ -435,7 +437,7 @@ class Worker:
                 elif len(self._asking) < (1 if self.limits else CLAIMS_IN_FLIGHT):
                     self._ask(store, queues, min(limit, self._room()))
             if not self._answers:  # wait for an answer, a freed slot or a held claim's turn
-                await _first(self._slot_freed.wait(), self._stop.wait(),
+                await _first(self._wake.wait(), self._stop.wait(),
                              timeout=self._hold_left(loop.time()))
 
     def _ask(self, store: Any, queues: list[str], limit: int) -> None:
@@ -451,7 +453,7 @@ class Worker:
             finally:
                 self._asking.pop(asking, None)
                 self._answers.append(answer)
-                self._slot_freed.set()  # wakes the claim loop
+                self._wake.set()
 
         asking = asyncio.create_task(ask(), name="tasks:claim")
         self._asking[asking] = limit
@@ -503,17 +505,17 @@ class Worker:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            self._slot_freed.clear()
+            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
-                    await self._slot_freed.wait()
+                    await self._wake.wait()
 
     async def _idle(self, store: Any, backoff: float, *, wakeups: bool) -> None:
         """Wait for work: store wakeups (unless the store just failed) or the backoff; local
         work, freed slots and a shutdown wake it early. A failing wakeup falls back to the
         backoff, so an outage never turns into a busy loop."""
         waits: list[Coroutine[Any, Any, object]] = [
-            self._stop.wait(), self._slot_freed.wait(),
+            self._stop.wait(), self._wake.wait(),
             self.app._work.wait(self._work_seen, self.poll_interval)]
         timeout = backoff
         if wakeups and store.capabilities.wakeups:
@@ -551,7 +553,7 @@ class Worker:
             current = asyncio.current_task()
             if current is not None:
                 self._run_tasks.pop(current, None)
-            self._slot_freed.set()
+            self._wake.set()
 
     def _free_slot(self, run: Run) -> None:
         """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as
@@ -563,7 +565,7 @@ class Worker:
         self._hold_failed = False
         short = asyncio.get_running_loop().time() - started <= self._short_run
         self._short_runs = min(self._short_runs + 1, self.concurrency) if short else 0
-        self._slot_freed.set()
+        self._wake.set()
 
     def _handlers_busy(self) -> int:
         """Runs of this worker whose handler has not finished (the group commit waits for
@@ -605,7 +607,7 @@ class Worker:
             snapshot = entry[1].snapshot
             if snapshot.id == task_id and snapshot.run_id == run_id:
                 self._held.remove(entry)
-                self._slot_freed.set()  # room for another claim ahead
+                self._wake.set()  # room for another claim ahead
                 log.info("task %r: cancelled while its claim was held; not started", task_id)
                 return
 
