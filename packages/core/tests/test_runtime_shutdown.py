@@ -24,9 +24,11 @@ from tasks_store_memory import MemoryStore
 pytestmark = pytest.mark.anyio
 
 
-async def test_drain_releases_claimed_but_unstarted_tasks() -> None:
-    """Claims that reach the worker after the drain began MUST be released at once:
-    pending again, nothing cancelled, no handler run, and the drain settles."""
+@pytest.mark.parametrize("ending", ["drain", "cancel"])
+async def test_claims_that_arrive_as_the_worker_ends_never_start(ending: str) -> None:
+    """Claims that reach the worker after its end began MUST never start. A drain releases
+    them at once: pending again, nothing cancelled, and the drain settles. A cancel (not a
+    drain: like a killed process) leaves them to their leases."""
     inner = MemoryStore(clock=ManualClock())
     store = GateStore(inner)
     app = make_app(store=store)
@@ -42,47 +44,28 @@ async def test_drain_releases_claimed_but_unstarted_tasks() -> None:
         worker = fast_worker(app)
         serving = asyncio.create_task(worker.run())
         await asyncio.wait_for(store.entered.wait(), TIMEOUT)  # claimed, not yet handed over
-        drain = asyncio.create_task(worker.shutdown(drain_timeout=TIMEOUT))
-        await asyncio.sleep(0)  # let the drain begin: it stops claiming before any await
-        assert worker.stopping
-        store.gate.set()
-        assert await drain
-        await serving
+        if ending == "drain":
+            drain = asyncio.create_task(worker.shutdown(drain_timeout=TIMEOUT))
+            await asyncio.sleep(0)  # let the drain begin: it stops claiming before any await
+            assert worker.stopping
+            store.gate.set()
+            assert await drain
+            await serving
+        else:
+            serving.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await serving
+            store.gate.set()
+            await asyncio.sleep(0)  # one loop step: a claim task still alive hands over in it
         snapshots = [await app.get(task_id, ALICE) for task_id in ids]
-    assert [] == ran
+    assert ([], {}) == (ran, worker.runs)
+    if ending == "cancel":
+        assert [TaskStatus.RUNNING] * 3 == [s.status for s in snapshots], "left to leases"
+        return
     assert [TaskStatus.PENDING] * 3 == [s.status for s in snapshots]
     assert [1] * 3 == [s.deliveries for s in snapshots], "the delivery stays counted"
     assert all(s.claim is not None and s.claim.ended for s in snapshots)
     assert [0] * 3 == [s.revision for s in snapshots], "nothing was written"
-
-
-async def test_a_cancelled_worker_starts_nothing_a_claim_in_flight_brings() -> None:
-    """A worker cancelled (not drained) while a claim is in flight MUST start none of the
-    tasks that claim brings: like a killed process, it leaves them to their leases."""
-    inner = MemoryStore(clock=ManualClock())
-    store = GateStore(inner)
-    app = make_app(store=store)
-    ran: list[str] = []
-
-    @app.task
-    async def job(ctx: TaskContext) -> None:
-        ran.append(ctx.task_id)
-
-    async with app:
-        ids = [(await app.submit(job, None, ALICE)).id for _ in range(3)]
-        store.armed = True
-        worker = fast_worker(app)
-        serving = asyncio.create_task(worker.run())
-        await asyncio.wait_for(store.entered.wait(), TIMEOUT)  # claimed, not yet handed over
-        serving.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await serving
-        store.gate.set()
-        await asyncio.sleep(0)  # one loop step: a claim task still alive hands over in it
-        snapshots = [await app.get(task_id, ALICE) for task_id in ids]
-    assert [] == ran
-    assert not worker.runs
-    assert [TaskStatus.RUNNING] * 3 == [s.status for s in snapshots], "left to their leases"
 
 
 async def test_a_run_that_stops_for_the_shutdown_is_released_not_cancelled() -> None:
