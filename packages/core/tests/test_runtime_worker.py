@@ -448,6 +448,22 @@ async def test_worker_uses_store_wakeups_when_offered() -> None:
         assert worker.claimed == 1
 
 
+async def test_an_idle_worker_waits_for_work_without_claiming_again() -> None:
+    """A worker whose claims came back empty MUST wait (here on the store's wakeup, which
+    never comes) and not claim again: however long the event loop runs meanwhile, no
+    ``claim_next`` is asked until something changes."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    async with app:
+        async with fast_worker(app, poll_interval=60.0, min_poll=60.0):
+            await asyncio.wait_for(store.idle.wait(), TIMEOUT)
+            claims = len(store.claim_limits)
+            for _ in range(100):  # many turns of the event loop, no time needed
+                await asyncio.sleep(0)
+            assert claims == len(store.claim_limits)
+            assert 1 == store.wakeup_waits
+
+
 async def test_worker_polls_a_store_without_wakeups() -> None:
     """On a store without ``wakeups`` the worker MUST never call ``wait_for_work`` and
     still find work submitted by another app (polling)."""

@@ -412,6 +412,7 @@ class Worker:
         backoff = self.min_poll
         dry = failed = False  # every claim answered since tasks last came was empty
         while not self._stopping:
+            self._wake.clear()  # what woke the loop is looked at below
             answers, self._answers = self._answers, []
             if any(got for got, _ in answers):
                 dry = failed = False
@@ -423,7 +424,6 @@ class Worker:
                 backoff = min(backoff * 2, self.poll_interval)
                 dry = failed = False
                 continue
-            self._wake.clear()
             self._start_held(loop.time())
             if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
                 await self._more_slots()
