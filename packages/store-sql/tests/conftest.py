@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
+from tasks_core import ManualClock
 from tasks_store_sql import SQLStore, migrate
 from tasks_store_sql._dialect import parse_url
 from tasks_store_sql._schema import COUNTER
@@ -180,6 +181,12 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
+def clock() -> ManualClock:
+    """The injected clock of the stores a test opens with it."""
+    return ManualClock()
+
+
+@pytest.fixture
 async def closing() -> AsyncIterator[Callable[[SQLStore], SQLStore]]:
     """``closing(store)``: close the store after the test."""
     stores: list[SQLStore] = []
@@ -191,6 +198,14 @@ async def closing() -> AsyncIterator[Callable[[SQLStore], SQLStore]]:
     yield keep
     for store in reversed(stores):
         await store.aclose()
+
+
+@pytest.fixture
+async def pg_store(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock
+) -> SQLStore:
+    """A store on PostgreSQL with the manual ``clock`` (closed after the test)."""
+    return closing(await postgres_opener(clock=clock))
 
 
 @pytest.fixture(params=["sqlite", "postgres", "mariadb"])

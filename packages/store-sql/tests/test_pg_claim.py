@@ -39,16 +39,9 @@ WORKER = "w-claims"
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def store(
-    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock
-) -> SQLStore:
-    """A store on PostgreSQL with a manual clock (closed after the test)."""
-    return closing(await postgres_opener(clock=clock))
+def store(pg_store: SQLStore) -> SQLStore:
+    """A store on PostgreSQL with the manual ``clock``."""
+    return pg_store
 
 
 async def _stored_text(store: SQLStore, task_id: str) -> str:
@@ -267,19 +260,29 @@ async def _rewrite(store: SQLStore, task_id: str, **values: Any) -> None:
 async def test_rows_of_an_older_version_are_claimed_in_python_and_laid_out_anew(
     store: SQLStore, clock: ManualClock
 ) -> None:
-    """Text in another key order (every version before the head layout) and a row without
-    a delivery limit column (stored before migration 0004) are claimed exactly as the
-    rules say, by the claim in Python, whose write lays the row out for the statement."""
+    """Text in another key order (every version before the head layout), text whose head
+    holds the claim's keys alone (the versions before the completion statement) and a
+    row without a delivery limit column (stored before migration 0004) are claimed
+    exactly as the rules say, by the claim in Python, whose write lays the row out for
+    the statement."""
     old_layout = await store.create(new_task())
+    clock.advance(1)
+    claim_head = await store.create(new_task())
     clock.advance(1)
     no_limit = await store.create(new_task())
     before = await _before(store, old_layout.id)
     await _rewrite(store, old_layout.id, snapshot=before.model_dump_json())
+    claims_only = await _before(store, claim_head.id)
+    head = claims_only.model_dump_json(include=set(_codec.CLAIM_KEYS))
+    rest = claims_only.model_dump_json(exclude=set(_codec.CLAIM_KEYS))
+    await _rewrite(store, claim_head.id, snapshot=head[:-1] + "," + rest[1:])
     await _rewrite(store, no_limit.id, max_deliveries=None)
     clock.advance(1)
 
     await _claim_matches_the_rules(store, clock, old_layout.id)
+    await _claim_matches_the_rules(store, clock, claim_head.id)
     await _claim_matches_the_rules(store, clock, no_limit.id)
+    assert (await _stored_text(store, claim_head.id)).startswith('{"status":')
 
     t = store.tables.tasks
     async with store._db.engine.connect() as conn:
@@ -292,11 +295,11 @@ async def test_rows_of_an_older_version_are_claimed_in_python_and_laid_out_anew(
 async def test_a_head_with_a_key_of_another_version_goes_to_the_claim_in_python(
     store: SQLStore, clock: ManualClock
 ) -> None:
-    """A head holding anything but the claim's keys is not rewritten by the statement
+    """A head holding anything but the head's keys is not rewritten by the statement
     (which would drop the key): the claim in Python decides on the whole text."""
     task = await store.create(new_task())
     text = await _stored_text(store, task.id)
-    odd = text.replace('{"progress":null,', '{"progress":null,"retry_count":0,', 1)
+    odd = text.replace('{"status":"pending",', '{"status":"pending","retry_count":0,', 1)
     assert odd != text
     assert _codec.decode_snapshot(task.id, odd) == await _before(store, task.id)
     await _rewrite(store, task.id, snapshot=odd)

@@ -41,11 +41,6 @@ IN_A, IN_B = Owner("alice", tenant="a"), Owner("bob", tenant="b")
 IN_C = Owner("carol", tenant="c")
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
 class Statements(list[list[Snapshot | None]]):
     """What each create statement returned, a list per statement (``None``: left to the
     transaction)."""

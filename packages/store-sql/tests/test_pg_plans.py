@@ -1,4 +1,5 @@
-"""PostgreSQL plans of the hot path: a transition reads its own task's history by key.
+"""PostgreSQL plans of the hot path: a transition (and a completion statement) reads its
+own task's history by key.
 
 asyncpg prepares each hot-path statement once per connection, and after a few runs
 PostgreSQL may keep one generic plan for it — made with the statistics of that moment,
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from tasks_core import Completed, NewTask, Owner, Work
-from tasks_store_sql import SQLStore
+from tasks_store_sql import SQLStore, _pg_complete
 from tasks_store_sql._dialect import parse_url
 from tasks_store_sql.plugin import drop_namespace
 
@@ -70,6 +71,49 @@ async def test_generic_plan_of_a_transition_reads_history_by_key(
         await conn.close()
 
     assert sorted((r["id"], r["event_id"]) for r in rows) == [("t1", "done"), ("t2", "done")]
+    assert scans is not None
+    assert scans["seq_scan"] == 0, "the generic plan scans the events table"
+    assert scans["idx_scan"] >= 1
+
+
+async def test_generic_plan_of_a_completion_reads_history_by_key(
+    store: SQLStore, postgres_url: str
+) -> None:
+    """The completion statement's replay check, under the generic plan made while the
+    events table is tiny, reads the history by key as well."""
+    owner = Owner("alice")
+    for n in range(3):
+        await store.create(NewTask(id=f"t{n}", tenant="default", owner=owner,
+                                   work=Work(name="job")))
+        claim = await store.claim(f"t{n}", "w1", 30)
+        await store.transition(f"t{n}", claim.snapshot.revision,
+                               Completed(event_id="done", result=n), claim.lease)
+    await store.create(NewTask(id="t3", tenant="default", owner=owner, work=Work(name="job")))
+    [claim] = await store.claim_next("w1", 30, queues=["default"], limit=1)
+    assert store._fast is not None
+    planned = _pg_complete.plan(
+        [("t3", claim.snapshot.revision, Completed(event_id="done"), claim.lease)],
+        store._fast.decoded,
+    )
+    assert list(planned.kept) == ["t3"]
+    statement = store._fast.complete
+    events_table = store.tables.events.name
+
+    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
+    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
+    try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        async with conn.transaction():
+            rows = await conn.fetch(statement.sql,
+                                    *statement.args(now=None, **planned.arrays))
+            scans = await conn.fetchrow(
+                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
+                events_table,
+            )
+    finally:
+        await conn.close()
+
+    assert [r["id"] for r in rows] == ["t3"]
     assert scans is not None
     assert scans["seq_scan"] == 0, "the generic plan scans the events table"
     assert scans["idx_scan"] >= 1

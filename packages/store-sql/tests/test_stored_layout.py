@@ -1,8 +1,9 @@
-"""The layout of a stored snapshot (``_codec.encode_snapshot``): the claim's keys first,
-ending at the first ``,"id":"``, then every other key — ASCII text, whatever the values.
+"""The layout of a stored snapshot (``_codec.encode_snapshot``): the keys a claim or a
+completion writes first, ending at the first ``,"id":"``, then every other key — ASCII
+text, whatever the values.
 
-The PostgreSQL claim statement relies on it to rewrite the head without parsing the
-rest; every reader decodes it like text of any other key order.
+The PostgreSQL claim and completion statements rely on it to rewrite the head without
+parsing the rest; every reader decodes it like text of any other key order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ TRAPS = {"x": 1, "id": "a", "quote": ',"id":"', "accent": "é\u2028", "emoji": "
 
 
 @pytest.mark.parametrize("values", [{"n": 1}, TRAPS], ids=["ascii", "escaped"])
-def test_the_head_holds_the_claims_keys_and_ends_at_the_first_id_key(
+def test_the_head_holds_the_keys_claims_and_completions_write_and_ends_at_the_first_id_key(
     values: dict[str, object],
 ) -> None:
     now = rules.tick(ManualClock().now())
@@ -58,7 +59,7 @@ def test_text_cut_at_its_instants_joins_back_with_them() -> None:
 
     assert cut is not None
     parts, shifts = cut
-    assert shifts == [0, 0, 90_000]  # updated_at, created_at, expires_at (milliseconds)
+    assert shifts == [0, 90_000, 0]  # updated_at, expires_at, created_at (milliseconds)
     spelled = [_codec.instant_json(at + timedelta(milliseconds=ms)) for ms in shifts]
     assert "".join(p + s for p, s in zip(parts, [*spelled, ""], strict=True)) == text
 

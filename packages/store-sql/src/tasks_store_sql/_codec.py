@@ -5,13 +5,16 @@ projection columns queries filter on; the lease token only ever lives in its own
 Decoding a row that fails validation raises ``StoreCorrupt`` naming the task id and
 nothing of the stored text.
 
-The stored text has a fixed layout: the keys a claim rewrites (:data:`HEAD_KEYS`) come
-first, then every other key, starting with ``"id"`` — ``{"progress":…,"started_at":…,
-"id":"…",…}``. A JSON string never holds an unescaped ``"``, and no model inside the head
-has a key ``id``, so the first ``,"id":"`` of such text is where the head ends: the
-PostgreSQL claim (:mod:`tasks_store_sql._pg_claim`) reads and replaces the head alone and
-copies the rest byte for byte, without parsing the whole document. Key order means
-nothing to a reader: text of any other layout (written before it) decodes the same.
+The stored text has a fixed layout: the keys a claim or a completion rewrites
+(:data:`HEAD_KEYS`, in the model's order) come first, then every other key, starting with
+``"id"`` — ``{"status":…,"expires_at":…,"id":"…",…}``. A JSON string never holds an
+unescaped ``"``, no model inside the head has a key ``id``, and the head of a task that
+has not finished holds no object or array of the user's (its ``result`` and ``error`` are
+``null``, its ``input_requests`` empty unless it waits for input), so the first ``,"id":"`` of such
+text is where the head ends: the PostgreSQL claim (:mod:`tasks_store_sql._pg_claim`) and
+completion (:mod:`tasks_store_sql._pg_complete`) write a new head and copy the rest byte
+for byte, without parsing the whole document. Key order means nothing to a reader: text
+of any other layout (written before it) decodes the same.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, TypeAdapter
 from tasks_core.errors import StoreCorrupt
@@ -27,8 +30,11 @@ from tasks_core.events import EventRecord
 from tasks_core.models import Instant, Snapshot, TaskStatus
 
 __all__ = [
+    "CLAIM_KEYS",
+    "COMPLETION_KEYS",
     "HEAD_KEYS",
     "Decoded",
+    "Kept",
     "cut_at_instants",
     "decode_record",
     "decode_snapshot",
@@ -43,17 +49,19 @@ __all__ = [
 ]
 
 
-HEAD_KEYS = (
-    "progress",
-    "retry_at",
-    "deliveries",
-    "claim",
-    "lease_generation",
-    "updated_at",
+CLAIM_KEYS = frozenset({
+    "progress", "retry_at", "deliveries", "claim", "lease_generation", "updated_at",
     "started_at",
-)
-"""The snapshot keys a claim writes (``rules.start_claim``), in the order of the model's
-fields: the head of the stored text."""
+})
+"""The snapshot keys a claim writes (``rules.start_claim``)."""
+COMPLETION_KEYS = frozenset({
+    "status", "revision", "result", "error", "cancel_reason", "input_requests", "claim",
+    "retry_at", "updated_at", "finished_at", "expires_at",
+})
+"""The snapshot keys a terminal event may write (``rules.apply_event``)."""
+HEAD_KEYS = tuple(key for key in Snapshot.model_fields if key in CLAIM_KEYS | COMPLETION_KEYS)
+"""The head of the stored text: what a claim or a completion writes, in the order of the
+model's fields."""
 _HEAD = set(HEAD_KEYS)
 _INSTANT = TypeAdapter(Instant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
@@ -80,28 +88,41 @@ def decode_snapshot(task_id: str, text: Any) -> Snapshot:
     return snapshot
 
 
+class Kept(NamedTuple):
+    """A decoded snapshot, the exact text it was decoded from, and the ``row_version`` of
+    the row that held that text (``None`` where the writer did not learn it)."""
+
+    text: str
+    snapshot: Snapshot
+    row_version: int | None = None
+
+
 class Decoded:
     """Snapshots decoded lately, each kept with the exact text it was decoded from, so that
     reading the same text again — a completion locking the row its claim returned — takes
     the snapshot instead of validating the text a second time. Snapshots are frozen, and
     equal text decodes to an equal snapshot, so handing one out twice is safe.
 
-    Each entry is given back once (:meth:`take`) and the oldest are dropped beyond
-    ``size``: what a process keeps is bounded whatever becomes of its claims. A lock keeps
-    it whole when event loops in several threads share the store (the sync facade).
+    Each entry is given back once (:meth:`take`, :meth:`pop`) and the oldest are dropped
+    beyond ``size``: what a process keeps is bounded whatever becomes of its claims. A
+    lock keeps it whole when event loops in several threads share the store (the sync
+    facade).
     """
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._entries: dict[str, tuple[str, Snapshot]] = {}
+        self._entries: dict[str, Kept] = {}
         self._lock = threading.Lock()
 
-    def keep(self, task_id: str, text: str, snapshot: Snapshot) -> None:
-        """Remember that ``text`` of ``task_id`` decodes to ``snapshot``."""
+    def keep(
+        self, task_id: str, text: str, snapshot: Snapshot, row_version: int | None = None
+    ) -> None:
+        """Remember that ``text`` of ``task_id`` decodes to ``snapshot`` (and was stored
+        at ``row_version``)."""
         with self._lock:
             entries = self._entries
             entries.pop(task_id, None)
-            entries[task_id] = (text, snapshot)
+            entries[task_id] = Kept(text, snapshot, row_version)
             if len(entries) > self.size:
                 del entries[next(iter(entries))]
 
@@ -110,7 +131,17 @@ class Decoded:
         ``None``: decode it."""
         with self._lock:
             kept = self._entries.pop(task_id, None)
-        return kept[1] if kept is not None and kept[0] == text else None
+        return kept.snapshot if kept is not None and kept.text == text else None
+
+    def peek(self, task_id: str) -> Kept | None:
+        """What is kept for ``task_id`` (still kept)."""
+        with self._lock:
+            return self._entries.get(task_id)
+
+    def pop(self, task_id: str) -> None:
+        """Forget what is kept for ``task_id``."""
+        with self._lock:
+            self._entries.pop(task_id, None)
 
 
 def decode_record(task_id: str, text: Any) -> EventRecord:

@@ -21,7 +21,10 @@ prepared-statement cache serves every call after the first on a connection. Per 
 - ``COMMIT``.
 
 A batch of transitions (``transition_many``) costs the same four round trips and one
-commit as a single one.
+commit as a single one — and the ``completed`` events of runs this store claimed, one
+statement of their own (:mod:`tasks_store_sql._pg_complete`: the row guarded by the
+``row_version`` its claim returned, the new text made from the claim's, no ``BEGIN``/
+``COMMIT``); what that statement does not write goes to the transaction above.
 
 ``claim_next`` is one statement, its own transaction (one round trip, one commit): it
 locks the oldest claimable rows (``SKIP LOCKED``), reads the clock after the locks and
@@ -66,7 +69,7 @@ from tasks_core.errors import (
 from tasks_core.events import EventRecord, Transition
 from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits
 
-from tasks_store_sql import _codec
+from tasks_store_sql import _codec, _pg_complete
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
 from tasks_store_sql._pg_claim import claim_statement
@@ -108,6 +111,11 @@ class FastPath:
     def claim_one(self) -> Statement:
         """``claim_next`` of one queue (built when first used, like :attr:`sql`'s)."""
         return claim_statement(self.tables, one_queue(self.tables.tasks))
+
+    @functools.cached_property
+    def complete(self) -> Statement:
+        """The completions of claimed runs (:mod:`tasks_store_sql._pg_complete`)."""
+        return _pg_complete.completion_statement(self.tables)
 
     @functools.cached_property
     def claim_many(self) -> Statement:
@@ -187,7 +195,48 @@ class FastPath:
     async def transition_many(
         self, items: Sequence[rules.BatchItem]
     ) -> list[Transition | TasksError]:
-        """See ``SQLStore.transition_many``."""
+        """See ``SQLStore.transition_many``: the completions of claimed runs by one
+        statement (:mod:`tasks_store_sql._pg_complete`), every other item — and every
+        completion the statement did not write — by the transaction that decides in
+        Python (:meth:`_transition_locked`). When that transaction fails after the
+        statement wrote completions, its items get its ``StoreUnavailable`` and the
+        written ones their results.
+
+        Raises:
+            StoreUnavailable: transient failure; nothing was written.
+        """
+        results: list[Transition | TasksError | None] = [None] * len(items)
+        planned = _pg_complete.plan(items, self.decoded)
+        if planned.kept:
+            statement = self.complete
+            args = statement.args(now=self._now_arg(), **planned.arrays)
+
+            async def op(driver: Any) -> list[Any]:
+                return list(await driver.fetch(statement.sql, *args))
+
+            for task_id, committed_at in await self.db.run_driver(op, single_statement=True):
+                self.decoded.pop(task_id)
+                index, (new, record) = planned.applied(task_id, rules.tick(committed_at))
+                results[index] = Transition(outcome="applied", snapshot=new, record=record)
+        rest = [index for index, result in enumerate(results) if result is None]
+        if rest:
+            decided: list[Transition | TasksError]
+            try:
+                decided = await self._transition_locked([items[index] for index in rest])
+            except StoreUnavailable as exc:
+                if len(rest) == len(items):
+                    raise  # nothing was written
+                decided = [exc] * len(rest)  # the statement's completions were
+            for index, result in zip(rest, decided, strict=True):
+                results[index] = result
+        return [result for result in results if result is not None]
+
+    async def _transition_locked(
+        self, items: Sequence[rules.BatchItem]
+    ) -> list[Transition | TasksError]:
+        """``transition_many`` in a transaction: the rows locked, the clock read after the
+        locks, each item decided in Python (:mod:`tasks_store_sql._batch`), every changed
+        row written once."""
         if not items:
             return []
         ids = sorted({item[0] for item in items})
@@ -407,28 +456,32 @@ class FastPath:
             return await self._claim_locked(worker_id, lease_for, names, limit)
         claims: list[Claim] = []
         left_alone = False
-        for task_id, now, text, token in records:
+        for task_id, now, text, token, version in records:
             if text is None:
                 left_alone = True
-            elif (claim := self._claimed(task_id, now, text, token, worker_id)) is not None:
+                continue
+            claim = self._claimed(task_id, now, text, token, version, worker_id)
+            if claim is not None:
                 claims.append(claim)
         if left_alone and len(claims) < limit:
             claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
         return claims
 
     def _claimed(
-        self, task_id: str, now: datetime, text: str, token: str, worker_id: str
+        self, task_id: str, now: datetime, text: str, token: str, version: int,
+        worker_id: str,
     ) -> Claim | None:
         """The claim the claim statement wrote (``None``, logged, for a record that does
         not decode: it keeps the lease the statement gave it, and costs only itself). The
-        decoded snapshot is kept for the completion that locks this text again."""
+        decoded snapshot is kept, with the row's version, for the completion of this run
+        (:mod:`tasks_store_sql._pg_complete`, else the lock that reads this text again)."""
         try:
             snapshot = _codec.decode_snapshot(task_id, text)
         except StoreCorrupt:
             log.warning("claim_next claimed task %r, whose record is corrupt; left to its "
                         "lease", task_id)
             return None
-        self.decoded.keep(task_id, text, snapshot)
+        self.decoded.keep(task_id, text, snapshot, version)
         claim = snapshot.claim
         assert claim is not None  # the statement wrote it
         lease = Lease(task_id=task_id, worker_id=worker_id, token=token,

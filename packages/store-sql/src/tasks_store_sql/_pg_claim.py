@@ -6,11 +6,12 @@ claim that ``rules.start_claim`` would decide — generation, token, lease expir
 ``recovered``, deliveries, ``started_at`` kept, retry and progress cleared,
 ``updated_at`` — in the same statement, which is its own transaction (one round trip).
 
-It reads and rewrites only the head of the stored text — the claim's keys, which the
-codec writes first (:data:`tasks_store_sql._codec.HEAD_KEYS`; the head ends at the first
-``,"id":"``) — and copies the rest byte for byte, never parsing it: the delivery limit
-comes from its own column. The new head is text put together from the claim's values in
-the codec's spelling (never ``jsonb``, which would respell the user's numbers). A row the
+It reads and rewrites only the head of the stored text — the keys a claim or a
+completion writes, which the codec writes first (:data:`tasks_store_sql._codec.HEAD_KEYS`;
+the head ends at the first ``,"id":"``) — and copies the rest byte for byte, never
+parsing it: the delivery limit comes from its own column. The new head is text put
+together from the claim's values in the codec's spelling (never ``jsonb``, which would
+respell the user's numbers); the head's other keys keep the text they had. A row the
 statement cannot claim exactly as the rules would — past its delivery limit, stored in
 another layout or before the delivery-limit column existed, its head not exactly the
 claim's keys, its TTL passed by the time it was locked — is returned unclaimed for the
@@ -25,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from tasks_store_sql._codec import HEAD_KEYS
+from tasks_store_sql._codec import CLAIM_KEYS, HEAD_KEYS
 from tasks_store_sql._pg_statements import (
     Statement,
     instant_text,
@@ -41,6 +42,8 @@ _HEAD_START = '{"' + HEAD_KEYS[0] + '":'
 _HEAD_END = ',"id":"'
 _JSON = postgresql.JSON
 _TEXTS = postgresql.ARRAY(sa.Text)
+_KEPT = tuple(key for key in HEAD_KEYS if key not in CLAIM_KEYS)
+"""The head's keys a claim leaves as they are (their text is copied)."""
 
 
 def _text(name: str, value: str | None = None) -> sa.BindParameter[str]:
@@ -72,8 +75,9 @@ def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
 
 def _read(locked: sa.CTE) -> sa.FromClause:
     """What the claim reads from the head, in one pass: ``lease_generation``,
-    ``deliveries`` and the JSON text of ``started_at`` (``NULL`` where a key is missing),
-    the number of keys and how many of them are the claim's."""
+    ``deliveries``, the JSON text of ``started_at`` and of each key it keeps (``kept_…``;
+    ``NULL`` where a key is missing), the number of keys and how many of them are the
+    head's."""
     head = sa.case(
         (locked.c.cut > 0,
          sa.cast(sa.func.left(locked.c.snapshot, locked.c.cut - 1) + _text("close", "}"),
@@ -91,6 +95,7 @@ def _read(locked: sa.CTE) -> sa.FromClause:
         sa.cast(field("lease_generation"), sa.Integer).label("lease_generation"),
         sa.cast(field("deliveries"), sa.Integer).label("deliveries"),
         field("started_at").label("started_at"),
+        *(field(key).label(f"kept_{key}") for key in _KEPT),
         sa.func.count().label("n_keys"),
         sa.func.count().filter(each.c.key == sa.any_(changed)).label("changes"),
     ).select_from(each).lateral("j")
@@ -109,8 +114,8 @@ def _members(
 
 def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
     """The claimed snapshot's text: a new head, in the codec's order
-    (:data:`~tasks_store_sql._codec.HEAD_KEYS`), then the rest of the stored text as it
-    is (which begins ``,"id":``)."""
+    (:data:`~tasks_store_sql._codec.HEAD_KEYS`: the claim's values, and the text of the
+    keys it keeps), then the rest of the stored text as it is (which begins ``,"id":``)."""
     null = _text("null", "null")
     started = sa.case(
         (sa.func.coalesce(plan.c.started_at, null) == null, instant_text(plan.c.now)),
@@ -136,6 +141,7 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
         "lease_generation": [generation],
         "updated_at": [instant_text(plan.c.touched)],
         "started_at": [started],
+        **{key: [plan.c[f"kept_{key}"]] for key in _KEPT},
     }
     head = _members("h", [(key, values[key]) for key in HEAD_KEYS])
     return sa.func.concat(*head, sa.func.substr(plan.c.snapshot, plan.c.cut))
@@ -147,8 +153,8 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
     ``tokens`` (one per rank) and the queue's.
 
     Returns one row per locked candidate, oldest first: ``id``, ``now`` and, for the rows
-    claimed, the new ``snapshot`` text and ``claim_token`` (``NULL`` for a row left
-    alone). A head that is not a JSON object, or a counter in it that is not an integer,
+    claimed, the new ``snapshot`` text, ``claim_token`` and ``row_version`` (``NULL`` for
+    a row left alone). A head that is not a JSON object, or a counter in it that is not an integer,
     fails the statement before it writes anything (``DataError``).
     """
     t = tables.tasks
@@ -158,6 +164,7 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
         locked,
         (read.c.lease_generation + 1).label("generation"),
         read.c.deliveries, read.c.started_at, read.c.n_keys, read.c.changes,
+        *(read.c[f"kept_{key}"] for key in _KEPT),
         later(locked.c.now, sa.bindparam("lease", type_=sa.BigInteger)).label(
             "lease_expires_at"),
         sa.func.greatest(locked.c.now, locked.c.updated_at).label("touched"),
@@ -189,11 +196,12 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
             updated_at=decided.c.touched,
             snapshot=decided.c.new_snapshot,
         )
-        .returning(t.c.id, t.c.snapshot, t.c.claim_token)
+        .returning(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
         .cte("u")
     )
     return Statement.of(
-        sa.select(decided.c.id, decided.c.now, claimed.c.snapshot, claimed.c.claim_token)
+        sa.select(decided.c.id, decided.c.now, claimed.c.snapshot, claimed.c.claim_token,
+                  claimed.c.row_version)
         .select_from(decided.outerjoin(claimed, claimed.c.id == decided.c.id))
         .order_by(decided.c.rank)
     )

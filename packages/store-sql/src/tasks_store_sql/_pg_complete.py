@@ -1,0 +1,282 @@
+"""PostgreSQL's completion of a claimed run as one statement: ``rules.apply_event`` of a
+``completed`` event, with its history record, in SQL.
+
+A run's ``completed`` event goes to the statement when the store still holds what the
+run's claim returned (:class:`tasks_store_sql._codec.Kept`: the exact text, its snapshot
+and the row's ``row_version``): the statement then applies it only to a row that is that
+text still — the same ``row_version`` — under the lease's exact token and alive by the
+store clock read after the row is locked, and whose history has no event of that id.
+Everything ``rules.decide_transition`` checks follows from those conditions and from the
+kept snapshot (the task, generation and worker of the lease, the revision, a task that
+has not finished), so the outcome is the one the rules decide: ``applied``, at
+``committed_at = max(clock, updated_at + 1 ms)``. Any other case — a stale or expired
+lease, a progress report, a cancel or anything else written since the claim, an event id
+seen before, another layout, text that is not ASCII — is written by nothing here and goes
+to the transaction that decides in Python (:meth:`tasks_store_sql._pg.FastPath.
+_transition_locked`), which refuses or replays exactly as before.
+
+The new text is the kept text's head rewritten (:data:`tasks_store_sql._codec.HEAD_KEYS`;
+a claimed task's head holds none of the user's values) and the rest copied byte for byte:
+Python puts the new head together from the kept text with marks where only the database
+knows the instant (:data:`MARK_AT`: the commit instant; :data:`MARK_LEASE`: the lease's
+end, ``min(expiry, commit)``), the statement spells them in (pydantic's spelling,
+:func:`tasks_store_sql._pg_statements.instant_text`) and the expiry
+``min(created_at + ttl, commit + retention)`` after them. The history record is made the
+same way. A JSON text never holds a raw control character, so the marks cannot be
+confused with any value. ``test_pg_complete.py`` holds the stored text, byte for byte, to
+the codec's text of what ``rules.apply_event`` decides.
+
+Its own transaction, one round trip: a group commit of completions costs one statement
+instead of ``BEGIN``, the lock, the write and ``COMMIT``, and no snapshot is encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from tasks_core import rules
+from tasks_core.events import Completed, EventRecord
+from tasks_core.models import Lease, Snapshot, TaskStatus
+
+from tasks_store_sql._codec import Decoded, Kept
+from tasks_store_sql._pg_statements import Statement, instant_text, later, store_clock
+from tasks_store_sql._schema import Tables
+
+__all__ = ["MARK_AT", "MARK_LEASE", "Completions", "completion_statement", "plan"]
+
+MARK_AT = "\x01"
+"""Where a template spells the commit instant."""
+MARK_LEASE = "\x02"
+"""Where a template spells the end of the lease."""
+COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    ("id", sa.Text()), ("version", sa.BigInteger()), ("token", sa.Text()),
+    ("event_id", sa.Text()), ("revision", sa.Integer()), ("head", sa.Text()),
+    ("cut", sa.Integer()), ("ttl_end", postgresql.TIMESTAMP(timezone=True)),
+    ("retention", sa.BigInteger()), ("record", sa.Text()),
+)
+"""One array parameter per column, one element per completion."""
+
+_CLAIMED = (
+    '{{"status":"pending","revision":{revision},"progress":null,"result":null,'
+    '"error":null,"cancel_reason":null,"retry_at":null,"deliveries":'
+)
+_DONE = (
+    '{{"status":"completed","revision":{revision},"progress":null,"result":{result},'
+    '"error":null,"cancel_reason":null,"retry_at":null,"deliveries":'
+)
+_CLAIM = ',"input_requests":{},"claim":{"worker_id":'
+_LEASE_ENDS = ',"expires_at":"'
+_LIVE = '","ended":false,"recovered":'
+_TOUCHED = ',"updated_at":"'
+_STARTED = '","started_at":'
+_UNFINISHED = ',"finished_at":null,"expires_at":'
+_REST = ',"id":"'
+_RESULT = ',"result":'
+
+
+def _head(text: str, revision: int, result: str) -> tuple[str, int] | None:
+    """The new head of claimed ``text`` at ``revision`` completed with ``result`` (JSON
+    text), marked where the instants go, and where the rest of ``text`` begins (1-based);
+    ``None`` when ``text`` is not a claimed task's head in the codec's layout."""
+    claimed = _CLAIMED.format(revision=revision)
+    if not text.startswith(claimed):
+        return None
+    start = len(claimed)
+    claim = text.find(_CLAIM, start)
+    lease = text.find(_LEASE_ENDS, claim)
+    live = text.find(_LIVE, lease)
+    touched = text.find(_TOUCHED, live)
+    started = text.find(_STARTED, touched)
+    unfinished = text.find(_UNFINISHED, started)
+    rest = text.find(_REST, unfinished)
+    if min(claim, lease, live, touched, started, unfinished, rest) < 0:
+        return None
+    if not text[start:claim].isdigit():  # the deliveries: nothing else may come first
+        return None
+    head = "".join((
+        _DONE.format(revision=revision + 1, result=result),
+        text[start:lease], ',"expires_at":', MARK_LEASE,
+        ',"ended":true,"recovered":', text[live + len(_LIVE):touched],
+        ',"updated_at":', MARK_AT, text[started + 1:unfinished],
+        ',"finished_at":', MARK_AT, ',"expires_at":',
+    ))
+    return head, rest + 1
+
+
+@dataclass
+class Completions:
+    """The completions of a batch that the statement may write, by task id, and the
+    statement's array parameters (``ids``, ``versions``…: one per :data:`COLUMNS`)."""
+
+    kept: dict[str, tuple[int, Kept, Completed]] = field(default_factory=dict)
+    arrays: dict[str, list[Any]] = field(
+        default_factory=lambda: {f"{name}s": [] for name, _ in COLUMNS}
+    )
+
+    def add(self, index: int, kept: Kept, event: Completed, lease: Lease) -> bool:
+        """Plan ``event`` (item ``index``) on the run ``kept`` holds; ``False`` (nothing
+        planned) where the statement cannot decide it."""
+        snapshot, version = kept.snapshot, kept.row_version
+        claim = snapshot.claim
+        if (
+            version is None
+            or claim is None
+            or claim.ended
+            or lease.task_id != snapshot.id
+            or lease.generation != claim.generation
+            or lease.worker_id != claim.worker_id
+        ):
+            return False
+        spelled = event.model_dump_json()
+        if not spelled.isascii():
+            return False
+        made = _head(kept.text, snapshot.revision,
+                     spelled[spelled.index(_RESULT) + len(_RESULT):-1])
+        if made is None:
+            return False
+        head, cut = made
+        ttl_end = None
+        if snapshot.ttl_s is not None:
+            ttl_end = snapshot.created_at + timedelta(milliseconds=round(snapshot.ttl_s * 1000))
+        retention = None
+        if snapshot.retention_s is not None:
+            retention = round(snapshot.retention_s * 1000)
+        revision = snapshot.revision + 1
+        record = "".join((
+            '{"event":', spelled, ',"revision":', str(revision), ',"committed_at":', MARK_AT,
+            ',"status":"completed","retry_at":null,"error":null,"accepted":null}',
+        ))
+        self.kept[snapshot.id] = (index, kept, event)
+        for name, value in (
+            ("id", snapshot.id), ("version", version), ("token", lease.token),
+            ("event_id", event.event_id), ("revision", revision), ("head", head),
+            ("cut", cut), ("ttl_end", ttl_end), ("retention", retention), ("record", record),
+        ):
+            self.arrays[f"{name}s"].append(value)
+        return True
+
+    def applied(
+        self, task_id: str, committed_at: datetime
+    ) -> tuple[int, tuple[Snapshot, EventRecord]]:
+        """The item index and what ``rules.apply_event`` decides for the completion of
+        ``task_id`` that the statement wrote at ``committed_at`` — what it stored."""
+        index, kept, event = self.kept[task_id]
+        applied = rules.apply_event(kept.snapshot, event, committed_at)
+        assert applied is not None  # the task had not finished
+        return index, applied
+
+
+def plan(items: Sequence[rules.BatchItem], decoded: Decoded) -> Completions:
+    """The items of a batch the statement may write: ``completed`` events sent with a
+    lease for a run whose claim the store keeps, one per task (a task named twice is
+    decided in Python, in order)."""
+    planned = Completions()
+    named: dict[str, int] = {}
+    for task_id, _, _, _ in items:
+        named[task_id] = named.get(task_id, 0) + 1
+    for index, (task_id, expected_revision, event, authority) in enumerate(items):
+        if not (isinstance(event, Completed) and isinstance(authority, Lease)):
+            continue
+        if named[task_id] > 1:
+            continue
+        kept = decoded.peek(task_id)
+        if kept is None or kept.snapshot.revision != expected_revision:
+            continue
+        if kept.snapshot.status not in (TaskStatus.PENDING, TaskStatus.RUNNING):
+            continue
+        planned.add(index, kept, event, authority)
+    return planned
+
+
+def completion_statement(tables: Tables) -> Statement:
+    """The completions of the arrays :data:`COLUMNS` (see the module docstring);
+    parameter ``now`` as every statement of the hot path.
+
+    Returns one row per completion written: ``id`` and its ``committed_at``.
+    """
+    t, ev = tables.tasks, tables.events
+    marks = {mark: sa.bindparam(f"mark_{ord(mark)}", mark, type_=sa.Text)
+             for mark in (MARK_AT, MARK_LEASE)}
+    items = sa.func.unnest(
+        *(sa.bindparam(f"{name}s", type_=postgresql.ARRAY(type_)) for name, type_ in COLUMNS)
+    ).table_valued(*(name for name, _ in COLUMNS)).render_derived()
+    locked = (
+        sa.select(t.c.id, t.c.row_version, t.c.claim_token, t.c.claim_expires_at,
+                  t.c.updated_at, t.c.snapshot)
+        .where(t.c.id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.Text))))
+        .order_by(t.c.id)
+        .with_for_update()
+        .subquery("l")
+    )
+    clocked = sa.select(locked, store_clock().label("now")).cte("k").prefix_with(
+        "MATERIALIZED")  # the clock is read in the projection over each locked row
+    one = sa.literal(1, sa.BigInteger)
+    at = sa.func.greatest(
+        sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), clocked.c.now),
+        later(clocked.c.updated_at, one),
+    )
+    seen = sa.exists(
+        sa.select(ev.c.event_id).where(ev.c.task_id == items.c.id,
+                                       ev.c.event_id == items.c.event_id)
+    )
+    decided = (
+        sa.select(items, clocked.c.snapshot, clocked.c.claim_expires_at, at.label("at"))
+        .select_from(clocked.join(items, items.c.id == clocked.c.id))
+        .where(
+            clocked.c.row_version == items.c.version,
+            clocked.c.claim_token == items.c.token,
+            clocked.c.claim_expires_at > clocked.c.now,
+            ~seen,
+        )
+        .cte("d")
+        .prefix_with("MATERIALIZED")
+    )
+    expires = sa.func.least(decided.c.ttl_end, later(decided.c.at, decided.c.retention))
+    head = sa.func.replace(
+        sa.func.replace(decided.c.head, marks[MARK_AT], instant_text(decided.c.at)),
+        marks[MARK_LEASE],
+        instant_text(sa.func.least(decided.c.claim_expires_at, decided.c.at)),
+    )
+    text = sa.func.concat(
+        head,
+        sa.func.coalesce(instant_text(expires), sa.bindparam("null", "null", type_=sa.Text)),
+        sa.func.substr(decided.c.snapshot, decided.c.cut),
+    )
+    written = (
+        sa.update(t)
+        .where(t.c.id == decided.c.id, t.c.row_version == decided.c.version)
+        .values(
+            row_version=t.c.row_version + 1,
+            status=sa.bindparam("completed", TaskStatus.COMPLETED.value, type_=sa.Text),
+            revision=decided.c.revision,
+            claim_expires_at=sa.null(),
+            retry_at=sa.null(),
+            updated_at=decided.c.at,
+            expires_at=expires,
+            snapshot=text,
+        )
+        .returning(t.c.id, t.c.updated_at)
+        .cte("u")
+    )
+    record = sa.func.replace(decided.c.record, marks[MARK_AT], instant_text(decided.c.at))
+    recorded = (
+        sa.insert(ev)
+        .from_select(
+            ["task_id", "event_id", "revision", "kind", "committed_at", "record"],
+            sa.select(
+                decided.c.id, decided.c.event_id, decided.c.revision,
+                sa.bindparam("kind", "completed", type_=sa.Text), decided.c.at, record,
+            ).where(decided.c.id.in_(sa.select(written.c.id))),
+        )
+        .returning(ev.c.task_id)
+        .cte("e")
+    )
+    return Statement.of(
+        sa.select(written.c.id, written.c.updated_at)
+        .where(written.c.id.in_(sa.select(recorded.c.task_id)))
+    )
