@@ -12,8 +12,8 @@ has not finished), so the outcome is the one the rules decide: ``applied``, at
 ``committed_at = max(clock, updated_at + 1 ms)``. Any other case — a stale or expired
 lease, a progress report, a cancel or anything else written since the claim, an event id
 seen before, another layout, text that is not ASCII — is written by nothing here and goes
-to the transaction that decides in Python (:meth:`tasks_store_sql._pg.FastPath.
-_transition_locked`), which refuses or replays exactly as before.
+to the transaction that decides in Python (``FastPath._transition_locked``), which
+refuses or replays exactly as before.
 
 The new text is the kept text's head rewritten (:data:`tasks_store_sql._codec.HEAD_KEYS`;
 a claimed task's head holds none of the user's values) and the rest copied byte for byte:
