@@ -16,6 +16,7 @@ transaction (``pg_stat_xact_user_tables``): no sequential scan of the events tab
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -27,6 +28,7 @@ from tasks_store_sql.plugin import drop_namespace
 pytestmark = pytest.mark.anyio
 
 NAMESPACE = "plans"
+OWNER = Owner("alice")
 
 
 @pytest.fixture
@@ -41,39 +43,50 @@ async def store(postgres_url: str) -> AsyncIterator[SQLStore]:
         await drop_namespace(postgres_url, NAMESPACE)
 
 
-async def test_generic_plan_of_a_transition_reads_history_by_key(
-    store: SQLStore, postgres_url: str
-) -> None:
-    owner = Owner("alice")
+async def _tasks_with_history(store: SQLStore) -> None:
+    """Three finished tasks ``t0``…``t2``, each with a history entry ``done``."""
     for n in range(3):
-        await store.create(NewTask(id=f"t{n}", tenant="default", owner=owner,
+        await store.create(NewTask(id=f"t{n}", tenant="default", owner=OWNER,
                                    work=Work(name="job")))
         claim = await store.claim(f"t{n}", "w1", 30)
         await store.transition(f"t{n}", claim.snapshot.revision,
                                Completed(event_id="done", result=n), claim.lease)
-    assert store._fast is not None
-    lock = store._fast.sql.lock
-    events_table = store.tables.events.name
 
+
+async def _run_generic(
+    store: SQLStore, postgres_url: str, sql: str, args: list[Any]
+) -> list[asyncpg.Record]:
+    """Run ``sql`` under the generic plan on a connection of its own; check that its
+    transaction read the events table by index only."""
     dsn = parse_url(postgres_url).url.set(drivername="postgresql")
     conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
     try:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         async with conn.transaction():
-            rows = await conn.fetch(
-                lock.sql, *lock.args(now=None, ids=["t1", "t2"], event_ids=["done"])
-            )
+            rows = await conn.fetch(sql, *args)
             scans = await conn.fetchrow(
                 "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
-                events_table,
+                store.tables.events.name,
             )
     finally:
         await conn.close()
-
-    assert sorted((r["id"], r["event_id"]) for r in rows) == [("t1", "done"), ("t2", "done")]
     assert scans is not None
     assert scans["seq_scan"] == 0, "the generic plan scans the events table"
     assert scans["idx_scan"] >= 1
+    return list(rows)
+
+
+async def test_generic_plan_of_a_transition_reads_history_by_key(
+    store: SQLStore, postgres_url: str
+) -> None:
+    await _tasks_with_history(store)
+    assert store._fast is not None
+    lock = store._fast.sql.lock
+
+    rows = await _run_generic(store, postgres_url, lock.sql,
+                              lock.args(now=None, ids=["t1", "t2"], event_ids=["done"]))
+
+    assert sorted((r["id"], r["event_id"]) for r in rows) == [("t1", "done"), ("t2", "done")]
 
 
 async def test_generic_plan_of_a_completion_reads_history_by_key(
@@ -81,14 +94,8 @@ async def test_generic_plan_of_a_completion_reads_history_by_key(
 ) -> None:
     """The completion statement's replay check, under the generic plan made while the
     events table is tiny, reads the history by key as well."""
-    owner = Owner("alice")
-    for n in range(3):
-        await store.create(NewTask(id=f"t{n}", tenant="default", owner=owner,
-                                   work=Work(name="job")))
-        claim = await store.claim(f"t{n}", "w1", 30)
-        await store.transition(f"t{n}", claim.snapshot.revision,
-                               Completed(event_id="done", result=n), claim.lease)
-    await store.create(NewTask(id="t3", tenant="default", owner=owner, work=Work(name="job")))
+    await _tasks_with_history(store)
+    await store.create(NewTask(id="t3", tenant="default", owner=OWNER, work=Work(name="job")))
     [claim] = await store.claim_next("w1", 30, queues=["default"], limit=1)
     assert store._fast is not None
     planned = _pg_complete.plan(
@@ -97,23 +104,8 @@ async def test_generic_plan_of_a_completion_reads_history_by_key(
     )
     assert list(planned.kept) == ["t3"]
     statement = store._fast.complete
-    events_table = store.tables.events.name
 
-    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
-    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
-    try:
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        async with conn.transaction():
-            rows = await conn.fetch(statement.sql,
-                                    *statement.args(now=None, **planned.arrays))
-            scans = await conn.fetchrow(
-                "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1",
-                events_table,
-            )
-    finally:
-        await conn.close()
+    rows = await _run_generic(store, postgres_url, statement.sql,
+                              statement.args(now=None, **planned.arrays))
 
     assert [r["id"] for r in rows] == ["t3"]
-    assert scans is not None
-    assert scans["seq_scan"] == 0, "the generic plan scans the events table"
-    assert scans["idx_scan"] >= 1
