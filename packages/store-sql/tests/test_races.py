@@ -226,21 +226,29 @@ _ROW_LOCKS_ONLY = ("SQLite locks the whole file (BEGIN IMMEDIATE), not rows; its
                    "is read after that lock in Python (Database.now)")
 
 
-async def test_time_is_read_after_the_row_lock_is_held(db_url: str, fresh_namespace: str) -> None:
+@pytest.mark.parametrize("claimed_by", ["claim", "claim_next"])
+async def test_time_is_read_after_the_row_lock_is_held(
+    db_url: str, fresh_namespace: str, claimed_by: str
+) -> None:
     """A write that waits for a row lock another session holds MUST read the database
     clock after it gets the lock (DESIGN.md "Time"): its commit time is not earlier than
-    an instant read, on the database clock, while it was still waiting.
+    an instant read, on the database clock, while it was still waiting — for a run
+    claimed exactly and one claimed by ``claim_next`` (on PostgreSQL its completion is
+    the completion statement).
 
     Troubleshooting: read ``clock_timestamp()`` (not ``now()``, the transaction's start)
     in the statement that locks the rows, in the projection over the locked rows — or in
-    a statement after it.
+    a statement after it (``_pg_complete``: the ``MATERIALIZED`` CTE over the locked rows).
     """
     store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
     try:
         if store.dialect == "sqlite":
             pytest.skip(_ROW_LOCKS_ONLY)
         await store.create(_new("t"))
-        held = await store.claim("t", "w1", 300)
+        if claimed_by == "claim":
+            held = await store.claim("t", "w1", 300)
+        else:
+            [held] = await store.claim_next("w1", 300, queues=["default"], limit=1)
         tasks = store.tables.tasks
         done, during = await _waiting_for_a_held_row(store, tasks, tasks.c.id == "t", (
             store.transition("t", held.snapshot.revision, Completed(event_id="done"),

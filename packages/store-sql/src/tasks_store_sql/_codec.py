@@ -10,11 +10,12 @@ The stored text has a fixed layout: the keys a claim or a completion rewrites
 ``"id"`` — ``{"status":…,"expires_at":…,"id":"…",…}``. A JSON string never holds an
 unescaped ``"``, no model inside the head has a key ``id``, and the head of a task that
 has not finished holds no object or array of the user's (its ``result`` and ``error`` are
-``null``, its ``input_requests`` empty unless it waits for input), so the first ``,"id":"`` of such
-text is where the head ends: the PostgreSQL claim (:mod:`tasks_store_sql._pg_claim`) and
-completion (:mod:`tasks_store_sql._pg_complete`) write a new head and copy the rest byte
-for byte, without parsing the whole document. Key order means nothing to a reader: text
-of any other layout (written before it) decodes the same.
+``null``, its ``input_requests`` empty unless it waits for input), so the first
+``,"id":"`` of such text is where the head ends: the PostgreSQL claim
+(:mod:`tasks_store_sql._pg_claim`) and completion (:mod:`tasks_store_sql._pg_complete`)
+write a new head and copy the rest byte for byte, without parsing the whole document.
+Key order means nothing to a reader: text of any other layout (written before it)
+decodes the same.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ together from the claim's values in the codec's spelling (never ``jsonb``, which
 respell the user's numbers); the head's other keys keep the text they had. A row the
 statement cannot claim exactly as the rules would — past its delivery limit, stored in
 another layout or before the delivery-limit column existed, its head not exactly the
-claim's keys, its TTL passed by the time it was locked — is returned unclaimed for the
+head's keys, its TTL passed by the time it was locked — is returned unclaimed for the
 claim decided in Python (``FastPath._claim_locked``), whose write lays it out anew.
 ``test_pg_claim.py`` holds the statement to ``rules.start_claim`` field by field.
 """

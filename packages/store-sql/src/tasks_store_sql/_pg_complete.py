@@ -184,10 +184,8 @@ def plan(items: Sequence[rules.BatchItem], decoded: Decoded) -> Completions:
             continue
         if named[task_id] > 1:
             continue
-        kept = decoded.peek(task_id)
+        kept = decoded.peek(task_id)  # a finished or waiting task fails the head's check
         if kept is None or kept.snapshot.revision != expected_revision:
-            continue
-        if kept.snapshot.status not in (TaskStatus.PENDING, TaskStatus.RUNNING):
             continue
         planned.add(index, kept, event, authority)
     return planned
