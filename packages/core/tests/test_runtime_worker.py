@@ -33,7 +33,9 @@ from tasks_core import (
     TaskContext,
     TaskStatus,
     Worker,
+    rules,
 )
+from tasks_core import worker as worker_module
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -307,6 +309,26 @@ async def test_claims_ask_for_the_free_slots_only() -> None:
                 await app.wait(task_id, ALICE, timeout=TIMEOUT)
     assert 3 == store.claim_limits[0]
     assert all(1 <= limit <= 3 for limit in store.claim_limits)
+
+
+async def test_a_claim_never_asks_for_more_than_a_store_batch() -> None:
+    """A worker with more free slots than ``rules.MAX_BATCH`` MUST ask ``claim_next`` for
+    at most ``MAX_BATCH`` tasks at once (a larger limit is refused by every store), and
+    still run every task."""
+    store = RecordingStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(3)]
+        async with fast_worker(app, concurrency=rules.MAX_BATCH + 500, prefetch=0):
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert store.claim_limits
+    assert max(store.claim_limits) == rules.MAX_BATCH
 
 
 class _OverlapStore(DelegatingStore):
@@ -730,10 +752,12 @@ async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit(
 
 
 @contextlib.asynccontextmanager
-async def _auto_worker_after_short_runs(g: _Gated) -> AsyncIterator[tuple[Worker, list[str]]]:
+async def _auto_worker_after_short_runs(
+    g: _Gated, count: int = 4
+) -> AsyncIterator[tuple[Worker, list[str]]]:
     """A running ``prefetch="auto"`` worker of two slots (every run counts as short) that
-    has run two tasks, with four more submitted while the gate is shut: it and those
-    four."""
+    has run two tasks, with ``count`` more submitted while the gate is shut: it and
+    those."""
     worker = fast_worker(g.app, concurrency=2)
     assert worker.prefetch == "auto"
     worker._short_run = 60.0
@@ -742,7 +766,7 @@ async def _auto_worker_after_short_runs(g: _Gated) -> AsyncIterator[tuple[Worker
     async with worker:
         await g.finish(warm)
         g.gate.clear()
-        yield worker, await g.submit(4)
+        yield worker, await g.submit(count)
 
 
 async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short() -> None:
@@ -763,14 +787,17 @@ async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short(
 
 async def test_auto_prefetch_claims_ahead_while_runs_are_short() -> None:
     """After ``concurrency`` short runs in a row, ``prefetch="auto"`` MUST claim up to
-    ``concurrency`` tasks beyond the free slots and start them oldest first."""
+    ``AUTO_AHEAD * concurrency`` tasks beyond the free slots, no more, and start them
+    oldest first."""
+    ahead = worker_module.AUTO_AHEAD * 2
     g = _Gated()
-    async with g.app, _auto_worker_after_short_runs(g) as (worker, ids):
-        await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+    async with g.app, _auto_worker_after_short_runs(g, 2 + ahead + 2) as (worker, ids):
+        await until(g.app, ids[1 + ahead], ALICE, lambda s: s.status == TaskStatus.RUNNING)
         assert g.started[-2:] == ids[:2]
-        assert [claim.snapshot.id for _, claim in worker._held] == ids[2:]
+        assert [claim.snapshot.id for _, claim in worker._held] == ids[2:2 + ahead]
+        assert await _claimed_ids(g.app, ids) == ids[:2 + ahead]
         await g.finish(ids)
-    assert g.started[-4:] == ids
+    assert g.started[-len(ids):] == ids
 
 
 async def test_auto_prefetch_stops_claiming_ahead_once_a_run_is_long() -> None:

@@ -17,18 +17,18 @@ The worker waits for work only once every claim in flight came back empty.
 
 Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed beyond
 the free slots, so the next claim is in flight while handlers run instead of after they
-finish. ``prefetch="auto"`` (the default) claims up to
+finish. ``prefetch="auto"`` (the default) claims up to :data:`AUTO_AHEAD` times
 ``concurrency`` ahead only while runs are short — the last ``concurrency`` runs each held
 their slot at most :data:`SHORT_RUN` seconds and none in a slot now has held it longer —
-so a held task waits milliseconds, and a worker of long handlers claims no more than it
-can start; ``prefetch=0`` never claims ahead, ``prefetch=N`` always up to ``N``. A held
-claim starts in the first free slot, oldest first; one held for ``lease_for / 3`` (a
-heartbeat interval, counted from before its claim was asked) is released instead — it
-never starts with less than two thirds of its lease left, and a long handler never keeps
-it from other workers for longer. A release gives the task back but not the delivery its
-claim counted (``Work.max_deliveries``), so after one the worker claims no further ahead
-until a run ends. A cancel recorded through the same ``App`` drops a held claim of that
-task unstarted.
+so a held task waits a few short runs at most, and a worker of long handlers claims no
+more than it can start; ``prefetch=0`` never claims ahead, ``prefetch=N`` always up to
+``N``. A held claim starts in the first free slot, oldest first; one held for ``lease_for
+/ 3`` (a heartbeat interval, counted from before its claim was asked) is released instead
+— it never starts with less than two thirds of its lease left, and a long handler never
+keeps it from other workers for longer. A release gives the task back but not the
+delivery its claim counted (``Work.max_deliveries``), so after one the worker claims no
+further ahead until a run ends. A cancel recorded through the same ``App`` drops a held
+claim of that task unstarted.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
@@ -68,6 +68,7 @@ from tasks_core._run import Run, RunEnv
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
 from tasks_core.models import Claim
 from tasks_core.reasons import CancelReason
+from tasks_core.rules import MAX_BATCH
 
 if TYPE_CHECKING:
     from tasks_core.app import App
@@ -78,6 +79,13 @@ log = logging.getLogger("tasks_core.worker")
 
 SHORT_RUN = 0.02
 """Seconds a run may hold its slot and still count as short for ``prefetch="auto"``."""
+
+AUTO_AHEAD = 4
+"""Claims per slot ``prefetch="auto"`` holds ahead while runs are short: a held task waits
+about this many short runs at most."""
+
+MAX_AHEAD = 1000
+"""The most claims a worker holds ahead (``prefetch``'s largest value)."""
 
 CLAIMS_IN_FLIGHT = 2
 """Claims of the open queues a worker keeps in flight at once (see the module docstring)."""
@@ -105,7 +113,8 @@ class Worker:
             with it, in seconds; neither waits once no handler of the worker is running.
         commit_batch: the most terminal events committed together.
         prefetch: claims held beyond the free slots, for queues without a concurrency
-            limit: ``"auto"`` (default: up to ``concurrency`` while runs are short),
+            limit: ``"auto"`` (default: up to ``AUTO_AHEAD * concurrency``, at most 1000,
+            while runs are short),
             ``0`` (none: no task waits in this worker holding a lease) or ``N`` (up to
             ``N``); see the module docstring.
 
@@ -158,8 +167,8 @@ class Worker:
                 or not 1 <= commit_batch <= 1000:
             raise InvalidInput("commit_batch must be an integer in 1..1000")
         if prefetch != "auto" and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
-                                   or not 0 <= prefetch <= 1000):
-            raise InvalidInput("prefetch must be 'auto' or an integer in 0..1000")
+                                   or not 0 <= prefetch <= MAX_AHEAD):
+            raise InvalidInput(f"prefetch must be 'auto' or an integer in 0..{MAX_AHEAD}")
         self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
         self.limits: dict[str, int] = {}
         for q in self.queues:
@@ -357,7 +366,8 @@ class Worker:
 
     def _plan(self) -> list[tuple[list[str], int, tuple[str, ...]]]:
         """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first (never
-        more than the free slots); the others last, up to :meth:`_ahead` beyond them."""
+        more than the free slots); the others last, up to :meth:`_ahead` beyond them; no
+        call for more than a store takes at once (``rules.MAX_BATCH``)."""
         free = self._free()
         plan: list[tuple[list[str], int, tuple[str, ...]]] = []
         open_queues: list[str] = []
@@ -367,10 +377,10 @@ class Worker:
                 open_queues.append(q)
             elif self._active[q] < limit and free > 0:
                 exclusive = (q,) if q in self.exclusive else ()
-                plan.append(([q], min(free, limit - self._active[q]), exclusive))
+                plan.append(([q], min(free, limit - self._active[q], MAX_BATCH), exclusive))
         room = self._room()
         if open_queues and (room >= self._claim_at or (room > 0 and free > 0)):
-            plan.append((open_queues, room, ()))
+            plan.append((open_queues, min(room, MAX_BATCH), ()))
         return plan
 
     def _room(self) -> int:
@@ -381,8 +391,9 @@ class Worker:
     def _ahead(self) -> int:
         """How many claims may be held beyond the free slots now: none while claiming
         ahead is paused (a held claim was released); ``prefetch``; or, for ``"auto"``,
-        ``concurrency`` while the last ``concurrency`` runs were short and no run in a
-        slot has held it longer than a short run, else none."""
+        :data:`AUTO_AHEAD` times ``concurrency`` (at most :data:`MAX_AHEAD`) while the last
+        ``concurrency`` runs were short and no run in a slot has held it longer than a
+        short run, else none."""
         if self._hold_failed:
             return 0
         if self.prefetch != "auto":
@@ -392,7 +403,7 @@ class Worker:
         oldest = next(iter(self._slots.values()), None)
         if oldest is not None and asyncio.get_running_loop().time() - oldest > self._short_run:
             return 0
-        return self.concurrency
+        return min(AUTO_AHEAD * self.concurrency, MAX_AHEAD)
 
     async def _claim_loop(self, store: Any) -> None:
         try:
