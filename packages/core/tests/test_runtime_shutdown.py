@@ -254,3 +254,32 @@ async def test_a_drain_whose_unstarted_claim_could_not_be_released_is_not_settle
         store.failing = False
         snapshot = await app.get(t.id, ALICE)
     assert (TaskStatus.RUNNING, 0) == (snapshot.status, snapshot.revision)
+
+
+async def test_a_shutdown_wakes_a_claim_loop_that_waits_for_a_slot() -> None:
+    """A worker whose slots are all taken and whose held claim has a long wait before its
+    release (a ten-minute lease) MUST give the held claim back as soon as its shutdown
+    begins, not when the drain's time is up."""
+    clock = ManualClock()
+    app = make_app(clock)
+    gate = asyncio.Event()
+
+    @app.task
+    async def blocked(ctx: TaskContext) -> None:
+        await gate.wait()
+
+    async with app:
+        first = await app.submit(blocked, None, ALICE)
+        clock.advance(0.001)
+        held = await app.submit(blocked, None, ALICE)
+        worker = fast_worker(app, concurrency=1, prefetch=1, lease_for=600.0)
+        async with worker:
+            await until(app, held.id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert worker.running == [first.id]
+            draining = asyncio.create_task(worker.shutdown(drain_timeout=3 * TIMEOUT))
+            released = await until(app, held.id, ALICE,
+                                   lambda s: s.status == TaskStatus.PENDING)
+            assert released.claim is not None
+            assert released.claim.ended
+            gate.set()
+            await draining

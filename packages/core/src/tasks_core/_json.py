@@ -74,6 +74,9 @@ def _check(value: Any, path: str, depth: int) -> None:
     raise ValueError(f"{path}: {type(value).__name__} is not JSON")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def json_size(value: Any) -> int:
     """Bytes of the compact UTF-8 JSON encoding of ``value``."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(_COMPACT.encode(value).encode())

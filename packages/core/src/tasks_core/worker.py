@@ -196,7 +196,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         """Set when the claim loop may have something to do: a slot freed, a claim in flight
-        answered, a held claim dropped."""
+        answered, a held claim dropped, a shutdown began."""
         self._loop_done = asyncio.Event()
         self._shutdown_done = asyncio.Event()
         self._settled: bool | None = None
@@ -310,6 +310,7 @@ class Worker:
             return bool(self._settled)
         self._stopping = True
         self._stop.set()
+        self._wake.set()  # the claim loop waits on its wakeup alone
         before = len(self._unwritten)
         log.info("worker %s: shutting down (drain %gs)", self.worker_id, drain_timeout)
         deadline = asyncio.get_running_loop().time() + drain_timeout
@@ -447,9 +448,8 @@ class Worker:
                             store, queues, min(limit, self._free()), exclusive, limited=True))
                 elif len(self._asking) < (1 if self.limits else CLAIMS_IN_FLIGHT):
                     self._ask(store, queues, min(limit, self._room()))
-            if not self._answers:  # wait for an answer, a freed slot or a held claim's turn
-                await _first(self._wake.wait(), self._stop.wait(),
-                             timeout=self._hold_left(loop.time()))
+            if not self._answers:  # an answer, a freed slot, a held claim's turn, a shutdown
+                await _wait_for(self._wake, self._hold_left(loop.time()))
 
     def _ask(self, store: Any, queues: list[str], limit: int) -> None:
         """Claim up to ``limit`` tasks of the open ``queues`` in the background; the claim
@@ -517,9 +517,7 @@ class Worker:
             if remaining <= 0:
                 return
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await self._wake.wait()
+            await _wait_for(self._wake, remaining)
 
     async def _idle(self, store: Any, backoff: float, *, wakeups: bool) -> None:
         """Wait for work: store wakeups (unless the store just failed) or the backoff; local
@@ -642,6 +640,17 @@ async def _wakeup_or_backoff(
     except Exception as exc:
         log.warning("waiting for work failed (%r); polling after %.2fs", exc, backoff)
         await asyncio.sleep(backoff)  # the backoff itself, not a stand-in for an event
+
+
+async def _wait_for(event: asyncio.Event, timeout: float | None) -> None:
+    """Wait until ``event`` is set or ``timeout`` seconds pass (``None``: no limit) — on
+    the claim loop's hot path, so no task is made for it."""
+    if timeout is None:
+        await event.wait()
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
 
 
 async def _first(*awaitables: Any, timeout: float | None = None) -> None:
