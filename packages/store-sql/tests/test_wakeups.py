@@ -151,6 +151,30 @@ async def test_a_lost_listening_connection_wakes_waiters_and_reconnects(
     assert await _woken(waiter, "mail", lambda: writer.create(_new(f"t{next(count)}")))
 
 
+async def _listening(store: SQLStore, channel: str) -> int:
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = :listen "
+            "AND datname = current_database()"), {"listen": f'LISTEN "{channel}"'})).scalar_one())
+
+
+async def test_a_closed_store_listens_no_more(
+    postgres_url: str, pair: tuple[SQLStore, SQLStore],
+) -> None:
+    """``aclose`` stops listening: a wait that comes after it (a worker still running
+    when its store was closed) MUST return ``True`` at once, as a SQLite file's watcher
+    does, and MUST NOT open a listening connection again, which nothing would close."""
+    _, writer = pair
+    closed = await SQLStore.open(postgres_url, namespace="wake")
+    channel = closed._channel
+    assert False is await closed.wait_for_work(["mail"], 0.01)
+    assert await _listening(writer, channel) == 1
+    await closed.aclose()
+    assert await _listening(writer, channel) == 0
+    assert True is await asyncio.wait_for(closed.wait_for_work(["mail"], WAIT), WAIT / 2)
+    assert await _listening(writer, channel) == 0
+
+
 async def test_stores_without_wakeups_refuse_to_wait() -> None:
     """SQLite and MariaDB have no wakeups: ``wait_for_work`` MUST raise
     ``CapabilityNotSupported`` (the runtime polls)."""

@@ -145,6 +145,8 @@ class SQLStore(TransitionOps):
         )
         self._per_loop_lock = threading.Lock()
         """Guards the maps kept per event loop (listeners, grouped creates)."""
+        self._listening = True
+        """``False`` once ``aclose`` began: no wait opens a listening connection again."""
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
         )
@@ -533,7 +535,9 @@ class SQLStore(TransitionOps):
         ``TaskStore.wait_for_work``). PostgreSQL only (``LISTEN``/``NOTIFY``).
 
         Returns:
-            ``True`` when woken early (or the store is closing), ``False`` on timeout.
+            ``True`` when woken early (or the store is closing or closed: at once, as a
+            SQLite file's watcher answers; a wait after ``aclose`` opens no listening
+            connection, which nothing would close), ``False`` on timeout.
 
         Raises:
             CapabilityNotSupported: this database has no wakeups (the runtime polls).
@@ -550,6 +554,8 @@ class SQLStore(TransitionOps):
         await self._ensure_ready()
         if self._watcher is not None:  # a SQLite file: any commit of another connection
             return await self._watcher.wait(float(timeout))
+        if not self._listening:  # closed: a listener made now would never be closed
+            return True
         return await self._listener().wait(wanted, float(timeout))
 
     def _listens(self) -> bool:
@@ -589,6 +595,7 @@ class SQLStore(TransitionOps):
         """
         loop = asyncio.get_running_loop()
         with self._per_loop_lock:
+            self._listening = False
             listeners = list(self._listeners.items())
             self._listeners.clear()
         if self._watcher is not None:
