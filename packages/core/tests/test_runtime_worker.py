@@ -405,6 +405,50 @@ async def test_claims_of_open_queues_overlap_within_the_free_slots() -> None:
     assert (2, 4) == (most, highest)
 
 
+async def test_one_claim_in_flight_while_claiming_further_ahead_than_the_slots() -> None:
+    """A worker that claims more than ``concurrency`` ahead MUST keep one claim of the
+    open queues in flight, not ask a second while the first is out: the claims it holds
+    cover the first's round trip, and one bigger claim costs fewer than two (two slots,
+    ``prefetch=4``: six claimed; two runs end while the next claim waits)."""
+    store = _OverlapStore(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store, queues=[Queue("a")])
+    releases = [asyncio.Event() for _ in range(10)]
+    started: list[int] = []
+
+    @app.task(queue="a")
+    async def job(ctx: TaskContext, n: int) -> None:
+        started.append(n)
+        await releases[n].wait()
+
+    async with app:
+        ids = [(await app.submit(job, {"n": n}, ALICE)).id for n in range(10)]
+        async with fast_worker(app, concurrency=2, prefetch=4) as worker:
+            for task_id in ids[:2]:
+                await until(app, task_id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            assert len(worker._held) == 4
+            store.gate.clear()
+            planned_with_two_held = asyncio.Event()
+            plan = worker._plan
+
+            def planned() -> Any:  # the claim loop plans after the second run ended
+                if len(worker._held) == 2:
+                    planned_with_two_held.set()
+                return plan()
+
+            worker._plan = planned  # type: ignore[method-assign]
+            releases[started[0]].set()
+            await store.until_in_flight(1)  # a slot freed, a held claim started: room
+            releases[started[1]].set()
+            await asyncio.wait_for(planned_with_two_held.wait(), TIMEOUT)
+            asking = len(worker._asking)
+            store.gate.set()
+            for event in releases:
+                event.set()
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    assert (1, 1) == (asking, store.most)
+
+
 async def test_claims_never_overlap_in_a_worker_serving_a_limited_queue() -> None:
     """A worker serving a queue with a concurrency limit MUST claim one call at a time: a
     limited queue's claim starts its tasks at once, so an open queue's claim answering

@@ -13,7 +13,9 @@ at once), each asking only for room no claim in flight asked for — so the roun
 claim overlaps the next and the bounds below count tasks asked for as if held. A worker
 serving a queue with a concurrency limit claims one call at a time: a limited queue's
 claim starts its tasks at once, so no other claim may answer meanwhile and take its slots.
-The worker waits for work only once every claim in flight came back empty.
+So does a worker that claims more than ``concurrency`` ahead: what it holds covers a
+claim's round trip, and one claim of everything there is room for costs fewer round trips
+than two. The worker waits for work only once every claim in flight came back empty.
 
 Claiming ahead (``prefetch``): the queues without a concurrency limit are claimed beyond
 the free slots, so the next claim is in flight while handlers run instead of after they
@@ -88,7 +90,8 @@ MAX_AHEAD = 1000
 """The most claims a worker holds ahead (``prefetch``'s largest value)."""
 
 CLAIMS_IN_FLIGHT = 2
-"""Claims of the open queues a worker keeps in flight at once (see the module docstring)."""
+"""Claims of the open queues a worker keeps in flight at once while it claims no more than
+``concurrency`` ahead (see the module docstring)."""
 
 
 class Worker:
@@ -384,6 +387,16 @@ class Worker:
             plan.append((open_queues, min(room, MAX_BATCH), ()))
         return plan
 
+    def _claims_in_flight(self) -> int:
+        """How many claims of the open queues may be in flight at once: one while a queue
+        has a concurrency limit (see the module docstring) or while the worker claims
+        more than ``concurrency`` ahead — the claims it holds cover one claim's round
+        trip, and one bigger claim costs fewer round trips than two — else
+        :data:`CLAIMS_IN_FLIGHT`."""
+        if self.limits or self._ahead() > self.concurrency:
+            return 1
+        return CLAIMS_IN_FLIGHT
+
     def _room(self) -> int:
         """How many tasks of the open queues a claim may take now: the free slots, plus
         :meth:`_ahead`, less the claims held and the tasks claims in flight asked for."""
@@ -446,7 +459,7 @@ class Worker:
                     if not self._asking:  # see the module docstring
                         self._answers.append(await self._claim(
                             store, queues, min(limit, self._free()), exclusive, limited=True))
-                elif len(self._asking) < (1 if self.limits else CLAIMS_IN_FLIGHT):
+                elif len(self._asking) < self._claims_in_flight():
                     self._ask(store, queues, min(limit, self._room()))
             if not self._answers:  # an answer, a freed slot, a held claim's turn, a shutdown
                 await _wait_for(self._wake, self._hold_left(loop.time()))
