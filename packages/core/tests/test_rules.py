@@ -294,3 +294,18 @@ def test_only_a_finished_run_at_its_revision_can_be_replaced(
     rules.check_replace(finished, finished, now)
     expired = snapshot.model_copy(update={"expires_at": now})
     rules.check_replace(expired, expired, now)
+
+
+def test_lease_tokens_made_together_are_each_a_fresh_lease_token() -> None:
+    import base64
+
+    tokens = rules.new_lease_tokens(50)
+    single = rules.new_lease_token()
+    assert len(tokens) == 50
+    assert len(set(tokens)) == 50
+    for token in [*tokens, single]:
+        assert len(token) == len(single) == 24
+        assert len(base64.urlsafe_b64decode(token)) == 18  # 144 random bits
+        assert base64.urlsafe_b64encode(base64.urlsafe_b64decode(token)).decode() == token
+    assert rules.new_lease_tokens(0) == []
+    assert rules.new_lease_tokens(1)[0] != rules.new_lease_tokens(1)[0]

@@ -30,7 +30,7 @@ from sqlalchemy.sql.expression import Executable
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import ManualClock, Owner, StoreLimits, rules
 from tasks_store_sql import SQLStore
-from tasks_store_sql._pg_statements import MILLISECOND
+from tasks_store_sql._pg_statements import MILLISECOND, join_list
 
 pytestmark = pytest.mark.anyio
 
@@ -165,7 +165,7 @@ async def test_claims_read_the_unclaimed_lease_and_retry_indexes(store: SQLStore
         return
     fast = store._fast
     sql = fast.sql
-    tokens = [rules.new_lease_token()]
+    tokens = join_list([rules.new_lease_token()])
     await _assert_uses(store, CLAIM_INDEXES, [
         (fast.claim_one.sql, tuple(fast.claim_one.args(
             now=None, queue="default", limit=1, worker="w1",

@@ -106,6 +106,6 @@ async def test_generic_plan_of_a_completion_reads_history_by_key(
     statement = store._fast.complete
 
     rows = await _run_generic(store, postgres_url, statement.sql,
-                              statement.args(now=None, **planned.arrays))
+                              statement.args(now=None, **planned.parameters()))
 
     assert [r["id"] for r in rows] == ["t3"]

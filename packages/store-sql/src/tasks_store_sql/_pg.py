@@ -80,6 +80,7 @@ from tasks_store_sql._pg_statements import (
     ROW_COLUMNS,
     Statement,
     Statements,
+    join_list,
     many_queues,
     one_queue,
 )
@@ -209,7 +210,7 @@ class FastPath:
         planned = _pg_complete.plan(items, self.decoded)
         if planned.kept:
             statement = self.complete
-            args = statement.args(now=self._now_arg(), **planned.arrays)
+            args = statement.args(now=self._now_arg(), **planned.parameters())
 
             async def op(driver: Any) -> list[Any]:
                 return list(await driver.fetch(statement.sql, *args))
@@ -441,7 +442,7 @@ class FastPath:
             limit=limit,
             worker=worker_id,
             lease=rules.check_lease_for(lease_for) // MILLISECOND,
-            tokens=[rules.new_lease_token() for _ in range(limit)],
+            tokens=join_list(rules.new_lease_tokens(limit)),
             **({"queue": names[0]} if one else {"queues": names}),
         )
 

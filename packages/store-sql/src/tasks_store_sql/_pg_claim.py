@@ -30,6 +30,7 @@ from tasks_store_sql._codec import CLAIM_KEYS, HEAD_KEYS
 from tasks_store_sql._pg_statements import (
     Statement,
     instant_text,
+    joined,
     later,
     oldest_claimable,
     store_clock,
@@ -150,7 +151,8 @@ def _rebuilt(plan: sa.Subquery) -> sa.ColumnElement[Any]:
 def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
     """The claim of up to ``limit`` tasks of ``queue`` for ``worker`` (see the module
     docstring); parameters ``now``, ``limit``, ``worker``, ``lease`` (milliseconds),
-    ``tokens`` (one per rank) and the queue's.
+    ``tokens`` (one per rank, joined: :func:`~tasks_store_sql._pg_statements.join_list`)
+    and the queue's.
 
     Returns one row per locked candidate, oldest first: ``id``, ``now`` and, for the rows
     claimed, the new ``snapshot`` text, ``claim_token`` and ``row_version`` (``NULL`` for
@@ -169,7 +171,7 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
             "lease_expires_at"),
         sa.func.greatest(locked.c.now, locked.c.updated_at).label("touched"),
     ).select_from(locked.join(read, sa.true())).subquery("d")
-    tokens = sa.func.unnest(sa.bindparam("tokens", type_=_TEXTS)).table_valued(
+    tokens = sa.func.unnest(joined("tokens", sa.Text())).table_valued(
         "token", with_ordinality="rank"
     ).render_derived()
     decided = (

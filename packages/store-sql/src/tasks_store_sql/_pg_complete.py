@@ -44,7 +44,15 @@ from tasks_core.events import Completed, EventRecord
 from tasks_core.models import Lease, Snapshot, TaskStatus
 
 from tasks_store_sql._codec import Decoded, Kept
-from tasks_store_sql._pg_statements import Statement, instant_text, later, store_clock
+from tasks_store_sql._pg_statements import (
+    SEPARATOR,
+    Statement,
+    instant_text,
+    join_list,
+    joined,
+    later,
+    store_clock,
+)
 from tasks_store_sql._schema import Tables
 
 __all__ = ["MARK_AT", "MARK_LEASE", "Completions", "completion_statement", "plan"]
@@ -59,7 +67,10 @@ COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("cut", sa.Integer()), ("ttl_end", postgresql.TIMESTAMP(timezone=True)),
     ("retention", sa.BigInteger()), ("record", sa.Text()),
 )
-"""One array parameter per column, one element per completion."""
+"""One list parameter per column (:func:`tasks_store_sql._pg_statements.joined`), one
+element per completion."""
+NULLABLE = frozenset({"ttl_end", "retention"})
+"""The columns whose elements may be ``None``."""
 
 _CLAIMED = (
     '{{"status":"pending","revision":{revision},"progress":null,"result":null,'
@@ -118,6 +129,10 @@ class Completions:
         default_factory=lambda: {f"{name}s": [] for name, _ in COLUMNS}
     )
 
+    def parameters(self) -> dict[str, str]:
+        """The statement's parameters: each of :attr:`arrays` joined into one text."""
+        return {name: join_list(values) for name, values in self.arrays.items()}
+
     def add(self, index: int, kept: Kept, event: Completed, lease: Lease) -> bool:
         """Plan ``event`` (item ``index``) on the run ``kept`` holds; ``False`` (nothing
         planned) where the statement cannot decide it."""
@@ -133,8 +148,8 @@ class Completions:
         ):
             return False
         spelled = event.model_dump_json()
-        if not spelled.isascii():
-            return False
+        if not spelled.isascii() or SEPARATOR in lease.token:
+            return False  # (JSON text, task and event ids never hold the separator)
         made = _head(kept.text, snapshot.revision,
                      spelled[spelled.index(_RESULT) + len(_RESULT):-1])
         if made is None:
@@ -200,13 +215,14 @@ def completion_statement(tables: Tables) -> Statement:
     t, ev = tables.tasks, tables.events
     marks = {mark: sa.bindparam(f"mark_{ord(mark)}", mark, type_=sa.Text)
              for mark in (MARK_AT, MARK_LEASE)}
-    items = sa.func.unnest(
-        *(sa.bindparam(f"{name}s", type_=postgresql.ARRAY(type_)) for name, type_ in COLUMNS)
-    ).table_valued(*(name for name, _ in COLUMNS)).render_derived()
+    lists = {name: joined(f"{name}s", type_, nullable=name in NULLABLE)
+             for name, type_ in COLUMNS}
+    items = sa.func.unnest(*lists.values()).table_valued(
+        *(name for name, _ in COLUMNS)).render_derived()
     locked = (
         sa.select(t.c.id, t.c.row_version, t.c.claim_token, t.c.claim_expires_at,
                   t.c.updated_at, t.c.snapshot)
-        .where(t.c.id == sa.any_(sa.bindparam("ids", type_=postgresql.ARRAY(sa.Text))))
+        .where(t.c.id == sa.any_(lists["id"]))
         .order_by(t.c.id)
         .with_for_update()
         .subquery("l")

@@ -9,8 +9,9 @@ asyncpg dialect into ``$n`` SQL and the order of its named parameters
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -73,6 +74,43 @@ class Statement:
     def args(self, **values: Any) -> list[Any]:
         """The positional arguments for ``values`` (literals keep their compiled value)."""
         return [values[name] if name in values else self.defaults[name] for name in self.order]
+
+
+SEPARATOR = "\x1f"
+"""What joins the elements of a list parameter (:func:`joined`): a control character, which
+no task id, event id, lease token or JSON text holds."""
+NULL_ELEMENT = "null"
+"""How a list parameter of a nullable column spells ``None``."""
+
+
+def joined(
+    name: str, type_: sa.types.TypeEngine[Any], *, nullable: bool = False
+) -> sa.ColumnElement[Any]:
+    """List parameter ``name`` as an array of ``type_``: sent as one text, its elements
+    joined by :data:`SEPARATOR` (:func:`join_list`), split by the database. *Why:*
+    asyncpg checks every element of an array parameter against three abstract base
+    classes (~0.1 µs each), ~2–3 µs per completion of the hot path; one text costs a
+    join. Elements are never empty; ``nullable`` reads :data:`NULL_ELEMENT` as ``NULL``."""
+    text = sa.bindparam(name, type_=sa.Text)
+    separator = sa.bindparam("separator", SEPARATOR, type_=sa.Text)
+    if nullable:
+        parts = sa.func.string_to_array(
+            text, separator, sa.bindparam("null_element", NULL_ELEMENT, type_=sa.Text))
+    else:
+        parts = sa.func.string_to_array(text, separator)
+    return sa.cast(parts, postgresql.ARRAY(type_))
+
+
+def join_list(values: Iterable[str | int | datetime | None]) -> str:
+    """The text of a list parameter (:func:`joined`): strings as they are (none may hold
+    :data:`SEPARATOR`), integers in decimal, instants in ISO 8601 with their offset,
+    ``None`` as :data:`NULL_ELEMENT`."""
+    return SEPARATOR.join(
+        NULL_ELEMENT if value is None
+        else value.isoformat() if isinstance(value, datetime)
+        else str(value)
+        for value in values
+    )
 
 
 def _array(name: str, type_: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:

@@ -1,0 +1,73 @@
+"""PostgreSQL list parameters of the hot path (``_pg_statements.joined``): a list sent as
+one text, its elements joined by a control character, reads back as exactly the array
+asyncpg would have sent — every element, in order, of every type the statements use,
+with ``NULL`` only where the list said ``None``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from tasks_store_sql._dialect import parse_url
+from tasks_store_sql._pg_statements import SEPARATOR, Statement, join_list, joined
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def conn(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
+    dsn = parse_url(postgres_url).url.set(drivername="postgresql")
+    connection = await asyncpg.connect(dsn.render_as_string(hide_password=False))
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def _round_trip(
+    conn: asyncpg.Connection, type_: sa.types.TypeEngine[Any], values: list[Any],
+    *, nullable: bool = False,
+) -> list[Any]:
+    statement = Statement.of(sa.select(joined("values", type_, nullable=nullable)))
+    read = await conn.fetchval(statement.sql, *statement.args(values=join_list(values)))
+    return list(read)
+
+
+TEXTS = [
+    'plain', 'null', 'NULL', '', '{"a":[1,2],"b":"q\\"uote"}', "back\\slash", 'com,ma',
+    '{braces}', ' spaced ', 'ünïcödé ✓', "'single'", '"', "\\",
+]
+
+
+async def test_texts_come_back_exactly(conn: asyncpg.Connection) -> None:
+    values = [value for value in TEXTS if value]  # elements are never empty
+    assert await _round_trip(conn, sa.Text(), values) == values
+    assert await _round_trip(conn, sa.Text(), ["one"]) == ["one"]
+
+
+async def test_integers_and_nulls_come_back_exactly(conn: asyncpg.Connection) -> None:
+    values = [0, -1, 2**62, None, 7]
+    assert await _round_trip(conn, sa.BigInteger(), values, nullable=True) == values
+    assert await _round_trip(conn, sa.BigInteger(), [None], nullable=True) == [None]
+    assert await _round_trip(conn, sa.Integer(), [3, 1, 2]) == [3, 1, 2]
+
+
+async def test_instants_come_back_exactly(conn: asyncpg.Connection) -> None:
+    await conn.execute("SET TIME ZONE 'America/New_York'")  # the session's zone plays no part
+    at = datetime(2026, 3, 8, 6, 59, 59, 999_000, tzinfo=UTC)
+    values = [at, None, at + timedelta(microseconds=1),
+              datetime(2026, 11, 1, 1, 30, tzinfo=timezone(timedelta(hours=-4)))]
+    read = await _round_trip(conn, postgresql.TIMESTAMP(timezone=True), values, nullable=True)
+    assert read == values
+
+
+def test_the_separator_is_a_control_character_json_never_holds_raw() -> None:
+    import json
+
+    assert not SEPARATOR.isprintable()
+    assert SEPARATOR not in json.dumps({"k": SEPARATOR})
