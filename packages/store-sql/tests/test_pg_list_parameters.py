@@ -71,3 +71,47 @@ def test_the_separator_is_a_control_character_json_never_holds_raw() -> None:
 
     assert not SEPARATOR.isprintable()
     assert SEPARATOR not in json.dumps({"k": SEPARATOR})
+
+
+async def test_a_forged_token_holding_the_separator_is_refused_and_shifts_nothing(
+    postgres_url: str,
+) -> None:
+    """A lease token is any text of 1..256 characters: one holding the separator would
+    split into two elements and pair later columns with the wrong completion. It is
+    refused (``LeaseLost``) and nothing of it is written, while the other completions of
+    the same group apply with their own results. (Two guards keep it so: the completion
+    statement leaves such a token to the transaction, and a misaligned row would fail its
+    own token condition and go there too.)"""
+    from tasks_core import Completed, LeaseLost, NewTask, Owner, Work
+    from tasks_store_sql import SQLStore
+    from tasks_store_sql.plugin import drop_namespace
+
+    namespace = "listparams"
+    await drop_namespace(postgres_url, namespace)
+    store = await SQLStore.open(postgres_url, namespace=namespace)
+    try:
+        for n in range(3):
+            await store.create(NewTask(id=f"t{n}", tenant="default", owner=Owner("alice"),
+                                       work=Work(name="job")))
+        claims = await store.claim_next("w1", 30, queues=["default"], limit=3)
+        assert [c.snapshot.id for c in claims] == ["t0", "t1", "t2"]
+        forged = claims[0].lease.model_copy(update={"token": f"x{SEPARATOR}y"})
+        items = [(c.snapshot.id, c.snapshot.revision,
+                  Completed(event_id=f"done{n}", result=n), c.lease)
+                 for n, c in enumerate(claims)]
+        items[0] = (*items[0][:3], forged)
+        results = await store.transition_many(items)
+        assert isinstance(results[0], LeaseLost)
+        for n in (1, 2):
+            result = results[n]
+            assert not isinstance(result, Exception)
+            assert result.outcome == "applied"
+            assert result.snapshot.result == n
+            stored = await store.get(f"t{n}", tenant="default")
+            assert stored.result == n
+        untouched = await store.get("t0", tenant="default")
+        assert untouched.status.value == "running"
+        assert untouched.revision == 0
+    finally:
+        await store.aclose()
+        await drop_namespace(postgres_url, namespace)

@@ -207,7 +207,7 @@ def plan(items: Sequence[rules.BatchItem], decoded: Decoded) -> Completions:
 
 
 def completion_statement(tables: Tables) -> Statement:
-    """The completions of the arrays :data:`COLUMNS` (see the module docstring);
+    """The completions of the lists :data:`COLUMNS` (see the module docstring);
     parameter ``now`` as every statement of the hot path.
 
     Returns one row per completion written: ``id`` and its ``committed_at``.
