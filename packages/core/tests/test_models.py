@@ -18,7 +18,7 @@ from tasks_core import (
     Work,
     rules,
 )
-from tasks_core.models import MAX_MESSAGE_CHARS
+from tasks_core.models import MAX_MESSAGE_CHARS, Lease, TaskStatus, built, replaced
 
 
 def _delays(policy: RetryPolicy, retries: int) -> list[float]:
@@ -179,3 +179,50 @@ def test_a_failure_stores_the_capped_message(snapshot: Snapshot, now: datetime) 
 def test_short_messages_are_kept() -> None:
     """A message within the cap MUST be stored unchanged."""
     assert "short" == ErrorInfo(type="Boom", message="short").message
+
+
+# -- replaced and built: the hot path's copies ---------------------------------------------
+
+
+def test_replaced_is_what_model_copy_makes(snapshot: Snapshot, now: datetime) -> None:
+    """``replaced(m, **changes)`` MUST equal ``m.model_copy(update=changes)``: fields,
+    fields set, hash (where the model has one), JSON, and the original untouched."""
+    claimed, _, lease, _ = rules.start_claim(snapshot, "w1", 30.0, now)
+    assert claimed.claim is not None
+    assert lease is not None
+    changes: dict[str, Any] = {"status": TaskStatus.RUNNING, "revision": 3}
+    for model, update in ((claimed, changes), (claimed.claim, {"ended": True}),
+                          (lease, {"token": "t2", "expires_at": now})):
+        before = model.model_dump_json()
+        copied = replaced(model, **update)
+        expected = model.model_copy(update=update)
+        assert copied == expected
+        if model is not claimed:  # (a snapshot holds dicts: it has no hash)
+            assert hash(copied) == hash(expected)
+        assert copied.__pydantic_fields_set__ == expected.__pydantic_fields_set__
+        assert copied.model_dump_json() == expected.model_dump_json()
+        assert model != copied
+        assert model.model_dump_json() == before
+
+
+def test_built_equals_the_validated_model(now: datetime) -> None:
+    """``built(cls, **fields)`` of valid values MUST equal ``cls(**fields)`` (fields set,
+    hash and JSON too)."""
+    fields: dict[str, Any] = {"task_id": "t1", "worker_id": "w1", "token": "tok",
+                              "generation": 2, "expires_at": now}
+    made, validated = built(Lease, **fields), Lease(**fields)
+    assert made == validated
+    assert hash(made) == hash(validated)
+    assert made.__pydantic_fields_set__ == validated.__pydantic_fields_set__
+    assert made.model_dump_json() == validated.model_dump_json()
+
+
+@pytest.mark.parametrize("fields", [
+    {"task_id": "t1", "worker_id": "w1", "token": "tok", "generation": 2},
+    {"task_id": "t1", "worker_id": "w1", "token": "tok", "generation": 2,
+     "expires_at": None, "extra": 1},
+])
+def test_built_refuses_anything_but_exactly_the_fields(fields: dict[str, Any]) -> None:
+    """A missing or an unknown field MUST raise ``TypeError`` (no half-built model)."""
+    with pytest.raises(TypeError, match="exactly its fields"):
+        built(Lease, **fields)

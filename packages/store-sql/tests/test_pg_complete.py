@@ -173,6 +173,27 @@ async def test_instants_on_a_whole_second_and_a_recovered_lease_are_spelled_as_t
     await _stored_as_decided(store, before, done, clock.now())
 
 
+async def test_a_worker_id_that_spells_json_is_read_as_its_string(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker id holding quotes, a backslash and the text of the head's next key is one
+    JSON string of the head: the statement plans the completion and stores what the rules
+    decide."""
+    worker = 'w"1\\,"expires_at":"x'
+    task = await store.create(new_task())
+    [claim] = await store.claim_next(worker, LEASE_S, queues=["default"], limit=1)
+    before = _codec.decode_snapshot(task.id, (await _row(store, task.id))["snapshot"])
+    assert before.claim is not None
+    assert before.claim.worker_id == worker
+    clock.advance(0.25)
+    _statement_only(store, monkeypatch)
+
+    done = await store.transition(task.id, claim.snapshot.revision,
+                                  Completed(event_id="done"), claim.lease)
+
+    await _stored_as_decided(store, before, done, clock.now())
+
+
 async def test_a_group_of_completions_is_one_statement_and_each_is_stored_as_decided(
     store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

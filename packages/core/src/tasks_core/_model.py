@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tasks_core.errors import InvalidInput
 
-__all__ = ["Model", "describe_validation_error", "plain_init"]
+__all__ = ["Model", "built", "describe_validation_error", "plain_init", "replaced"]
 
 _Init = TypeVar("_Init", bound=Callable[..., None])
+_M = TypeVar("_M", bound=BaseModel)
+_set = object.__setattr__
 
 
 def plain_init(init: _Init) -> _Init:
@@ -51,3 +53,46 @@ class Model(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidInput(describe_validation_error(exc)) from None
+
+
+def replaced(model: _M, /, **changes: Any) -> _M:
+    """A copy of the frozen ``model`` with ``changes``: what ``model_copy(update=changes)``
+    makes — the same fields, fields set, equality and hash, nothing validated — in about
+    half its time (pydantic's copy takes several Python steps per copy; the hot path makes
+    a few per task). The copy shares the field values, which are immutable.
+
+    Rule: ``changes`` are field values of their declared types, derived by the rules from
+    validated ones (nothing checks them here, as ``model_copy`` checks nothing).
+    """
+    if model.__pydantic_private__ is not None or model.__pydantic_extra__ is not None:
+        return model.model_copy(update=changes)  # (no core model has either)
+    new = object.__new__(type(model))
+    fields = model.__dict__.copy()
+    fields.update(changes)
+    _set(new, "__dict__", fields)
+    _set(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changes.keys())
+    _set(new, "__pydantic_extra__", None)
+    _set(new, "__pydantic_private__", None)
+    return new
+
+
+def built(cls: type[_M], /, **fields: Any) -> _M:
+    """A ``cls`` of ``fields``, not validated: equal to ``cls(**fields)`` when they are
+    valid, in a third of its time.
+
+    Rule: ``fields`` are every field of the model, each a value of its declared type
+    already in its validated form (an aware UTC instant, an enum member, a model) —
+    validated before, or derived by the rules from validated values. Anything from a
+    caller or a record goes through ``cls(...)``.
+
+    Raises:
+        TypeError: ``fields`` are not exactly the model's fields.
+    """
+    if fields.keys() != cls.model_fields.keys():
+        raise TypeError(f"built({cls.__name__}) takes exactly its fields")
+    new = object.__new__(cls)
+    _set(new, "__dict__", fields)
+    _set(new, "__pydantic_fields_set__", set(fields))
+    _set(new, "__pydantic_extra__", None)
+    _set(new, "__pydantic_private__", None)
+    return new

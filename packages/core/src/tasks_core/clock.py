@@ -16,6 +16,8 @@ __all__ = ["Clock", "ManualClock", "SystemClock", "utc"]
 
 def utc(value: datetime) -> datetime:
     """Return ``value`` as an aware UTC datetime (naive values are taken as UTC)."""
+    if value.tzinfo is UTC:  # (what drivers and this module hand out: nothing to do)
+        return value
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, model_validator
 
 from tasks_core._json import check_json, check_text
-from tasks_core._model import Model
+from tasks_core._model import Model, built, replaced
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput
@@ -36,6 +36,8 @@ __all__ = [
     "TaskQuery",
     "TaskStatus",
     "Work",
+    "built",
+    "replaced",
 ]
 
 MAX_MESSAGE_CHARS = 2048

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
+from tasks_core._model import built, replaced
 from tasks_core.authority import Access, Owner, System, check_name
 from tasks_core.clock import utc
 from tasks_core.errors import (
@@ -124,14 +125,14 @@ def present(snapshot: Snapshot, now: datetime) -> Snapshot:
     if snapshot.status in (TaskStatus.PENDING, TaskStatus.RUNNING):
         status = TaskStatus.RUNNING if snapshot.lease_live(now) else TaskStatus.PENDING
         if status != snapshot.status:
-            return snapshot.model_copy(update={"status": status})
+            return replaced(snapshot, status=status)
     return snapshot
 
 
 def _stored(snapshot: Snapshot, **changes: object) -> Snapshot:
     if snapshot.status == TaskStatus.RUNNING:
         changes.setdefault("status", TaskStatus.PENDING)
-    return snapshot.model_copy(update=changes)
+    return replaced(snapshot, **changes)
 
 
 def _expires_at(
@@ -385,7 +386,7 @@ def _end_claim(snapshot: Snapshot, at: datetime) -> ClaimInfo | None:
     claim = snapshot.claim
     if claim is None:
         return None
-    return claim.model_copy(update={"expires_at": min(claim.expires_at, at), "ended": True})
+    return replaced(claim, expires_at=min(claim.expires_at, at), ended=True)
 
 
 def apply_event(
@@ -470,10 +471,11 @@ def apply_event(
     else:  # pragma: no cover - the Event union is closed
         raise InvalidInput(f"unknown event kind {event.kind!r}")
     new = _stored(snapshot, revision=snapshot.revision + 1, updated_at=committed_at, **update)
-    record = EventRecord(
+    record = built(  # every value validated or derived here
+        EventRecord,
         event=event,
         revision=new.revision,
-        committed_at=committed_at,
+        committed_at=utc(committed_at),
         status=new.status,
         retry_at=new.retry_at if isinstance(event, RetryRequested) else None,
         error=new.error if new.terminal else None,
@@ -692,10 +694,10 @@ def renew(
     new_token = new_lease_token()
     new = _stored(
         snapshot,
-        claim=snapshot.claim.model_copy(update={"expires_at": expires_at}),
+        claim=replaced(snapshot.claim, expires_at=expires_at),
         updated_at=max(now, snapshot.updated_at),
     )
-    return new, new_token, lease.model_copy(update={"token": new_token, "expires_at": expires_at})
+    return new, new_token, replaced(lease, token=new_token, expires_at=expires_at)
 
 
 def release(snapshot: Snapshot, token: str | None, lease: Lease, now: datetime) -> Snapshot:

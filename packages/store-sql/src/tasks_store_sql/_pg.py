@@ -67,7 +67,7 @@ from tasks_core.errors import (
     Unavailable,
 )
 from tasks_core.events import EventRecord, Transition
-from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits
+from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits, built
 
 from tasks_store_sql import _codec, _pg_complete
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
@@ -218,7 +218,8 @@ class FastPath:
             for task_id, committed_at in await self.db.run_driver(op, single_statement=True):
                 self.decoded.pop(task_id)
                 index, (new, record) = planned.applied(task_id, rules.tick(committed_at))
-                results[index] = Transition(outcome="applied", snapshot=new, record=record)
+                results[index] = built(Transition, outcome="applied", snapshot=new,
+                                       record=record)
         rest = [index for index, result in enumerate(results) if result is None]
         if rest:
             decided: list[Transition | TasksError]
@@ -485,8 +486,9 @@ class FastPath:
         self.decoded.keep(task_id, text, snapshot, version)
         claim = snapshot.claim
         assert claim is not None  # the statement wrote it
-        lease = Lease(task_id=task_id, worker_id=worker_id, token=token,
-                      generation=snapshot.lease_generation, expires_at=claim.expires_at)
+        lease = built(  # (the worker id was checked, the token made by the rules)
+            Lease, task_id=task_id, worker_id=worker_id, token=token,
+            generation=snapshot.lease_generation, expires_at=claim.expires_at)
         return Claim(rules.present(snapshot, rules.tick(now)), lease)
 
     async def _claim_locked(

@@ -32,6 +32,7 @@ instead of ``BEGIN``, the lock, the write and ``COMMIT``, and no snapshot is enc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -72,21 +73,27 @@ element per completion."""
 NULLABLE = frozenset({"ttl_end", "retention"})
 """The columns whose elements may be ``None``."""
 
-_CLAIMED = (
-    '{{"status":"pending","revision":{revision},"progress":null,"result":null,'
-    '"error":null,"cancel_reason":null,"retry_at":null,"deliveries":'
-)
 _DONE = (
-    '{{"status":"completed","revision":{revision},"progress":null,"result":{result},'
-    '"error":null,"cancel_reason":null,"retry_at":null,"deliveries":'
+    '{"status":"completed","revision":', ',"progress":null,"result":',
+    ',"error":null,"cancel_reason":null,"retry_at":null,"deliveries":',
 )
-_CLAIM = ',"input_requests":{},"claim":{"worker_id":'
-_LEASE_ENDS = ',"expires_at":"'
-_LIVE = '","ended":false,"recovered":'
-_TOUCHED = ',"updated_at":"'
-_STARTED = '","started_at":'
-_UNFINISHED = ',"finished_at":null,"expires_at":'
-_REST = ',"id":"'
+"""The completed head's first keys, around its revision and result."""
+_CLAIMED_HEAD = re.compile(
+    re.escape('{"status":"pending","revision":') + r"(\d+)"
+    + re.escape(',"progress":null,"result":null,"error":null,"cancel_reason":null,'
+                '"retry_at":null,"deliveries":')
+    + r"(\d+" + re.escape(',"input_requests":{},"claim":{"worker_id":')
+    + r'"(?:[^"\\]|\\.)*"' + re.escape(',"generation":') + r"\d+)"
+    + re.escape(',"expires_at":"') + r'[^"]*' + re.escape('","ended":false,"recovered":')
+    + r"((?:true|false)" + re.escape('},"lease_generation":') + r"\d+)"
+    + re.escape(',"updated_at":"') + r'[^"]*"'
+    + r"(" + re.escape(',"started_at":"') + r'[^"]*")'
+    + re.escape(',"finished_at":null,"expires_at":') + r'(?:null|"[^"]*")'
+    + r"(?=" + re.escape(',"id":"') + r")"
+)
+"""A claimed task's head in the codec's layout: its revision, the deliveries through the
+claim's generation, ``recovered`` through the lease generation, and ``started_at``;
+the rest of the text begins where it ends (at ``,"id":"``)."""
 _RESULT = ',"result":'
 
 
@@ -94,29 +101,15 @@ def _head(text: str, revision: int, result: str) -> tuple[str, int] | None:
     """The new head of claimed ``text`` at ``revision`` completed with ``result`` (JSON
     text), marked where the instants go, and where the rest of ``text`` begins (1-based);
     ``None`` when ``text`` is not a claimed task's head in the codec's layout."""
-    claimed = _CLAIMED.format(revision=revision)
-    if not text.startswith(claimed):
-        return None
-    start = len(claimed)
-    claim = text.find(_CLAIM, start)
-    lease = text.find(_LEASE_ENDS, claim)
-    live = text.find(_LIVE, lease)
-    touched = text.find(_TOUCHED, live)
-    started = text.find(_STARTED, touched)
-    unfinished = text.find(_UNFINISHED, started)
-    rest = text.find(_REST, unfinished)
-    if min(claim, lease, live, touched, started, unfinished, rest) < 0:
-        return None
-    if not text[start:claim].isdigit():  # the deliveries: nothing else may come first
+    found = _CLAIMED_HEAD.match(text)
+    if found is None or found[1] != str(revision):
         return None
     head = "".join((
-        _DONE.format(revision=revision + 1, result=result),
-        text[start:lease], ',"expires_at":', MARK_LEASE,
-        ',"ended":true,"recovered":', text[live + len(_LIVE):touched],
-        ',"updated_at":', MARK_AT, text[started + 1:unfinished],
-        ',"finished_at":', MARK_AT, ',"expires_at":',
+        _DONE[0], str(revision + 1), _DONE[1], result, _DONE[2],
+        found[2], ',"expires_at":', MARK_LEASE, ',"ended":true,"recovered":', found[3],
+        ',"updated_at":', MARK_AT, found[4], ',"finished_at":', MARK_AT, ',"expires_at":',
     ))
-    return head, rest + 1
+    return head, found.end() + 1
 
 
 @dataclass
