@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from tasks_core import (
     Work,
     rules,
 )
+from tasks_core._json import json_size
 from tasks_core.models import MAX_MESSAGE_CHARS, Lease, TaskStatus, built, replaced
 
 
@@ -145,6 +147,16 @@ def test_payloads_that_are_not_plain_json_are_refused(value: Any) -> None:
 def test_plain_json_payloads_are_kept_exactly(value: Any) -> None:
     """A plain JSON payload MUST read back exactly as given."""
     assert value == Work(name="job", input=value).input
+
+
+@pytest.mark.parametrize(
+    "value", [None, True, 0, -1.5, "tëxt", [1, "a", None], {"a": {"b": [1.0, False]}}],
+)
+def test_json_size_counts_the_compact_utf8_bytes(value: Any) -> None:
+    """``json_size`` (what ``max_result_bytes`` bounds) MUST be the byte length of the
+    compact UTF-8 JSON text, ``null`` included."""
+    expected = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    assert json_size(value) == expected
 
 
 def test_results_and_input_requests_are_checked_too() -> None:

@@ -79,4 +79,6 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def json_size(value: Any) -> int:
     """Bytes of the compact UTF-8 JSON encoding of ``value``."""
+    if value is None:  # ("null": what most handlers return, at no encoder's cost)
+        return 4
     return len(_COMPACT.encode(value).encode())

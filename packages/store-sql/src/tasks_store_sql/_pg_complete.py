@@ -115,16 +115,19 @@ def _head(text: str, revision: int, result: str) -> tuple[str, int] | None:
 @dataclass
 class Completions:
     """The completions of a batch that the statement may write, by task id, and the
-    statement's array parameters (``ids``, ``versions``…: one per :data:`COLUMNS`)."""
+    elements of the statement's list parameters (one list per :data:`COLUMNS`, in order).
+    """
 
     kept: dict[str, tuple[int, Kept, Completed]] = field(default_factory=dict)
-    arrays: dict[str, list[Any]] = field(
-        default_factory=lambda: {f"{name}s": [] for name, _ in COLUMNS}
+    columns: tuple[list[Any], ...] = field(
+        default_factory=lambda: tuple([] for _ in COLUMNS)
     )
 
     def parameters(self) -> dict[str, str]:
-        """The statement's parameters: each of :attr:`arrays` joined into one text."""
-        return {name: join_list(values) for name, values in self.arrays.items()}
+        """The statement's parameters (``ids``, ``versions``…): each of :attr:`columns`
+        joined into one text."""
+        return {f"{name}s": join_list(values)
+                for (name, _), values in zip(COLUMNS, self.columns, strict=True)}
 
     def add(self, index: int, kept: Kept, event: Completed, lease: Lease) -> bool:
         """Plan ``event`` (item ``index``) on the run ``kept`` holds; ``False`` (nothing
@@ -160,12 +163,11 @@ class Completions:
             ',"status":"completed","retry_at":null,"error":null,"accepted":null}',
         ))
         self.kept[snapshot.id] = (index, kept, event)
-        for name, value in (
-            ("id", snapshot.id), ("version", version), ("token", lease.token),
-            ("event_id", event.event_id), ("revision", revision), ("head", head),
-            ("cut", cut), ("ttl_end", ttl_end), ("retention", retention), ("record", record),
-        ):
-            self.arrays[f"{name}s"].append(value)
+        for column, value in zip(self.columns, (  # in the order of COLUMNS
+            snapshot.id, version, lease.token, event.event_id, revision, head, cut, ttl_end,
+            retention, record,
+        ), strict=True):
+            column.append(value)
         return True
 
     def applied(
