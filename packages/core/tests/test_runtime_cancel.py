@@ -194,3 +194,87 @@ async def test_a_superseded_runs_late_result_is_fenced_off() -> None:
         assert [CancelReason.SUPERSEDED] == reasons
         after = await app.get(t.id, ALICE)
         assert (TaskStatus.COMPLETED, 2, new.run_id) == (after.status, after.result, after.run_id)
+
+
+async def test_a_cancelled_handler_that_carries_on_holds_no_slot_and_can_still_await() -> None:
+    """An async handler that swallows its cancel MUST NOT hold the worker's slot (another
+    task runs meanwhile at ``concurrency=1``); its later awaits MUST work (the cancel is
+    delivered once, at the await it was waiting in); its late result MUST NOT replace
+    ``cancelled``."""
+    app = make_app()
+    started = asyncio.Event()
+    gate = asyncio.Event()
+    returned = asyncio.Event()
+    steps: list[str] = []
+
+    @app.task
+    async def stubborn(ctx: TaskContext) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            steps.append("cancelled")
+        await asyncio.sleep(0)
+        await gate.wait()
+        steps.append("returned")
+        returned.set()
+        return "late"
+
+    @app.task
+    async def other(ctx: TaskContext) -> str:
+        return "ran"
+
+    async with app:
+        t = await app.submit(stubborn, None, ALICE)
+        async with fast_worker(app, concurrency=1) as worker:
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+            await app.cancel(t.id, ALICE)
+            second = await app.submit(other, None, ALICE)
+            done = await app.wait(second.id, ALICE, timeout=TIMEOUT)
+            assert ("ran", ["cancelled"]) == (done.result, steps)
+            gate.set()
+            await until(app, t.id, ALICE, lambda s: s.claim is not None and s.claim.ended)
+            await asyncio.wait_for(returned.wait(), TIMEOUT)
+            assert [] == worker.running
+        snapshot = await app.get(t.id, ALICE)
+    assert (TaskStatus.CANCELLED, None, ["cancelled", "returned"]) == (
+        snapshot.status, snapshot.result, steps)
+    assert ["cancelled"] == [r.kind for r in await app.history(t.id, ALICE)]
+
+
+async def test_a_cancel_a_handler_learns_of_in_its_own_write_stops_only_that_run() -> None:
+    """A cancel made elsewhere that the handler learns of from its own ``request_input``
+    MUST end that handler with ``RunCancelled`` and release the lease, and the worker MUST
+    go on to run the next task (the stop reaches no code of the worker's)."""
+    store = MemoryStore(clock=ManualClock())
+    app = make_app(store=store)
+    client = make_app(store=store)
+    gate = asyncio.Event()
+    started = asyncio.Event()
+    reasons: list[Any] = []
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        started.set()
+        await gate.wait()
+        try:
+            return await ctx.request_input("go", None)
+        finally:
+            reasons.append(ctx.cancel_reason)
+
+    @app.task
+    async def other(ctx: TaskContext) -> str:
+        return "ran"
+
+    async with app, client:
+        t = await client.submit("ask", None, ALICE)
+        async with fast_worker(app, concurrency=1):
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+            await client.cancel(t.id, ALICE)  # another app: this worker is not told
+            gate.set()
+            await until(client, t.id, ALICE, lambda s: s.claim is not None and s.claim.ended)
+            second = await app.submit(other, None, ALICE)
+            done = await app.wait(second.id, ALICE, timeout=TIMEOUT)
+        snapshot = await client.get(t.id, ALICE)
+    assert ([CancelReason.USER], "ran") == (reasons, done.result)
+    assert (TaskStatus.CANCELLED, None) == (snapshot.status, snapshot.result)

@@ -8,12 +8,17 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
 3. an unknown task name → ``failed`` (``UnknownTask``), never retried;
 4. start the heartbeat (renew every ``lease/3``; a renew showing ``cancelled`` sets the
    token to ``user``, ``LeaseLost`` or another ``run_id`` to ``superseded``) and the
-   throttled progress writer; start the handler (async: a task on the loop; sync: a thread
-   of its own), in a fresh ``contextvars.Context``;
-5. supervise: the handler ends; or the token gets ``user``/``superseded`` (stop waiting:
-   the stored state already says what happened); or the timeout passes (set ``timeout``,
-   write ``failed``/``TaskTimeout``). Time spent waiting for input does not count. A
-   ``shutdown`` token does not stop the wait: the drain bounds it;
+   throttled progress writer; run the handler (async: awaited in the run's own task, which
+   the worker starts in a fresh ``contextvars.Context``; sync: in a thread of its own,
+   in a fresh context too);
+5. supervise, by callbacks, not by a task: the handler ends; or the token gets
+   ``user``/``superseded`` (stop waiting: the stored state already says what happened);
+   or the timeout's timer fires (set ``timeout``, write ``failed``/``TaskTimeout``). Time
+   spent waiting for input does not count. A ``shutdown`` token does not stop the wait:
+   the drain bounds it. A run that stops waiting hands the rest of its slot (the timeout's
+   write, or the release after a cancel) to a task of its own
+   (``RunEnv.finish_early``); an async handler is cancelled at its await point, and the
+   run's task goes on waiting for it, to write its late outcome;
 6. write the outcome with the lease: ``completed``; ``retry_requested`` for an exception
    or ``Retry``; ``failed`` at once for ``MemoryError``, ``RecursionError``,
    ``KeyboardInterrupt``, ``SystemExit`` or a result that is not JSON; a release for a
@@ -22,10 +27,10 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
    (:mod:`tasks_core._group`), and the worker slot is given back as soon as the handler
    is done (the lease is held until the group commits).
 
-A run that stopped waiting early frees its slot; the handler's late outcome is still
-written with the old lease, which the store refuses (``LeaseLost``: fenced off) or ignores
-(``unchanged`` on a finished task). Event ids are ``"<run_id>:<generation>:<step>"``: the
-same for every retry of one write.
+A run that stopped waiting early frees its slot when that task ends; the handler's late
+outcome is still written with the old lease, which the store refuses (``LeaseLost``:
+fenced off) or ignores (``unchanged`` on a finished task). Event ids are
+``"<run_id>:<generation>:<step>"``: the same for every retry of one write.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import hashlib
 import logging
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -121,7 +126,9 @@ class RunEnv:
     progress_interval: float
     recover: Literal["retry", "fail"]
     stopping: Callable[[], bool]
-    keep: Callable[[asyncio.Future[Any]], None]
+    finish_early: Callable[[Run, Coroutine[Any, Any, None]], asyncio.Task[None]]
+    """Run the rest of a slot whose run stopped waiting for its handler (the timeout's
+    write, a cancel's release) in a task of its own; the slot ends with that task."""
     group: GroupCommit | None = None
     """The worker's group commit of terminal events (stores with ``batch_transitions``)."""
     free_slot: Callable[[Run], None] | None = None
@@ -150,19 +157,27 @@ class Run:
         self.cell = LeaseCell(env.store, claim.lease, env.group)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()
+        self.runner: asyncio.Task[None] | None = None
+        """The run's own task (set by the worker): the lifecycle, the async handler in it."""
         self.started = False
         self.parked = False
         self.dead = False
         self.settling = False
         """The handler is done and its outcome is on the way to the store."""
-        self._poke = asyncio.Event()
-        self._handler: asyncio.Future[_Outcome] | None = None
+        self._in_handler = False
+        self._async_handler = False
+        self._stopped = False  # stopped waiting for the handler (see the module docstring)
+        self._early: asyncio.Task[None] | None = None  # the rest of a stopped run's slot
+        self._cancel_asked = False  # this run cancelled its async handler
+        self._timer: asyncio.TimerHandle | None = None  # the timeout's
+        self._ran_for = 0.0  # the handler's own time when it ended
         self._helpers: list[asyncio.Task[None]] = []
         self._beat: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
-        self._stop_helpers = asyncio.Event()
+        self._helpers_stopped = False
+        self._stop_signal: asyncio.Event | None = None  # made when a helper task starts
         self._progress: tuple[float, str | None] | None = None
-        self._progress_ready = asyncio.Event()
+        self._progress_ready: asyncio.Event | None = None
         self._started_at = 0.0
         self._waited = 0.0
         self._wait_since: float | None = None
@@ -185,10 +200,10 @@ class Run:
         except RuntimeError:
             running = None
         if running is self.loop:
-            self._poke.set()
+            self._review()
         else:
             with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self._poke.set)
+                self.loop.call_soon_threadsafe(self._review)
         self.env.changes.notify()
 
     def observe(self, snapshot: Snapshot) -> None:
@@ -236,94 +251,134 @@ class Run:
         log.info("task %r: running %s (attempt %d, delivery %d)", self.task_id, self.task.name,
                  self.snapshot.retry_count + 1, self.snapshot.deliveries)
         self._start_helpers()
-        handler = self._start_handler(self.task)
-        finished = await self._supervise(handler)
-        if finished:
-            await self._stop_helpers_gracefully(flush=True)
-            await self._finish(handler.result())
+        outcome = await self._run_handler(self.task)
+        if not self._stopped:
+            timeout = self.snapshot.work.timeout_s
+            # An async handler that never awaits blocks the loop past its timeout, so
+            # nothing could stop it in time: it timed out all the same.
+            if (timeout is not None and self._ran_for > timeout and self.token.reason is None
+                    and self.token.cancel(CancelReason.TIMEOUT)):
+                self._stop_early()
+        if self._stopped:
+            await self._late(outcome)
             return
-        await self._stop_helpers_gracefully(flush=False)
-        await self._stopped_early(handler)
+        await self._stop_helpers_gracefully(flush=True)
+        await self._finish(outcome)
 
     def abandon(self) -> None:
-        """The worker died (or was cancelled): stop everything, write nothing."""
+        """The worker died (or was cancelled): stop everything, write nothing (the worker
+        cancels the run's tasks)."""
         self.dead = True
+        self._disarm()
         if self._beat is not None:
             self._beat.cancel()
         for helper in self._helpers:
             helper.cancel()
-        if self._handler is not None and isinstance(self._handler, asyncio.Task):
-            self._handler.cancel()
 
-    # -- the handler ---------------------------------------------------------------------
+    # -- the handler and its supervision -------------------------------------------------
 
-    def _start_handler(self, task: TaskDef) -> asyncio.Future[_Outcome]:
+    async def _run_handler(self, task: TaskDef) -> _Outcome:
+        """Run the handler to its end (async: here, in the run's task; sync: in a thread)
+        while the callbacks below supervise it; its outcome.
+
+        Raises:
+            asyncio.CancelledError: the run's task was cancelled by someone else than this
+                run (the worker died): nothing is written.
+        """
         ctx = TaskContext(self.snapshot, self.token, self)
         args, kwargs = _arguments(self.snapshot.work.input)
         self.started = True
         self._started_at = self.loop.time()
-        fresh = contextvars.Context()
-        if task.is_async:
-            handler: asyncio.Future[_Outcome] = self.loop.create_task(
-                _call_async(task.fn, ctx, args, kwargs), context=fresh
-            )
-        else:
-            handler = self.loop.create_future()
-            thread = threading.Thread(
-                target=_thread_main,
-                args=(self.loop, handler, fresh, task.fn, ctx, args, kwargs),
-                name=f"tasks:{task.name}:{self.task_id}",
-                daemon=True,
-            )
-            thread.start()
-        self._handler = handler
-        return handler
+        self._in_handler = True
+        self._arm()
+        try:
+            if task.is_async:
+                self._async_handler = True
+                outcome = await _call_async(task.fn, ctx, args, kwargs)
+            else:
+                future: asyncio.Future[_Outcome] = self.loop.create_future()
+                thread = threading.Thread(
+                    target=_thread_main,
+                    args=(self.loop, future, contextvars.Context(), task.fn, ctx, args,
+                          kwargs),
+                    name=f"tasks:{task.name}:{self.task_id}",
+                    daemon=True,
+                )
+                thread.start()
+                outcome = await future
+        finally:
+            self._in_handler = False
+            self._ran_for = self._active_time()
+            self._disarm()
+        if self._cancel_asked and self.runner is not None:
+            self.runner.uncancel()
+        elif isinstance(outcome.error, asyncio.CancelledError) and (
+            self.dead or (self.runner is not None and self.runner.cancelling())
+        ):
+            raise outcome.error
+        return outcome
 
     def _active_time(self) -> float:
         now = self.loop.time()
         waiting = now - self._wait_since if self._wait_since is not None else 0.0
         return now - self._started_at - self._waited - waiting
 
-    async def _supervise(self, handler: asyncio.Future[_Outcome]) -> bool:
-        """Wait for the handler; ``False`` when the run stopped waiting early."""
+    def _review(self) -> None:
+        """Supervise the running handler (after a stop cause, an input wait's start or
+        end): a ``user`` or ``superseded`` cause stops waiting for it; otherwise the
+        timeout's timer is set for the handler's time left."""
+        if not self._in_handler or self._stopped:
+            return
+        if self.token.reason in (CancelReason.USER, CancelReason.SUPERSEDED):
+            self._stop_early()
+            return
+        self._arm()
+
+    def _arm(self) -> None:
+        """Set the timeout's timer for the handler's own time left: none without a
+        timeout, while waiting for input, or once the token holds a cause."""
+        self._disarm()
         timeout = self.snapshot.work.timeout_s
-        ran_for: list[float] = []  # the handler's own time when it ended
+        if timeout is None or self.token.reason is not None or self._wait_since is not None:
+            return
+        self._timer = self.loop.call_later(max(0.0, timeout - self._active_time()),
+                                           self._timed_out)
 
-        def ended(_: object) -> None:
-            ran_for.append(self._active_time())
-            self._poke.set()
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-        handler.add_done_callback(ended)
-        while True:
-            self._poke.clear()
-            if handler.done():
-                # An async handler that never awaits blocks the loop past its timeout, so
-                # nothing could stop it in time: it timed out all the same.
-                overran = timeout is not None and bool(ran_for) and ran_for[0] > timeout
-                stopped = (overran and self.token.reason is None
-                           and self.token.cancel(CancelReason.TIMEOUT))
-                return not stopped
-            reason = self.token.reason
-            if reason in (CancelReason.USER, CancelReason.SUPERSEDED):
-                return False
-            remaining: float | None = None
-            if timeout is not None and reason is None and self._wait_since is None:
-                remaining = timeout - self._active_time()
-                if remaining <= 0:
-                    if self.token.cancel(CancelReason.TIMEOUT):
-                        return False
-                    continue
-            if remaining is None:
-                await self._poke.wait()
-            else:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        await self._poke.wait()
+    def _timed_out(self) -> None:
+        self._timer = None
+        if not self._in_handler or self._stopped:
+            return
+        timeout = self.snapshot.work.timeout_s or 0.0
+        if self._wait_since is None and self._active_time() < timeout:
+            self._arm()  # the timer fired early (the loop's clock resolution)
+        elif self.token.cancel(CancelReason.TIMEOUT):
+            self._stop_early()
+        else:
+            self._review()
 
-    async def _stopped_early(self, handler: asyncio.Future[_Outcome]) -> None:
+    def _stop_early(self) -> None:
+        """Stop waiting for the handler: the rest of the slot goes to a task of its own;
+        an async handler is cancelled at its await point (never while it runs: the
+        cancel waits for the loop), and this run's task waits for its late outcome."""
+        self._stopped = True
+        self._disarm()
+        if self._in_handler and self._async_handler:
+            self.loop.call_soon(self._cancel_handler)
+        self._early = self.env.finish_early(self, self._stopped_early())
+
+    def _cancel_handler(self) -> None:
+        if self._in_handler and self.runner is not None and not self.dead:
+            self._cancel_asked = True
+            self.runner.cancel()
+
+    async def _stopped_early(self) -> None:
+        await self._stop_helpers_gracefully(flush=False)
         reason = self.token.reason
-        if isinstance(handler, asyncio.Task):
-            handler.cancel()
         if reason == CancelReason.TIMEOUT:
             timeout = self.snapshot.work.timeout_s or 0.0
             error, _ = reason_error(CancelReason.TIMEOUT, timeout=timeout)
@@ -332,14 +387,12 @@ class Run:
                                      message=timeout_message(timeout), reason="timeout"))
         elif reason == CancelReason.USER:
             await self._release("cancelled by user")
-        self.env.keep(asyncio.ensure_future(self._late(handler)))
 
-    async def _late(self, handler: asyncio.Future[_Outcome]) -> None:
-        """Write the handler's late outcome with the old lease: it is fenced off."""
-        try:
-            outcome = await handler
-        except asyncio.CancelledError:
-            return
+    async def _late(self, outcome: _Outcome) -> None:
+        """Write the handler's late outcome with the old lease, after the stopped run's
+        own write: it is fenced off."""
+        if self._early is not None:
+            await asyncio.wait([self._early])
         error = outcome.error
         if isinstance(error, (RunCancelled, asyncio.CancelledError)) or self.dead:
             return
@@ -451,20 +504,25 @@ class Run:
         self._beat = self.loop.call_later(self.env.lease_for / 3, self._start_heartbeat)
 
     def _start_heartbeat(self) -> None:
-        if not self._stop_helpers.is_set():
+        if not self._helpers_stopped:
             self._helpers.append(self.loop.create_task(self._heartbeat()))
 
     def _start_progress_writer(self) -> None:
+        if self._progress_ready is None:
+            self._progress_ready = asyncio.Event()
         self._progress_ready.set()
-        if self._writer is None and not self._stop_helpers.is_set():
+        if self._writer is None and not self._helpers_stopped:
             self._writer = self.loop.create_task(self._progress_writer())
             self._helpers.append(self._writer)
 
     async def _stop_helpers_gracefully(self, *, flush: bool) -> None:
         if not flush:
             self._progress = None
-        self._stop_helpers.set()
-        self._progress_ready.set()
+        self._helpers_stopped = True
+        if self._stop_signal is not None:
+            self._stop_signal.set()
+        if self._progress_ready is not None:
+            self._progress_ready.set()
         if self._beat is not None:
             self._beat.cancel()
         if flush and self._progress is not None and self._writer is None:
@@ -474,8 +532,12 @@ class Run:
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep unless the helpers are told to stop; ``True`` when told to stop."""
+        if self._helpers_stopped:
+            return True
+        if self._stop_signal is None:
+            self._stop_signal = asyncio.Event()
         try:
-            await asyncio.wait_for(self._stop_helpers.wait(), seconds)
+            await asyncio.wait_for(self._stop_signal.wait(), seconds)
         except TimeoutError:
             return False
         return True
@@ -499,18 +561,20 @@ class Run:
 
     def progress(self, value: float, message: str | None) -> None:
         """Record the latest progress; the writer stores it, throttled. Any thread."""
-        if self.dead or self._stop_helpers.is_set():
+        if self.dead or self._helpers_stopped:
             return
         self._progress = (value, message)
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._start_progress_writer)
 
     async def _progress_writer(self) -> None:
+        ready = self._progress_ready
+        assert ready is not None  # made before this writer started
         while True:
-            await self._progress_ready.wait()
-            self._progress_ready.clear()
+            await ready.wait()
+            ready.clear()
             await self._write_progress()
-            if self._stop_helpers.is_set():
+            if self._helpers_stopped:
                 return
             if await self._pause(self.env.progress_interval):
                 await self._write_progress()

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import secrets
@@ -263,7 +264,7 @@ class Worker:
             changes=self.app._changes, work=self.app._work, worker_id=self.worker_id,
             lease_for=self.lease_for, input_park=self.input_park,
             poll_interval=self.poll_interval, progress_interval=self.progress_interval,
-            recover=self.recover, stopping=lambda: self._stopping, keep=self._keep_late,
+            recover=self.recover, stopping=lambda: self._stopping, finish_early=self._finish_early,
             group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
         )
         self._work_seen = self.app._work.version
@@ -288,7 +289,8 @@ class Worker:
                 raise RuntimeError("the claim loop ended without a shutdown")
             await self._shutdown_done.wait()
         except BaseException:
-            for task in list(self._run_tasks):
+            for task, run in list(self._run_tasks.items()):
+                run.abandon()
                 task.cancel()
             if self.group is not None:
                 self.group.abandon()
@@ -558,12 +560,18 @@ class Worker:
         self.runs[snapshot.id] = run
         self._slots[run] = asyncio.get_running_loop().time()
         self._active[snapshot.queue] += 1
-        task = asyncio.create_task(self._execute(run), name=f"tasks:run:{snapshot.id}")
+        # A fresh context: the handler runs in this task (never in the worker's context).
+        task = asyncio.get_running_loop().create_task(
+            self._in_slot(run, run.execute()), name=f"tasks:run:{snapshot.id}",
+            context=contextvars.Context(),
+        )
+        run.runner = task
         self._run_tasks[task] = run
 
-    async def _execute(self, run: Run) -> None:
+    async def _in_slot(self, run: Run, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` for ``run``'s slot; the slot ends with it."""
         try:
-            await run.execute()
+            await work
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -576,6 +584,21 @@ class Worker:
             if current is not None:
                 self._run_tasks.pop(current, None)
             self._wake.set()
+
+    def _finish_early(self, run: Run, rest: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """``run`` stopped waiting for its handler: the rest of its slot runs in a task of
+        its own, and the run's task, still waiting for the handler, is kept apart (a
+        drain does not wait for it)."""
+        late = run.runner
+        if late is not None and self._run_tasks.pop(late, None) is not None:
+            self._late.add(late)
+            late.add_done_callback(self._late.discard)
+        task = asyncio.get_running_loop().create_task(
+            self._in_slot(run, rest), name=f"tasks:run-stopped:{run.task_id}",
+            context=contextvars.Context(),
+        )
+        self._run_tasks[task] = run
+        return task
 
     def _free_slot(self, run: Run) -> None:
         """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as
@@ -613,10 +636,6 @@ class Worker:
         log.info("task %r: released unstarted (%s)", claim.snapshot.id, why)
         self.app._work.notify()
         self.app._changes.notify()
-
-    def _keep_late(self, future: asyncio.Future[Any]) -> None:
-        self._late.add(future)
-        future.add_done_callback(self._late.discard)
 
     def _on_cancel(self, task_id: str, run_id: str) -> None:
         """A cancel recorded through this app: stop that run, or never start it when its
