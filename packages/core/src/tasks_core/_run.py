@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
+from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._json import check_json, json_size
 from tasks_core._lease import LeaseCell
 from tasks_core.authority import check_key
@@ -126,6 +127,8 @@ class RunEnv:
     progress_interval: float
     recover: Literal["retry", "fail"]
     stopping: Callable[[], bool]
+    heartbeats: HeartbeatStarts
+    """Starts each run's heartbeat once it has run for ``lease_for / 3``."""
     finish_early: Callable[[Run, Coroutine[Any, Any, None]], asyncio.Task[None]]
     """Run the rest of a slot whose run stopped waiting for its handler (the timeout's
     write, a cancel's release) in a task of its own; the slot ends with that task."""
@@ -172,7 +175,6 @@ class Run:
         self._timer: asyncio.TimerHandle | None = None  # the timeout's
         self._ran_for = 0.0  # the handler's own time when it ended
         self._helpers: list[asyncio.Task[None]] = []
-        self._beat: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
         self._helpers_stopped = False
         self._stop_signal: asyncio.Event | None = None  # made when a helper task starts
@@ -270,8 +272,7 @@ class Run:
         cancels the run's tasks)."""
         self.dead = True
         self._disarm()
-        if self._beat is not None:
-            self._beat.cancel()
+        self.env.heartbeats.discard(self)
         for helper in self._helpers:
             helper.cancel()
 
@@ -501,9 +502,11 @@ class Run:
     def _start_helpers(self) -> None:
         """Arm the heartbeat: its task starts at the first renew, and the progress
         writer's at the first progress report (a short run starts neither)."""
-        self._beat = self.loop.call_later(self.env.lease_for / 3, self._start_heartbeat)
+        self.env.heartbeats.add(self)
 
-    def _start_heartbeat(self) -> None:
+    def start_heartbeat(self) -> None:
+        """The first renew is due: start the heartbeat's task (unless the helpers
+        stopped)."""
         if not self._helpers_stopped:
             self._helpers.append(self.loop.create_task(self._heartbeat()))
 
@@ -523,8 +526,7 @@ class Run:
             self._stop_signal.set()
         if self._progress_ready is not None:
             self._progress_ready.set()
-        if self._beat is not None:
-            self._beat.cancel()
+        self.env.heartbeats.discard(self)
         if flush and self._progress is not None and self._writer is None:
             await self._write_progress()  # reported, but the writer had not started yet
         if self._helpers:

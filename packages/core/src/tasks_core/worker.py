@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
+from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._housekeeping import Reaper
 from tasks_core._run import Run, RunEnv
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
@@ -259,12 +260,14 @@ class Worker:
         ):
             self.group = GroupCommit(store, self._handlers_busy, window=self.batch_window,
                                      max_items=self.commit_batch)
+        heartbeats = HeartbeatStarts(self.lease_for / 3)
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
             changes=self.app._changes, work=self.app._work, worker_id=self.worker_id,
             lease_for=self.lease_for, input_park=self.input_park,
             poll_interval=self.poll_interval, progress_interval=self.progress_interval,
-            recover=self.recover, stopping=lambda: self._stopping, finish_early=self._finish_early,
+            recover=self.recover, stopping=lambda: self._stopping, heartbeats=heartbeats,
+            finish_early=self._finish_early,
             group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
         )
         self._work_seen = self.app._work.version
