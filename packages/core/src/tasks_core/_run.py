@@ -6,8 +6,9 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
 2. ``recover="fail"`` and the claim took over an expired lease → ``failed``
    ("Worker process terminated unexpectedly");
 3. an unknown task name → ``failed`` (``UnknownTask``), never retried;
-4. start the heartbeat (renew every ``lease/3``; a renew showing ``cancelled`` sets the
-   token to ``user``, ``LeaseLost`` or another ``run_id`` to ``superseded``) and the
+4. start the heartbeat (renew every ``lease/3``, the first started by the worker's one
+   timer, :mod:`tasks_core._heartbeats`; a renew showing ``cancelled`` sets the token to
+   ``user``, ``LeaseLost`` or another ``run_id`` to ``superseded``) and the
    throttled progress writer; run the handler (async: awaited in the run's own task, which
    the worker starts in a fresh ``contextvars.Context``; sync: in a thread of its own,
    in a fresh context too);
