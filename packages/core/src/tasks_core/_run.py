@@ -169,7 +169,6 @@ class Run:
         self.settling = False
         """The handler is done and its outcome is on the way to the store."""
         self._in_handler = False
-        self._async_handler = False
         self._stopped = False  # stopped waiting for the handler (see the module docstring)
         self._early: asyncio.Task[None] | None = None  # the rest of a stopped run's slot
         self._cancel_asked = False  # this run cancelled its async handler
@@ -295,7 +294,6 @@ class Run:
         self._arm()
         try:
             if task.is_async:
-                self._async_handler = True
                 outcome = await _call_async(task.fn, ctx, args, kwargs)
             else:
                 future: asyncio.Future[_Outcome] = self.loop.create_future()
@@ -369,7 +367,7 @@ class Run:
         cancel waits for the loop), and this run's task waits for its late outcome."""
         self._stopped = True
         self._disarm()
-        if self._in_handler and self._async_handler:
+        if self._in_handler and self.task is not None and self.task.is_async:
             self.loop.call_soon(self._cancel_handler)
         self._early = self.env.finish_early(self, self._stopped_early())
 
