@@ -31,7 +31,8 @@ from tasks_core import (
     TaskStatus,
     rules,
 )
-from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql import SQLStore, _codec, _pg_claim
+from tasks_store_sql._pg_statements import one_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -125,6 +126,81 @@ async def test_a_due_retry_clears_retry_at(store: SQLStore, clock: ManualClock) 
     assert await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1) == []
     clock.advance(6)
     await _claim_matches_the_rules(store, clock, task.id)
+
+
+async def _fresh(store: SQLStore) -> dict[str, bool]:
+    """Which claimable rows the claim statement would claim by the fresh form (by id)."""
+    locked = _pg_claim._locked(store.tables, one_queue(store.tables.tasks))
+    query = sa.select(locked.c.id, _pg_claim._fresh(locked)).params(
+        now=None, limit=100, queue="default")
+    async with store._db.engine.begin() as conn:
+        rows = (await conn.execute(query)).all()
+        await conn.rollback()  # the candidates' locks
+    return {task_id: bool(fresh) for task_id, fresh in rows}
+
+
+async def test_a_new_task_is_claimed_by_the_fresh_form_exactly_as_the_rules_say(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every task the codec writes at creation begins with the fresh head, so its first
+    claim writes the new head without taking the stored one apart — with a TTL and a
+    retention, and with input whose keys spell the head's own (``started_at``,
+    ``finished_at``, ``id``)."""
+    spelling = {"started_at": None, "finished_at": None, "id": "x", "updated_at": "2026"}
+    plain = await store.create(new_task())
+    clock.advance(1)
+    timed = await store.create(new_task(ttl_s=3600, retention_s=60, input=spelling))
+    clock.advance(1)
+    assert await _fresh(store) == {plain.id: True, timed.id: True}
+    _python_claims_refused(store, monkeypatch)
+
+    await _claim_matches_the_rules(store, clock, plain.id)
+    await _claim_matches_the_rules(store, clock, timed.id)
+    assert (await store.get(timed.id, tenant=None)).work.input == spelling
+
+
+async def test_a_claimed_released_or_replaced_task_is_not_fresh(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    """Only a task never claimed has the fresh head: a released task (one delivery, a
+    lease generation) and a new run of a finished key (its lease generation kept) are
+    claimed by taking the head apart."""
+    released = await store.create(new_task())
+    first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
+    await store.release(first.lease)
+    clock.advance(1)
+    finished = await store.create(new_task())
+    done = await store.claim(finished.id, WORKER, LEASE_S)
+    ended = await store.transition(finished.id, done.snapshot.revision,
+                                   Completed(event_id="done"), done.lease)
+    clock.advance(1)
+    again = await store.create(new_task(finished.id), replace=ended.snapshot)
+    assert again.lease_generation == 1
+    clock.advance(1)
+
+    assert await _fresh(store) == {released.id: False, finished.id: False}
+    await _claim_matches_the_rules(store, clock, released.id)
+    await _claim_matches_the_rules(store, clock, finished.id)
+
+
+async def test_a_fresh_head_with_a_key_between_its_instants_is_taken_apart(
+    store: SQLStore, clock: ManualClock
+) -> None:
+    """A head that begins like a fresh one but holds another key after its
+    ``updated_at`` is not fresh: the fresh form would drop the key (here a later lease
+    generation, which the decoded snapshot takes), so the claim decides on the whole
+    text."""
+    task = await store.create(new_task())
+    text = await _stored_text(store, task.id)
+    odd = text.replace(',"started_at":null,', ',"lease_generation":7,"started_at":null,', 1)
+    assert odd != text
+    await _rewrite(store, task.id, snapshot=odd)
+    assert (await _before(store, task.id)).lease_generation == 7
+    clock.advance(1)
+
+    assert await _fresh(store) == {task.id: False}
+    await _claim_matches_the_rules(store, clock, task.id)
+    assert (await store.get(task.id, tenant=None)).lease_generation == 8
 
 
 TRICKY_INPUT: dict[str, Any] = {
