@@ -137,7 +137,8 @@ def _read(locked: sa.CTE) -> sa.FromClause:
     """What the claim reads from the head, in one pass: ``lease_generation``,
     ``deliveries``, the JSON text of ``started_at`` and of each key it keeps (``kept_…``;
     ``NULL`` where a key is missing), the number of keys and how many of them are the
-    head's."""
+    head's — nothing of a fresh head (:func:`_fresh`), which is not parsed, and
+    ``fresh`` itself."""
     fresh = _fresh(locked)
     head = sa.case(
         (sa.and_(locked.c.cut > 0, sa.not_(fresh)),
