@@ -166,10 +166,12 @@ async def test_claims_read_the_unclaimed_lease_and_retry_indexes(store: SQLStore
     fast = store._fast
     sql = fast.sql
     tokens = join_list([rules.new_lease_token()])
+    claims = [fast.claim_sql(one=True, fresh=fresh) for fresh in (True, False)]
     await _assert_uses(store, CLAIM_INDEXES, [
-        (fast.claim_one.sql, tuple(fast.claim_one.args(
+        *((claim.sql, tuple(claim.args(
             now=None, queue="default", limit=1, worker="w1",
-            lease=rules.check_lease_for(LEASE_S) // MILLISECOND, tokens=tokens))),
+            lease=rules.check_lease_for(LEASE_S) // MILLISECOND, tokens=tokens)))
+          for claim in claims),
         (sql.candidates_one.sql, tuple(sql.candidates_one.args(
             now=None, queue="default", skip=[], limit=1))),
     ])

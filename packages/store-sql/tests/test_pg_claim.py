@@ -183,6 +183,31 @@ async def test_a_claimed_released_or_replaced_task_is_not_fresh(
     await _claim_matches_the_rules(store, clock, finished.id)
 
 
+async def test_new_and_released_tasks_are_claimed_together_oldest_first(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement of new tasks only leaves a released task alone; the claim of any
+    head takes it next, in the same ``claim_next``, which returns both oldest first."""
+    released = await store.create(new_task())
+    first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
+    await store.release(first.lease)
+    clock.advance(1)
+    new = await store.create(new_task())
+    clock.advance(1)
+    expected = {}
+    for task_id in (released.id, new.id):
+        before = await _before(store, task_id)
+        expected[task_id], _, _, _ = rules.start_claim(
+            before, WORKER, LEASE_S, rules.tick(clock.now()))
+    _python_claims_refused(store, monkeypatch)
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
+
+    assert [c.snapshot.id for c in got] == [released.id, new.id]
+    for claim in got:
+        assert await _before(store, claim.snapshot.id) == expected[claim.snapshot.id]
+
+
 async def test_a_fresh_head_with_a_key_between_its_instants_is_taken_apart(
     store: SQLStore, clock: ManualClock
 ) -> None:

@@ -29,9 +29,10 @@ statement of their own (:mod:`tasks_store_sql._pg_complete`: the row guarded by 
 ``claim_next`` is one statement, its own transaction (one round trip, one commit): it
 locks the oldest claimable rows (``SKIP LOCKED``), reads the clock after the locks and
 applies ``rules.start_claim`` to each row in SQL (:mod:`tasks_store_sql._pg_claim`), so a
-claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. Rows it
-leaves alone (past the delivery limit, unreadable) go to the claim decided in Python
-above (:meth:`FastPath._claim_locked`).
+claim needs no ``BEGIN``, no decision round trip and no ``COMMIT`` of its own. The
+statement claims new tasks only; when it leaves a candidate alone, a second one claims
+any head, and rows that one leaves alone (past the delivery limit, unreadable) go to the
+claim decided in Python above (:meth:`FastPath._claim_locked`).
 
 ``create`` of new tasks is one statement as well (:meth:`FastPath.create_at_once`, for
 the creates of an event loop that arrive together: ``SQLStore.create``): it locks the
@@ -72,7 +73,7 @@ from tasks_core.models import Claim, Lease, NewTask, Snapshot, StoreLimits, buil
 from tasks_store_sql import _codec, _pg_complete
 from tasks_store_sql._batch import Loaded, Plan, corrupt_or, decide
 from tasks_store_sql._db import CommitThenRaise, Database
-from tasks_store_sql._pg_claim import claim_statement
+from tasks_store_sql._pg_claim import claim_statement, fresh_claim_statement
 from tasks_store_sql._pg_statements import (
     EVENT_COLUMNS,
     MILLISECOND,
@@ -107,21 +108,22 @@ class FastPath:
         self.tables = tables
         self.sql = Statements(tables, channel)
         self.decoded = decoded  # what a claim decoded, for its completion (the store's)
+        self._claim_sql: dict[tuple[bool, bool], Statement] = {}
 
-    @functools.cached_property
-    def claim_one(self) -> Statement:
-        """``claim_next`` of one queue (built when first used, like :attr:`sql`'s)."""
-        return claim_statement(self.tables, one_queue(self.tables.tasks))
+    def claim_sql(self, *, one: bool, fresh: bool) -> Statement:
+        """The claim statement of one queue or several, of fresh rows only or of any
+        (:mod:`tasks_store_sql._pg_claim`), built when first used, like :attr:`sql`'s."""
+        key = (one, fresh)
+        if key not in self._claim_sql:
+            queue = one_queue(self.tables.tasks) if one else many_queues(self.tables.tasks)
+            build = fresh_claim_statement if fresh else claim_statement
+            self._claim_sql[key] = build(self.tables, queue)
+        return self._claim_sql[key]
 
     @functools.cached_property
     def complete(self) -> Statement:
         """The completions of claimed runs (:mod:`tasks_store_sql._pg_complete`)."""
         return _pg_complete.completion_statement(self.tables)
-
-    @functools.cached_property
-    def claim_many(self) -> Statement:
-        """``claim_next`` of several queues."""
-        return claim_statement(self.tables, many_queues(self.tables.tasks))
 
     def _now_arg(self) -> datetime | None:
         return rules.tick(self.clock.now()) if self.clock is not None else None
@@ -436,8 +438,27 @@ class FastPath:
         skips such rows as ``rules`` says.
         """
         names = sorted(queues)
+        claims, left_alone = await self._claim_statement(worker_id, lease_for, names, limit,
+                                                         fresh=True)
+        if left_alone and len(claims) < limit:  # candidates that were not new tasks
+            more, left_alone = await self._claim_statement(
+                worker_id, lease_for, names, limit - len(claims), fresh=False)
+            claims += more
+            if left_alone is None or (left_alone and len(claims) < limit):
+                claims += await self._claim_locked(worker_id, lease_for, names,
+                                                   limit - len(claims))
+            claims.sort(key=lambda c: (c.snapshot.created_at, c.snapshot.id))
+        return claims
+
+    async def _claim_statement(
+        self, worker_id: str, lease_for: float, names: list[str], limit: int, *,
+        fresh: bool,
+    ) -> tuple[list[Claim], bool | None]:
+        """The claims one claim statement writes (``fresh``: the one that claims new
+        tasks only) and whether it left a candidate alone (``None``: the statement
+        failed on a record that is not JSON, before it wrote anything)."""
         one = len(names) == 1
-        statement = self.claim_one if one else self.claim_many
+        statement = self.claim_sql(one=one, fresh=fresh)
         args = statement.args(
             now=self._now_arg(),
             limit=limit,
@@ -455,19 +476,17 @@ class FastPath:
 
         records = await self.db.run_driver(op, single_statement=True)
         if records is None:
-            return await self._claim_locked(worker_id, lease_for, names, limit)
+            return [], None
         claims: list[Claim] = []
         left_alone = False
-        for task_id, now, text, token, version in records:
+        for _, task_id, now, text, token, version in sorted(records):  # by rank
             if text is None:
                 left_alone = True
                 continue
             claim = self._claimed(task_id, now, text, token, version, worker_id)
             if claim is not None:
                 claims.append(claim)
-        if left_alone and len(claims) < limit:
-            claims += await self._claim_locked(worker_id, lease_for, names, limit - len(claims))
-        return claims
+        return claims, left_alone
 
     def _claimed(
         self, task_id: str, now: datetime, text: str, token: str, version: int,
@@ -648,3 +667,4 @@ def _start(
     assert lease is not None
     row.update(new, token)
     return Claim(rules.present(new, now), lease)
+
