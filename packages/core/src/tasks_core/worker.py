@@ -84,7 +84,7 @@ log = logging.getLogger("tasks_core.worker")
 SHORT_RUN = 0.02
 """Seconds a run may hold its slot and still count as short for ``prefetch="auto"``."""
 
-AUTO_AHEAD = 8
+AUTO_AHEAD = 16
 """Claims per slot ``prefetch="auto"`` holds ahead while runs are short: a held task waits
 about this many short runs at most."""
 
