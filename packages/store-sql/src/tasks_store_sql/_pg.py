@@ -667,4 +667,3 @@ def _start(
     assert lease is not None
     row.update(new, token)
     return Claim(rules.present(new, now), lease)
-
