@@ -12,16 +12,18 @@ pytestmark = pytest.mark.anyio
 
 
 def test_limits_have_the_documented_defaults() -> None:
-    """Defaults MUST be: input 256 KiB, runs per owner off, concurrency 8, one million
-    tasks, 10 000 active per tenant."""
+    """Defaults MUST be: input 256 KiB, runs per owner off, concurrency 8, the store's
+    task and per-tenant limits off (opt-in protections)."""
     limits = Limits()
-    assert (256 * 1024, None, 8, 1_000_000, 10_000) == (
+    assert (256 * 1024, None, 8, None, None) == (
         limits.max_input_bytes, limits.max_runs_per_owner, limits.concurrency,
         limits.max_tasks, limits.max_active_tasks_per_scope)
 
 
 @pytest.mark.parametrize("bad", [{"concurrency": 0}, {"max_input_bytes": -1},
-                                 {"max_runs_per_owner": 0}, {"max_tasks": True}])
+                                 {"max_runs_per_owner": 0}, {"max_tasks": True},
+                                 {"max_tasks": 0}, {"max_active_tasks_per_scope": 2**62 + 1},
+                                 {"max_active_tasks_per_scope": 1.5}])
 def test_bad_limits_are_refused(bad: dict[str, Any]) -> None:
     """A non-positive (or non-integer) limit MUST raise InvalidInput."""
     with pytest.raises(InvalidInput):

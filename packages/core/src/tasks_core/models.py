@@ -338,11 +338,34 @@ class StoreCapabilities(Model):
     transactional_submit: bool = False
 
 
-class StoreLimits(Model):
-    """Capacity limits enforced by the store inside the creating atomic step."""
+NO_LIMIT = 2**62
+"""What an unset limit compares as: more tasks than any store holds (an SQL bigint)."""
 
-    max_tasks: int = Field(default=1_000_000, ge=1)
-    max_active_tasks_per_scope: int = Field(default=10_000, ge=1)
+
+class StoreLimits(Model):
+    """Capacity limits enforced by the store inside the creating atomic step; each is off
+    (``None``) unless set: opt-in protections, never a default refusal of ordinary work.
+
+    Attributes:
+        max_tasks: stored tasks of every status, finished ones kept for their retention
+            included: protects the database's size.
+        max_active_tasks_per_scope: live tasks (not finished, not expired) of one tenant:
+            keeps one tenant's backlog from crowding out the others.
+    """
+
+    max_tasks: int | None = Field(default=None, ge=1, le=NO_LIMIT)
+    max_active_tasks_per_scope: int | None = Field(default=None, ge=1, le=NO_LIMIT)
+
+    @property
+    def tasks_cap(self) -> int:
+        """``max_tasks``, or :data:`NO_LIMIT` when off (for comparisons and SQL)."""
+        return NO_LIMIT if self.max_tasks is None else self.max_tasks
+
+    @property
+    def scope_cap(self) -> int:
+        """``max_active_tasks_per_scope``, or :data:`NO_LIMIT` when off."""
+        cap = self.max_active_tasks_per_scope
+        return NO_LIMIT if cap is None else cap
 
     @classmethod
     def resolve(

@@ -17,7 +17,7 @@ from typing import Literal
 
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import AuthorizationError, InvalidInput
-from tasks_core.models import MAX_MESSAGE_CHARS
+from tasks_core.models import MAX_MESSAGE_CHARS, NO_LIMIT
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -148,26 +148,29 @@ class Limits:
             ``CapacityExceeded("max_runs_per_owner")``. Default: off. Checked by the
             runtime before the create, so concurrent submits may overshoot it slightly.
         concurrency: default worker concurrency (runs at once per worker). Default 8.
-        max_tasks: passed to a store the ``App`` opens from a URL (the store enforces it
-            atomically: ``CapacityExceeded("max_tasks")``). Default 1 000 000. An ``App``
+        max_tasks: stored tasks of every status (finished ones kept for their retention
+            included), passed to a store the ``App`` opens from a URL (the store enforces
+            it atomically: ``CapacityExceeded("max_tasks")``). Default: off. An ``App``
             given a store object refuses (``InvalidInput``) a value other than the default
             that the store was not opened with: set it where the store is opened.
-        max_active_tasks_per_scope: likewise, per tenant. Default 10 000.
+        max_active_tasks_per_scope: likewise, live (not finished, not expired) tasks per
+            tenant. Default: off.
     """
 
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     max_runs_per_owner: int | None = None
     concurrency: int = DEFAULT_CONCURRENCY
-    max_tasks: int = 1_000_000
-    max_active_tasks_per_scope: int = 10_000
+    max_tasks: int | None = None
+    max_active_tasks_per_scope: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_input_bytes", "max_result_bytes", "concurrency", "max_tasks",
-                     "max_active_tasks_per_scope"):
+        for name in ("max_input_bytes", "max_result_bytes", "concurrency"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name} must be a positive integer")
-        runs = self.max_runs_per_owner
-        if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
-            raise InvalidInput("max_runs_per_owner must be a positive integer or None")
+        for name in ("max_runs_per_owner", "max_tasks", "max_active_tasks_per_scope"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= NO_LIMIT):
+                raise InvalidInput(f"{name} must be a positive integer or None (off)")

@@ -257,11 +257,11 @@ class MemoryStore:
         rules.check_lease(snapshot, token, lease, now, require_live=require_live)
 
     def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
-        if not replacing and len(self._rows) >= self.limits.max_tasks:
+        if not replacing and len(self._rows) >= self.limits.tasks_cap:
             raise CapacityExceeded("max_tasks")
-        if len(self._rows) - replacing < self.limits.max_active_tasks_per_scope:
+        if len(self._rows) - replacing < self.limits.scope_cap:
             return  # fewer tasks in the store than the limit: no tenant can reach it
-        cap = self.limits.max_active_tasks_per_scope
+        cap = self.limits.scope_cap
         active = 0
         for task_id in self._open:  # every task that is not terminal is open
             row = self._rows[task_id]

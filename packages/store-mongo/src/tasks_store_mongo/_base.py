@@ -254,7 +254,7 @@ class MongoBase:
             CapacityExceeded: the store is full.
         """
         result = await self._counters.update_one(
-            {"_id": "tasks", "n": {"$lt": self.limits.max_tasks}},
+            {"_id": "tasks", "n": {"$lt": self.limits.tasks_cap}},
             {"$inc": {"n": 1}},
             session=session,
         )
@@ -276,9 +276,14 @@ class MongoBase:
         In a transaction the tenant's counter document is written first, so two creates
         in one tenant always conflict (one retries and counts again): no write skew.
 
+        Off (``None``, the default): nothing is read or written.
+
         Raises:
             CapacityExceeded: the tenant is full.
         """
+        cap = self.limits.max_active_tasks_per_scope
+        if cap is None:
+            return
         if session is not None:
             await self._counters.update_one(
                 {"_id": f"tenant:{tenant}"}, {"$inc": {"v": 1}}, session=session
@@ -291,15 +296,16 @@ class MongoBase:
                 "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
             },
             session=session,
-            limit=self.limits.max_active_tasks_per_scope,
+            limit=cap,
         )
-        if active >= self.limits.max_active_tasks_per_scope:
+        if active >= cap:
             raise CapacityExceeded("max_active_tasks_per_scope")
 
     async def _ensure_tenant(self, tenant: str) -> None:
         """Create the tenant's counter document outside any transaction (an upsert racing
         inside two transactions would be a duplicate key, not a retryable conflict)."""
-        if not self._transactions or tenant in self._tenants:
+        if (not self._transactions or tenant in self._tenants
+                or self.limits.max_active_tasks_per_scope is None):
             return
         key = f"tenant:{tenant}"
         if await self._counters.find_one({"_id": key}, {"_id": 1}) is None:

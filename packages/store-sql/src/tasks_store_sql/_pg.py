@@ -291,14 +291,14 @@ class FastPath:
                 if current is None:
                     raise TaskNotFound(new.id)
                 rules.check_replace(current, replace, now)
-            if row is None and total >= limits.max_tasks:
+            if row is None and total >= limits.tasks_cap:
                 await refuse(driver, "max_tasks", now, checked)
             scope = scope_lock(new.tenant)
 
             async def count() -> int:
                 return int(await driver.fetchval(sql.active.sql, *sql.active.args(
                     tenant=new.tenant, now=now, id=new.id,
-                    cap=limits.max_active_tasks_per_scope,
+                    cap=limits.scope_cap,
                 )))
 
             async def read_bound() -> int | None:
@@ -306,7 +306,7 @@ class FastPath:
                 return None if value is None else int(value)
 
             room = await room_for_one(total - (1 if row is not None else 0),
-                                      limits.max_active_tasks_per_scope, read_bound, count)
+                                      limits.scope_cap, read_bound, count)
             if room.full:
                 await refuse(driver, "max_active_tasks_per_scope", now, checked)
             if room.bound is None:
@@ -380,8 +380,8 @@ class FastPath:
         if not made:
             return [None] * len(news)
         statement = self.sql.create
-        args = statement.args(now=self._now_arg(), most=limits.max_tasks - len(made),
-                              max_active=limits.max_active_tasks_per_scope,
+        args = statement.args(now=self._now_arg(), most=limits.tasks_cap - len(made),
+                              max_active=limits.scope_cap,
                               rows=_codec.encode(rows), members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:

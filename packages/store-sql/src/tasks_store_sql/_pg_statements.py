@@ -256,7 +256,7 @@ class Statements:
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > _now_param()),
                 t.c.id != sa.bindparam("id"),
             )
-            .limit(sa.bindparam("cap", type_=sa.Integer))
+            .limit(sa.bindparam("cap", type_=sa.BigInteger))
             .subquery("a")
         )
         return Statement.of(sa.select(sa.func.count()).select_from(capped))
@@ -559,7 +559,7 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
     locked = (
         sa.select(now.label("now"), held.c.value)
-        .where(held.c.value <= sa.bindparam("most", type_=sa.Integer))
+        .where(held.c.value <= sa.bindparam("most", type_=sa.BigInteger))
         .cte("l")
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
@@ -567,7 +567,7 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
                                ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
     scopes = _scopes(tables, rows, locked)
     full = sa.exists(sa.select(scopes.c.tenant).where(
-        scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.Integer)))
+        scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
     clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
     pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
         sa.column("piece", postgresql.JSON()), with_ordinality="k"

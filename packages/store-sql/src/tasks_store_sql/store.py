@@ -271,11 +271,11 @@ class SQLStore(TransitionOps):
                 if current is None:
                     raise TaskNotFound(new.id)
                 rules.check_replace(current, replace, now)
-            if row is None and total >= self.limits.max_tasks:
+            if row is None and total >= self.limits.tasks_cap:
                 raise CapacityExceeded("max_tasks")
             room = await room_for_one(
                 total - (1 if row is not None else 0),
-                self.limits.max_active_tasks_per_scope,
+                self.limits.scope_cap,
                 lambda: self._scope_bound(conn, new.tenant),
                 lambda: self._count_active(conn, new.tenant, new.id, now),
             )
@@ -304,7 +304,7 @@ class SQLStore(TransitionOps):
                 sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now),
                 t.c.id != other_than,
             )
-            .limit(self.limits.max_active_tasks_per_scope)
+            .limit(self.limits.scope_cap)
         )
         if self._db.kind == "mysql":
             rows = rows.with_for_update(read=True)

@@ -47,6 +47,27 @@ class CapacityContract(ContractBase):
             await store.get(refused.id, tenant=None)
         assert 3 == len(await store.list(TaskQuery(tenant=None)))
 
+    async def test_default_limits_accept_a_backlog_past_the_old_caps(
+        self, make_store: MakeStore
+    ) -> None:
+        """With its default options a store MUST refuse no ordinary work: both limits are
+        off unless set, so one owner's backlog of 10,001 live tasks (one past the old
+        per-tenant default of 10,000) is taken, beside finished tasks kept for their
+        retention, and the next create still succeeds.
+
+        Troubleshooting: read ``StoreLimits.max_tasks`` and ``max_active_tasks_per_scope``
+        as ``None`` (off) by default; compare with ``StoreLimits.tasks_cap`` and
+        ``scope_cap`` (no limit when off), never with a number of your own.
+        """
+        store = await make_store()
+        await finished_task(store)
+        await finished_task(store, end="failed")
+        backlog = [new_task() for _ in range(10_001)]
+        for start in range(0, len(backlog), 100):
+            await asyncio.gather(*(store.create(task) for task in backlog[start:start + 100]))
+        last = await store.create(new_task())
+        assert last == await store.get(last.id, tenant=last.tenant)
+
     async def test_active_limit_counts_per_tenant(self, make_store: MakeStore) -> None:
         """``max_active_tasks_per_scope`` MUST count the live tasks of the creating task's
         tenant only: a full tenant is refused with ``limit ==
