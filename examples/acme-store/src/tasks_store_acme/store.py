@@ -9,6 +9,7 @@ capability         value  why
 durable            no     data lives as long as the process
 multi_process      no     one process only
 wakeups            yes    in-process wakeups
+cancel_wakeups     yes    in-process, as wakeups
 exclusive_queues   yes    checked under the store lock
 =================  =====  ==============================================
 

@@ -328,6 +328,9 @@ class StoreCapabilities(Model):
         transactional_submit: ``create(new, *, replace=None, transaction=handle)`` writes
             inside the application's own open transaction (SQL: its ``AsyncConnection``),
             so the task exists if and only if that transaction commits.
+        cancel_wakeups: ``wait_for_cancels`` reports a cancel committed by any process
+            while it waits, so a worker stops a run (or drops a held claim) at once
+            instead of at its next heartbeat.
     """
 
     durable: bool
@@ -336,6 +339,7 @@ class StoreCapabilities(Model):
     exclusive_queues: bool
     batch_transitions: bool = False
     transactional_submit: bool = False
+    cancel_wakeups: bool = False
 
 
 NO_LIMIT = 2**62

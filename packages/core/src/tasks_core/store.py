@@ -292,6 +292,30 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def wait_for_cancels(
+        self, task_ids: Collection[str], timeout: float
+    ) -> builtins.set[str]:
+        """Wait until a task of ``task_ids`` is cancelled, by any process, or ``timeout``
+        seconds pass; the ids found cancelled (empty on timeout).
+
+        ``task_ids`` is read whenever a cancel arrives, so the caller may add ids to it
+        while waiting (``test_wait_for_cancels_reads_ids_added_while_waiting``). A cancel
+        committed while the call waits MUST be reported before the timeout
+        (``test_wait_for_cancels_reports_a_cancel_while_waiting``); one committed after
+        the store's first ``wait_for_cancels`` but before this call began MUST be
+        reported by this call, at once
+        (``test_wait_for_cancels_reports_a_cancel_made_between_waits``). An id may be
+        reported more than once (the caller reads the task and stops watching it), never
+        one that was not cancelled
+        (``test_wait_for_cancels_reports_only_cancels_of_watched_tasks``).
+
+        Raises:
+            CapabilityNotSupported: the store has no ``cancel_wakeups``.
+            InvalidInput: ``timeout`` is not a finite number of seconds >= 0.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release what the store created (never what the application passed in)."""
         ...

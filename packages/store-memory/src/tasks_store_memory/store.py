@@ -8,6 +8,7 @@ capability         value  why
 durable            no     everything lives in this process's memory
 multi_process      no     one process only
 wakeups            yes    in-process: any thread or event loop wakes waiting workers
+cancel_wakeups     yes    in-process, as ``wakeups``
 exclusive_queues   yes    checked under the store lock
 batch_transitions  yes    ``transition_many``: every item under one hold of the lock
 transactional_     no     there are no application transactions to join
@@ -84,6 +85,9 @@ class _Row:
 
 
 _Waiter = tuple[frozenset[str], asyncio.AbstractEventLoop, "asyncio.Future[bool]"]
+_CancelWaiter = tuple[Collection[str], asyncio.AbstractEventLoop, "asyncio.Future[set[str]]"]
+UNREPORTED_CANCELS = 10_000
+"""Cancels kept for the next ``wait_for_cancels`` when no waiter watched their task."""
 
 
 class _OpenTasks:
@@ -133,6 +137,7 @@ class MemoryStore:
         wakeups=True,
         exclusive_queues=True,
         batch_transitions=True,
+        cancel_wakeups=True,
     )
 
     def __init__(
@@ -164,6 +169,10 @@ class MemoryStore:
         self._open = _OpenTasks()
         """Tasks that may be claimable or hold a lease (see :meth:`_track`)."""
         self._waiters: list[_Waiter] = []
+        self._cancel_waiters: list[_CancelWaiter] = []
+        self._unreported: dict[str, None] = {}
+        """Cancelled tasks no waiter watched yet, oldest first (at most
+        :data:`UNREPORTED_CANCELS`)."""
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -285,6 +294,21 @@ class MemoryStore:
             else:
                 keep.append((queues, loop, future))
         self._waiters = keep
+
+    def _notify_cancel(self, task_id: str) -> None:
+        """Report the cancel of ``task_id`` to the waiters watching it, else keep it for
+        the next wait (called with the lock held)."""
+        keep = []
+        for task_ids, loop, future in self._cancel_waiters:
+            if task_id in task_ids:
+                loop.call_soon_threadsafe(_resolve_with, future, {task_id})
+            else:
+                keep.append((task_ids, loop, future))
+        if len(keep) == len(self._cancel_waiters):
+            self._unreported[task_id] = None
+            if len(self._unreported) > UNREPORTED_CANCELS:
+                del self._unreported[next(iter(self._unreported))]
+        self._cancel_waiters = keep
 
     # -- creation and reads --------------------------------------------------------------
 
@@ -434,6 +458,8 @@ class MemoryStore:
             self._append(row, new, record)
             if new.status == TaskStatus.PENDING:
                 self._notify(new.queue)
+            elif new.status == TaskStatus.CANCELLED:
+                self._notify_cancel(task_id)
         return decision.transition
 
     def _append(self, row: _Row, snapshot: Snapshot, record: EventRecord) -> None:
@@ -638,12 +664,44 @@ class MemoryStore:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
 
+    async def wait_for_cancels(
+        self, task_ids: Collection[str], timeout: float
+    ) -> builtins.set[str]:
+        """Wait until a task of ``task_ids`` is cancelled or ``timeout`` seconds pass
+        (see ``TaskStore.wait_for_cancels``); each cancel is reported once.
+
+        Raises:
+            InvalidInput: a bad timeout.
+        """
+        seconds = _wait_seconds(timeout)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[set[str]] = loop.create_future()
+        entry = (task_ids, loop, future)
+        with self._lock:
+            found = {task_id for task_id in list(task_ids) if task_id in self._unreported}
+            if found:
+                for task_id in found:
+                    del self._unreported[task_id]
+                return found
+            self._cancel_waiters.append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), seconds)
+        except TimeoutError:
+            return set()
+        finally:
+            with self._lock:
+                if entry in self._cancel_waiters:
+                    self._cancel_waiters.remove(entry)
+
     async def aclose(self) -> None:
         """Nothing to release; waiting workers are woken so they can stop."""
         with self._lock:
             for _, loop, future in self._waiters:
                 loop.call_soon_threadsafe(_resolve, future)
             self._waiters.clear()
+            for _, loop, cancel_future in self._cancel_waiters:
+                loop.call_soon_threadsafe(_resolve_with, cancel_future, set())
+            self._cancel_waiters.clear()
 
     # -- test support --------------------------------------------------------------------
 
@@ -662,4 +720,21 @@ class MemoryStore:
 def _resolve(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(True)
+
+
+def _wait_seconds(timeout: float) -> float:
+    """A wait's ``timeout``: a real, finite number of seconds >= 0.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 <= timeout < float("inf"):
+        raise InvalidInput("timeout must be a finite number of seconds >= 0")
+    return float(timeout)
+
+
+def _resolve_with(future: asyncio.Future[set[str]], task_ids: set[str]) -> None:
+    if not future.done():
+        future.set_result(task_ids)
 

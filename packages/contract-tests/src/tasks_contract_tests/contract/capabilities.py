@@ -12,10 +12,12 @@ import anyio
 import anyio.lowlevel
 import pytest
 from tasks_core import (
+    Cancelled,
     CapabilityNotSupported,
     Claim,
     Completed,
     Failed,
+    InvalidInput,
     ManualClock,
     StoreCapabilities,
     TaskNotFound,
@@ -23,7 +25,14 @@ from tasks_core import (
 )
 
 from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import LEASE_S, claim, new_task
+from tasks_contract_tests._kit import (
+    ALICE,
+    LEASE_S,
+    access,
+    claim,
+    created_and_claimed,
+    new_task,
+)
 
 Probe = Callable[[TaskStore], Awaitable[object]]
 WAKE_TIMEOUT = 10.0
@@ -38,6 +47,10 @@ async def _probe_wakeups(store: TaskStore) -> object:
     return await store.wait_for_work(["default"], 0.01)
 
 
+async def _probe_cancel_wakeups(store: TaskStore) -> object:
+    return await store.wait_for_cancels(set(), 0.01)
+
+
 async def _probe_batches(store: TaskStore) -> object:
     return await store.transition_many([])
 
@@ -49,6 +62,7 @@ async def _probe_transactions(store: TaskStore) -> object:
 PROBES: dict[str, Probe] = {
     "exclusive_queues": _probe_exclusive,
     "wakeups": _probe_wakeups,
+    "cancel_wakeups": _probe_cancel_wakeups,
     "batch_transitions": _probe_batches,
     "transactional_submit": _probe_transactions,
 }
@@ -287,3 +301,120 @@ class CapabilityContract(ContractBase):
         started = time.monotonic()
         assert False is await store.wait_for_work(["quiet"], 0.05)
         assert time.monotonic() - started < WAKE_TIMEOUT / 2
+
+    # -- cancel wakeups -----------------------------------------------------------------------
+
+    async def test_wait_for_cancels_reports_a_cancel_while_waiting(
+        self, store: TaskStore
+    ) -> None:
+        """``wait_for_cancels(ids, timeout)`` MUST return the id of a watched task that
+        another coroutine cancels while it waits, before the timeout.
+
+        Troubleshooting: send the notification in (or right after) the commit of the
+        transition that cancels (PostgreSQL ``NOTIFY``, a change stream, an in-process
+        condition), and have the waiter listen on it.
+        """
+        _require(store, "cancel_wakeups")
+        task = await _claimed(store)
+        await store.wait_for_cancels(set(), 0)  # the store listens from now on
+        result: list[set[str]] = []
+
+        async def waiter() -> None:
+            result.append(await store.wait_for_cancels({task}, WAKE_TIMEOUT))
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.lowlevel.checkpoint()
+            await _cancel(store, task)
+        assert [{task}] == result
+        assert time.monotonic() - started < WAKE_TIMEOUT / 2
+
+    async def test_wait_for_cancels_reports_a_cancel_made_between_waits(
+        self, store: TaskStore
+    ) -> None:
+        """A cancel committed after the store's first ``wait_for_cancels`` but before the
+        next call began MUST be reported by that call, at once (a worker claims a task,
+        and its cancel may land before its watcher waits again).
+
+        Troubleshooting: keep the cancels that no waiter watched (a bounded set), or read
+        the watched tasks' status when a wait begins.
+        """
+        _require(store, "cancel_wakeups")
+        task = await _claimed(store)
+        await store.wait_for_cancels(set(), 0)
+        await _cancel(store, task)
+        started = time.monotonic()
+        assert {task} == await store.wait_for_cancels({task}, WAKE_TIMEOUT)
+        assert time.monotonic() - started < WAKE_TIMEOUT / 2
+
+    async def test_wait_for_cancels_reads_ids_added_while_waiting(
+        self, store: TaskStore
+    ) -> None:
+        """``task_ids`` is a live collection: an id added while the call waits MUST be
+        reported when that task is cancelled afterwards.
+
+        Troubleshooting: test membership in the caller's collection when a cancel arrives;
+        do not copy it when the wait begins.
+        """
+        _require(store, "cancel_wakeups")
+        task = await _claimed(store)
+        await store.wait_for_cancels(set(), 0)
+        watched: set[str] = set()
+        result: list[set[str]] = []
+
+        async def waiter() -> None:
+            result.append(await store.wait_for_cancels(watched, WAKE_TIMEOUT))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.lowlevel.checkpoint()
+            watched.add(task)
+            await _cancel(store, task)
+        assert [{task}] == result
+
+    async def test_wait_for_cancels_reports_only_cancels_of_watched_tasks(
+        self, store: TaskStore
+    ) -> None:
+        """A cancel of an unwatched task and the completion of a watched one MUST NOT be
+        reported: the call returns an empty set once the timeout passes.
+
+        Troubleshooting: notify only transitions that end in ``cancelled``, and report
+        only ids the caller watches.
+        """
+        _require(store, "cancel_wakeups")
+        watched, lease = await created_and_claimed(store)
+        other = await _claimed(store)
+        await store.wait_for_cancels(set(), 0)
+        await _cancel(store, other)
+        done = await store.transition(watched.id, watched.revision,
+                                      Completed(event_id="done"), lease)
+        assert "applied" == done.outcome, done
+        assert set() == await store.wait_for_cancels({watched.id}, 0.2)
+
+    @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, True, "5"])
+    async def test_wait_for_cancels_refuses_a_bad_timeout(
+        self, store: TaskStore, timeout: object
+    ) -> None:
+        """A timeout that is not a finite real number of seconds >= 0 MUST raise
+        ``InvalidInput`` (a NaN or infinite timer never fires).
+
+        Troubleshooting: check the timeout before waiting, bools and strings included.
+        """
+        _require(store, "cancel_wakeups")
+        with pytest.raises(InvalidInput):
+            await store.wait_for_cancels(set(), timeout)  # type: ignore[arg-type]
+
+
+async def _claimed(store: TaskStore) -> str:
+    """A task of ``ALICE``'s, claimed by ``w1``: its id."""
+    created = await store.create(new_task())
+    await claim(store, created.id)
+    return created.id
+
+
+async def _cancel(store: TaskStore, task_id: str) -> None:
+    current = await store.get(task_id, tenant=None)
+    done = await store.transition(task_id, current.revision, Cancelled(event_id="cancel"),
+                                  access(ALICE))
+    assert "applied" == done.outcome, done
