@@ -50,19 +50,22 @@ async def test_replica_set_offers_every_capability(open_store: Opener) -> None:
 async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
     tmp_path: Path, driver: str
 ) -> None:
-    """On a standalone server (no transactions, no change streams) ``wakeups`` and
-    ``exclusive_queues`` MUST be off and raise ``CapabilityNotSupported``; everything
-    else MUST work, ``max_tasks`` included."""
+    """On a standalone server (no transactions, no change streams) ``wakeups``,
+    ``cancel_wakeups`` and ``exclusive_queues`` MUST be off and raise
+    ``CapabilityNotSupported``; everything else MUST work, ``max_tasks`` included."""
     server = Server(standalone=True).start()
     try:
         store = await open_mongo(store_url(server.url, driver), clock=ManualClock(), max_tasks=2)
         try:
             caps = store.capabilities
-            assert (True, True, False, False) == (
-                caps.durable, caps.multi_process, caps.wakeups, caps.exclusive_queues
+            assert (True, True, False, False, False) == (
+                caps.durable, caps.multi_process, caps.wakeups, caps.exclusive_queues,
+                caps.cancel_wakeups,
             )
             with pytest.raises(CapabilityNotSupported):
                 await store.wait_for_work(["default"], 0.01)
+            with pytest.raises(CapabilityNotSupported):
+                await store.wait_for_cancels(set(), 0.01)
             with pytest.raises(CapabilityNotSupported):
                 await store.claim_next("w", LEASE_S, queues=["q"], exclusive=["q"])
             task = await store.create(new_task())

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -99,6 +101,11 @@ class MongoBase:
         self._queue_docs: set[str] = set()  # queues whose document exists
         self.transaction_retries = 0
         """Transactions retried after a ``TransientTransactionError`` (diagnostics)."""
+        # Cancel wakeups (see ``_cancels``): where the last cancel stream stopped, and the
+        # cancels read that no waiter watched, oldest first; shared by every event loop.
+        self._cancels_after: Mapping[str, Any] | None = None
+        self._unreported: OrderedDict[str, None] = OrderedDict()
+        self._unreported_lock = threading.Lock()
 
     @property
     def capabilities(self) -> StoreCapabilities:

@@ -45,6 +45,7 @@ __all__ = [
     "in_transaction",
     "open_client",
     "settle",
+    "transient",
     "translate",
 ]
 
@@ -143,7 +144,7 @@ def translate() -> Iterator[None]:
             raise InvalidInput(
                 "The task document would exceed MongoDB's 16 MiB document limit"
             ) from exc
-        if exc.code in _TRANSIENT_CODES or _has_label(exc, "TransientTransactionError"):
+        if transient(exc):
             raise StoreUnavailable(
                 f"MongoDB is unavailable right now (code {exc.code})"
             ) from exc
@@ -159,6 +160,12 @@ def translate() -> Iterator[None]:
         raise InvalidInput(f"Invalid MongoDB URL or option ({type(exc).__name__})") from exc
     except PyMongoError as exc:
         raise StoreError(f"MongoDB driver error ({type(exc).__name__})") from exc
+
+
+def transient(exc: OperationFailure) -> bool:
+    """Whether the server refused for now (shutting down, not primary, interrupted, busy,
+    a transient transaction error), not for good."""
+    return exc.code in _TRANSIENT_CODES or _has_label(exc, "TransientTransactionError")
 
 
 def _dns_failure(exc: ConfigurationError) -> bool:

@@ -9,6 +9,9 @@ durable            yes          the server keeps everything (per its write conce
 multi_process      yes          every operation is atomic on the server
 wakeups            replica set  change streams; a standalone server has none
                                 (``wait_for_work`` raises; workers poll with backoff)
+cancel_wakeups     replica set  a change stream of cancels, each wait resumed where
+                                the last stopped (``_cancels``); a standalone server
+                                raises (workers learn at their heartbeat)
 exclusive_queues   replica set  a multi-document transaction on a per-queue document;
                                 a standalone server raises ``CapabilityNotSupported``
 batch_transitions  no           ``transition_many`` raises ``CapabilityNotSupported``;
@@ -64,6 +67,7 @@ from tasks_core.models import Claim, Lease, NewTask, Snapshot, TaskQuery, TaskSt
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, operation
+from tasks_store_mongo._cancels import MongoCancels
 from tasks_store_mongo._capabilities import MAX_CAPABILITIES
 from tasks_store_mongo._claims import MongoClaims
 from tasks_store_mongo._driver import settle
@@ -77,7 +81,7 @@ class _Retry(Exception):
     """A compare-and-set inside ``create``/``delete`` lost: read again."""
 
 
-class MongoStore(MongoClaims):
+class MongoStore(MongoClaims, MongoCancels):
     """The MongoDB store. Open it with :meth:`open` (or ``tasks_core.open_store(url)``)."""
 
     CAPABILITIES = MAX_CAPABILITIES
