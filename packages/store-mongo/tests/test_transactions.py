@@ -69,8 +69,9 @@ async def test_transient_error_in_create_is_retried_to_one_task(
 ) -> None:
     """A ``TransientTransactionError`` anywhere in the create transaction (the read, the
     capacity counters, the count, the insert, the commit) MUST be retried: exactly one task is
-    stored and counted once."""
-    store = await _transactional(open_store, url)
+    stored and counted once. The tenant limit is set so that the count (``aggregate``)
+    runs: it is off by default."""
+    store = await _transactional(open_store, url, max_active_tasks_per_scope=100)
     first = await store.create(new_task())
     await failpoint(command)
     second = await store.create(new_task())
