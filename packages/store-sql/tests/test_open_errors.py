@@ -90,6 +90,36 @@ async def test_a_server_nobody_answers_for_is_unavailable_in_plain_words(
     assert "cannot be reached" in str(error)
 
 
+async def test_a_server_with_no_connection_slot_left_is_unavailable_in_plain_words(
+    postgres_url: str,
+) -> None:
+    """A PostgreSQL server that refuses a connection for want of a slot
+    (``TooManyConnectionsError``, SQLSTATE 53300: ``max_connections`` spent, or a
+    connection limit of the role or database) MUST raise ``StoreUnavailable`` saying so in
+    plain words — what a worker starting on a full server prints before it exits 2.
+
+    Troubleshooting: ``53300`` is in ``_REFUSED_STATES`` in ``_errors.py`` (the class
+    ``53`` stays transient, so it is ``StoreUnavailable``). The test makes the slot run
+    out with a role whose connection limit is 0 (``tasks_no_slot``, kept between runs).
+    """
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        await admin.execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tasks_no_slot')"
+            " THEN CREATE ROLE tasks_no_slot LOGIN; END IF; END $$")
+        await admin.execute("ALTER ROLE tasks_no_slot NOSUPERUSER CONNECTION LIMIT 0")
+    finally:
+        await admin.close()
+    error = await _refusal(_with(postgres_url, login="tasks_no_slot"))
+    assert str(error) == (
+        "PostgreSQL is unavailable: the server has no connection slot left "
+        "(max_connections, or a connection limit of the role or database, is reached) "
+        "(TooManyConnectionsError [53300])"
+    )
+
+
 async def test_a_postgres_refusal_names_the_driver_error_never_the_password(
     postgres_url: str,
 ) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
+from tasks_core.durations import MAX_KEEP_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy, Work
 
@@ -13,10 +14,15 @@ __all__ = ["Registry"]
 
 
 class Registry:
-    """Registered tasks by name and declared queues by name (``default`` always)."""
+    """Registered tasks by name and declared queues by name (``default`` always).
+
+    Raises:
+        InvalidInput: a bad queue or default ``retention``.
+    """
 
     def __init__(self, queues: Iterable[str | Queue], retention: float | None) -> None:
-        self.retention = retention
+        self.retention = check_duration(retention, "retention", high=MAX_KEEP_S,
+                                        allow_zero=True, allow_none=True)
         self.tasks: dict[str, TaskDef] = {}
         self._queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
         for queue in queues:

@@ -30,6 +30,7 @@ from tasks_core._worker_gc import tune_for_serving
 from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.definitions import TaskDef
+from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.worker import Worker
 
@@ -73,10 +74,13 @@ def _json_value(text: str, what: str) -> Any:
 
 
 def _worker_of(app: App, args: argparse.Namespace) -> Worker:
-    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app.
+    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app. Its
+    durations (``--lease``, ``--input-park``, ``--reap-interval``, ``--drain-timeout``)
+    are checked by the worker, before the store is opened.
 
     Raises:
-        InvalidInput: a bad option (``--prefetch``, ``--concurrency``…) or queue name.
+        InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…) or
+            queue name.
     """
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     for queue in queues or ():
@@ -85,22 +89,23 @@ def _worker_of(app: App, args: argparse.Namespace) -> Worker:
         app, queues=queues, concurrency=args.concurrency, recover=args.recover,
         lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
         reap_interval=None if args.no_reaper else args.reap_interval,
+        drain_timeout=args.drain_timeout,
     )
 
 
 class _Drain:
     """The worker's drain, started by the first signal, cut short by a second."""
 
-    def __init__(self, worker: Worker, timeout: float, interrupts: Interrupts) -> None:
+    def __init__(self, worker: Worker, interrupts: Interrupts) -> None:
         self.worker = worker
-        self.timeout = timeout
         self.interrupts = interrupts
         self.task: asyncio.Task[bool] | None = None
 
     def start(self) -> None:
-        """Begin the drain (``Worker.shutdown``) in a task of its own."""
+        """Begin the drain (``Worker.shutdown``, for the worker's ``drain_timeout``) in a
+        task of its own."""
         self.task = asyncio.get_running_loop().create_task(
-            self.worker.shutdown(self.timeout), name="tasks:cli-drain")
+            self.worker.shutdown(), name="tasks:cli-drain")
         # Cancelled by the second signal's handler itself: the drain cannot finish (and log
         # "drain settled") in the loop step before the command sees that signal.
         self.interrupts.cut_short(self.task)
@@ -150,7 +155,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
         # scans, and young collections far apart (see _worker_gc); undone when serving
         # ends, for a caller that goes on in the same process.
         untune = tune_for_serving()
-        drain = _Drain(worker, args.drain_timeout, interrupts)
+        drain = _Drain(worker, interrupts)
         interrupts.on_first(drain.start)
         try:
             ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
@@ -321,9 +326,11 @@ async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> in
     on it).
 
     Raises:
+        InvalidInput: a bad ``--timeout`` (see :mod:`tasks_core.durations`).
         CapabilityNotSupported: tasks-contract-tests is not installed (the message says
             how to install it).
     """
+    check_duration(args.timeout, "--timeout", high=MAX_WAIT_S, allow_none=True)
     try:
         stress = importlib.import_module("tasks_contract_tests.stress")
     except ImportError:

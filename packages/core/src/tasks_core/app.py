@@ -43,6 +43,7 @@ from tasks_core.authority import (
     scoped_task_key,
 )
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, MIN_INTERVAL_S, check_duration
 from tasks_core.errors import (
     AuthorizationError,
     CapabilityNotSupported,
@@ -123,7 +124,7 @@ class App(Registry):
             wakes them.
 
     Raises:
-        InvalidInput: bad arguments.
+        InvalidInput: bad arguments (durations: see :mod:`tasks_core.durations`).
     """
 
     def __init__(
@@ -147,7 +148,8 @@ class App(Registry):
         self.url = url
         self.policy = policy or Policy()
         self.limits = limits or Limits()
-        self.poll_interval = poll_interval
+        self.poll_interval = check_duration(poll_interval, "poll_interval",
+                                            low=MIN_INTERVAL_S, high=MAX_WAIT_S)
         self.store_options = dict(store_options or {})
         self._store = store
         self._owns_store = False
@@ -290,6 +292,9 @@ class App(Registry):
             StoreUnavailable: the store failed.
         """
         authority = require_authority(authority)
+        ttl = _duration(ttl, "ttl", MAX_KEEP_S)
+        retention = _duration(retention, "retention", MAX_KEEP_S, allow_zero=True)
+        timeout = _duration(timeout, "timeout", MAX_WAIT_S)
         definition = self._definition(task)
         name = definition.name if definition else task
         if not isinstance(name, str):
@@ -442,9 +447,11 @@ class App(Registry):
         Raises:
             TypeError, TaskNotFound, StoreUnavailable: as :meth:`get` (also mid-watch, if
                 the task is reaped or deleted).
+            InvalidInput: a bad ``poll_interval`` (see :mod:`tasks_core.durations`).
         """
         require_authority(authority)
-        poll = poll_interval or self.poll_interval
+        poll = check_duration(poll_interval, "poll_interval", low=MIN_INTERVAL_S,
+                              high=MAX_WAIT_S, allow_none=True) or self.poll_interval
         last: tuple[Any, ...] | None = None
         while True:
             version = self._changes.version
@@ -466,8 +473,12 @@ class App(Registry):
         Raises:
             TaskTimeout: ``timeout`` seconds passed first (also a ``TimeoutError``); the
                 task itself is left alone.
+            InvalidInput: a bad ``timeout`` (see :mod:`tasks_core.durations`): nothing
+                waited for.
             TypeError, TaskNotFound, StoreUnavailable: as :meth:`get`.
         """
+        timeout = check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True,
+                                 allow_none=True)
         try:
             async with asyncio.timeout(timeout):
                 async for snapshot in self.watch(task_id, authority):
@@ -608,6 +619,18 @@ class App(Registry):
 
             self._sync = SyncApp(self)
         return self._sync
+
+
+def _duration(value: float | _Unset | None, what: str, high: float, *,
+              allow_zero: bool = False) -> float | _Unset | None:
+    """A submit option as given: ``UNSET`` or ``None`` as they are, else checked seconds.
+
+    Raises:
+        InvalidInput: see :func:`~tasks_core.durations.check_duration`.
+    """
+    if isinstance(value, _Unset):
+        return value
+    return check_duration(value, what, high=high, allow_zero=allow_zero, allow_none=True)
 
 
 def _pick(value: float | _Unset | None, default: float | None) -> float | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.reasons import CancelReason
 
 __all__ = ["CancelToken", "RunCancelled"]
@@ -91,7 +92,14 @@ class CancelToken:
         return self._reason
 
     def wait_sync(self, timeout: float | None = None) -> bool:
-        """Block (in a thread) until a cause is set or ``timeout`` passes; ``True`` if set."""
+        """Block (in a thread) until a cause is set or ``timeout`` passes; ``True`` if set.
+
+        Raises:
+            InvalidInput: ``timeout`` is not ``None`` or a finite number in
+                ``[0, MAX_WAIT_S]`` (see :mod:`tasks_core.durations`).
+        """
+        timeout = check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True,
+                                 allow_none=True)
         with self._lock:
             if self._reason is not None:
                 return True

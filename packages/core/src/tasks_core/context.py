@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from tasks_core.authority import Owner
 from tasks_core.cancel import CancelToken, RunCancelled
+from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.models import Progress, Snapshot
 from tasks_core.reasons import CancelReason
 
@@ -95,7 +96,12 @@ class TaskContext:
 
         Returns:
             Whether the run was asked to stop.
+
+        Raises:
+            InvalidInput: ``seconds`` is not a finite number in ``[0, MAX_WAIT_S]`` (see
+                :mod:`tasks_core.durations`): nothing slept.
         """
+        seconds = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
         if self.token.cancelled:
             return True
         try:

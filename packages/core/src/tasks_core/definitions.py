@@ -15,6 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from tasks_core.authority import check_name
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
 
@@ -94,6 +95,10 @@ class TaskDef:
         max_deliveries: default delivery limit.
         ttl: default time to live in seconds from creation (``None``: none).
         retention: seconds a finished task is kept (``None``: the app default).
+
+    Raises:
+        InvalidInput: a handler that is not callable, a bad queue name, retry policy or
+            duration (:func:`~tasks_core.durations.check_duration`).
     """
 
     name: str
@@ -112,6 +117,10 @@ class TaskDef:
         check_name(self.queue, what="queue")
         if not isinstance(self.retry, RetryPolicy):
             raise InvalidInput("retry must be a RetryPolicy")
+        check_duration(self.timeout, "timeout", high=MAX_WAIT_S, allow_none=True)
+        check_duration(self.ttl, "ttl", high=MAX_KEEP_S, allow_none=True)
+        check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
+                       allow_none=True)
 
     @functools.cached_property
     def is_async(self) -> bool:

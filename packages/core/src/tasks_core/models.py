@@ -18,6 +18,7 @@ from tasks_core._json import check_json, check_text
 from tasks_core._model import Model, built, replaced
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.reasons import CancelReason
 
@@ -128,9 +129,10 @@ class RetryPolicy(Model):
     """
 
     kind: Literal["none", "fixed", "exponential"] = "none"
-    attempts: int = Field(default=1, ge=1, le=10_000)
-    delay_s: float = Field(default=0.0, ge=0, le=366 * 86400)
-    cap_s: float | None = Field(default=None, ge=0, le=366 * 86400)
+    attempts: int = Field(default=1, ge=1, le=10_000, strict=True)
+    delay_s: float = Field(default=0.0, ge=0, le=MAX_WAIT_S, strict=True, allow_inf_nan=False)
+    cap_s: float | None = Field(default=None, ge=0, le=MAX_WAIT_S, strict=True,
+                                allow_inf_nan=False)
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -139,13 +141,25 @@ class RetryPolicy(Model):
 
     @classmethod
     def fixed(cls, delay: float, *, attempts: int) -> RetryPolicy:
-        """Retry after the same ``delay`` seconds, up to ``attempts`` runs in all."""
-        return cls(kind="fixed", attempts=attempts, delay_s=delay)
+        """Retry after the same ``delay`` seconds, up to ``attempts`` runs in all.
+
+        Raises:
+            InvalidInput: a bad ``delay`` (see :mod:`tasks_core.durations`) or ``attempts``.
+        """
+        delay_s = check_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
+        return cls(kind="fixed", attempts=attempts, delay_s=delay_s)
 
     @classmethod
     def exponential(cls, base: float, *, attempts: int, cap: float | None = None) -> RetryPolicy:
-        """Retry after ``base``, ``2*base``, ``4*base``… seconds (at most ``cap``)."""
-        return cls(kind="exponential", attempts=attempts, delay_s=base, cap_s=cap)
+        """Retry after ``base``, ``2*base``, ``4*base``… seconds (at most ``cap``).
+
+        Raises:
+            InvalidInput: a bad ``base`` or ``cap`` (see :mod:`tasks_core.durations`) or
+                ``attempts``.
+        """
+        base_s = check_duration(base, "base", high=MAX_WAIT_S, allow_zero=True)
+        cap_s = check_duration(cap, "cap", high=MAX_WAIT_S, allow_zero=True, allow_none=True)
+        return cls(kind="exponential", attempts=attempts, delay_s=base_s, cap_s=cap_s)
 
     def allows_retry(self, retry_count: int) -> bool:
         """Whether a run that has already been retried ``retry_count`` times may retry again."""
@@ -161,7 +175,7 @@ class RetryPolicy(Model):
             seconds = self.delay_s
         else:
             seconds = 0.0
-        return timedelta(milliseconds=round(min(seconds, 366 * 86400) * 1000))
+        return timedelta(milliseconds=round(min(seconds, MAX_WAIT_S) * 1000))
 
 
 class Work(Model):
@@ -171,7 +185,8 @@ class Work(Model):
     input: JSONValue = None
     idempotency_key: StrictStr | None = Field(default=None, max_length=512)
     retry_policy: RetryPolicy = RetryPolicy()
-    timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
+                                    allow_inf_nan=False)
     max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
 
 
@@ -280,8 +295,10 @@ class NewTask(Model):
     watchers: tuple[Owner, ...] = ()
     queue: QueueName = "default"
     work: Work
-    ttl_s: float | None = Field(default=None, gt=0, le=10 * 366 * 86400)
-    retention_s: float | None = Field(default=None, ge=0, le=10 * 366 * 86400)
+    ttl_s: float | None = Field(default=None, gt=0, le=MAX_KEEP_S, strict=True,
+                                allow_inf_nan=False)
+    retention_s: float | None = Field(default=None, ge=0, le=MAX_KEEP_S, strict=True,
+                                      allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _same_tenant(self) -> NewTask:

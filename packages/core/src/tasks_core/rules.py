@@ -23,6 +23,7 @@ from typing import Literal, NamedTuple
 from tasks_core._model import built, replaced
 from tasks_core.authority import Access, Owner, System, check_name
 from tasks_core.clock import utc
+from tasks_core.durations import check_duration
 from tasks_core.errors import (
     AuthorizationError,
     Deferred,
@@ -98,6 +99,7 @@ __all__ = [
 
 Right = Literal["read", "cancel", "respond", "grant"]
 MAX_LEASE_S = 7 * 86400
+"""The longest lease, in seconds: every store refuses a longer one, and so does a worker."""
 DELIVERY_LIMIT_ERROR = "DeliveryLimitExceeded"
 DELIVERY_LIMIT_EVENT_ID = "store:delivery-limit"
 _EVENT_TYPES = (
@@ -495,16 +497,13 @@ def next_commit_time(snapshot: Snapshot, now: datetime) -> datetime:
 
 
 def check_lease_for(lease_for: float) -> timedelta:
-    """Validate a lease duration in seconds.
+    """Validate a lease duration in seconds (:func:`~tasks_core.durations.check_duration`).
 
     Raises:
-        InvalidInput: not a finite number in (0, 7 days].
+        InvalidInput: not a finite number in (0, :data:`MAX_LEASE_S`].
     """
-    if isinstance(lease_for, bool) or not isinstance(lease_for, (int, float)):
-        raise InvalidInput("lease_for must be a number of seconds")
-    if not 0 < lease_for <= MAX_LEASE_S:
-        raise InvalidInput(f"lease_for must be in (0, {MAX_LEASE_S}] seconds")
-    return timedelta(milliseconds=max(1, round(lease_for * 1000)))
+    seconds = check_duration(lease_for, "lease_for", high=MAX_LEASE_S)
+    return timedelta(milliseconds=max(1, round(seconds * 1000)))
 
 
 def check_worker_id(worker_id: str) -> str:

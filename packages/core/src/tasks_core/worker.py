@@ -68,11 +68,18 @@ from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
 from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._housekeeping import Reaper
+from tasks_core._outage import Outage
 from tasks_core._run import Run, RunEnv
+from tasks_core.durations import (
+    MAX_BATCH_WINDOW_S,
+    MAX_WAIT_S,
+    MIN_INTERVAL_S,
+    check_duration,
+)
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
 from tasks_core.models import Claim
 from tasks_core.reasons import CancelReason
-from tasks_core.rules import MAX_BATCH
+from tasks_core.rules import MAX_BATCH, MAX_LEASE_S
 
 if TYPE_CHECKING:
     from tasks_core.app import App
@@ -122,6 +129,14 @@ class Worker:
             while runs are short),
             ``0`` (none: no task waits in this worker holding a lease) or ``N`` (up to
             ``N``); see the module docstring.
+        drain_timeout: seconds a drain waits for the runs to end (``async with`` and
+            :meth:`shutdown` without an argument).
+
+    Every duration is checked by :func:`~tasks_core.durations.check_duration`: a real
+    number, finite; ``lease_for`` at most ``rules.MAX_LEASE_S`` (the stores' cap), the
+    intervals (``lease_for``, ``input_park``, ``poll_interval``, ``min_poll``,
+    ``progress_interval``, ``reap_interval``) at least ``durations.MIN_INTERVAL_S``,
+    ``batch_window`` in ``[0, 1]``, ``drain_timeout`` at least ``0``.
 
     Raises:
         InvalidInput: a bad argument or an undeclared queue.
@@ -145,6 +160,7 @@ class Worker:
         batch_window: float = 0.003,
         commit_batch: int = 64,
         prefetch: int | Literal["auto"] = "auto",
+        drain_timeout: float = 5.0,
     ) -> None:
         self.app = app
         declared = app.queues
@@ -161,13 +177,23 @@ class Worker:
             raise InvalidInput("concurrency must be a positive integer")
         if recover not in ("retry", "fail"):
             raise InvalidInput("recover must be 'retry' or 'fail'")
-        for value, what in ((lease_for, "lease_for"), (input_park, "input_park"),
-                            (poll_interval, "poll_interval"), (min_poll, "min_poll"),
-                            (progress_interval, "progress_interval")):
-            if not value > 0:
-                raise InvalidInput(f"{what} must be positive")
-        if not 0 <= batch_window <= 1:
-            raise InvalidInput("batch_window must be in [0, 1] seconds")
+        # Every duration through the one check (tasks_core.durations); a lease within the
+        # stores' cap, every repeated wait at least MIN_INTERVAL_S.
+        lease_for = check_duration(lease_for, "lease_for", low=MIN_INTERVAL_S,
+                                   high=MAX_LEASE_S)
+        input_park, poll_interval, min_poll, progress_interval = (
+            check_duration(value, what, low=MIN_INTERVAL_S, high=MAX_WAIT_S)
+            for value, what in ((input_park, "input_park"), (poll_interval, "poll_interval"),
+                                (min_poll, "min_poll"),
+                                (progress_interval, "progress_interval")))
+        reap_interval = check_duration(reap_interval, "reap_interval", low=MIN_INTERVAL_S,
+                                       high=MAX_WAIT_S, allow_none=True)
+        batch_window = check_duration(batch_window, "batch_window", high=MAX_BATCH_WINDOW_S,
+                                      allow_zero=True)
+        self.drain_timeout = check_duration(drain_timeout, "drain_timeout", high=MAX_WAIT_S,
+                                            allow_zero=True)
+        self._wakeups = Outage(log, "waiting for work", "polling with backoff")
+        """The store's wakeups: logged once when they fail and once when they work again."""
         if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
                 or not 1 <= commit_batch <= 1000:
             raise InvalidInput("commit_batch must be an integer in 1..1000")
@@ -306,11 +332,20 @@ class Worker:
                 reaper_task.cancel()
             log.info("worker %s stopped", self.worker_id)
 
-    async def shutdown(self, drain_timeout: float = 5.0) -> bool:
+    async def shutdown(self, drain_timeout: float | None = None) -> bool:
         """Drain (see the module docstring) and return whether everything settled.
 
         Safe to call more than once and from any task of the worker's loop.
+
+        Args:
+            drain_timeout: seconds to wait for the runs to end (default: the worker's
+                ``drain_timeout``).
+
+        Raises:
+            InvalidInput: a bad ``drain_timeout`` (nothing stopped).
         """
+        drain_timeout = self.drain_timeout if drain_timeout is None else check_duration(
+            drain_timeout, "drain_timeout", high=MAX_WAIT_S, allow_zero=True)
         if self._settled is not None:
             return self._settled
         if self._stopping:
@@ -358,7 +393,8 @@ class Worker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Shut down (5 s drain) and wait for :meth:`run` to return."""
+        """Shut down (a drain of ``drain_timeout`` seconds) and wait for :meth:`run` to
+        return."""
         main = self._main
         if main is None:
             return
@@ -547,7 +583,7 @@ class Worker:
         timeout = backoff
         if wakeups and store.capabilities.wakeups:
             waits.append(_wakeup_or_backoff(store, list(self.queues), self.poll_interval,
-                                            backoff))
+                                            backoff, self._wakeups))
             timeout = self.poll_interval
         await _first(*waits, timeout=timeout)
         self._work_seen = self.app._work.version
@@ -667,14 +703,17 @@ async def _wait_until(awaitable: Any, deadline: float) -> None:
 
 
 async def _wakeup_or_backoff(
-    store: Any, queues: list[str], timeout: float, backoff: float
+    store: Any, queues: list[str], timeout: float, backoff: float, outage: Outage
 ) -> None:
-    """``store.wait_for_work``; when it fails, log and wait out ``backoff`` instead."""
+    """``store.wait_for_work``; when it fails, wait out ``backoff`` instead. ``outage``
+    logs a failure once per outage and its end once, never once per poll."""
     try:
         await store.wait_for_work(queues, timeout)
-    except Exception as exc:
-        log.warning("waiting for work failed (%r); polling after %.2fs", exc, backoff)
+    except Exception:
+        outage.failed()
         await asyncio.sleep(backoff)  # the backoff itself, not a stand-in for an event
+    else:
+        outage.worked()
 
 
 async def _wait_for(event: asyncio.Event, timeout: float | None) -> None:

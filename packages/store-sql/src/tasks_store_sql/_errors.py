@@ -2,8 +2,10 @@
 ``map_httpcore_exceptions``).
 
 - connection lost, refused or timed out, a busy or locked database, a pool timeout, a
-  killed backend: :class:`~tasks_core.errors.StoreUnavailable` (transient; nothing was
-  committed unless the commit itself was cut off, which no driver can tell us);
+  killed backend, a server with no connection slot left (said in plain words: PostgreSQL
+  ``53300``, MariaDB/MySQL 1040): :class:`~tasks_core.errors.StoreUnavailable`
+  (transient; nothing was committed unless the commit itself was cut off, which no
+  driver can tell us);
 - a connection the database refuses to establish as configured: a database that does not
   exist (PostgreSQL SQLSTATE class ``3D``, MariaDB/MySQL 1049), a login refused
   (PostgreSQL class ``28``, MariaDB/MySQL 1044/1045/1698), a SQLite file that cannot be
@@ -56,9 +58,12 @@ _TRANSIENT_STATES = ("08", "53", "57", "40", "55P03")  # connection, resources, 
 _TRANSIENT_ERRNOS = frozenset(
     {1040, 1053, 1152, 1159, 1161, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 1927, 4031}
 )
+_NO_SLOT = ("the server has no connection slot left (max_connections, or a connection "
+            "limit of the role or database, is reached)")
 # Connections refused as configured (see the module docstring), in plain words.
 _REFUSED_STATES = {  # PostgreSQL: by SQLSTATE, else by class
     "3D000": "the database does not exist",
+    "53300": _NO_SLOT,
     "28P01": "the password was refused",
     "28000": "the login was refused (an unknown role, or not allowed by pg_hba.conf)",
     "3D": "the database does not exist",
@@ -66,6 +71,7 @@ _REFUSED_STATES = {  # PostgreSQL: by SQLSTATE, else by class
 }
 _NO_SERVER = "the server cannot be reached (is it running; are the host and port right?)"
 _REFUSED_ERRNOS = {  # MariaDB/MySQL
+    1040: _NO_SLOT,
     1049: "the database does not exist",
     1044: "the login may not use this database",
     1045: "the login was refused (an unknown user or a wrong password)",

@@ -1,0 +1,96 @@
+"""Durations: the one check of every duration and interval the runtime is given.
+
+Rule: a duration is a real number of seconds — an ``int`` or a ``float`` (any
+``numbers.Real``), never a ``bool`` or a string — that is finite and within its option's
+bounds. Each option of the public API (``App``, ``@app.task``, ``submit``, ``wait``,
+``watch``, ``TaskContext.sleep``), the worker (``Worker(...)``, ``shutdown``) and the CLI
+(``tasks worker``, ``tasks stress``) passes through :func:`check_duration` where it is
+given, before anything starts or is written; a refusal is
+:class:`~tasks_core.errors.InvalidInput` naming the option and its bounds (exit 2 on the
+CLI). The stored models (``RetryPolicy``, ``Work``, ``NewTask``) keep the same bounds as
+strict, finite pydantic fields, so a model built directly is held to them too.
+
+The bounds: a lease is at most the stores' cap (:data:`tasks_core.rules.MAX_LEASE_S`);
+timeouts, retry delays and waits at most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at
+most :data:`MAX_KEEP_S`; an interval the runtime repeats (polls, heartbeats, reaps,
+progress writes) at least :data:`MIN_INTERVAL_S`, so that no setting turns a wait into a
+busy loop.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Literal, overload
+
+from tasks_core.errors import InvalidInput
+
+__all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
+           "check_duration"]
+
+MAX_WAIT_S = 366 * 86400
+"""The longest timeout, retry delay, wait or interval, in seconds (a leap year)."""
+
+MAX_KEEP_S = 10 * MAX_WAIT_S
+"""The longest ``ttl`` or ``retention``, in seconds (ten leap years)."""
+
+MIN_INTERVAL_S = 0.001
+"""The shortest interval of a wait the runtime repeats (a poll, a reap, a progress write,
+a lease and so its heartbeats), in seconds."""
+
+MAX_BATCH_WINDOW_S = 1.0
+"""The longest ``batch_window`` of a worker, in seconds."""
+
+
+@overload
+def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
+                   allow_zero: bool = False, allow_none: Literal[False] = False) -> float: ...
+
+
+@overload
+def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
+                   allow_zero: bool = False, allow_none: Literal[True]) -> float | None: ...
+
+
+def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
+                   allow_zero: bool = False, allow_none: bool = False) -> float | None:
+    """``value`` as seconds (a ``float``), once it is a real number, finite and in range:
+    at least ``low`` and at most ``high`` — and, where ``low`` is ``0``, above it unless
+    ``allow_zero``. ``None`` passes only with ``allow_none``.
+
+    Args:
+        value: what the caller gave.
+        what: the option's name, as the caller knows it (``"lease_for"``, ``"--lease"``).
+        high: the largest value allowed.
+        low: the smallest value allowed.
+        allow_zero: ``0`` is allowed (with ``low`` at ``0``).
+        allow_none: ``None`` is allowed (and returned).
+
+    Raises:
+        InvalidInput: naming ``what`` and its bounds.
+    """
+    if value is None and allow_none:
+        return None
+    span = _span(low, high, allow_zero)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInput(f"{what} must be a number of seconds in {span}, not "
+                           f"{'None' if value is None else 'a ' + type(value).__name__}")
+    try:
+        seconds = float(value)
+    except (OverflowError, ValueError, TypeError):
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise InvalidInput(f"{what} must be a finite number of seconds in {span}")
+    if not (low <= seconds <= high) or (seconds == 0 and low == 0 and not allow_zero):
+        raise InvalidInput(f"{what} must be in {span} seconds, not {seconds:g}")
+    return seconds
+
+
+def _span(low: float, high: float, allow_zero: bool) -> str:
+    """The interval in the usual notation: ``(0, 60]``, ``[0, 60]``, ``[0.001, 60]``."""
+    opening = "(" if low == 0 and not allow_zero else "["
+    return f"{opening}{_number(low)}, {_number(high)}]"
+
+
+def _number(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
