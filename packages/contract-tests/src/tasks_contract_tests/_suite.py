@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tasks_contract_tests.contract.batch import BatchContract
+from tasks_contract_tests.contract.cancel_delivery import CancelDeliveryContract
 from tasks_contract_tests.contract.capabilities import CapabilityContract
 from tasks_contract_tests.contract.capacity import CapacityContract
 from tasks_contract_tests.contract.claims import ClaimContract
@@ -26,6 +27,7 @@ from tasks_contract_tests.contract.worker import WorkerContract
 
 __all__ = [
     "BatchContract",
+    "CancelDeliveryContract",
     "CapabilityContract",
     "CapacityContract",
     "ClaimContract",
@@ -52,6 +54,7 @@ __all__ = [
 
 class StoreContract(
     WorkerContract,
+    CancelDeliveryContract,
     ModelContract,
     RealClockContract,
     CapabilityContract,

@@ -151,8 +151,13 @@ class _Outcome:
 class Run:
     """One claim being executed; see the module docstring."""
 
-    def __init__(self, env: RunEnv, claim: Claim, task: TaskDef | None) -> None:
+    def __init__(
+        self, env: RunEnv, claim: Claim, task: TaskDef | None, *, recheck: bool = False
+    ) -> None:
         self.env = env
+        self.recheck = recheck
+        """Read the task with the lease before the handler starts (a claim held long
+        enough for a cancel from another process to land unseen)."""
         self.task = task
         self.snapshot: Snapshot = claim.snapshot
         self.task_id = claim.snapshot.id
@@ -236,6 +241,8 @@ class Run:
         if self.env.stopping():
             await self._release("the worker is shutting down; released before start")
             return
+        if self.recheck and not await self._still_wanted():
+            return
         if self.env.recover == "fail" and claim is not None and claim.recovered:
             log.warning("task %r: took over an expired lease; failing it (recover='fail')",
                         self.task_id)
@@ -266,6 +273,23 @@ class Run:
             return
         await self._stop_helpers_gracefully(flush=True)
         await self._finish(outcome)
+
+    async def _still_wanted(self) -> bool:
+        """Read the task with the lease: ``False`` (nothing started) when it was cancelled
+        or taken over meanwhile; a failed read leaves it to the heartbeat."""
+        try:
+            snapshot = await self.cell.snapshot()
+        except LeaseLost:
+            self.lost()
+            return False
+        except TasksError:
+            return True
+        self.observe(snapshot)
+        if self.token.reason == CancelReason.USER:
+            log.info("task %r: cancelled while its claim was held; not started", self.task_id)
+            await self._release("cancelled while held")
+            return False
+        return self.token.reason is None
 
     def abandon(self) -> None:
         """The worker died (or was cancelled): stop everything, write nothing (the worker
@@ -575,15 +599,16 @@ class Run:
             await ready.wait()
             ready.clear()
             await self._write_progress()
-            if self._helpers_stopped:
-                return
-            if await self._pause(self.env.progress_interval):
+            # told to stop during that write, or during the pause: what came meanwhile
+            if self._helpers_stopped or await self._pause(self.env.progress_interval):
                 await self._write_progress()
                 return
 
     async def _write_progress(self) -> None:
+        """Store the latest progress with the lease; none once the run was stopped for
+        a cause other than a drain (a drained run is released with its progress)."""
         pending, self._progress = self._progress, None
-        if pending is None or self.token.cancelled:
+        if pending is None or self.token.reason not in (None, CancelReason.SHUTDOWN):
             return
         try:
             snapshot = await self.cell.progress(*pending)

@@ -13,6 +13,7 @@ instead of asking again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Protocol
 
 from tasks_core.authority import Owner
@@ -91,24 +92,24 @@ class TaskContext:
         if reason is not None:
             raise RunCancelled(reason)
 
-    async def sleep(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, waking early when the run is asked to stop.
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or end with the run's cancellation, whatever its cause.
 
-        Returns:
-            Whether the run was asked to stop.
+        Like any await point of a cancelled run, it does not return once the run is asked
+        to stop: a loop of ``await ctx.sleep(...)`` ends there, so a drained run is
+        released (and runs again elsewhere) instead of rushing to its end.
 
         Raises:
+            RunCancelled: the run was asked to stop (``.reason``: ``user``, ``timeout``,
+                ``superseded`` or ``shutdown``), before or during the sleep.
             InvalidInput: ``seconds`` is not a finite number in ``[0, MAX_WAIT_S]`` (see
                 :mod:`tasks_core.durations`): nothing slept.
         """
         seconds = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
-        if self.token.cancelled:
-            return True
-        try:
+        self.raise_if_cancelled()
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.token.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        self.raise_if_cancelled()
 
     # -- progress ------------------------------------------------------------------------
 

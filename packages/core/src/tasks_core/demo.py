@@ -50,8 +50,7 @@ def build_demo_app(url: str) -> App:
     @app.task(queue="demo")
     async def render_report(ctx: TaskContext, pages: int) -> dict[str, Any]:
         for page in range(1, pages + 1):
-            if await ctx.sleep(0.25):
-                ctx.raise_if_cancelled()
+            await ctx.sleep(0.25)
             ctx.progress(100 * page / pages, f"page {page}/{pages}")
         return {"pages": pages}
 
@@ -68,16 +67,14 @@ def build_demo_app(url: str) -> App:
     @app.task(queue="demo", timeout=1.5)
     async def slow_export(ctx: TaskContext, rows: int) -> dict[str, Any]:
         for row in range(rows):
-            if await ctx.sleep(0.1):
-                ctx.raise_if_cancelled()
+            await ctx.sleep(0.1)
             ctx.progress(100 * (row + 1) / rows, f"row {row + 1}/{rows}")
         return {"rows": rows}
 
     @app.task(queue="demo")
     async def long_import(ctx: TaskContext, batches: int) -> dict[str, Any]:
         for batch in range(batches):
-            if await ctx.sleep(0.2):
-                ctx.raise_if_cancelled()
+            await ctx.sleep(0.2)
             ctx.progress(100 * (batch + 1) / batches, f"batch {batch + 1}/{batches}")
         return {"batches": batches}
 
@@ -88,8 +85,7 @@ def build_demo_app(url: str) -> App:
         if not isinstance(answer, dict) or not answer.get("ok"):
             return {"paid": 0}
         for step in range(2, 11):
-            if await ctx.sleep(0.1):
-                ctx.raise_if_cancelled()
+            await ctx.sleep(0.1)
             ctx.progress(10 * step, "paying")
         return {"paid": amount, "approved_by": answer.get("by")}
 

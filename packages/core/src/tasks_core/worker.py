@@ -64,6 +64,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks_core._cancel_watch import CancelWatch, WatchedTasks
 from tasks_core._failures import log_failure
 from tasks_core._group import GroupCommit
 from tasks_core._heartbeats import HeartbeatStarts
@@ -77,7 +78,7 @@ from tasks_core.durations import (
     check_duration,
 )
 from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, TasksError
-from tasks_core.models import Claim
+from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import CancelReason
 from tasks_core.rules import MAX_BATCH, MAX_LEASE_S
 
@@ -255,6 +256,11 @@ class Worker:
         """Claims of the open queues in flight, each with how many tasks it asked for."""
         self._answers: list[tuple[int, bool]] = []
         """What claims in flight got since the claim loop last looked: ``(tasks, failed)``."""
+        self._claims_out = 0
+        """Claims sent to the store whose answer has not been looked at yet."""
+        self._cancelled_meanwhile: set[tuple[str, str]] = set()
+        """``(task_id, run_id)`` cancelled through this app while claims were out: their
+        claims, when they come back, are dropped unstarted."""
 
     # -- public --------------------------------------------------------------------------
 
@@ -302,6 +308,11 @@ class Worker:
         if self.reap_interval is not None:
             self.reaper = Reaper(store, interval=self.reap_interval)
             reaper_task = asyncio.create_task(self.reaper.run(self._stop))
+        watching: asyncio.Task[None] | None = None
+        if store.capabilities.cancel_wakeups:
+            watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
+                                self._cancelled_elsewhere, self.poll_interval)
+            watching = asyncio.create_task(watch.run(), name="tasks:cancel-watch")
         log.info("worker %s serving %s (concurrency %d, prefetch %s, store %s)",
                  self.worker_id, ", ".join(self.queues), self.concurrency, self.prefetch,
                  type(store).__name__)
@@ -330,6 +341,8 @@ class Worker:
             self.app._changes.remove_cancel_listener(self._on_cancel)
             if reaper_task is not None:
                 reaper_task.cancel()
+            if watching is not None:
+                watching.cancel()
             log.info("worker %s stopped", self.worker_id)
 
     async def shutdown(self, drain_timeout: float | None = None) -> bool:
@@ -530,12 +543,19 @@ class Worker:
         if limit <= 0:
             return 0, False
         asked = asyncio.get_running_loop().time()
+        self._claims_out += 1
         try:
             claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
                                             limit=limit, exclusive=exclusive)
         except Exception:  # a store outage (or a store bug) must not kill the worker
             log_failure(log, "worker %s: claim failed; backing off", self.worker_id)
             return 0, True
+        finally:
+            self._claims_out -= 1
+        if self._cancelled_meanwhile:
+            claims = [claim for claim in claims if not self._was_cancelled(claim.snapshot)]
+        if not self._claims_out:
+            self._cancelled_meanwhile.clear()
         for claim in claims:
             if limited or (self._free() > 0 and not self._held):
                 self._start(claim)
@@ -553,7 +573,7 @@ class Worker:
                 self._hold_failed = True
                 self._release(claim, f"held for {self.lease_for / 3:g}s without a free slot")
             else:
-                self._start(claim)
+                self._start(claim, held_for=now - asked)
 
     def _hold_left(self, now: float) -> float | None:
         """Seconds until the oldest held claim is due for release (``None``: none held)."""
@@ -588,14 +608,19 @@ class Worker:
         await _first(*waits, timeout=timeout)
         self._work_seen = self.app._work.version
 
-    def _start(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, *, held_for: float = 0.0) -> None:
+        """Start a run of ``claim`` in a free slot. A claim held for ``poll_interval`` or
+        longer is read again first, unless the store pushes cancels: a cancel from
+        another process may have landed meanwhile."""
         assert self._env is not None
         self.claimed += 1
         snapshot = claim.snapshot
         if self._stopping:
             self._release(claim, "the worker is shutting down")
             return
-        run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name))
+        recheck = (held_for >= self.poll_interval
+                   and not self._env.store.capabilities.cancel_wakeups)
+        run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name), recheck=recheck)
         self.runs[snapshot.id] = run
         self._slots[run] = asyncio.get_running_loop().time()
         self._active[snapshot.queue] += 1
@@ -678,18 +703,42 @@ class Worker:
 
     def _on_cancel(self, task_id: str, run_id: str) -> None:
         """A cancel recorded through this app: stop that run, or never start it when its
-        claim is held (the task is finished: there is nothing to give back)."""
+        claim is held or still on its way back from the store (the task is finished: there
+        is nothing to give back)."""
         run = self.runs.get(task_id)
         if run is not None and run.run_id == run_id:
             run.stop(CancelReason.USER)
             return
+        if not self._drop_held(task_id, run_id) and self._claims_out:
+            self._cancelled_meanwhile.add((task_id, run_id))
+
+    def _cancelled_elsewhere(self, snapshot: Snapshot) -> None:
+        """The store reported a cancel (:mod:`tasks_core._cancel_watch`): ``snapshot`` is
+        the task as read since. A run of it learns from it as from a heartbeat; a held
+        claim of a cancelled run is dropped."""
+        run = self.runs.get(snapshot.id)
+        if run is not None:
+            run.observe(snapshot)
+        elif snapshot.status == TaskStatus.CANCELLED:
+            self._drop_held(snapshot.id, snapshot.run_id)
+
+    def _drop_held(self, task_id: str, run_id: str) -> bool:
+        """Forget the held claim of ``run_id`` of ``task_id``, unstarted; whether one was."""
         for entry in self._held:
             snapshot = entry[1].snapshot
             if snapshot.id == task_id and snapshot.run_id == run_id:
                 self._held.remove(entry)
                 self._wake.set()  # room for another claim ahead
                 log.info("task %r: cancelled while its claim was held; not started", task_id)
-                return
+                return True
+        return False
+
+    def _was_cancelled(self, snapshot: Snapshot) -> bool:
+        """Whether the claim of ``snapshot`` came back after a cancel through this app."""
+        if (snapshot.id, snapshot.run_id) not in self._cancelled_meanwhile:
+            return False
+        log.info("task %r: cancelled while its claim was on the way; not started", snapshot.id)
+        return True
 
 
 def _default_worker_id() -> str:

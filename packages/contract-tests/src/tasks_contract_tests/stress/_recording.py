@@ -178,6 +178,10 @@ class RecordingStore:
         """See :meth:`TaskStore.wait_for_work`."""
         return await self.inner.wait_for_work(queues, timeout)
 
+    async def wait_for_cancels(self, task_ids: Collection[str], timeout: float) -> set[str]:
+        """See :meth:`TaskStore.wait_for_cancels`."""
+        return await self.inner.wait_for_cancels(task_ids, timeout)
+
     async def aclose(self) -> None:
         """Close the inner store."""
         await self.inner.aclose()
