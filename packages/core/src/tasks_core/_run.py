@@ -52,6 +52,7 @@ from tasks_core._group import GroupCommit
 from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._json import check_json, json_size
 from tasks_core._lease import LeaseCell
+from tasks_core._tally import Tally
 from tasks_core.authority import check_key
 from tasks_core.cancel import CancelToken, RunCancelled
 from tasks_core.context import TaskContext
@@ -94,8 +95,9 @@ def _frames(error: BaseException) -> str:
 
 
 def _log_written(task_id: str, event: Event, transition: Transition) -> None:
-    """Log what a worker event did; a retry request says whether the task was scheduled
-    again or failed with no retry left (WARNING)."""
+    """Log what a worker event did: a completion at DEBUG (the worker's summary line
+    counts it); a retry request says whether the task was scheduled again or failed with
+    no retry left (WARNING)."""
     snapshot = transition.snapshot
     if isinstance(event, RetryRequested) and transition.outcome != "unchanged":
         if snapshot.status == TaskStatus.FAILED:
@@ -105,7 +107,7 @@ def _log_written(task_id: str, event: Event, transition: Transition) -> None:
             log.info("task %r: retry %d scheduled at %s (%s)", task_id, snapshot.retry_count,
                      snapshot.retry_at, transition.outcome)
         return
-    log.info("task %r: %s (%s)", task_id, event.kind, transition.outcome)
+    log.debug("task %r: %s (%s)", task_id, event.kind, transition.outcome)
 
 
 class _Parked(BaseException):
@@ -140,6 +142,8 @@ class RunEnv:
     unwritten: Callable[[str], None] | None = None
     """Told the task id of a run whose outcome (its last event or release) the store
     failed to take: the task runs again once its lease expires."""
+    tally: Tally | None = None
+    """Counts the events the worker's runs wrote, for its summary line."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,7 @@ class Run:
                                      message=f"No task named {self.snapshot.work.name!r} is "
                                              "registered in this worker"))
             return
-        log.info("task %r: running %s (attempt %d, delivery %d)", self.task_id, self.task.name,
+        log.debug("task %r: running %s (attempt %d, delivery %d)", self.task_id, self.task.name,
                  self.snapshot.retry_count + 1, self.snapshot.deliveries)
         self._start_helpers()
         outcome = await self._run_handler(self.task)
@@ -501,6 +505,8 @@ class Run:
         self.observe(transition.snapshot)
         self.env.changes.notify()
         _log_written(self.task_id, event, transition)
+        if self.env.tally is not None and transition.outcome == "applied":
+            self.env.tally.count(event.kind)
         return transition
 
     def _unwritten(self) -> None:
@@ -517,6 +523,8 @@ class Run:
             self._unwritten()
             return
         log.info("task %r: released (%s)", self.task_id, why)
+        if self.env.tally is not None:
+            self.env.tally.count("released")
         self.env.changes.notify()
         self.env.work.notify()
 

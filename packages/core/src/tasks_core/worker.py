@@ -71,6 +71,7 @@ from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._housekeeping import Reaper
 from tasks_core._outage import Outage
 from tasks_core._run import Run, RunEnv
+from tasks_core._tally import Tally
 from tasks_core.durations import (
     MAX_BATCH_WINDOW_S,
     MAX_WAIT_S,
@@ -236,6 +237,8 @@ class Worker:
         self._main: asyncio.Task[None] | None = None
         self.claimed = 0
         self.reaper: Reaper | None = None
+        self.tally: Tally | None = None
+        """The worker's summary line (:mod:`tasks_core._tally`), made by :meth:`run`."""
         self._work_seen = 0
         self.batch_window = batch_window
         self.commit_batch = commit_batch
@@ -293,6 +296,7 @@ class Worker:
             self.group = GroupCommit(store, self._handlers_busy, window=self.batch_window,
                                      max_items=self.commit_batch)
         heartbeats = HeartbeatStarts(self.lease_for / 3)
+        self.tally = Tally(self.worker_id, lambda: (len(self.runs), len(self._held)))
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
             changes=self.app._changes, work=self.app._work, worker_id=self.worker_id,
@@ -301,6 +305,7 @@ class Worker:
             recover=self.recover, stopping=lambda: self._stopping, heartbeats=heartbeats,
             finish_early=self._finish_early,
             group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
+            tally=self.tally,
         )
         self._work_seen = self.app._work.version
         self.app._changes.add_cancel_listener(self._on_cancel)
@@ -308,6 +313,7 @@ class Worker:
         if self.reap_interval is not None:
             self.reaper = Reaper(store, interval=self.reap_interval)
             reaper_task = asyncio.create_task(self.reaper.run(self._stop))
+        summaries = asyncio.create_task(self.tally.run(self._stop), name="tasks:summary")
         watching: asyncio.Task[None] | None = None
         if store.capabilities.cancel_wakeups:
             watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
@@ -343,6 +349,8 @@ class Worker:
                 reaper_task.cancel()
             if watching is not None:
                 watching.cancel()
+            summaries.cancel()
+            self.tally.flush()
             log.info("worker %s stopped", self.worker_id)
 
     async def shutdown(self, drain_timeout: float | None = None) -> bool:

@@ -1,0 +1,63 @@
+"""The worker's summary line: per-task lines are DEBUG, so INFO says once per interval how
+many runs ended and how, and how busy the worker is.
+
+Every event a run of the worker wrote (``completed``, ``retry_requested``, ``failed``, a
+release) is counted by kind; each interval, and once more when the worker stops, one INFO
+line gives the counts since the last line (nothing when nothing ended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+__all__ = ["SUMMARY_INTERVAL", "Tally"]
+
+log = logging.getLogger("tasks_core.worker")
+
+SUMMARY_INTERVAL = 60.0
+"""Seconds between two summary lines of a worker."""
+
+
+class Tally:
+    """Counts what a worker's runs wrote and logs a summary line each interval.
+
+    Args:
+        worker_id: named in each line.
+        busy: ``(running, held)`` now.
+        interval: seconds between lines.
+    """
+
+    def __init__(self, worker_id: str, busy: Callable[[], tuple[int, int]],
+                 interval: float = SUMMARY_INTERVAL) -> None:
+        self.worker_id = worker_id
+        self.busy = busy
+        self.interval = interval
+        self.counts: Counter[str] = Counter()
+        self._since = time.monotonic()
+
+    def count(self, kind: str) -> None:
+        """One more event of ``kind`` written."""
+        self.counts[kind] += 1
+
+    def flush(self) -> None:
+        """Log the counts since the last line (if any) and start again."""
+        now = time.monotonic()
+        if self.counts:
+            ended = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
+            running, held = self.busy()
+            log.info("worker %s: %s in the last %.1fs; %d running, %d held", self.worker_id,
+                     ended, now - self._since, running, held)
+            self.counts.clear()
+        self._since = now
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """A line each interval until ``stop`` is set (the worker flushes the last)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
+            self.flush()

@@ -1,0 +1,63 @@
+"""What a worker logs: nothing per task at INFO on the normal path (each line costs CPU
+per task, and more with every process), one summary line per interval instead."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from tasks_core import TaskContext
+from tasks_core._tally import Tally
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_worker_logs_no_line_per_task_at_info_and_sums_them_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twenty completed tasks MUST leave no per-task line at INFO (they are DEBUG), and
+    the worker's summary line at its stop MUST count them."""
+    caplog.set_level(logging.DEBUG, logger="tasks_core")
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(20)]
+        worker = fast_worker(app, concurrency=4)
+        async with worker:
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert not [line for line in info if any(task_id in line for task_id in ids)]
+    assert all(any(task_id in line for line in debug) for task_id in ids)
+    summaries = [_no_seconds(line) for line in info if "in the last" in line]
+    assert [f"worker {worker.worker_id}: 20 completed in the last Ns; 0 running, 0 held"] \
+        == summaries
+
+
+def test_a_summary_counts_since_the_last_line_and_says_nothing_when_idle(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each summary MUST count only what ended since the previous one, by kind, and an
+    interval in which nothing ended MUST log nothing."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    tally = Tally("w1", lambda: (3, 5))
+    for kind in ("completed", "completed", "failed", "released"):
+        tally.count(kind)
+    tally.flush()
+    tally.flush()
+    tally.count("retry_requested")
+    tally.flush()
+    assert ["worker w1: 2 completed, 1 failed, 1 released in the last Ns; 3 running, 5 held",
+            "worker w1: 1 retry_requested in the last Ns; 3 running, 5 held"] \
+        == [_no_seconds(r.getMessage()) for r in caplog.records]
+
+
+def _no_seconds(line: str) -> str:
+    return re.sub(r"in the last [0-9.]+s", "in the last Ns", line)
