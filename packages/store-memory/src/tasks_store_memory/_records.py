@@ -1,0 +1,223 @@
+"""The records of ``MemoryStore`` and how it reads and writes them (the lock held):
+:class:`Records`, the base of the store, which adds the ``TaskStore`` operations.
+
+Each record is a JSON document (text), decoded and encoded by pydantic: every decode is
+a snapshot of its own, so a caller can never change what is stored through a snapshot it
+was given, and a damaged document reads as ``StoreCorrupt`` for its task only. The store's
+own decisions read a decode cached per task until the next write (:meth:`Records._view`);
+what a call returns is made from :meth:`Records._take`. The open tasks are indexed
+(:class:`~tasks_store_memory._rows.OpenTasks`) so that ``claim_next`` reads the heads of
+its queues, and the small hooks at the end are what the contract suite's deliberately
+broken stores override.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from pydantic import ValidationError
+from tasks_core import reports, rules
+from tasks_core.clock import Clock, SystemClock
+from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
+from tasks_core.events import EventRecord
+from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits
+
+from tasks_store_memory._rows import OpenTasks, Row, claimable_at
+
+__all__ = ["Records"]
+
+log = logging.getLogger("tasks_store_memory.store")
+
+
+class Records:
+    """The rows of the tasks, their index and the lock (see the module docstring)."""
+
+    limits: StoreLimits
+
+    def __init__(self, clock: Clock | None) -> None:
+        self._clock: Clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._rows: dict[str, Row] = {}
+        self._open = OpenTasks()
+        """Tasks that may be claimable or hold a lease (see :meth:`_track`)."""
+
+    @contextmanager
+    def _locked(self) -> Iterator[datetime]:
+        """Hold the store lock and yield ``now`` sampled after it is held."""
+        with self._lock:
+            yield rules.tick(self._clock.now())
+
+    def _row(self, task_id: str) -> Row:
+        row = self._rows.get(task_id)
+        if row is None:
+            raise TaskNotFound(task_id)
+        return row
+
+    def _decode(self, task_id: str, row: Row) -> Snapshot:
+        """The stored snapshot, decoded afresh: it shares nothing with anything else."""
+        try:
+            return Snapshot.model_validate_json(row.doc)
+        except ValidationError:
+            raise StoreCorrupt(task_id) from None
+
+    def _decode_record(self, task_id: str, doc: str) -> EventRecord:
+        try:
+            return EventRecord.model_validate_json(doc)
+        except ValidationError:
+            raise StoreCorrupt(task_id) from None
+
+    def _view(self, task_id: str, row: Row) -> Snapshot:
+        """The stored snapshot for the store's own decisions: decoded once per write and
+        cached. Neither it nor anything made from it is handed out while it is cached (a
+        caller could change its payloads, and the next write would store them): what a
+        call returns comes from :meth:`_take`."""
+        if row.view is None:
+            row.view = self._decode(task_id, row)
+        return row.view
+
+    def _take(self, task_id: str, row: Row) -> Snapshot:
+        """The stored snapshot, the caller's own: the cached view, dropped from the cache
+        (so what is made from it may be handed out), or a fresh decode."""
+        snapshot, row.view = row.view, None
+        return self._decode(task_id, row) if snapshot is None else snapshot
+
+    def _set(self, row: Row, snapshot: Snapshot) -> None:
+        """Store ``snapshot`` as the task's document."""
+        row.doc = snapshot.model_dump_json()
+        row.view = None
+        self._track(snapshot)
+
+    def _append(self, row: Row, snapshot: Snapshot, record: EventRecord) -> None:
+        self._set(row, snapshot)
+        row.event_ids[record.event_id] = len(row.history)
+        row.history.append(record.model_dump_json())
+
+    def _visible(self, task_id: str, tenant: str | None, now: datetime) -> tuple[Row, Snapshot]:
+        row = self._row(task_id)
+        snapshot = self._take(task_id, row)
+        if not self._tenant_matches(snapshot, tenant) or self._expired(snapshot, now):
+            raise TaskNotFound(task_id)
+        return row, snapshot
+
+    def _corrupt(self, task_id: str) -> None:
+        """Damage the stored document of ``task_id`` (contract-suite support only).
+
+        The damage carries the marker ``tasks-corrupt-secret``: the suite checks that
+        ``StoreCorrupt`` never quotes it.
+        """
+        with self._lock:
+            row = self._row(task_id)
+            doc = json.loads(row.doc)
+            doc["revision"] = "not a number \x00 tasks-corrupt-secret"
+            row.doc = json.dumps(doc)
+            row.view = None
+
+    # -- the index of open tasks ---------------------------------------------------------
+
+    def _track(self, snapshot: Snapshot) -> None:
+        """Keep ``_open`` exact (see ``OpenTasks``) for ``snapshot``, just written: ready
+        if claimable by the store clock, else held."""
+        claim = snapshot.claim
+        if snapshot.terminal and (claim is None or claim.ended):
+            self._open.discard(snapshot.id)
+            return
+        now = rules.tick(self._clock.now())
+        if self._claimable(snapshot, now):
+            self._open.add(snapshot)
+        else:
+            self._open.hold(snapshot, claimable_at(snapshot, now))
+
+    def _pick(
+        self, queues: Collection[str], limit: int, exclusive: Collection[str], now: datetime
+    ) -> list[tuple[str, Row]]:
+        """Up to ``limit`` claimable tasks of ``queues``, oldest first, at most one of each
+        ``exclusive`` queue. A ready task found not claimable after all (it expired, or
+        its record is damaged) is held instead."""
+        picked: list[tuple[str, Row]] = []
+        taken: set[str] = set()
+        unclaimable: list[tuple[str, Snapshot | None]] = []
+        for _, task_id in self._open.in_order(queues, taken):
+            if len(picked) >= limit:
+                break
+            row = self._rows[task_id]
+            try:
+                snapshot: Snapshot | None = self._view(task_id, row)
+            except Exception:
+                snapshot = None
+            if snapshot is None or not self._claimable(snapshot, now):
+                unclaimable.append((task_id, snapshot))
+                continue
+            picked.append((task_id, row))
+            if snapshot.queue in exclusive:
+                taken.add(snapshot.queue)
+        for task_id, snapshot in unclaimable:
+            if snapshot is None:
+                reports.corrupt_skipped(log, task_id, "claim_next")
+                self._open.set_aside(task_id)
+            else:
+                self._track(snapshot)
+        return picked
+
+    def _queue_busy(self, queue: str, now: datetime) -> bool:
+        """Whether a task of ``queue`` holds a live lease (an exclusive queue is busy); a
+        task with a live lease is never claimable, so it is held."""
+        for task_id in self._open.held(queue):
+            try:
+                if self._view(task_id, self._rows[task_id]).lease_live(now):
+                    return True
+            except Exception:
+                continue
+        return False
+
+    def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
+        if not replacing and len(self._rows) >= self.limits.tasks_cap:
+            raise CapacityExceeded("max_tasks")
+        if len(self._rows) - replacing < self.limits.scope_cap:
+            return  # fewer tasks in the store than the limit: no tenant can reach it
+        cap = self.limits.scope_cap
+        active = 0
+        for task_id in self._open:  # every task that is not terminal is open
+            if task_id == new.id:
+                continue
+            try:
+                snapshot = self._view(task_id, self._rows[task_id])
+            except Exception:
+                continue
+            if snapshot.tenant == new.tenant and rules.counts_as_active(snapshot, now):
+                active += 1
+                if active >= cap:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
+
+    # -- hooks (the contract suite's broken stores override them) ------------------------
+
+    def _tenant_matches(self, snapshot: Snapshot, tenant: str | None) -> bool:
+        return tenant is None or snapshot.tenant == tenant
+
+    def _expired(self, snapshot: Snapshot, now: datetime) -> bool:
+        return snapshot.expired(now)
+
+    def _find_event(self, row: Row, event_id: str) -> int | None:
+        return row.event_ids.get(event_id)
+
+    def _check_revision(self, snapshot: Snapshot, expected_revision: int, now: datetime) -> None:
+        rules.check_revision(snapshot, expected_revision, now)
+
+    def _claimable(self, snapshot: Snapshot, now: datetime) -> bool:
+        """Whether ``claim_next`` may serve ``snapshot`` at ``now``."""
+        return rules.is_claimable(snapshot, now)
+
+    def _lease_check(
+        self,
+        snapshot: Snapshot,
+        token: str | None,
+        lease: Lease,
+        now: datetime,
+        *,
+        require_live: bool = True,
+    ) -> None:
+        rules.check_lease(snapshot, token, lease, now, require_live=require_live)

@@ -1,0 +1,155 @@
+"""What ``MemoryStore`` keeps: a :class:`Row` per task, and :class:`OpenTasks`, the index
+``claim_next`` reads instead of every task. Both are used with the store lock held.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+from tasks_core.models import Snapshot, TaskStatus
+
+__all__ = ["OpenTasks", "Row", "claimable_at"]
+
+
+@dataclass
+class Row:
+    """One task as stored: its snapshot and history as JSON documents, and its lease token."""
+
+    doc: str
+    """The snapshot, as JSON text."""
+    token: str | None = None
+    history: list[str] = field(default_factory=list)
+    """The applied events of the current run, as JSON text, oldest first."""
+    event_ids: dict[str, int] = field(default_factory=dict)
+    """The position in ``history`` of each applied event id."""
+    view: Snapshot | None = None
+    """``doc`` decoded, cached for the store's own decisions (see ``MemoryStore._view``)."""
+
+
+class _Place(NamedTuple):
+    queue: str
+    created_at: datetime
+    ready: bool
+    until: datetime | None
+    """Held: when time alone makes the task claimable (``None``: only a write can)."""
+
+
+class OpenTasks:
+    """The tasks ``claim_next`` must know of — not finished, or holding a lease that has
+    not ended (it may keep an exclusive queue busy) — each *ready* or *held*, as it was
+    when last written (or last looked at by ``claim_next``):
+
+    - ready: claimable. Kept per queue in claim order (``created_at``, id), so that a
+      claim reads the heads of its queues, not the tasks it cannot serve;
+    - held: not claimable — leased, a retry not due yet, waiting for input, finished but
+      still leased. Kept per queue as a set (an exclusive queue is busy while one of them
+      holds a live lease) and, when time alone makes the task claimable (its lease
+      expires, its retry falls due), in a heap by that instant, from which :meth:`wake`
+      moves it back to ready.
+    """
+
+    def __init__(self) -> None:
+        self._places: dict[str, _Place] = {}
+        self._ready: dict[str, list[tuple[datetime, str]]] = {}
+        self._held: dict[str, set[str]] = {}
+        self._due: list[tuple[datetime, str]] = []
+        """A heap of ``(until, task id)`` of held tasks; an entry whose task is no longer
+        held until that instant is stale: skipped, and dropped when the heap is rebuilt."""
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Make the task of ``snapshot`` ready."""
+        self._place(snapshot.id, _Place(snapshot.queue, snapshot.created_at, True, None))
+
+    def hold(self, snapshot: Snapshot, until: datetime | None) -> None:
+        """Hold the task of ``snapshot`` ``until`` (see the class)."""
+        self._place(snapshot.id, _Place(snapshot.queue, snapshot.created_at, False, until))
+
+    def set_aside(self, task_id: str) -> None:
+        """Hold a ready task until its next write (its record is damaged)."""
+        place = self._places[task_id]
+        self._place(task_id, place._replace(ready=False, until=None))
+
+    def discard(self, task_id: str) -> None:
+        """Forget the task (finished and no longer leased, or deleted)."""
+        place = self._places.pop(task_id, None)
+        if place is None:
+            return
+        if place.ready:
+            entries = self._ready[place.queue]
+            del entries[bisect.bisect_left(entries, (place.created_at, task_id))]
+            if not entries:
+                del self._ready[place.queue]
+        else:
+            held = self._held[place.queue]
+            held.discard(task_id)
+            if not held:
+                del self._held[place.queue]
+
+    def _place(self, task_id: str, place: _Place) -> None:
+        if self._places.get(task_id) == place:
+            return
+        self.discard(task_id)
+        self._places[task_id] = place
+        if place.ready:
+            bisect.insort(self._ready.setdefault(place.queue, []), (place.created_at, task_id))
+            return
+        self._held.setdefault(place.queue, set()).add(task_id)
+        if place.until is not None:
+            heapq.heappush(self._due, (place.until, task_id))
+            if len(self._due) > 2 * len(self._places) + 1000:
+                self._due = [(p.until, i) for i, p in self._places.items()
+                             if not p.ready and p.until is not None]
+                heapq.heapify(self._due)
+
+    def wake(self, now: datetime) -> None:
+        """Make ready the held tasks that time alone has made claimable by ``now``."""
+        due = self._due
+        while due and due[0][0] <= now:
+            until, task_id = heapq.heappop(due)
+            place = self._places.get(task_id)
+            if place is not None and not place.ready and place.until == until:
+                self._place(task_id, place._replace(ready=True, until=None))
+
+    def __iter__(self) -> Iterator[str]:
+        """Every open task id (valid until the next change)."""
+        return iter(self._places)
+
+    def held(self, queue: str) -> Collection[str]:
+        """The held tasks of ``queue`` (valid until the next change)."""
+        return self._held.get(queue, ())
+
+    def in_order(
+        self, queues: Collection[str], closed: Collection[str] = ()
+    ) -> Iterator[tuple[datetime, str]]:
+        """The ready tasks of ``queues`` as ``(created_at, id)``, oldest first, leaving out
+        a queue as soon as it is in ``closed`` (which the caller may grow meanwhile). The
+        index must not change while this runs."""
+        heads = [(entries[0], queue, 0) for queue in queues
+                 if (entries := self._ready.get(queue))]
+        heapq.heapify(heads)
+        while heads:
+            entry, queue, position = heads[0]
+            yield entry
+            entries = self._ready[queue]
+            position += 1
+            if queue in closed or position == len(entries):
+                heapq.heappop(heads)
+            else:
+                heapq.heapreplace(heads, (entries[position], queue, position))
+
+
+def claimable_at(snapshot: Snapshot, now: datetime) -> datetime | None:
+    """When ``snapshot``, not claimable at ``now``, turns claimable with no write: once its
+    live lease has expired and its retry is due (``None``: never — it is finished,
+    expired or waiting for input; ``now``: look again at the next claim)."""
+    if snapshot.terminal or snapshot.expired(now) or snapshot.status == TaskStatus.WAITING_INPUT:
+        return None
+    instants = [] if snapshot.retry_at is None else [snapshot.retry_at]
+    if snapshot.claim is not None and snapshot.lease_live(now):
+        instants.append(snapshot.claim.expires_at)
+    return max(instants, default=now)

@@ -1,0 +1,99 @@
+"""The index ``claim_next`` reads (``OpenTasks``) and when a held task turns claimable."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tasks_core import rules
+from tasks_core.authority import Owner
+from tasks_core.models import NewTask, Snapshot, TaskStatus, Work
+from tasks_store_memory._rows import OpenTasks, claimable_at
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+ALICE = Owner("alice")
+
+
+def snapshot(task_id: str, *, queue: str = "default", at: float = 0.0) -> Snapshot:
+    new = NewTask(id=task_id, tenant=ALICE.tenant, owner=ALICE, queue=queue,
+                  work=Work(name="noop"))
+    return rules.new_snapshot(new, T0 + timedelta(seconds=at))
+
+
+def ready_ids(index: OpenTasks, queues: list[str]) -> list[str]:
+    return [task_id for _, task_id in index.in_order(queues)]
+
+
+def test_ready_tasks_come_oldest_first_across_queues() -> None:
+    index = OpenTasks()
+    for task_id, queue, at in [("c", "a", 3), ("a", "b", 1), ("b", "a", 2), ("d", "c", 0)]:
+        index.add(snapshot(task_id, queue=queue, at=at))
+    assert ["a", "b", "c"] == ready_ids(index, ["a", "b"])
+
+
+def test_a_queue_closed_meanwhile_is_left_out() -> None:
+    index = OpenTasks()
+    for n, queue in enumerate(["x", "y", "x", "y", "x"]):
+        index.add(snapshot(f"t{n}", queue=queue, at=n))
+    closed: set[str] = set()
+    seen = []
+    for _, task_id in index.in_order(["x", "y"], closed):
+        seen.append(task_id)
+        if task_id == "t0":
+            closed.add("x")
+    assert ["t0", "t1", "t3"] == seen
+
+
+def test_a_held_task_is_ready_again_at_its_instant_not_before() -> None:
+    index = OpenTasks()
+    task = snapshot("t")
+    index.hold(task, T0 + timedelta(seconds=10))
+    index.wake(T0 + timedelta(seconds=9))
+    assert [] == ready_ids(index, ["default"])
+    assert {"t"} == set(index.held("default"))
+    index.wake(T0 + timedelta(seconds=10))
+    assert ["t"] == ready_ids(index, ["default"])
+    assert not index.held("default")
+
+
+def test_a_renewed_hold_is_not_woken_by_its_older_instant() -> None:
+    index = OpenTasks()
+    task = snapshot("t")
+    index.hold(task, T0 + timedelta(seconds=10))
+    index.hold(task, T0 + timedelta(seconds=20))
+    index.wake(T0 + timedelta(seconds=15))
+    assert [] == ready_ids(index, ["default"])
+    index.wake(T0 + timedelta(seconds=20))
+    assert ["t"] == ready_ids(index, ["default"])
+
+
+def test_a_hold_without_an_instant_waits_for_a_write_and_discard_forgets() -> None:
+    index = OpenTasks()
+    task = snapshot("t")
+    index.hold(task, None)
+    index.wake(T0 + timedelta(days=365))
+    assert [] == ready_ids(index, ["default"])
+    index.discard("t")
+    assert [] == list(index)
+    assert not index.held("default")
+
+
+def test_stale_instants_do_not_pile_up() -> None:
+    index = OpenTasks()
+    task = snapshot("t")
+    for n in range(10_000):
+        index.hold(task, T0 + timedelta(seconds=n))
+    assert len(index._due) <= 2 * len(list(index)) + 1001
+
+
+def test_claimable_at_is_the_later_of_lease_expiry_and_retry() -> None:
+    task = snapshot("t")
+    now = T0 + timedelta(seconds=1)
+    leased, _, _, _ = rules.start_claim(task, "w", 30, now)
+    assert leased.claim is not None
+    assert leased.claim.expires_at == claimable_at(leased, now)
+    retry_at = leased.claim.expires_at + timedelta(seconds=5)
+    assert retry_at == claimable_at(leased.model_copy(update={"retry_at": retry_at}), now)
+    waiting = task.model_copy(update={"status": TaskStatus.WAITING_INPUT})
+    assert claimable_at(waiting, now) is None
+    done = task.model_copy(update={"status": TaskStatus.COMPLETED})
+    assert claimable_at(done, now) is None
