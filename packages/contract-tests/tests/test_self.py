@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import broken_limits as limits
+import broken_races as races
+import broken_rules as bad
 import broken_stores as broken
 import pytest
 from tasks_contract_tests.state_machine import run_model_check
@@ -63,6 +66,71 @@ BROKEN: list[tuple[type, str]] = [
     (
         broken.BatchFencedByItsFirstLease,
         "test_stale_lease_in_a_batch_is_refused_while_the_rest_apply",
+    ),
+    # races from warm connections: each store checks, yields, then acts
+    (races.ExclusiveQueueCheckedBeforeClaiming,
+     "test_racing_exclusive_claims_hold_one_lease[warm]"),
+    (races.ClaimNextChecksBeforeClaiming, "test_racing_claim_next_never_shares_a_task[warm]"),
+    (
+        broken.CapacityCheckedOutsideTheAtomicStep,
+        "test_racing_creators_stay_within_the_capacity[warm-max_tasks]",
+    ),
+    (
+        broken.CapacityCheckedOutsideTheAtomicStep,
+        "test_racing_creators_stay_within_the_capacity[warm-max_active_tasks_per_scope]",
+    ),
+    (races.RevisionCheckedBeforeWriting, "test_racing_writers_have_exactly_one_winner[warm]"),
+    # what a claim serves and records
+    (bad.ClaimNextServesCancelledPendingTasks, "test_a_cancelled_task_is_never_claimed[pending]"),
+    (
+        bad.ClaimNextServesLapsedCancelledTasks,
+        "test_a_cancelled_task_is_never_claimed[lapsed_lease]",
+    ),
+    (bad.BusyExclusiveQueueBlocksTheCall, "test_a_busy_exclusive_queue_holds_back_only_itself"),
+    (bad.RecoveredNeverSet, "test_a_takeover_of_a_lapsed_lease_is_marked_recovered"),
+    (bad.StartedAtResetByEveryClaim, "test_started_at_is_the_instant_of_the_first_claim"),
+    # capacity, timeouts, copies, reports
+    (bad.WaitingTasksNotCounted, "test_waiting_and_running_tasks_count_as_active"),
+    (bad.TimeoutRetriedWhenAttemptsLeft, "test_a_timeout_fails_the_task_even_with_retries_left"),
+    (bad.TimeoutOverwritesACancel, "test_a_timeout_after_a_cancel_keeps_the_cancel"),
+    (bad.ListAliasesStoredData, "test_snapshots_returned_by_every_call_are_the_callers_copies"),
+    (
+        bad.ClaimNextAliasesStoredData,
+        "test_snapshots_returned_by_every_call_are_the_callers_copies",
+    ),
+    (
+        bad.WorkerSnapshotAliasesStoredData,
+        "test_snapshots_returned_by_every_call_are_the_callers_copies",
+    ),
+    (bad.CorruptSkipNotReported, "test_listing_and_reap_report_a_skipped_corrupt_record"),
+    (bad.CorruptSkipNotReported, "test_claim_next_carries_on_past_a_corrupt_record"),
+    # clocks
+    (bad.NowIgnoresTheInjectedClock, "test_now_reads_the_injected_clock"),
+    (
+        bad.InstantsRoundedToTheMillisecond,
+        "test_instants_of_an_injected_clock_are_truncated_to_milliseconds",
+    ),
+    (bad.WallClockInsteadOfTheStoreClock, "test_instants_come_from_the_store_clock"),
+    # wakeups
+    (
+        bad.WakeupsOnlyOnCreateAndRelease,
+        "test_wait_for_work_wakes_when_an_answer_or_a_retry_makes_work[answered]",
+    ),
+    (
+        bad.WakeupsOnlyOnCreateAndRelease,
+        "test_wait_for_work_wakes_when_an_answer_or_a_retry_makes_work[retry_scheduled]",
+    ),
+    # limits, at the limit and one past it
+    (limits.WorkerIdsCutAt255, "test_a_worker_id_of_256_characters_is_taken_and_257_refused"),
+    (limits.ClaimLimitBelow1000, "test_claim_next_takes_a_limit_of_1000_and_refuses_1001"),
+    (limits.BatchOf1000Refused, "test_transition_many_takes_1000_items_and_refuses_1001"),
+    (
+        limits.LongLeasesCutTo7Days,
+        "test_a_lease_of_exactly_7_days_is_taken_and_longer_refused[604800.001]",
+    ),
+    (
+        limits.LongLeasesCutTo7Days,
+        "test_a_lease_of_exactly_7_days_is_taken_and_longer_refused[604801]",
     ),
 ]
 """(broken store, the contract test that must fail against it)."""

@@ -6,6 +6,7 @@ from tasks_contract_tests.contract.batch import BatchContract
 from tasks_contract_tests.contract.cancel_delivery import CancelDeliveryContract
 from tasks_contract_tests.contract.capabilities import CapabilityContract
 from tasks_contract_tests.contract.capacity import CapacityContract
+from tasks_contract_tests.contract.claim_rules import ClaimRuleContract
 from tasks_contract_tests.contract.claims import ClaimContract
 from tasks_contract_tests.contract.clock import RealClockContract
 from tasks_contract_tests.contract.corrupt import CorruptContract
@@ -14,15 +15,19 @@ from tasks_contract_tests.contract.delete import DeleteContract
 from tasks_contract_tests.contract.fixture import FixtureContract
 from tasks_contract_tests.contract.inbox import InboxContract
 from tasks_contract_tests.contract.leases import LeaseContract
+from tasks_contract_tests.contract.limits import LimitContract
 from tasks_contract_tests.contract.listing import ListingContract
 from tasks_contract_tests.contract.model import ModelContract
 from tasks_contract_tests.contract.progress import ProgressContract
 from tasks_contract_tests.contract.races import RaceContract
 from tasks_contract_tests.contract.replay import ReplayContract
 from tasks_contract_tests.contract.retry import RetryContract
+from tasks_contract_tests.contract.store_clock import StoreClockContract
 from tasks_contract_tests.contract.tenants import TenantContract
 from tasks_contract_tests.contract.transition import TransitionContract
 from tasks_contract_tests.contract.ttl import TTLContract
+from tasks_contract_tests.contract.wakeups import WakeupContract
+from tasks_contract_tests.contract.warm_races import WarmRaceContract
 from tasks_contract_tests.contract.worker import WorkerContract
 
 __all__ = [
@@ -31,12 +36,14 @@ __all__ = [
     "CapabilityContract",
     "CapacityContract",
     "ClaimContract",
+    "ClaimRuleContract",
     "CorruptContract",
     "CreateContract",
     "DeleteContract",
     "FixtureContract",
     "InboxContract",
     "LeaseContract",
+    "LimitContract",
     "ListingContract",
     "ModelContract",
     "ProgressContract",
@@ -44,10 +51,13 @@ __all__ = [
     "RealClockContract",
     "ReplayContract",
     "RetryContract",
+    "StoreClockContract",
     "StoreContract",
     "TTLContract",
     "TenantContract",
     "TransitionContract",
+    "WakeupContract",
+    "WarmRaceContract",
     "WorkerContract",
 ]
 
@@ -57,6 +67,9 @@ class StoreContract(
     CancelDeliveryContract,
     ModelContract,
     RealClockContract,
+    StoreClockContract,
+    WarmRaceContract,
+    WakeupContract,
     CapabilityContract,
     CorruptContract,
     DeleteContract,
@@ -67,7 +80,9 @@ class StoreContract(
     TenantContract,
     CapacityContract,
     RetryContract,
+    LimitContract,
     LeaseContract,
+    ClaimRuleContract,
     ClaimContract,
     BatchContract,
     RaceContract,

@@ -8,15 +8,19 @@ from collections.abc import Awaitable, Callable
 import pytest
 from tasks_core import (
     CapacityExceeded,
+    InputRequested,
     ManualClock,
+    RetryPolicy,
+    RetryRequested,
     Snapshot,
     TaskNotFound,
     TaskQuery,
+    TaskStatus,
     TaskStore,
 )
 
 from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import MALLORY, finished_task, new_task
+from tasks_contract_tests._kit import MALLORY, created_and_claimed, finished_task, new_task
 
 MakeStore = Callable[..., Awaitable[TaskStore]]
 
@@ -87,6 +91,35 @@ class CapacityContract(ContractBase):
         )
         other = await store.create(new_task(owner=MALLORY))
         assert other == await store.get(other.id, tenant="evil")
+
+    async def test_waiting_and_running_tasks_count_as_active(
+        self, make_store: MakeStore, clock: ManualClock
+    ) -> None:
+        """Every task that is not terminal (nor expired) MUST count against
+        ``max_active_tasks_per_scope``: one waiting for input, one running under a live
+        lease and one waiting for its retry fill a limit of 3, and the next create is
+        refused.
+
+        Troubleshooting: count "not terminal and not expired" (``rules.counts_as_active``),
+        not the statuses a worker may claim: a count of ``pending`` alone lets a tenant
+        park any number of tasks in ``waiting_input``.
+        """
+        store = await make_store(max_active_tasks_per_scope=3)
+        waiting, lease = await created_and_claimed(store)
+        asked = await store.transition(
+            waiting.id, 0, InputRequested(event_id="ask", key="ok"), lease)
+        assert TaskStatus.WAITING_INPUT == asked.snapshot.status
+        await store.release(lease)
+        await created_and_claimed(store)
+        retrying, retry_lease = await created_and_claimed(
+            store, retry=RetryPolicy.fixed(60, attempts=3))
+        retried = await store.transition(
+            retrying.id, 0, RetryRequested(event_id="again", error="E"), retry_lease)
+        assert (TaskStatus.PENDING, 1) == (retried.snapshot.status, retried.snapshot.retry_count)
+        clock.advance(1)
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(new_task())
+        assert "max_active_tasks_per_scope" == caught.value.limit
 
     async def test_finished_and_expired_tasks_free_an_active_slot(
         self, make_store: MakeStore, clock: ManualClock

@@ -8,6 +8,7 @@ the suite checks that no error ever quotes it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
@@ -147,13 +148,15 @@ class CorruptContract(ContractBase):
         caplog: pytest.LogCaptureFixture,
     ) -> None:
         """``claim_next`` MUST still claim the other tasks when the oldest record is
-        corrupt, and MUST NOT claim the corrupt one — call after call, logging the skip
-        at most once (``tasks_core.reports.corrupt_skipped``: a busy worker claims many
-        times a second) and never quoting stored text.
+        corrupt, and MUST NOT claim the corrupt one — call after call, reporting the skip
+        exactly once (a WARNING naming the id, through
+        ``tasks_core.reports.corrupt_skipped``: a busy worker claims many times a second)
+        and never quoting stored text.
 
         Troubleshooting: skip records that fail validation when choosing candidates (or
         filter in the query and decode each claimed row, skipping failures); report each
-        skip through ``tasks_core.reports.corrupt_skipped``.
+        skip through ``tasks_core.reports.corrupt_skipped`` — a skip nobody hears of
+        leaves a task pending for ever without a trace.
         """
         corrupt = _corrupter(corrupt_task)
         ids = []
@@ -166,6 +169,38 @@ class CorruptContract(ContractBase):
             for _ in range(3):
                 assert [] == await store.claim_next("w2", LEASE_S, queues=["default"], limit=5)
         assert ids[1:] == [c.snapshot.id for c in got]
-        about = [r.getMessage() for r in caplog.records if ids[0] in r.getMessage()]
-        assert len(about) <= 1, about
+        assert 1 == len(_warnings_about(caplog, ids[0])), caplog.messages
         assert [] == [m for m in caplog.messages if CORRUPT_MARKER in m]
+
+    async def test_listing_and_reap_report_a_skipped_corrupt_record(
+        self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """A listing that skips a corrupt record MUST report it — once, however often it
+        lists (``tasks_core.reports.corrupt_skipped``) — and so MUST ``reap`` when it
+        passes over it; a WARNING naming the id and never quoting stored text.
+
+        Troubleshooting: call ``tasks_core.reports.corrupt_skipped(log, task_id, where)``
+        wherever a record is skipped; skipping in silence leaves an operator no way to
+        learn why a task never shows up (and why the store keeps growing).
+        """
+        corrupt = _corrupter(corrupt_task)
+        ids = [(await store.create(new_task(ttl_s=10))).id for _ in range(3)]
+        await corrupt(store, ids[1])
+        with caplog.at_level("WARNING"):
+            for _ in range(3):
+                listed = await store.list(TaskQuery(tenant=None, limit=100))
+                assert [ids[0], ids[2]] == [s.id for s in listed]
+        assert 1 == len(_warnings_about(caplog, ids[1])), caplog.messages
+        caplog.clear()
+        clock.advance(10)
+        with caplog.at_level("WARNING"):
+            assert sorted([ids[0], ids[2]]) == sorted(await store.reap(100))
+        assert 1 <= len(_warnings_about(caplog, ids[1])), caplog.messages
+        assert [] == [m for m in caplog.messages if CORRUPT_MARKER in m]
+
+
+def _warnings_about(caplog: pytest.LogCaptureFixture, task_id: str) -> list[str]:
+    """The WARNING (or worse) messages naming ``task_id``."""
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and task_id in r.getMessage()]

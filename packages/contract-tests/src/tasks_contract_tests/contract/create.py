@@ -9,6 +9,7 @@ from tasks_core import (
     LeaseLost,
     ManualClock,
     RevisionConflict,
+    Snapshot,
     TaskExists,
     TaskNotFound,
     TaskQuery,
@@ -225,3 +226,43 @@ class CreateContract(ContractBase):
         again = await store.get(snapshot.id, tenant="default")
         assert {"items": [1, 2]} == again.work.input
         assert {"out": [7]} == again.result
+
+    async def test_snapshots_returned_by_every_call_are_the_callers_copies(
+        self, store: TaskStore
+    ) -> None:
+        """Every snapshot a call returns — from ``list``, ``claim_next``, ``claim``,
+        ``worker_snapshot``, ``renew``, ``report_progress``, ``release`` and
+        ``transition`` — MUST be the caller's own: mutating its payload MUST NOT change
+        what the store holds, nor what any later call returns.
+
+        Troubleshooting: decode every answer from the stored form (or deep-copy it);
+        an in-memory store that hands out the objects it keeps (or caches decoded
+        snapshots and returns them) lets one caller's mutation reach every other reader.
+        """
+        created = await store.create(new_task(input={"items": [1, 2]}))
+        spoiled: list[Snapshot] = []
+
+        def spoil(snapshot: Snapshot) -> None:
+            assert isinstance(snapshot.work.input, dict)
+            snapshot.work.input["items"].append(len(spoiled))
+            spoiled.append(snapshot)
+
+        [listed] = await store.list(TaskQuery(tenant=None))
+        spoil(listed)
+        [served] = await store.claim_next("w1", 30, queues=["default"])
+        spoil(served.snapshot)
+        spoil(await store.worker_snapshot(served.lease))
+        renewed = await store.renew(served.lease, 30)
+        spoil(renewed.snapshot)
+        spoil(await store.report_progress(renewed.lease, 50, "half"))
+        spoil(await store.release(renewed.lease))
+        again = await claim(store, created.id, "w2")
+        spoil(again.snapshot)
+        done = await store.transition(created.id, 0, Completed(event_id="d", result={"n": [7]}),
+                                      again.lease)
+        spoil(done.snapshot)
+        assert isinstance(done.snapshot.result, dict)
+        done.snapshot.result["n"].append(8)
+        [relisted] = await store.list(TaskQuery(tenant=None))
+        for read in (await store.get(created.id, tenant=None), relisted):
+            assert ({"items": [1, 2]}, {"n": [7]}) == (read.work.input, read.result)

@@ -17,6 +17,7 @@ from tasks_core import (
     InvalidInput,
     ManualClock,
     Owner,
+    RetryPolicy,
     RetryRequested,
     RevisionConflict,
     System,
@@ -233,6 +234,52 @@ class TransitionContract(ContractBase):
         await store.transition(snapshot.id, 0, timeout, lease)
         stored = await store.get(snapshot.id, tenant="default")
         assert (TaskStatus.FAILED, CancelReason.TIMEOUT) == (stored.status, stored.cancel_reason)
+
+    async def test_a_timeout_fails_the_task_even_with_retries_left(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """``failed`` with ``reason="timeout"`` MUST end the task ``failed`` even when its
+        retry policy has attempts left: no retry counted or scheduled, the lease ended,
+        and ``claim_next`` never serves it again.
+
+        Troubleshooting: ``failed`` is terminal whatever its reason; only a
+        ``retry_requested`` event consults the retry policy (``rules.apply_event``). A
+        run that overran its timeout must not start again behind the user's back.
+        """
+        snapshot, lease = await created_and_claimed(
+            store, retry=RetryPolicy.fixed(5, attempts=3))
+        timeout = Failed(event_id="t", error="TaskTimeout", message="Timeout of 5s exceeded",
+                         reason="timeout")
+        done = await store.transition(snapshot.id, 0, timeout, lease)
+        stored = await store.get(snapshot.id, tenant="default")
+        assert done.snapshot == stored
+        assert (TaskStatus.FAILED, CancelReason.TIMEOUT, 0, None) == (
+            stored.status, stored.cancel_reason, stored.retry_count, stored.retry_at)
+        assert ErrorInfo(type="TaskTimeout", message="Timeout of 5s exceeded") == stored.error
+        clock.advance(60)
+        assert [] == await store.claim_next("w2", 30, queues=["default"])
+        assert ["failed"] == [r.kind for r in await store.history(snapshot.id, tenant=None)]
+
+    async def test_a_timeout_after_a_cancel_keeps_the_cancel(self, store: TaskStore) -> None:
+        """A ``failed`` with ``reason="timeout"`` the lease holder sends after its task was
+        cancelled MUST answer ``unchanged``: the task keeps status ``cancelled``,
+        ``cancel_reason`` ``user`` and the "Cancelled by user" error.
+
+        Troubleshooting: a terminal task is final for every event, whatever its reason;
+        do not record the timeout's reason (or error) on a task that already ended.
+        """
+        snapshot, lease = await created_and_claimed(store)
+        cancelled = await store.transition(snapshot.id, 0, Cancelled(event_id="c"),
+                                           access(ALICE))
+        timeout = Failed(event_id="t", error="TaskTimeout", message="Timeout of 5s exceeded",
+                         reason="timeout")
+        late = await store.transition(snapshot.id, 1, timeout, lease)
+        assert ("unchanged", None) == (late.outcome, late.record)
+        stored = await store.get(snapshot.id, tenant="default")
+        assert cancelled.snapshot == stored
+        assert stored.error is not None
+        assert (TaskStatus.CANCELLED, CancelReason.USER, "Cancelled by user") == (
+            stored.status, stored.cancel_reason, stored.error.message)
 
     @pytest.mark.parametrize("kind", REQUEST_KINDS)
     async def test_a_lease_never_authorizes_request_events(
