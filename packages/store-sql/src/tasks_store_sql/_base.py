@@ -169,10 +169,11 @@ class StoreBase:
             exclusive_queues=True,
             batch_transitions=True,
             transactional_submit=True,
+            cancel_wakeups=self._wakeups_supported(),  # the same databases
         )
 
     def _wakeups_supported(self) -> bool:
-        return False  # SQLStore: PostgreSQL with asyncpg
+        return False  # SQLStore: PostgreSQL with asyncpg, a SQLite file
 
     @property
     def engine(self) -> AsyncEngine:
@@ -401,6 +402,9 @@ class StoreBase:
 
     async def _notify(self, conn: AsyncConnection, queue: str) -> None:
         """Tell idle workers that ``queue`` may have work (PostgreSQL overrides)."""
+
+    async def _notify_cancels(self, conn: AsyncConnection, task_ids: list[str]) -> None:
+        """Tell cancel waiters that ``task_ids`` were cancelled (PostgreSQL overrides)."""
 
     async def aclose(self) -> None:
         """Dispose of the engine if the store created it (never one passed in)."""

@@ -7,7 +7,8 @@ after the locks are held and looks up the items' event ids in the history, then
 :func:`decide` applies :mod:`tasks_core.rules` to each item in order — exactly the steps of
 ``transition`` (find, authorize, replay, revision, apply), a later item seeing the earlier
 ones — and the caller writes :class:`Plan` in the same transaction: each changed row once
-(``UPDATE … WHERE id AND row_version``), the applied events, new watchers, wakeups.
+(``UPDATE … WHERE id AND row_version``), the applied events, new watchers, wakeups and
+the notices of cancels (PostgreSQL: ``wait_for_cancels``).
 """
 
 from __future__ import annotations
@@ -80,12 +81,14 @@ class Plan:
         events: ``(task_id, record)`` of every applied event, in order.
         members: ``task_members`` rows of watchers granted.
         wake: queues where work may have become claimable.
+        cancelled: tasks the batch cancelled (their waiters are told at commit).
     """
 
     results: list[Transition | TasksError] = field(default_factory=list)
     events: list[tuple[str, EventRecord]] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)
     wake: set[str] = field(default_factory=set)
+    cancelled: set[str] = field(default_factory=set)
 
     def rows(self, loaded: dict[str, Loaded]) -> list[Loaded]:
         """The rows to write, in id order."""
@@ -143,6 +146,8 @@ def _one(
         })
     if new.status == TaskStatus.PENDING:
         plan.wake.add(new.queue)
+    elif new.status == TaskStatus.CANCELLED:
+        plan.cancelled.add(task_id)
     return decision.transition
 
 

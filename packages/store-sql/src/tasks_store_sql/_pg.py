@@ -16,8 +16,10 @@ prepared-statement cache serves every call after the first on a connection. Per 
   is read again by a second statement;
 - the rules decide in Python (:mod:`tasks_store_sql._batch`, :mod:`tasks_core.rules`);
 - one write: ``UPDATE … FROM unnest(…) WHERE id AND row_version`` for every changed row,
-  ``INSERT`` of the applied events, new watchers and ``pg_notify`` — a single statement
-  of data-modifying CTEs, whose counts are checked (a miss rolls everything back);
+  ``INSERT`` of the applied events, new watchers and ``pg_notify`` — of the queues woken
+  and, when the batch cancels tasks, of their ids on the cancel channel
+  (``wait_for_cancels``) — a single statement of data-modifying CTEs, whose counts are
+  checked (a miss rolls everything back);
 - ``COMMIT``.
 
 A batch of transitions (``transition_many``) costs the same four round trips and one
@@ -101,12 +103,12 @@ class FastPath:
 
     def __init__(
         self, db: Database, tables: Tables, clock: Clock | None, channel: str,
-        decoded: _codec.Decoded,
+        decoded: _codec.Decoded, cancel_channel: str,
     ) -> None:
         self.db = db
         self.clock = clock
         self.tables = tables
-        self.sql = Statements(tables, channel)
+        self.sql = Statements(tables, channel, cancel_channel)
         self.decoded = decoded  # what a claim decoded, for its completion (the store's)
         self._claim_sql: dict[tuple[bool, bool], Statement] = {}
 
@@ -168,9 +170,11 @@ class FastPath:
         events: Sequence[tuple[str, EventRecord]] = (),
         members: Sequence[dict[str, Any]] = (),
         wake: Sequence[str] = (),
+        cancelled: Sequence[str] = (),
     ) -> None:
-        """Write ``rows`` (guarded by their ``row_version``), ``events``, ``members`` and
-        wake ``wake`` in one statement.
+        """Write ``rows`` (guarded by their ``row_version``), ``events``, ``members``,
+        wake ``wake`` and tell the waiters of ``cancelled`` (tasks the rows cancel) in
+        one statement.
 
         Raises:
             StoreUnavailable: a row changed under the lock (a bug, or a lost lock):
@@ -186,9 +190,10 @@ class FastPath:
         encoded = [_codec.event_row(task_id, record) for task_id, record in events]
         for name, _ in EVENT_COLUMNS:
             values["e_" + name] = [e[name] for e in encoded]
-        statement = self.sql.write
+        statement = self.sql.write_cancelling if cancelled else self.sql.write
         counts = await driver.fetchrow(statement.sql, *statement.args(
-            members=_codec.encode(list(members)), wake=sorted(set(wake)), **values
+            members=_codec.encode(list(members)), wake=sorted(set(wake)),
+            cancelled=sorted(set(cancelled)), **values
         ))
         if tuple(counts[:3]) != (len(rows), len(events), len(members)):
             raise StoreUnavailable("A task changed during the write; nothing was written")
@@ -250,7 +255,7 @@ class FastPath:
             loaded, now = await self._lock(driver, ids, event_ids)
             plan: Plan = decide(items, loaded, now or rules.tick(datetime.now(UTC)))
             await self._write(driver, plan.rows(loaded), plan.events, plan.members,
-                              sorted(plan.wake))
+                              sorted(plan.wake), sorted(plan.cancelled))
             return plan.results
 
         return await self.db.run_driver(op)

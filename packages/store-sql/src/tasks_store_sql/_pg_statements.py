@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.sql.compiler import SQLCompiler
+from tasks_core.models import TaskStatus
 
 from tasks_store_sql._candidates import claimable_rows
 from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, Tables, active
@@ -158,9 +159,10 @@ class Statements:
     and compiled when first used: a store that a command opens for one call compiles
     what that call runs, not all of them (~70 ms here)."""
 
-    def __init__(self, tables: Tables, channel: str) -> None:
+    def __init__(self, tables: Tables, channel: str, cancel_channel: str) -> None:
         self.tables = tables
         self.channel = channel
+        self.cancel_channel = cancel_channel
 
     @functools.cached_property
     def lock(self) -> Statement:
@@ -203,6 +205,19 @@ class Statements:
         )
 
     @functools.cached_property
+    def cancelled(self) -> Statement:
+        """Which of tasks ``ids`` are ``cancelled`` (a cancel wait on a new listening
+        connection: :mod:`tasks_store_sql._wakeups`)."""
+        t = self.tables.tasks
+        return Statement.of(
+            sa.select(t.c.id).where(
+                t.c.id == sa.any_(_array("ids", _TEXT)),
+                t.c.status == sa.bindparam("status", TaskStatus.CANCELLED.value,
+                                           type_=sa.Text),
+            )
+        )
+
+    @functools.cached_property
     def candidates_one(self) -> Statement:
         """The oldest claimable rows of ``queue``, locked (the claim decided in Python)."""
         return self._candidates(self.tables, one_queue(self.tables.tasks))
@@ -216,6 +231,12 @@ class Statements:
     def write(self) -> Statement:
         """Write rows, events and members and wake queues: see :meth:`_write`."""
         return Statement.of(self._write(self.tables, self.channel))
+
+    @functools.cached_property
+    def write_cancelling(self) -> Statement:
+        """:attr:`write`, and notify the cancel channel of each of ``cancelled`` (a
+        variant: the writes without a cancel — nearly all — run :attr:`write` as it was)."""
+        return Statement.of(self._write(self.tables, self.channel, self.cancel_channel))
 
     # -- create --------------------------------------------------------------------------
 
@@ -330,11 +351,14 @@ class Statements:
         return Statement.of(sa.select(found, store_clock().label("now")))
 
     @staticmethod
-    def _write(tables: Tables, channel: str) -> sa.Select[Any]:
+    def _write(
+        tables: Tables, channel: str, cancel_channel: str | None = None
+    ) -> sa.Select[Any]:
         """Write the rows of arrays ``ids``, ``versions`` (the row version they were read
         at) and one per column of :data:`ROW_COLUMNS` where their version is unchanged,
         record the events of arrays ``e_…`` (:data:`EVENT_COLUMNS`) and the members
-        (JSON ``members``) of the rows written, and wake the queues ``wake``.
+        (JSON ``members``) of the rows written, and wake the queues ``wake``; with
+        ``cancel_channel``, notify it of each task id of array ``cancelled`` as well.
 
         Arrays, not JSON, for the rows and events: in the bench's burn-down a JSON
         document of them cost the worker more (encoding every instant and escaping every
@@ -368,8 +392,11 @@ class Statements:
             .cte("e")
         )
         queues = sa.func.unnest(_array("wake", _TEXT)).table_valued("queue").render_derived()
-        return sa.select(*_counts(updated, recorded, _granted(tables, written),
-                                  _woken(channel, queues.c.queue)))
+        notices = [_woken(channel, queues.c.queue)]
+        if cancel_channel is not None:
+            ids = sa.func.unnest(_array("cancelled", _TEXT)).table_valued("id").render_derived()
+            notices.append(_woken(cancel_channel, ids.c.id, name="cancel_channel"))
+        return sa.select(*_counts(updated, recorded, _granted(tables, written), *notices))
 
 
 MILLISECOND = timedelta(milliseconds=1)
@@ -457,11 +484,14 @@ def _granted(tables: Tables, of: sa.Select[Any]) -> sa.CTE:
     )
 
 
-def _woken(channel: str, queue: sa.ColumnElement[Any]) -> sa.CTE:
-    """``NOTIFY`` the store's ``channel`` with each ``queue``."""
+def _woken(
+    channel: str, payload: sa.ColumnElement[Any], *, name: str = "channel"
+) -> sa.CTE:
+    """``NOTIFY`` the store's ``channel`` (parameter ``name``) with each ``payload`` (a
+    queue; a task id on the cancel channel)."""
     return sa.select(
-        sa.func.pg_notify(sa.bindparam("channel", channel, type_=sa.Text), queue)
-    ).cte("n")
+        sa.func.pg_notify(sa.bindparam(name, channel, type_=sa.Text), payload)
+    ).cte("n" if name == "channel" else "n_" + name)
 
 
 def _counts(*ctes: sa.CTE) -> list[sa.ScalarSelect[Any]]:

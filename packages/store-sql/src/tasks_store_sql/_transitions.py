@@ -6,7 +6,10 @@ serializes writers), so concurrent batches cannot deadlock; the clock is read af
 locks; the items' event ids are looked up in the history; :func:`._batch.decide` decides
 each item as ``transition`` must; and each changed row is written once, guarded by the
 ``row_version`` read under its lock, with the applied events, new watchers and wakeups —
-all in one transaction. On PostgreSQL with asyncpg the same runs in :mod:`._pg`.
+all in one transaction; on PostgreSQL a transition that ends ``cancelled`` also notifies
+the cancel channel there (``wait_for_cancels``; any driver, so a cancel made through
+psycopg reaches workers on asyncpg). On PostgreSQL with asyncpg the same runs in
+:mod:`._pg`.
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ class TransitionOps(ClaimOps):
         self, conn: AsyncConnection, plan: Plan, loaded: dict[str, Loaded]
     ) -> None:
         """Write what :func:`decide` planned: each changed row once, then the events,
-        watchers and wakeups.
+        watchers, wakeups and cancel notices.
 
         Raises:
             StoreUnavailable: a row changed under its lock; nothing is committed.
@@ -135,3 +138,5 @@ class TransitionOps(ClaimOps):
             await conn.execute(sa.insert(t.members), plan.members)
         for queue in sorted(plan.wake):
             await self._notify(conn, queue)
+        if plan.cancelled:
+            await self._notify_cancels(conn, sorted(plan.cancelled))

@@ -14,6 +14,18 @@ not reach (a worker shutting down cancels its wait): asyncpg cancelled in the mi
 opening a connection leaves a future it never reads ("Future exception was never
 retrieved … unexpected connection_lost() call"). The next wait adopts a connection opened
 that way; ``close`` waits for one being opened (a few seconds at most) and closes it.
+
+Cancels ride a second channel of the same connection: every transition that ends
+``cancelled`` runs ``pg_notify(cancel channel, task id)`` in its transaction. A cancel
+waiter holds the caller's live collection of task ids and is answered with the id when a
+notification names one it holds at that moment; a cancel no waiter holds is kept (the
+:data:`UNREPORTED` most recent) for the next wait that holds it — a worker may claim a
+task and see it cancelled before its watcher waits again. What no notification can tell
+is a cancel committed before the connection listened (a worker claims and is cancelled
+while its first wait still connects; a cancel during an outage): the first cancel wait
+on each new connection that holds ids reads their status once, on that connection, after
+``LISTEN``. A lost connection answers cancel waiters with nothing (the next wait
+reconnects and reads; the heartbeat still sees the cancel).
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,13 +41,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tasks_store_sql._dialect import driver_params
 from tasks_store_sql._errors import DRIVER_ERRORS, connect_arguments, translate
 
-__all__ = ["Listener", "asyncpg_connector", "channel_of"]
+__all__ = ["UNREPORTED", "Listener", "asyncpg_connector", "cancel_channel_of", "channel_of"]
 
 Connector = Callable[[], Awaitable[Any]]
+Check = Callable[[Any, list[str]], Awaitable[Iterable[str]]]
+"""Which of the ids are cancelled, read on the listening (asyncpg) connection."""
 
 log = logging.getLogger("tasks_store_sql")
 CLOSE_TIMEOUT = 5.0
 """Seconds ``close`` waits for a listening connection to close, or to finish opening."""
+UNREPORTED = 10_000
+"""Cancels kept for the next cancel wait when no waiter held their task (most recent)."""
 
 
 def channel_of(prefix: str) -> str:
@@ -43,12 +59,22 @@ def channel_of(prefix: str) -> str:
     return f"tasks_{prefix}work"
 
 
+def cancel_channel_of(prefix: str) -> str:
+    """The cancel channel of a namespace (payload: the task id)."""
+    return f"tasks_{prefix}cancel"
+
+
 class Listener:
     """One listening connection and the waiters of one event loop."""
 
-    def __init__(self, connect: Connector, channel: str) -> None:
+    def __init__(
+        self, connect: Connector, channel: str, cancel_channel: str,
+        check: Check | None = None,
+    ) -> None:
         self._connect = connect
         self._channel = channel
+        self._cancel_channel = cancel_channel
+        self._check = check
         self._driver: Any = None
         self._opening_task: asyncio.Task[Any] | None = None
         """The listening connection being opened (outliving a cancelled waiter)."""
@@ -58,6 +84,12 @@ class Listener:
         self._missed: set[str] = set()
         """Queues notified while no waiter listened for them (a worker that was busy
         claiming would otherwise sleep through that work until its poll timeout)."""
+        self._cancel_waiters: list[tuple[Collection[str], asyncio.Future[set[str]]]] = []
+        self._unreported: dict[str, None] = {}
+        """Cancelled tasks no waiter held, oldest first (at most :data:`UNREPORTED`)."""
+        self._checked = False
+        """Whether a cancel wait read its ids' status on the current connection."""
+        self._checking = asyncio.Lock()  # (one query at a time on the connection)
 
     async def wait(self, queues: frozenset[str], timeout: float) -> bool:
         """Wait until a notification names one of ``queues`` or ``timeout`` passes.
@@ -82,10 +114,53 @@ class Listener:
             if entry in self._waiters:
                 self._waiters.remove(entry)
 
-    async def _listen(self) -> None:
+    async def wait_for_cancels(self, task_ids: Collection[str], timeout: float) -> set[str]:
+        """The ids of ``task_ids`` (read at each notification) cancelled since this
+        connection listens and not yet reported, at once; else the first ones notified
+        before ``timeout`` passes (empty: none, the connection was lost or closed).
+
+        Raises:
+            StoreUnavailable: the listening connection cannot be opened.
+        """
+        if self._closed:
+            return set()
+        driver = await self._listen()
+        ids = list(task_ids)
+        found: set[str] = set()
+        if not self._checked and ids and self._check is not None:
+            async with self._checking:  # (cancels committed before LISTEN took effect)
+                if self._closing():  # (``close`` takes the connection once this is done)
+                    return set()
+                with translate("PostgreSQL"):
+                    found.update(await self._check(driver, ids))
+            self._checked = True
+            if self._closing():
+                return set()
+        found.update(task_id for task_id in ids if task_id in self._unreported)
+        if found:
+            for task_id in found:
+                self._unreported.pop(task_id, None)
+            return found
+        future: asyncio.Future[set[str]] = asyncio.get_running_loop().create_future()
+        entry = (task_ids, future)
+        self._cancel_waiters.append(entry)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:  # (answered in the same turn as the timeout: not lost)
+            return future.result() if future.done() else set()
+        finally:
+            if entry in self._cancel_waiters:
+                self._cancel_waiters.remove(entry)
+
+    def _closing(self) -> bool:
+        """Whether ``close`` began (read again after an await)."""
+        return self._closed
+
+    async def _listen(self) -> Any:
+        """The listening connection, opened (or adopted) when there is none."""
         async with self._opening:
             if self._driver is not None and not self._driver.is_closed():
-                return
+                return self._driver
             await self._drop()
             opening = self._opening_task
             if opening is None:
@@ -100,10 +175,13 @@ class Listener:
                 if opening.done():  # opened or failed: the next wait starts afresh
                     self._opening_task = None
             self._driver = driver
+            self._checked = False  # a new connection: cancels before it are unheard
+            return driver
 
     async def _open(self) -> Any:
         driver = await self._connect()
         try:
+            await driver.add_listener(self._cancel_channel, self._on_cancel)
             await driver.add_listener(self._channel, self._on_notify)
         except BaseException:
             await driver.close()
@@ -120,6 +198,21 @@ class Listener:
         if not woke:  # nobody waits on that queue right now: the next waiter hears it
             self._missed.add(payload)
 
+    def _on_cancel(self, _conn: Any, _pid: int, _channel: str, task_id: str) -> None:
+        reported = False
+        for task_ids, future in list(self._cancel_waiters):
+            if task_id in task_ids:
+                if not future.done():
+                    future.set_result({task_id})
+                elif not future.cancelled():  # answered, not yet resumed: one more
+                    future.result().add(task_id)
+                reported = True
+        if not reported:  # nobody holds that task right now: the next wait that does
+            self._unreported.pop(task_id, None)
+            self._unreported[task_id] = None
+            if len(self._unreported) > UNREPORTED:
+                del self._unreported[next(iter(self._unreported))]
+
     def _on_lost(self, _conn: Any) -> None:
         log.warning("the PostgreSQL wakeup connection was lost; it reopens on the next wait")
         self._driver = None
@@ -129,6 +222,9 @@ class Listener:
         for _, future in list(self._waiters):
             if not future.done():
                 future.set_result(True)
+        for _, cancels in list(self._cancel_waiters):
+            if not cancels.done():
+                cancels.set_result(set())
 
     async def _drop(self) -> None:
         driver, self._driver = self._driver, None
@@ -138,8 +234,9 @@ class Listener:
                 await driver.close(timeout=CLOSE_TIMEOUT)
 
     async def close(self) -> None:
-        """Stop listening and wake every waiter (they return ``True``); a listening
-        connection still being opened is waited for and closed."""
+        """Stop listening and wake every waiter (work waiters return ``True``, cancel
+        waiters nothing); a listening connection still being opened is waited for and
+        closed."""
         self._closed = True
         self._wake_all()
         async with self._opening:
@@ -151,7 +248,8 @@ class Listener:
                     await asyncio.wait({opening})
                 if not opening.cancelled() and opening.exception() is None:
                     self._driver = opening.result()
-            await self._drop()
+            async with self._checking:  # (a status read in flight ends first)
+                await self._drop()
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:

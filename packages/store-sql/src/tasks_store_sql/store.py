@@ -14,6 +14,11 @@ wakeups            yes: any     no (poll)   yes            no (poll)
                    the change               (asyncpg; poll
                    counter                  on psycopg)
                    (~10 ms)
+cancel_wakeups     yes: reads   no (heart-  yes            no (heartbeat)
+                   the watched  beat)       LISTEN/NOTIFY
+                   ids' status              (asyncpg;
+                   on each                  heartbeat on
+                   change                   psycopg)
 exclusive_queues   yes          yes         yes            yes
 batch_transitions  yes          yes         yes            yes
 transactional_     yes          yes         yes            yes
@@ -65,17 +70,14 @@ import asyncio
 import builtins
 import json
 import logging
-import threading
 import weakref
-from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import reports, rules
 from tasks_core.errors import (
-    CapabilityNotSupported,
     CapacityExceeded,
     InvalidInput,
     StoreCorrupt,
@@ -93,19 +95,15 @@ from tasks_core.models import (
 )
 
 from tasks_store_sql import _codec
-from tasks_store_sql._base import TaskRow, sqlite_file
+from tasks_store_sql._base import TaskRow
 from tasks_store_sql._grouped import Grouped
 from tasks_store_sql._pg import FastPath
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import room_for_one
-from tasks_store_sql._sqlite_watch import ChangeWatcher
-from tasks_store_sql._transitions import TransitionOps
-from tasks_store_sql._wakeups import Listener, asyncpg_connector, channel_of
+from tasks_store_sql._waits import WaitOps
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
-
-_Kept = TypeVar("_Kept")
 
 log = logging.getLogger("tasks_store_sql")
 GROUP_MOST = 100
@@ -115,7 +113,7 @@ CREATOR_WAIT = 30.0
 checkout may wait) before it fails with ``StoreUnavailable``, nothing written."""
 
 
-class SQLStore(TransitionOps):
+class SQLStore(WaitOps):
     """The SQL store (see the module docstring). Create with a URL or an engine; nothing
     touches the database until the first operation (or :meth:`open`)."""
 
@@ -126,6 +124,7 @@ class SQLStore(TransitionOps):
         exclusive_queues=True,
         batch_transitions=True,
         transactional_submit=True,
+        cancel_wakeups=True,
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
@@ -136,17 +135,6 @@ class SQLStore(TransitionOps):
             InvalidInput: a bad URL or option, or a driver that is not installed.
         """
         super().__init__(url, **options)
-        self._channel = channel_of(self.tables.prefix)
-        self._connect_args: dict[str, Any] = dict(
-            (options.get("engine_options") or {}).get("connect_args", {})
-        )
-        self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._per_loop_lock = threading.Lock()
-        """Guards the maps kept per event loop (listeners, grouped creates)."""
-        self._listening = True
-        """``False`` once ``aclose`` began: no wait opens a listening connection again."""
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
         )
@@ -156,12 +144,9 @@ class SQLStore(TransitionOps):
             asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
         ] = weakref.WeakKeyDictionary()
         """Each event loop's creates, run together (PostgreSQL)."""
-        self._watcher = ChangeWatcher(sqlite_file(self._db.engine)) \
-            if self._db.kind == "sqlite" and not self._db.memory else None
-        """A SQLite file's wakeups (its connection opens at the first wait)."""
         if self._listens():
             self._fast = FastPath(self._db, self.tables, self._clock, self._channel,
-                                  self.decoded)
+                                  self.decoded, self._cancel_channel)
 
     @classmethod
     async def open(cls, url: str | None = None, **options: Any) -> SQLStore:
@@ -528,82 +513,6 @@ class SQLStore(TransitionOps):
             return reaped
 
         return await self._db.run(op, write=True)
-
-    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Wait until work may be claimable on ``queues`` — a task created, released,
-        answered or rescheduled there — or ``timeout`` seconds pass (see
-        ``TaskStore.wait_for_work``). PostgreSQL only (``LISTEN``/``NOTIFY``).
-
-        Returns:
-            ``True`` when woken early (or the store is closing or closed: at once, as a
-            SQLite file's watcher answers; a wait after ``aclose`` opens no listening
-            connection, which nothing would close), ``False`` on timeout.
-
-        Raises:
-            CapabilityNotSupported: this database has no wakeups (the runtime polls).
-            InvalidInput: bad queue names or timeout.
-            StoreUnavailable: the listening connection cannot be opened.
-        """
-        wanted = rules.check_queues(queues)
-        if not self._wakeups_supported():
-            raise CapabilityNotSupported(
-                f"{self._db.what} has no wakeups; poll claim_next with backoff"
-            )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise InvalidInput("timeout must be a non-negative number of seconds")
-        await self._ensure_ready()
-        if self._watcher is not None:  # a SQLite file: any commit of another connection
-            return await self._watcher.wait(float(timeout))
-        if not self._listening:  # closed: a listener made now would never be closed
-            return True
-        return await self._listener().wait(wanted, float(timeout))
-
-    def _listens(self) -> bool:
-        """PostgreSQL with asyncpg: ``LISTEN``/``NOTIFY`` and the hot path."""
-        return self._db.kind == "postgresql" and self._db.engine.dialect.driver == "asyncpg"
-
-    def _wakeups_supported(self) -> bool:
-        return self._listens() or self._watcher is not None
-
-    def _listener(self) -> Listener:
-        return self._of_this_loop(self._listeners, lambda: Listener(
-            asyncpg_connector(self._db.engine, self._connect_args), self._channel))
-
-    def _of_this_loop(
-        self, kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept],
-        make: Callable[[], _Kept],
-    ) -> _Kept:
-        """What ``kept`` holds for the running event loop, made by ``make`` the first time
-        (each loop its own: asyncio objects never cross loops)."""
-        loop = asyncio.get_running_loop()
-        with self._per_loop_lock:
-            value = kept.get(loop)
-            if value is None:
-                value = kept[loop] = make()
-            return value
-
-    async def _notify(self, conn: AsyncConnection, queue: str) -> None:
-        if self._listens():
-            await conn.execute(sa.select(sa.func.pg_notify(self._channel, queue)))
-
-    async def aclose(self) -> None:
-        """Stop listening (waiters return ``True``) and dispose of the engine if the store
-        created it (never one passed in).
-
-        Raises:
-            StoreUnavailable: closing a connection failed.
-        """
-        loop = asyncio.get_running_loop()
-        with self._per_loop_lock:
-            self._listening = False
-            listeners = list(self._listeners.items())
-            self._listeners.clear()
-        if self._watcher is not None:
-            self._watcher.close()
-        for owner, listener in listeners:
-            if owner is loop:
-                await listener.close()
-        await super().aclose()
 
     # -- test support --------------------------------------------------------------------
 
