@@ -618,17 +618,17 @@ class Worker:
 
     def _start(self, claim: Claim, *, held_for: float = 0.0) -> None:
         """Start a run of ``claim`` in a free slot. A claim held for ``poll_interval`` or
-        longer is read again first, unless the store pushes cancels: a cancel from
-        another process may have landed meanwhile."""
+        longer is read again first: a cancel from another process may have landed
+        meanwhile, before a pushed cancel could reach the worker (its watch sees a new
+        held claim at its next wait, within ``poll_interval``)."""
         assert self._env is not None
         self.claimed += 1
         snapshot = claim.snapshot
         if self._stopping:
             self._release(claim, "the worker is shutting down")
             return
-        recheck = (held_for >= self.poll_interval
-                   and not self._env.store.capabilities.cancel_wakeups)
-        run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name), recheck=recheck)
+        run = Run(self._env, claim, self.app.tasks.get(snapshot.work.name),
+                  recheck=held_for >= self.poll_interval)
         self.runs[snapshot.id] = run
         self._slots[run] = asyncio.get_running_loop().time()
         self._active[snapshot.queue] += 1
