@@ -511,7 +511,8 @@ def install_connect(engine: AsyncEngine) -> None:
     turned into the values the driver takes (:func:`driver_params`), the driver refusing
     its arguments as ``InvalidInput`` (:func:`~._errors.connect_arguments`), and an
     aiosqlite connection that fails to open leaving no thread behind
-    (:func:`_open_aiosqlite`)."""
+    (:func:`_open_aiosqlite`) or waiting on a stop its thread never serves
+    (:func:`_stop_once`)."""
     driver = engine.dialect.driver
     what = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}.get(
         engine.dialect.name, "MariaDB/MySQL"
@@ -538,6 +539,7 @@ async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:
     worker = getattr(connection, "_thread", None)
     if isinstance(worker, threading.Thread):
         worker.daemon = True  # as SQLAlchemy's own aiosqlite connect does
+    _stop_once(connection)
     try:
         return await connection
     except BaseException:
@@ -548,6 +550,31 @@ async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:
                 # handing its last result to this loop, which is still running.
                 await asyncio.to_thread(worker.join)
         raise
+
+
+def _stop_once(connection: Any) -> None:
+    """Make every ``stop()`` of an aiosqlite connection after the first return the first
+    one's future instead of queueing another stop.
+
+    The connection's thread serves one stop and ends; a stop queued after it is never
+    served, and its future never completes. Two stops meet when a cancel interrupts the
+    graceful close SQLAlchemy's ``terminate`` runs in a shielded task: ``terminate``
+    stops the connection, and the close, still running, stops it again in its
+    ``finally`` and waits for that stop. Cancelled while closing (as ``asyncio.run``
+    cancels what is left at exit, once), the close has spent its cancel and waits
+    forever, and so does ``asyncio.run``. (aiosqlite without ``stop()`` is never
+    terminated by SQLAlchemy: nothing to do.)"""
+    stop = getattr(connection, "stop", None)
+    if stop is None:
+        return
+    stops: list[Any] = []
+
+    def stop_once() -> Any:
+        if not stops:
+            stops.append(stop())
+        return stops[0]
+
+    connection.stop = stop_once
 
 
 def loop_engine_factory(
