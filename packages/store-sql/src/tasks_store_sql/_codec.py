@@ -27,10 +27,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, TypeAdapter
-from tasks_core._model import replaced
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
-from tasks_core.models import Instant, Snapshot, TaskStatus
+from tasks_core.models import Instant, Snapshot, TaskStatus, replaced
 
 __all__ = [
     "CLAIM_KEYS",
