@@ -11,8 +11,9 @@ them atomically. Each rule below names the contract test that proves it
 Rules (MUST):
 
 1. ``create`` stores the task and its first snapshot (revision 0) atomically and checks
-   ``max_tasks`` and ``max_active_tasks_per_scope`` inside the same atomic step
-   (``test_capacity_holds_under_concurrent_creation``); a taken id raises ``TaskExists``
+   ``max_tasks`` and ``max_active_tasks_per_scope`` — each off unless set — inside the same
+   atomic step (``test_capacity_holds_under_concurrent_creation``,
+   ``test_default_limits_accept_a_backlog_past_the_old_caps``); a taken id raises ``TaskExists``
    with the current snapshot (``test_create_existing_id_raises_task_exists``);
    ``replace=`` swaps a finished run for a new one with a new ``run_id``, its history gone
    (``test_replace_starts_a_new_run_and_drops_old_history``).
@@ -35,9 +36,11 @@ Rules (MUST):
 6. Capabilities are frozen and truthful; a feature whose flag is off raises
    ``CapabilityNotSupported`` (``test_off_capabilities_raise_capability_not_supported``).
 7. All instants come from the store clock (an injected ``clock`` when given), in whole
-   milliseconds; ``committed_at`` strictly increases along a task's history.
+   milliseconds (``test_now_reads_the_injected_clock``); ``committed_at`` strictly
+   increases along a task's history.
 8. A corrupt record raises ``StoreCorrupt`` naming its id and costs only itself: listings
-   and ``reap`` carry on (``test_corrupt_record_costs_only_itself``).
+   and ``reap`` carry on and report the skip (``test_corrupt_record_costs_only_itself``,
+   ``test_listing_and_reap_report_a_skipped_corrupt_record``).
 9. ``transition_many`` (capability ``batch_transitions``) decides every item exactly as
    ``transition`` would, in order — each guarded by its own expected revision and its own
    lease or access — and writes all of them in one atomic step where the store can
