@@ -231,7 +231,7 @@ async def test_time_is_read_after_the_row_lock_is_held(
     db_url: str, fresh_namespace: str, claimed_by: str
 ) -> None:
     """A write that waits for a row lock another session holds MUST read the database
-    clock after it gets the lock (DESIGN.md "Time"): its commit time is not earlier than
+    clock after it gets the lock (docs/design.md, Time): its commit time is not earlier than
     an instant read, on the database clock, while it was still waiting — for a run
     claimed exactly and one claimed by ``claim_next`` (on PostgreSQL its completion is
     the completion statement).

@@ -1,6 +1,7 @@
 """A pure Python model of what the runtime promises about each task.
 
-No tasks_core rules are used here: this is an independent restatement of DESIGN.md §2–§5
+No tasks_core rules are used here: this is an independent restatement of docs/design.md
+and docs/runtime.md
 (statuses, leases, retries, input, visibility, expiry) in plain Python, in whole
 milliseconds since the start of the run. :mod:`tasks_contract_tests.runtime_machine`
 drives an ``App`` and this model side by side and compares what the App shows with what

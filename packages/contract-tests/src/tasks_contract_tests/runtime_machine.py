@@ -10,7 +10,7 @@ with the worker's event ids), ``renew``, ``release``, and *crashes* (a lease sim
 abandoned). The clock moves so that leases expire (and are recovered), retries come due
 and finished or short-lived tasks expire.
 
-A pure Python model (:mod:`tasks_contract_tests._runtime_model`, written from DESIGN.md,
+A pure Python model (:mod:`tasks_contract_tests._runtime_model`, written from docs/runtime.md,
 not from ``tasks_core.rules``) predicts every call's outcome, and after every step the
 machine checks through the App that each task's status, revision, result, error, retry
 count, deliveries, lease (generation, expiry, ``recovered``), input requests and answers,

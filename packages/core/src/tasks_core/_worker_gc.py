@@ -4,8 +4,8 @@ Rule: what the process loaded before serving (modules, the app, the store) is le
 the collector's scans (:func:`gc.freeze`, CPython's advice for long-lived servers), and a
 young-generation collection starts only once :data:`YOUNG_THRESHOLD` more tracked objects
 are alive than at the last one (CPython's default is 700). *Why:* a run allocates tens of
-short-lived models; at 700 the young generation was collected once every ~14 tasks, 7–15 µs
-of collecting per task, ~4–5 % of the worker's CPU (docs/design.md, "Speed"). Objects
+short-lived models, and at 700 young collections took a share of the worker's CPU (figures:
+packages/store-sql/bench/LOG.md; rule: docs/design.md, "CLI and demo"). Objects
 still die by reference counting at once; the threshold only delays the search for cycles,
 so memory grows by at most that many objects. The older generations keep their
 thresholds.

@@ -232,7 +232,7 @@ class Lease(Model):
 
 
 class Snapshot(Model):
-    """The task aggregate: the unit of compare-and-set (see DESIGN.md §2)."""
+    """The task aggregate: the unit of compare-and-set (see docs/design.md, Model and ids)."""
 
     id: TaskId
     tenant: Name

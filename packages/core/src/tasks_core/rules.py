@@ -200,8 +200,8 @@ def counts_as_active(snapshot: Snapshot, now: datetime) -> bool:
 
 
 def can_see(snapshot: Snapshot, principal: Owner | System, visibility: str) -> bool:
-    """Visibility (DESIGN §4): same tenant, and System, owner, watcher — or anyone in the
-    tenant under ``visibility="tenant"``."""
+    """Visibility (docs/security.md, Tenant isolation): same tenant, and System, owner,
+    watcher — or anyone in the tenant under ``visibility="tenant"``."""
     if isinstance(principal, System):
         return principal.tenant is None or principal.tenant == snapshot.tenant
     if principal.tenant != snapshot.tenant:

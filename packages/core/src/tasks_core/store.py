@@ -20,7 +20,7 @@ Rules (MUST):
 2. ``get``/``history`` raise ``TaskNotFound`` alike for unknown, other-tenant and expired
    tasks (``test_get_in_another_tenant_reads_as_missing``,
    ``test_expired_task_is_hidden_before_reap``).
-3. ``transition`` runs the five steps of DESIGN §2 in one atomic operation: find, authorize,
+3. ``transition`` runs five steps atomically (docs/design.md, State machine): find, authorize,
    replay (``test_duplicate_event_returns_original_outcome``,
    ``test_reused_event_id_with_other_content_is_refused``), revision check
    (``test_stale_revision_raises_conflict``), apply; N writers at one revision produce
@@ -153,7 +153,7 @@ class TaskStore(Protocol):
         event: Event,
         authority: Lease | Access,
     ) -> Transition:
-        """Apply ``event`` atomically (DESIGN §2, steps 1–5).
+        """Apply ``event`` atomically (the five steps of item 3 above).
 
         Raises:
             TaskNotFound: unknown; for request access also another tenant, invisible or

@@ -313,7 +313,7 @@ class Database:
 
         SQLite cannot tell a waiter when a lock is free, and its own busy handler sleeps up
         to 100 ms between tries: behind another process committing every few
-        milliseconds it kept missing the gaps (a claim waited ~1 s). The store's
+        milliseconds it kept missing the gaps. The store's
         connections answer busy at once (``PRAGMA busy_timeout = 0``) and wait here, in
         pauses of 0.5 to 4 ms. Other databases, and SQLite engines the application owns,
         try once.

@@ -38,7 +38,7 @@ class ReplayContract(ContractBase):
         revision, and MUST record nothing.
 
         Troubleshooting: look the event id up in the task's history *before* checking the
-        revision (DESIGN §2 step 3); a client retrying after a lost reply sends its old
+        revision (docs/design.md, State machine); a client retrying after a lost reply sends its old
         expected revision.
         """
         created = await store.create(new_task())
