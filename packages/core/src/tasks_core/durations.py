@@ -26,7 +26,7 @@ from typing import Literal, overload
 from tasks_core.errors import InvalidInput
 
 __all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
-           "check_duration"]
+           "check_duration", "check_wait_timeout"]
 
 MAX_WAIT_S = 366 * 86400
 """The longest timeout, retry delay, wait or interval, in seconds (a leap year)."""
@@ -94,3 +94,13 @@ def _span(low: float, high: float, allow_zero: bool) -> str:
 
 def _number(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+def check_wait_timeout(timeout: object) -> float:
+    """A store wait's ``timeout`` (``wait_for_work``, ``wait_for_cancels``): seconds in
+    ``[0, MAX_WAIT_S]``, zero included — the one check every store makes.
+
+    Raises:
+        InvalidInput: anything else (a bool, a string, NaN, an infinity, a negative).
+    """
+    return check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True)

@@ -11,9 +11,7 @@ import asyncio
 import threading
 from collections.abc import Collection
 
-from tasks_core.errors import InvalidInput
-
-__all__ = ["UNREPORTED_CANCELS", "Wakeups", "wait_seconds"]
+__all__ = ["UNREPORTED_CANCELS", "Wakeups"]
 
 UNREPORTED_CANCELS = 10_000
 """Cancels kept for the next ``wait_for_cancels`` when no waiter watched their task."""
@@ -106,17 +104,6 @@ class Wakeups:
                 loop.call_soon_threadsafe(_resolve_with, cancel_future, set())
             self._cancel_waiters.clear()
 
-
-def wait_seconds(timeout: float) -> float:
-    """A wait's ``timeout``: a real, finite number of seconds >= 0.
-
-    Raises:
-        InvalidInput: anything else.
-    """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not 0 <= timeout < float("inf"):
-        raise InvalidInput("timeout must be a finite number of seconds >= 0")
-    return float(timeout)
 
 
 def _resolve(future: asyncio.Future[bool]) -> None:

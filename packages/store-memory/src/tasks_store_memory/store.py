@@ -38,6 +38,7 @@ from typing import Any
 from tasks_core import reports, rules
 from tasks_core.authority import Access
 from tasks_core.clock import Clock
+from tasks_core.durations import check_wait_timeout
 from tasks_core.errors import (
     CapabilityNotSupported,
     InvalidInput,
@@ -61,7 +62,7 @@ from tasks_core.models import (
 
 from tasks_store_memory._records import Records, log
 from tasks_store_memory._rows import Row
-from tasks_store_memory._wakeups import Wakeups, wait_seconds
+from tasks_store_memory._wakeups import Wakeups
 
 __all__ = ["MemoryStore"]
 
@@ -434,7 +435,8 @@ class MemoryStore(Records):
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Wait for a wakeup on ``queues`` or ``timeout`` seconds (see
         ``TaskStore.wait_for_work``)."""
-        return await self._wakeups.wait_for_work(rules.check_queues(queues), timeout)
+        return await self._wakeups.wait_for_work(rules.check_queues(queues),
+                                                 check_wait_timeout(timeout))
 
     async def wait_for_cancels(
         self, task_ids: Collection[str], timeout: float
@@ -445,7 +447,7 @@ class MemoryStore(Records):
         Raises:
             InvalidInput: a bad timeout.
         """
-        return await self._wakeups.wait_for_cancels(task_ids, wait_seconds(timeout))
+        return await self._wakeups.wait_for_cancels(task_ids, check_wait_timeout(timeout))
 
     async def aclose(self) -> None:
         """Nothing to release; waiting workers are woken so they can stop."""

@@ -21,7 +21,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pymongo.errors import OperationFailure, PyMongoError
-from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.durations import check_wait_timeout
+from tasks_core.errors import CapabilityNotSupported
 
 from tasks_store_mongo._base import MongoBase, operation
 from tasks_store_mongo._driver import settle, transient
@@ -62,7 +63,7 @@ class MongoCancels(MongoBase):
             raise CapabilityNotSupported(
                 "cancel wakeups need a MongoDB replica set (change streams)"
             )
-        seconds = _wait_seconds(timeout)
+        seconds = check_wait_timeout(timeout)
         # The token before the kept cancels: a wait (on another loop) keeps a cancel
         # before it stores a token past it, so each cancel is kept or after the token.
         token = self._cancels_after
@@ -172,14 +173,3 @@ class MongoCancels(MongoBase):
                 del self._unreported[task_id]
         return found
 
-
-def _wait_seconds(timeout: float) -> float:
-    """A wait's ``timeout``: a real, finite number of seconds >= 0.
-
-    Raises:
-        InvalidInput: anything else (a bool or a string included).
-    """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not 0 <= timeout < float("inf"):
-        raise InvalidInput("timeout must be a finite number of seconds >= 0")
-    return float(timeout)

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
-import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -53,6 +52,7 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError, PyMongoError
 from tasks_core import rules
 from tasks_core.authority import Access
+from tasks_core.durations import check_wait_timeout
 from tasks_core.errors import (
     CapabilityNotSupported,
     InvalidInput,
@@ -506,12 +506,9 @@ class MongoStore(MongoClaims, MongoCancels):
         if not self.capabilities.wakeups:
             raise CapabilityNotSupported("wakeups need a MongoDB replica set (change streams)")
         wanted = sorted(rules.check_queues(queues))
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise InvalidInput("timeout must be a number of seconds")
-        if math.isnan(timeout) or timeout < 0:
-            raise InvalidInput("timeout must be >= 0 seconds")
+        timeout = check_wait_timeout(timeout)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(timeout, 366 * 86400)
+        deadline = loop.time() + timeout
         pipeline = [{"$match": _wake_filter(wanted)}]
         await_ms = max(1, int(min(timeout * 1000, _MAX_WAIT_MS)))
         try:

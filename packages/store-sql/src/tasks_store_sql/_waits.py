@@ -25,7 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
-from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.durations import check_wait_timeout
+from tasks_core.errors import CapabilityNotSupported
 
 from tasks_store_sql._base import sqlite_file
 from tasks_store_sql._sqlite_watch import CancelledQuery, ChangeWatcher
@@ -85,14 +86,13 @@ class WaitOps(TransitionOps):
             raise CapabilityNotSupported(
                 f"{self._db.what} has no wakeups; poll claim_next with backoff"
             )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise InvalidInput("timeout must be a non-negative number of seconds")
+        seconds = check_wait_timeout(timeout)
         await self._ensure_ready()
         if self._watcher is not None:  # a SQLite file: any commit of another connection
-            return await self._watcher.wait(float(timeout))
+            return await self._watcher.wait(seconds)
         if not self._listening:  # closed: a listener made now would never be closed
             return True
-        return await self._listener().wait(wanted, float(timeout))
+        return await self._listener().wait(wanted, seconds)
 
     async def wait_for_cancels(
         self, task_ids: Collection[str], timeout: float
@@ -118,7 +118,7 @@ class WaitOps(TransitionOps):
                 f"{self._db.what} has no cancel wakeups; the worker's heartbeat reads "
                 "cancels"
             )
-        seconds = _wait_seconds(timeout)
+        seconds = check_wait_timeout(timeout)
         if not self._listening:  # closed: nothing will be heard, nothing is opened again
             await asyncio.sleep(seconds)
             return set()
@@ -188,14 +188,3 @@ class WaitOps(TransitionOps):
                 await listener.close()
         await super().aclose()
 
-
-def _wait_seconds(timeout: float) -> float:
-    """A wait's ``timeout``: a real, finite number of seconds >= 0.
-
-    Raises:
-        InvalidInput: anything else (a bool or a string included).
-    """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not 0 <= timeout < float("inf"):
-        raise InvalidInput("timeout must be a finite number of seconds >= 0")
-    return float(timeout)
