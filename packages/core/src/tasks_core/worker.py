@@ -29,8 +29,12 @@ more than it can start; ``prefetch=0`` never claims ahead, ``prefetch=N`` always
 — it never starts with less than two thirds of its lease left, and a long handler never
 keeps it from other workers for longer. A release gives the task back but not the
 delivery its claim counted (``Work.max_deliveries``), so after one the worker claims no
-further ahead until a run ends. A cancel recorded through the same ``App`` drops a held
-claim of that task unstarted.
+further ahead until a run ends.
+
+A cancel always wins before the start: one recorded through the same ``App`` drops a held
+claim, or a claim still on its way back, unstarted; one from another process is pushed
+where the store has ``cancel_wakeups`` (:mod:`tasks_core._cancel_watch`), and a claim held
+for ``poll_interval`` or longer is read again before it starts.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
 ``Queue.concurrency`` (``1``: sequential, oldest first, in this worker). A queue declared
