@@ -2,7 +2,9 @@
 
 Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
 
-1. a drain already started → release the claim (nothing lost, nothing cancelled);
+1. a drain already started → release the claim (nothing lost, nothing cancelled); a
+   claim the worker held long (``recheck``) is read again with its lease, and a run of a
+   task cancelled or taken over meanwhile never starts;
 2. ``recover="fail"`` and the claim took over an expired lease → ``failed``
    ("Worker process terminated unexpectedly");
 3. an unknown task name → ``failed`` (``UnknownTask``), never retried;
