@@ -1,0 +1,119 @@
+"""Store-call arguments checked once, before anything is read or written: lease
+durations, worker ids, queue names, batch sizes and ``transition_many`` items."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+
+from tasks_core.authority import Access, check_name
+from tasks_core.durations import check_duration
+from tasks_core.errors import (
+    InvalidInput,
+)
+from tasks_core.events import (
+    Cancelled,
+    Completed,
+    Event,
+    Failed,
+    InputRequested,
+    InputResponsesAccepted,
+    RetryRequested,
+    WatcherAdded,
+)
+from tasks_core.models import (
+    Lease,
+)
+
+MAX_LEASE_S = 7 * 86400
+"""The longest lease, in seconds: every store refuses a longer one, and so does a worker."""
+_EVENT_TYPES = (
+    InputRequested, InputResponsesAccepted, RetryRequested, Completed, Failed, Cancelled,
+    WatcherAdded,
+)
+
+
+def check_lease_for(lease_for: float) -> timedelta:
+    """Validate a lease duration in seconds (:func:`~tasks_core.durations.check_duration`).
+
+    Raises:
+        InvalidInput: not a finite number in (0, :data:`MAX_LEASE_S`].
+    """
+    seconds = check_duration(lease_for, "lease_for", high=MAX_LEASE_S)
+    return timedelta(milliseconds=max(1, round(seconds * 1000)))
+
+
+def check_worker_id(worker_id: str) -> str:
+    """Validate a worker id.
+
+    Raises:
+        InvalidInput: not a non-empty string of at most 256 characters.
+    """
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+    return worker_id
+
+
+def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:
+    """Validate the queue names of ``claim_next``/``wait_for_work``.
+
+    Raises:
+        InvalidInput: a bare string, a bad name, or none at all (unless ``allow_empty``).
+    """
+    if isinstance(queues, str):
+        raise InvalidInput("queues must be a collection of queue names, not a string")
+    names = frozenset(check_name(q, what="queue") for q in queues)
+    if not names and not allow_empty:
+        raise InvalidInput("at least one queue is required")
+    return names
+
+
+def check_limit(limit: int, *, maximum: int | None = None) -> int:
+    """Validate a batch size (``claim_next``: 1..1000; ``reap``: at least 1).
+
+    Raises:
+        InvalidInput: not an integer in range.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInput("limit must be a positive integer")
+    if maximum is not None and limit > maximum:
+        raise InvalidInput(f"limit must be an integer in 1..{maximum}")
+    return limit
+
+
+MAX_BATCH = 1000
+"""The most items one ``transition_many`` takes (and one ``claim_next`` claims)."""
+
+BatchItem = tuple[str, int, Event, Lease | Access]
+"""One ``transition_many`` item: ``(task_id, expected_revision, event, authority)``."""
+
+
+def check_batch(items: Sequence[BatchItem]) -> list[BatchItem]:
+    """Validate the items of ``transition_many`` before anything is read or written.
+
+    Raises:
+        TypeError: not a sequence of ``(str, int, Event, Lease | Access)`` tuples.
+        InvalidInput: more than :data:`MAX_BATCH` items.
+    """
+    candidate: object = items
+    if isinstance(candidate, (str, bytes)) or not isinstance(candidate, Sequence):
+        raise TypeError("transition_many takes a sequence of (task_id, revision, event, "
+                        "authority) tuples")
+    checked = list(items)
+    if len(checked) > MAX_BATCH:
+        raise InvalidInput(f"transition_many takes at most {MAX_BATCH} items")
+    for item in checked:
+        if not isinstance(item, tuple) or len(item) != 4:
+            raise TypeError("each item must be a (task_id, revision, event, authority) tuple")
+        task_id, revision, event, authority = item
+        if not isinstance(task_id, str):
+            raise TypeError("task_id must be a string")
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise TypeError("expected_revision must be an integer")
+        if not isinstance(event, _EVENT_TYPES):
+            raise TypeError("event must be an Event")
+        if not isinstance(authority, (Lease, Access)):
+            raise TypeError("authority must be a Lease or an Access")
+    return checked
+
+
