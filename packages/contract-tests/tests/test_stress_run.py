@@ -122,7 +122,7 @@ def test_tasks_stress_names_the_package_to_install_when_missing(
     """Without tasks-contract-tests, ``tasks stress`` MUST refuse like any command —
     ``CapabilityNotSupported``, which ``tasks`` prints as one ``error:`` line, exit 2 —
     saying "pip install tasks-contract-tests"."""
-    import tasks_core._cli_commands as commands
+    import tasks_core.cli._commands as commands
     from tasks_core.errors import CapabilityNotSupported
 
     def missing(name: str) -> object:

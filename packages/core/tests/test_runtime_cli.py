@@ -399,7 +399,7 @@ def test_stress_without_the_contract_suite_refuses_on_one_line(
 def test_store_urls_are_shown_without_their_password(url: str, shown: str) -> None:
     """A store URL the CLI prints (the worker's banner, the demo's, ``backends``) MUST
     show the password as ``***`` and the rest as it is."""
-    from tasks_core._cli_render import shown_url
+    from tasks_core.cli._render import shown_url
 
     assert shown == shown_url(url)
 

@@ -1,20 +1,11 @@
 """``tasks demo``: a batch of tasks and a worker in one process, drawn live.
 
-What it shows, in a few seconds:
-
-- three reports with progress bars (``async def``, running side by side);
-- a flaky sync handler (``def``, in a thread) that fails twice and is retried by the
-  store's ``retry_at`` (``RetryPolicy.fixed``), then completes;
-- an export that exceeds its ``timeout`` and is recorded ``failed``/``TaskTimeout``;
-- an import that the demo cancels halfway (recorded ``cancelled``; the handler sees the
-  token and stops);
-- a payout that asks for approval (``request_input``): nobody answers within the worker's
-  park time, so the run gives its slot back; the demo answers, the task is claimed again,
-  and the re-run gets the stored answer without asking again (2 deliveries).
-
-It ends with a summary table and leaves its tasks in the store (kept a day), for
-``tasks ls`` and ``tasks show`` — when the store is durable (SQLite by default once
-``tasks-store-sql`` is installed).
+In a few seconds: three reports with progress bars (``async def``, side by side); a flaky
+sync handler retried by the store's ``retry_at`` until it completes; an export that
+exceeds its ``timeout`` (``failed``/``TaskTimeout``); an import cancelled halfway; a payout
+that asks for approval, is parked, answered, and re-run with the stored answer (2
+deliveries). It ends with a summary table and leaves its tasks in the store (kept a day)
+for ``tasks ls`` and ``tasks show`` when the store is durable.
 """
 
 from __future__ import annotations
@@ -28,10 +19,10 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tasks_core._cli_render import Bars, plain, shown_url, summary_table
 from tasks_core._defaults import EMBEDDED_STORE_URL, default_store_url, installed
 from tasks_core.app import App
 from tasks_core.authority import Owner
+from tasks_core.cli._render import Bars, plain, shown_url, summary_table
 from tasks_core.context import TaskContext
 from tasks_core.definitions import Queue, TaskDef
 from tasks_core.models import RetryPolicy, Snapshot, TaskStatus

@@ -1,24 +1,11 @@
-"""``tasks``: the command line of tasks-core.
+"""The ``tasks`` console script: parse the arguments, run one command, map refusals.
 
-::
-
-    tasks demo                          a batch of tasks and a worker, live, in one process
-    tasks worker myapp:app              run a worker (SIGTERM/SIGINT drain it)
-    tasks submit NAME --app myapp:app   submit a task by name (its registration applies)
-    tasks ls --system [--status …]      list tasks (--user U or --system on every command)
-    tasks show ID [--follow]            one task and its event history (live with --follow)
-    tasks cancel ID                     cancel a task
-    tasks respond ID key=value …        answer a task's input request
-    tasks reap                          delete expired tasks now
-    tasks migrate [--to REV]            move the store's schema to what the code expects
-    tasks backends                      installed store plugins and their capabilities
-    tasks stress [--json]               multi-process stress run (tasks-contract-tests)
-
-Every command takes ``--store URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db``
-when tasks-store-sql is installed, else ``memory://`` when tasks-store-memory is installed;
-tasks-core needs one of them, or ``--store``). Commands that read or act on tasks say whom
-they act as — ``--user USER [--tenant T]`` or ``--system`` — there is no default. A refusal
-prints one line on stderr, ``error: KIND: message``, whatever the terminal width, and exits 2.
+Commands are listed by ``tasks --help`` and in docs/cli.md. Every command takes ``--store
+URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db`` when tasks-store-sql is
+installed, else ``memory://`` when tasks-store-memory is installed). Commands that read or
+act on tasks say whom they act as — ``--user USER [--tenant T]`` or ``--system`` — there is
+no default. A refusal prints one line on stderr, ``error: KIND: message``, whatever the
+terminal width, and exits 2.
 """
 
 from __future__ import annotations
@@ -33,11 +20,11 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from tasks_core._cli_commands import COMMANDS
-from tasks_core._cli_render import output_console, plain
-from tasks_core._cli_signals import Interrupts
 from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.app import App
+from tasks_core.cli._commands import COMMANDS
+from tasks_core.cli._render import output_console, plain
+from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
 
 __all__ = ["build_parser", "load_app", "main", "run"]
@@ -276,7 +263,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TypeError as exc:
         err.print(f"[red]error:[/] {plain(exc)}", highlight=False)
         return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -13,7 +13,12 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tasks_core._cli_render import (
+from tasks_core._defaults import default_store_url
+from tasks_core._registry import available_stores, find_store, install_hint
+from tasks_core._worker_gc import tune_for_serving
+from tasks_core.app import App
+from tasks_core.authority import Authority, Owner, System
+from tasks_core.cli._render import (
     Bars,
     backends_table,
     history_table,
@@ -23,12 +28,7 @@ from tasks_core._cli_render import (
     snapshot_table,
     tasks_table,
 )
-from tasks_core._cli_signals import Interrupts
-from tasks_core._defaults import default_store_url
-from tasks_core._registry import available_stores, find_store, install_hint
-from tasks_core._worker_gc import tune_for_serving
-from tasks_core.app import App
-from tasks_core.authority import Authority, Owner, System
+from tasks_core.cli._signals import Interrupts
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
@@ -316,7 +316,7 @@ async def cmd_backends(app: App, args: argparse.Namespace, console: Console) -> 
 
 async def cmd_demo(app: App, args: argparse.Namespace, console: Console) -> int:
     """The demo: a batch of tasks and a worker in this process."""
-    from tasks_core.demo import run_demo
+    from tasks_core.cli.demo import run_demo
 
     return await run_demo(app.url or default_store_url()[0], console=console)
 
