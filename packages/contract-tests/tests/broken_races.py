@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
 
-from tasks_core import Access, Claim, Event, Lease, Snapshot, Transition, rules
+from tasks_core import Access, Claim, Event, Lease, Snapshot, Transition, rules, storekit
 from tasks_store_memory import MemoryStore
 
 __all__ = [
@@ -108,9 +108,11 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
                 row = self._rows.get(task_id)
                 if row is None:
                     continue
-                claim = self._start(row, self._decode(task_id, row), worker_id, lease_for, now)
-                if claim is not None:
-                    claims.append(claim)
+                started = storekit.started(self._decode(task_id, row), worker_id, lease_for,
+                                           now)
+                self._write(row, started)
+                if started.claim is not None:
+                    claims.append(started.claim)
         return claims
 
 

@@ -32,8 +32,10 @@ from tasks_core import (
     TaskStatus,
     Transition,
     rules,
+    storekit,
 )
 from tasks_core.clock import Clock
+from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
 
@@ -87,9 +89,10 @@ class _ServesCancelledTasks(MemoryStore):
                     continue
                 if (snapshot.queue in queues and snapshot.status == TaskStatus.CANCELLED
                         and self._candidate(snapshot, now)):
-                    claim = self._start(row, snapshot, worker_id, lease_for, now)
-                    if claim is not None:
-                        claims.append(claim)
+                    started = storekit.started(snapshot, worker_id, lease_for, now)
+                    self._write(row, started)
+                    if started.claim is not None:
+                        claims.append(started.claim)
         return claims
 
 
@@ -137,25 +140,24 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
 class RecoveredNeverSet(MemoryStore):
     """Never marks a takeover of a lapsed lease ``claim.recovered``."""
 
-    def _start(
-        self, row: _Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | None:
-        claim = super()._start(row, snapshot, worker_id, lease_for, now)
-        if claim is None or claim.snapshot.claim is None:
-            return claim
-        plain = claim.snapshot.claim.model_copy(update={"recovered": False})
-        self._set(row, self._decode(snapshot.id, row).model_copy(update={"claim": plain}))
-        return Claim(claim.snapshot.model_copy(update={"claim": plain}), claim.lease)
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
+        new, token, lease, failure = super()._start_claim(snapshot, worker_id, lease_for, now)
+        if new.claim is None:
+            return new, token, lease, failure
+        plain = new.claim.model_copy(update={"recovered": False})
+        return new.model_copy(update={"claim": plain}), token, lease, failure
 
 
 class StartedAtResetByEveryClaim(MemoryStore):
     """Sets ``started_at`` to the instant of every claim, not only the first."""
 
-    def _start(
-        self, row: _Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | None:
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         fresh = snapshot.model_copy(update={"started_at": None})
-        return super()._start(row, fresh, worker_id, lease_for, now)
+        return super()._start_claim(fresh, worker_id, lease_for, now)
 
 
 # -- capacity and timeouts ------------------------------------------------------------------

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from tasks_core import Claim, Lease, LeaseLost, NewTask, Snapshot, TaskQuery, TasksError
+from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
 
@@ -122,13 +123,13 @@ class OlderGenerationAccepted(_LaxLeaseStore):
 class GenerationNotBumped(MemoryStore):
     """A new claim reuses the previous claim's generation instead of a higher one."""
 
-    def _start(
-        self, row: _Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | None:
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         if snapshot.lease_generation > 0:
             generation = snapshot.lease_generation - 1
             snapshot = snapshot.model_copy(update={"lease_generation": generation})
-        return super()._start(row, snapshot, worker_id, lease_for, now)
+        return super()._start_claim(snapshot, worker_id, lease_for, now)
 
 
 class NoTenantFilter(MemoryStore):
@@ -224,18 +225,15 @@ class ReleaseConsumesARetry(MemoryStore):
 class DeliveryLimitIgnored(MemoryStore):
     """Claims past ``work.max_deliveries`` run the task again instead of failing it."""
 
-    def _start(
-        self, row: _Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | None:
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         work = snapshot.work
         unlimited = snapshot.model_copy(
             update={"work": work.model_copy(update={"max_deliveries": 100_000})}
         )
-        claim = super()._start(row, unlimited, worker_id, lease_for, now)
-        self._set(row, self._decode(snapshot.id, row).model_copy(update={"work": work}))
-        if claim is None:
-            return None
-        return Claim(claim.snapshot.model_copy(update={"work": work}), claim.lease)
+        new, token, lease, failure = super()._start_claim(unlimited, worker_id, lease_for, now)
+        return new.model_copy(update={"work": work}), token, lease, failure
 
 
 class CorruptRecordBreaksListing(MemoryStore):

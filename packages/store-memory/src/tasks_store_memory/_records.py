@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from pydantic import ValidationError
-from tasks_core import reports, rules
+from tasks_core import reports, rules, storekit
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
 from tasks_core.events import EventRecord
@@ -141,13 +141,13 @@ class Records:
         picked: list[tuple[str, Row]] = []
         taken: set[str] = set()
         unclaimable: list[tuple[str, Snapshot | None]] = []
-        for _, task_id in self._open.in_order(queues, taken):
+        for *_, task_id in self._open.in_order(queues, taken):
             if len(picked) >= limit:
                 break
             row = self._rows[task_id]
             try:
                 snapshot: Snapshot | None = self._view(task_id, row)
-            except Exception:
+            except StoreCorrupt:
                 snapshot = None
             if snapshot is None or not self._claimable(snapshot, now):
                 unclaimable.append((task_id, snapshot))
@@ -168,9 +168,9 @@ class Records:
         task with a live lease is never claimable, so it is held."""
         for task_id in self._open.held(queue):
             try:
-                if self._view(task_id, self._rows[task_id]).lease_live(now):
+                if storekit.holds_queue(self._view(task_id, self._rows[task_id]), now):
                     return True
-            except Exception:
+            except StoreCorrupt:
                 continue
         return False
 
@@ -186,7 +186,7 @@ class Records:
                 continue
             try:
                 snapshot = self._view(task_id, self._rows[task_id])
-            except Exception:
+            except StoreCorrupt:
                 continue
             if snapshot.tenant == new.tenant and rules.counts_as_active(snapshot, now):
                 active += 1
@@ -209,7 +209,13 @@ class Records:
 
     def _claimable(self, snapshot: Snapshot, now: datetime) -> bool:
         """Whether ``claim_next`` may serve ``snapshot`` at ``now``."""
-        return rules.is_claimable(snapshot, now)
+        return storekit.is_candidate(snapshot, now)
+
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
+        """The claim of ``snapshot`` decided (``rules.start_claim``)."""
+        return rules.start_claim(snapshot, worker_id, lease_for, now)
 
     def _lease_check(
         self,

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.storekit import ClaimOrder, claim_order
 
 __all__ = ["OpenTasks", "Row", "claimable_at"]
 
@@ -33,7 +34,7 @@ class Row:
 
 class _Place(NamedTuple):
     queue: str
-    created_at: datetime
+    order: ClaimOrder
     ready: bool
     until: datetime | None
     """Held: when time alone makes the task claimable (``None``: only a write can)."""
@@ -44,7 +45,7 @@ class OpenTasks:
     not ended (it may keep an exclusive queue busy) — each *ready* or *held*, as it was
     when last written (or last looked at by ``claim_next``):
 
-    - ready: claimable. Kept per queue in claim order (``created_at``, id), so that a
+    - ready: claimable. Kept per queue in claim order (``storekit.claim_order``), so that a
       claim reads the heads of its queues, not the tasks it cannot serve;
     - held: not claimable — leased, a retry not due yet, waiting for input, finished but
       still leased. Kept per queue as a set (an exclusive queue is busy while one of them
@@ -55,7 +56,7 @@ class OpenTasks:
 
     def __init__(self) -> None:
         self._places: dict[str, _Place] = {}
-        self._ready: dict[str, list[tuple[datetime, str]]] = {}
+        self._ready: dict[str, list[ClaimOrder]] = {}
         self._held: dict[str, set[str]] = {}
         self._due: list[tuple[datetime, str]] = []
         """A heap of ``(until, task id)`` of held tasks; an entry whose task is no longer
@@ -63,11 +64,11 @@ class OpenTasks:
 
     def add(self, snapshot: Snapshot) -> None:
         """Make the task of ``snapshot`` ready."""
-        self._place(snapshot.id, _Place(snapshot.queue, snapshot.created_at, True, None))
+        self._place(snapshot.id, _Place(snapshot.queue, claim_order(snapshot), True, None))
 
     def hold(self, snapshot: Snapshot, until: datetime | None) -> None:
         """Hold the task of ``snapshot`` ``until`` (see the class)."""
-        self._place(snapshot.id, _Place(snapshot.queue, snapshot.created_at, False, until))
+        self._place(snapshot.id, _Place(snapshot.queue, claim_order(snapshot), False, until))
 
     def set_aside(self, task_id: str) -> None:
         """Hold a ready task until its next write (its record is damaged)."""
@@ -81,7 +82,7 @@ class OpenTasks:
             return
         if place.ready:
             entries = self._ready[place.queue]
-            del entries[bisect.bisect_left(entries, (place.created_at, task_id))]
+            del entries[bisect.bisect_left(entries, place.order)]
             if not entries:
                 del self._ready[place.queue]
         else:
@@ -96,7 +97,7 @@ class OpenTasks:
         self.discard(task_id)
         self._places[task_id] = place
         if place.ready:
-            bisect.insort(self._ready.setdefault(place.queue, []), (place.created_at, task_id))
+            bisect.insort(self._ready.setdefault(place.queue, []), place.order)
             return
         self._held.setdefault(place.queue, set()).add(task_id)
         if place.until is not None:
@@ -125,8 +126,8 @@ class OpenTasks:
 
     def in_order(
         self, queues: Collection[str], closed: Collection[str] = ()
-    ) -> Iterator[tuple[datetime, str]]:
-        """The ready tasks of ``queues`` as ``(created_at, id)``, oldest first, leaving out
+    ) -> Iterator[ClaimOrder]:
+        """The ready tasks of ``queues`` in claim order (the last item: the id), leaving out
         a queue as soon as it is in ``closed`` (which the caller may grow meanwhile). The
         index must not change while this runs."""
         heads = [(entries[0], queue, 0) for queue in queues

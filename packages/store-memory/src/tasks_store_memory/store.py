@@ -31,11 +31,11 @@ only. The store's own decisions read a decode cached per task until its next wri
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from tasks_core import reports, rules
+from tasks_core import reports, rules, storekit
 from tasks_core.authority import Access
 from tasks_core.clock import Clock
 from tasks_core.durations import check_wait_timeout
@@ -43,6 +43,7 @@ from tasks_core.errors import (
     CapabilityNotSupported,
     InvalidInput,
     LeaseLost,
+    StoreCorrupt,
     TaskExists,
     TaskNotFound,
     TasksError,
@@ -57,7 +58,6 @@ from tasks_core.models import (
     StoreCapabilities,
     StoreLimits,
     TaskQuery,
-    TaskStatus,
 )
 
 from tasks_store_memory._records import Records, log
@@ -166,7 +166,7 @@ class MemoryStore(Records):
                     continue
                 try:
                     snapshot = self._view(task_id, self._rows[task_id])
-                except Exception:
+                except StoreCorrupt:
                     reports.corrupt_skipped(log, task_id, "a listing")
                     continue
                 if not self._tenant_matches(snapshot, query.tenant):
@@ -207,7 +207,8 @@ class MemoryStore(Records):
         if not isinstance(authority, (Lease, Access)):
             raise TypeError("authority must be a Lease or an Access")
         with self._locked() as now:
-            return self._transition(task_id, expected_revision, event, authority, now)
+            plan = self._plan([(task_id, expected_revision, event, authority)], now)
+        return storekit.transition_result(plan)
 
     async def transition_many(
         self, items: Sequence[rules.BatchItem]
@@ -221,48 +222,21 @@ class MemoryStore(Records):
             InvalidInput: more than 1000 items.
         """
         checked = rules.check_batch(items)
-        results: list[Transition | TasksError] = []
         with self._locked() as now:
-            for task_id, expected_revision, event, authority in checked:
-                try:
-                    results.append(
-                        self._transition(task_id, expected_revision, event, authority, now)
-                    )
-                except TasksError as refusal:
-                    results.append(refusal)
-        return results
+            return self._plan(checked, now).results
 
-    def _transition(
-        self,
-        task_id: str,
-        expected_revision: int,
-        event: Event,
-        authority: Lease | Access,
-        now: datetime,
-    ) -> Transition:
-        """``transition`` with the lock held and ``now`` sampled."""
-        row = self._row(task_id)
-        position = self._find_event(row, event.event_id)
-        decision = rules.decide_transition(
-            self._take(task_id, row),
-            row.token,
-            None if position is None
-            else lambda: self._decode_record(task_id, row.history[position]),
-            expected_revision,
-            event,
-            authority,
-            now,
-            lease_check=self._lease_check,
-            revision_check=self._check_revision,
-        )
-        if decision.write is not None:
-            new, record = decision.write
-            self._append(row, new, record)
-            if new.status == TaskStatus.PENDING:
-                self._wakeups.notify(new.queue)
-            elif new.status == TaskStatus.CANCELLED:
-                self._wakeups.notify_cancel(task_id)
-        return decision.transition
+    def _plan(self, items: Sequence[rules.BatchItem], now: datetime) -> storekit.TransitionPlan:
+        """Decide ``items`` with the store kit (writing each applied event as it is
+        decided, under the lock held by the caller) and wake whom the plan names."""
+        loaded = {task_id: _Loaded(self, task_id, row) for task_id, *_ in items
+                  if (row := self._rows.get(task_id)) is not None}
+        plan = storekit.plan_transitions(items, loaded, now, lease_check=self._lease_check,
+                                         revision_check=self._check_revision)
+        for queue in plan.wake:
+            self._wakeups.notify(queue)
+        for task_id in plan.cancelled:
+            self._wakeups.notify_cancel(task_id)
+        return plan
 
     # -- claims and leases ---------------------------------------------------------------
 
@@ -272,29 +246,13 @@ class MemoryStore(Records):
         Raises:
             TaskNotFound, Unavailable, Deferred, InvalidInput, StoreCorrupt.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
+        storekit.check_claim(task_id, worker_id, lease_for)
         with self._locked() as now:
             row = self._row(task_id)
-            snapshot = self._take(task_id, row)
-            rules.check_claimable(snapshot, now)
-            claim = self._start(row, snapshot, worker_id, lease_for, now)
-            if claim is None:
-                raise Unavailable(f"The task exceeded {snapshot.work.max_deliveries} deliveries")
-            return claim
-
-    def _start(
-        self, row: Row, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | None:
-        new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
-        if failure is not None:
-            self._append(row, new, failure)
-            reports.delivery_limit(snapshot.id, failure)
-            return None
-        assert lease is not None
-        self._set(row, new)
-        row.token = token
-        return Claim(rules.present(new, now), lease)
+            started = storekit.claim_one(self._take(task_id, row), worker_id, lease_for, now,
+                                         start=self._start_claim)
+            self._write(row, started)
+        return storekit.claim_result(started)
 
     async def claim_next(
         self,
@@ -305,34 +263,36 @@ class MemoryStore(Records):
         limit: int = 1,
         exclusive: Collection[str] = (),
     ) -> builtins.list[Claim]:
-        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
+        """Claim up to ``limit`` tasks in claim order (see ``TaskStore.claim_next``): the
+        index offers the heads of the open queues to ``storekit.ClaimScan``.
 
         Raises:
             InvalidInput: bad arguments.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
-        wanted = rules.check_queues(queues)
-        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
-        rules.check_limit(limit, maximum=rules.MAX_BATCH)
+        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive)
         with self._locked() as now:
             self._open.wake(now)
-            busy = {queue for queue in exclusive_set & wanted if self._queue_busy(queue, now)}
-            claims: list[Claim] = []
-            more = True
-            while more and len(claims) < limit:
-                more = False  # look again only if a task failed (past its delivery limit)
-                for task_id, row in self._pick(wanted - busy, limit - len(claims),
-                                               exclusive_set, now):
-                    snapshot = self._take(task_id, row)
-                    claim = self._start(row, snapshot, worker_id, lease_for, now)
-                    if claim is None:
-                        more = True
-                        continue
-                    claims.append(claim)
-                    if snapshot.queue in exclusive_set:
-                        busy.add(snapshot.queue)
-            return claims
+            busy = [queue for queue in request.exclusive if self._queue_busy(queue, now)]
+            scan = storekit.ClaimScan(request, now, busy, candidate=self._claimable,
+                                      start=self._start_claim)
+            while not scan.done:  # again only when a task failed past its delivery limit
+                picked = self._pick(scan.open_queues(), scan.remaining, request.exclusive, now)
+                if not picked:
+                    break
+                for task_id, row in picked:
+                    started = scan.offer(self._take(task_id, row))
+                    if started is not None:
+                        self._write(row, started)
+        scan.report()
+        return scan.claims
+
+    def _write(self, row: Row, started: storekit.Started) -> None:
+        """Store a claim decided by the store kit (or the failure it decided instead)."""
+        if started.failure is not None:
+            self._append(row, started.snapshot, started.failure)
+            return
+        self._set(row, started.snapshot)
+        row.token = started.token
 
     async def renew(self, lease: Lease, lease_for: float) -> Claim:
         """Extend a live lease (see ``TaskStore.renew``).
@@ -423,7 +383,7 @@ class MemoryStore(Records):
                     break
                 try:
                     snapshot = self._view(task_id, self._rows[task_id])
-                except Exception:
+                except StoreCorrupt:
                     reports.corrupt_skipped(log, task_id, "reap")
                     continue
                 if snapshot.expired(now):
@@ -452,3 +412,28 @@ class MemoryStore(Records):
     async def aclose(self) -> None:
         """Nothing to release; waiting workers are woken so they can stop."""
         self._wakeups.close()
+
+
+class _Loaded:
+    """A task of the store as ``storekit.plan_transitions`` reads and changes it (the
+    store lock held)."""
+
+    def __init__(self, store: MemoryStore, task_id: str, row: Row) -> None:
+        self._store, self._id, self._row = store, task_id, row
+
+    @property
+    def token(self) -> str | None:
+        return self._row.token
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._store._take(self._id, self._row)
+
+    def earlier(self, event_id: str) -> Callable[[], EventRecord] | None:
+        position = self._store._find_event(self._row, event_id)
+        if position is None:
+            return None
+        return lambda: self._store._decode_record(self._id, self._row.history[position])
+
+    def update(self, snapshot: Snapshot, record: EventRecord) -> None:
+        self._store._append(self._row, snapshot, record)

@@ -7,6 +7,7 @@ tasks and plans the writes. docs/writing-a-store.md shows a store built on them.
 """
 
 from tasks_core.storekit._claims import (
+    ClaimOrder,
     ClaimRequest,
     ClaimScan,
     Started,
@@ -17,6 +18,7 @@ from tasks_core.storekit._claims import (
     claim_result,
     holds_queue,
     is_candidate,
+    started,
 )
 from tasks_core.storekit._transitions import (
     LoadedTask,
@@ -26,6 +28,7 @@ from tasks_core.storekit._transitions import (
 )
 
 __all__ = [
+    "ClaimOrder",
     "ClaimRequest",
     "ClaimScan",
     "LoadedTask",
@@ -39,5 +42,6 @@ __all__ = [
     "holds_queue",
     "is_candidate",
     "plan_transitions",
+    "started",
     "transition_result",
 ]

@@ -6,7 +6,7 @@ scan that turns ordered candidates into claims. A store fetches candidates in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -21,10 +21,11 @@ from tasks_core.arguments import (
 )
 from tasks_core.errors import InvalidInput, Unavailable
 from tasks_core.events import EventRecord
-from tasks_core.models import Claim, Snapshot
+from tasks_core.models import Claim, Lease, Snapshot
 from tasks_core.rules import check_claimable, is_claimable, present, start_claim
 
 __all__ = [
+    "ClaimOrder",
     "ClaimRequest",
     "ClaimScan",
     "Started",
@@ -35,7 +36,16 @@ __all__ = [
     "claim_result",
     "holds_queue",
     "is_candidate",
+    "started",
 ]
+
+StartClaim = Callable[
+    [Snapshot, str, float, datetime], tuple[Snapshot, str, Lease | None, EventRecord | None]
+]
+"""The signature of :func:`tasks_core.rules.start_claim` (replaced only by the contract
+suite's broken stores)."""
+Candidate = Callable[[Snapshot, datetime], bool]
+"""The signature of :func:`is_candidate` (likewise)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,11 @@ def holds_queue(snapshot: Snapshot, now: datetime) -> bool:
     return snapshot.lease_live(now)
 
 
-def claim_order(snapshot: Snapshot) -> tuple[datetime, str]:
+ClaimOrder = tuple[datetime, str]
+"""A task's place in claim order (:func:`claim_order`); its last item is the task id."""
+
+
+def claim_order(snapshot: Snapshot) -> ClaimOrder:
     """The order ``claim_next`` serves candidates in: oldest first, then by id. A store's
     candidate query and index serve exactly this order."""
     return snapshot.created_at, snapshot.id
@@ -124,15 +138,31 @@ class Started(NamedTuple):
     failure: EventRecord | None
 
 
-def _start(snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime) -> Started:
-    new, token, lease, failure = start_claim(snapshot, worker_id, lease_for, now)
+def started(
+    snapshot: Snapshot,
+    worker_id: str,
+    lease_for: float,
+    now: datetime,
+    *,
+    start: StartClaim = start_claim,
+) -> Started:
+    """The claim of a task already found claimable at ``now`` (or its failure past the
+    delivery limit), decided by :func:`tasks_core.rules.start_claim`."""
+    new, token, lease, failure = start(snapshot, worker_id, lease_for, now)
     if failure is not None:
         return Started(new, None, None, failure)
     assert lease is not None
     return Started(new, token, Claim(present(new, now), lease), None)
 
 
-def claim_one(snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime) -> Started:
+def claim_one(
+    snapshot: Snapshot,
+    worker_id: str,
+    lease_for: float,
+    now: datetime,
+    *,
+    start: StartClaim = start_claim,
+) -> Started:
     """``claim`` of the locked task at ``now``, decided (arguments checked by
     :func:`check_claim`). Write the outcome, then answer with :func:`claim_result`.
 
@@ -141,7 +171,7 @@ def claim_one(snapshot: Snapshot, worker_id: str, lease_for: float, now: datetim
         Deferred: a retry is scheduled later than ``now``.
     """
     check_claimable(snapshot, now)
-    return _start(snapshot, worker_id, lease_for, now)
+    return started(snapshot, worker_id, lease_for, now, start=start)
 
 
 def claim_result(started: Started) -> Claim:
@@ -167,12 +197,23 @@ class ClaimScan:
     returned to be written, and kept: :attr:`claims` in order, :attr:`failures` (tasks
     past their delivery limit, failed instead of served; call :meth:`report` once they
     are committed). A store that may lose a write to another claimer calls
-    :meth:`withdraw` for it.
+    :meth:`withdraw` for it. ``candidate`` and ``start`` replace :func:`is_candidate`
+    and :func:`tasks_core.rules.start_claim` (the contract suite's broken stores).
     """
 
-    def __init__(self, request: ClaimRequest, now: datetime, busy: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        request: ClaimRequest,
+        now: datetime,
+        busy: Iterable[str] = (),
+        *,
+        candidate: Candidate = is_candidate,
+        start: StartClaim = start_claim,
+    ) -> None:
         self.request = request
         self.now = now
+        self._candidate = candidate
+        self._start = start
         self._closed = set(busy) & request.exclusive
         self.claims: list[Claim] = []
         self.failures: list[Started] = []
@@ -213,16 +254,17 @@ class ClaimScan:
         queue = snapshot.queue
         if self.remaining <= 0 or queue not in self.request.queues or queue in self._closed:
             return None
-        if not is_candidate(snapshot, self.now):
+        if not self._candidate(snapshot, self.now):
             return None
-        started = _start(snapshot, self.request.worker_id, self.request.lease_for, self.now)
-        if started.claim is None:
-            self.failures.append(started)
-            return started
-        self.claims.append(started.claim)
+        decided = started(snapshot, self.request.worker_id, self.request.lease_for, self.now,
+                          start=self._start)
+        if decided.claim is None:
+            self.failures.append(decided)
+            return decided
+        self.claims.append(decided.claim)
         if queue in self.request.exclusive:
             self._closed.add(queue)
-        return started
+        return decided
 
     def withdraw(self, started: Started) -> None:
         """Forget a decision whose write was lost to another writer (its queue reopens)."""
