@@ -7,8 +7,8 @@ import logging
 
 import pytest
 from tasks_core import reports
-from tasks_core._failures import log_failure
 from tasks_core.errors import StoreUnavailable
+from tasks_core.runtime._failures import log_failure
 
 log = logging.getLogger("tasks_core.test_failures")
 

@@ -27,15 +27,15 @@ from tasks_core import (
     UnknownStore,
     find_store,
 )
-from tasks_core._defaults import (
+from tasks_core.cli import build_parser, load_app, run
+from tasks_core.runtime._defaults import (
     EMBEDDED_STORE_URL,
     FALLBACK_STORE_URL,
     default_store_url,
     installed,
     require_default_store_url,
 )
-from tasks_core._worker_gc import YOUNG_THRESHOLD, tune_for_serving
-from tasks_core.cli import build_parser, load_app, run
+from tasks_core.runtime._worker_gc import YOUNG_THRESHOLD, tune_for_serving
 
 pytestmark = pytest.mark.anyio
 
@@ -204,7 +204,7 @@ def test_without_a_store_plugin_the_default_store_says_what_to_install(
     """With neither tasks-store-sql nor tasks-store-memory installed, opening the default
     store MUST refuse with a message naming both distributions; with only the memory
     plugin the default MUST be ``memory://``."""
-    import tasks_core._defaults as defaults
+    import tasks_core.runtime._defaults as defaults
 
     monkeypatch.delenv("TASKS_STORE", raising=False)
     served: set[str] = set()

@@ -1,5 +1,5 @@
 """When runs' heartbeats start: one interval after each run was added, in that order,
-never for a run discarded first (``tasks_core._heartbeats``)."""
+never for a run discarded first (``tasks_core.runtime._heartbeats``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from _runtime_kit import TIMEOUT
-from tasks_core._heartbeats import HeartbeatStarts
+from tasks_core.runtime._heartbeats import HeartbeatStarts
 
 pytestmark = pytest.mark.anyio
 

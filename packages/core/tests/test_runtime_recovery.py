@@ -26,8 +26,8 @@ from tasks_core import (
     Worker,
     find_store,
 )
-from tasks_core._housekeeping import Reaper
 from tasks_core.reasons import WORKER_LOST_MESSAGE
+from tasks_core.runtime._housekeeping import Reaper
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio

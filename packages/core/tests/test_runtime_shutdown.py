@@ -202,7 +202,7 @@ async def test_a_drain_whose_outcome_could_not_be_written_is_not_settled(
     """A run that ends during the drain but whose outcome the store refused to take
     (``StoreUnavailable`` past the retries) MUST make ``shutdown`` return False and be
     named in a warning: the task is not recorded and runs again once its lease expires."""
-    monkeypatch.setattr("tasks_core._lease.MAX_UNAVAILABLE", 1)
+    monkeypatch.setattr("tasks_core.runtime._lease.MAX_UNAVAILABLE", 1)
     store = _FailingWrites(MemoryStore(clock=ManualClock()))
     app = make_app(store=store)
     started = asyncio.Event()

@@ -35,7 +35,7 @@ from tasks_core import (
     Worker,
     rules,
 )
-from tasks_core import worker as worker_module
+from tasks_core.runtime import worker as worker_module
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ import re
 import pytest
 from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
 from tasks_core import TaskContext
-from tasks_core._tally import Tally
+from tasks_core.runtime._tally import Tally
 
 pytestmark = pytest.mark.anyio
 

@@ -54,9 +54,9 @@ from tasks_core import (
     TaskNotFound,
     TaskStore,
 )
-from tasks_core._lease import LeaseCell
 from tasks_core.authority import scoped_task_key
 from tasks_core.events import Event
+from tasks_core.runtime._lease import LeaseCell
 
 from tasks_contract_tests._calls import fuzz_settings
 from tasks_contract_tests._runtime_model import Handle, Model, Outcome, TaskModel

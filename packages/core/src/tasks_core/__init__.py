@@ -7,7 +7,6 @@ The public API is what ``__all__`` lists; modules starting with ``_`` are privat
 from __future__ import annotations
 
 from tasks_core._registry import available_stores, find_store, open_store
-from tasks_core.app import App, Page, Submitted
 from tasks_core.authority import (
     Access,
     Authority,
@@ -72,8 +71,9 @@ from tasks_core.models import (
 from tasks_core.plugins import StoreSpec, hookimpl
 from tasks_core.policy import Limits, Policy
 from tasks_core.reasons import CancelReason
+from tasks_core.runtime.app import App, Page, Submitted
+from tasks_core.runtime.worker import Worker
 from tasks_core.store import TaskStore
-from tasks_core.worker import Worker
 
 __version__ = "0.1.0"
 

@@ -26,7 +26,7 @@ __all__ = ["TaskContext"]
 
 
 class _RunHooks(Protocol):
-    """What the worker's run offers its context (see ``tasks_core._run``)."""
+    """What the worker's run offers its context (see ``tasks_core.runtime._run``)."""
 
     loop: asyncio.AbstractEventLoop
 

@@ -20,8 +20,8 @@ from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
 
 if TYPE_CHECKING:
-    from tasks_core.app import App, Submitted
     from tasks_core.authority import Authority
+    from tasks_core.runtime.app import App, Submitted
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "TaskDef"]
 

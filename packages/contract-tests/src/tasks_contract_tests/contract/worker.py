@@ -1,6 +1,6 @@
 """The runtime's worker on the store: what ``tasks worker`` does to it, end to end.
 
-These run a real :class:`~tasks_core.worker.Worker` (batched claims, group commit where
+These run a real :class:`~tasks_core.Worker` (batched claims, group commit where
 the store has ``batch_transitions``, claims held ahead with ``prefetch``) against the
 store under test, on the injected clock (leases never lapse here), and check what the
 store ends up holding. They wait for conditions (polling the store, bounded), never for

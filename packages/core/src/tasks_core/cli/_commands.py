@@ -13,10 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tasks_core._defaults import default_store_url
 from tasks_core._registry import available_stores, find_store, install_hint
-from tasks_core._worker_gc import tune_for_serving
-from tasks_core.app import App
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._render import (
     Bars,
@@ -32,7 +29,10 @@ from tasks_core.cli._signals import Interrupts
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
-from tasks_core.worker import Worker
+from tasks_core.runtime._defaults import default_store_url
+from tasks_core.runtime._worker_gc import tune_for_serving
+from tasks_core.runtime.app import App
+from tasks_core.runtime.worker import Worker
 
 __all__ = ["COMMANDS", "authority_of"]
 

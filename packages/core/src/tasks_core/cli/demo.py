@@ -19,14 +19,14 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tasks_core._defaults import EMBEDDED_STORE_URL, default_store_url, installed
-from tasks_core.app import App
 from tasks_core.authority import Owner
 from tasks_core.cli._render import Bars, plain, shown_url, summary_table
 from tasks_core.context import TaskContext
 from tasks_core.definitions import Queue, TaskDef
 from tasks_core.models import RetryPolicy, Snapshot, TaskStatus
-from tasks_core.worker import Worker
+from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, default_store_url, installed
+from tasks_core.runtime.app import App
+from tasks_core.runtime.worker import Worker
 
 __all__ = ["DEMO_OWNER", "build_demo_app", "run_demo"]
 

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from tasks_core._defaults import ENV_VAR, default_store_url, require_default_store_url
-from tasks_core.app import App
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
+from tasks_core.runtime._defaults import ENV_VAR, default_store_url, require_default_store_url
+from tasks_core.runtime.app import App
 
 __all__ = ["build_parser", "load_app", "main", "run"]
 

@@ -3,7 +3,7 @@ work while the store's wakeups are down) says so when the outage begins and when
 never once per retry.
 
 Rule: the first failure after a success (or at start) is logged like any retried store
-call (:func:`~tasks_core._failures.log_failure`: a ``StoreUnavailable`` as one WARNING
+call (:func:`~tasks_core.runtime._failures.log_failure`: a ``StoreUnavailable`` as one WARNING
 line, anything else with its traceback); the failures after it at DEBUG; the first success
 after a failure as one INFO line.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks_core._failures import log_failure
+from tasks_core.runtime._failures import log_failure
 
 __all__ = ["Outage"]
 

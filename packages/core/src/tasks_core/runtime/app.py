@@ -22,13 +22,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from tasks_core import rules
-from tasks_core._app_registry import Registry
-from tasks_core._defaults import default_store_url
 from tasks_core._json import check_json, json_size
-from tasks_core._notify import Changes
 from tasks_core._registry import open_store
-from tasks_core._submit import MAX_RACES, Submitted, check_input, check_watchers
-from tasks_core._submit import submit as _submit
 from tasks_core.authority import (
     DEFAULT_TENANT,
     Access,
@@ -56,15 +51,20 @@ from tasks_core.errors import (
 from tasks_core.events import Cancelled, EventRecord, InputResponsesAccepted, Transition
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, TaskQuery, TaskStatus, Work
 from tasks_core.policy import Limits, Policy
+from tasks_core.runtime._app_registry import Registry
+from tasks_core.runtime._defaults import default_store_url
+from tasks_core.runtime._notify import Changes
+from tasks_core.runtime._submit import MAX_RACES, Submitted, check_input, check_watchers
+from tasks_core.runtime._submit import submit as _submit
 from tasks_core.store import TaskStore
 
 if TYPE_CHECKING:
-    from tasks_core._sync import SyncApp
-    from tasks_core.worker import Worker
+    from tasks_core.runtime._sync import SyncApp
+    from tasks_core.runtime.worker import Worker
 
 __all__ = ["DEFAULT_RETENTION_S", "UNSET", "App", "Page", "Submitted"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tasks_core.app")  # a stable name: logging configs refer to it
 
 DEFAULT_RETENTION_S = 7 * 86400.0
 """Finished tasks are kept a week unless the task or the app says otherwise."""
@@ -601,9 +601,9 @@ class App(Registry):
     # -- workers and the sync facade -----------------------------------------------------
 
     def worker(self, **options: Any) -> Worker:
-        """A :class:`~tasks_core.worker.Worker` of this app (``async with`` it, or
+        """A :class:`~tasks_core.runtime.worker.Worker` of this app (``async with`` it, or
         ``await worker.run()``)."""
-        from tasks_core.worker import Worker
+        from tasks_core.runtime.worker import Worker
 
         return Worker(self, **options)
 
@@ -615,7 +615,7 @@ class App(Registry):
     def sync(self) -> SyncApp:
         """The blocking facade for sync callers (Django views, Flask, scripts)."""
         if self._sync is None:
-            from tasks_core._sync import SyncApp
+            from tasks_core.runtime._sync import SyncApp
 
             self._sync = SyncApp(self)
         return self._sync

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tasks_core._failures import log_failure
+from tasks_core.runtime._failures import log_failure
 from tasks_core.store import TaskStore
 
 __all__ = ["Reaper"]

@@ -9,7 +9,7 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
    ("Worker process terminated unexpectedly");
 3. an unknown task name → ``failed`` (``UnknownTask``), never retried;
 4. start the heartbeat (renew every ``lease/3``, the first started by the worker's one
-   timer, :mod:`tasks_core._heartbeats`; a renew showing ``cancelled`` sets the token to
+   timer, :mod:`tasks_core.runtime._heartbeats`; a renew showing ``cancelled`` sets the token to
    ``user``, ``LeaseLost`` or another ``run_id`` to ``superseded``) and the
    throttled progress writer; run the handler (async: awaited in the run's own task, which
    the worker starts in a fresh ``contextvars.Context``; sync: in a thread of its own,
@@ -27,7 +27,7 @@ Lifecycle of :meth:`Run.execute` (the worker holds a slot for its duration):
    ``KeyboardInterrupt``, ``SystemExit`` or a result that is not JSON; a release for a
    parked run or a run that stopped with an error for a ``shutdown``. On a store with
    ``batch_transitions`` the outcome goes through the worker's group commit
-   (:mod:`tasks_core._group`), and the worker slot is given back as soon as the handler
+   (:mod:`tasks_core.runtime._group`), and the worker slot is given back as soon as the handler
    is done (the lease is held until the group commits).
 
 A run that stopped waiting early frees its slot when that task ends; the handler's late
@@ -49,12 +49,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tasks_core._failures import log_failure
-from tasks_core._group import GroupCommit
-from tasks_core._heartbeats import HeartbeatStarts
 from tasks_core._json import check_json, json_size
-from tasks_core._lease import LeaseCell
-from tasks_core._tally import Tally
 from tasks_core.authority import check_key
 from tasks_core.cancel import CancelToken, RunCancelled
 from tasks_core.context import TaskContext
@@ -70,10 +65,15 @@ from tasks_core.events import (
 )
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import WORKER_LOST_MESSAGE, CancelReason, reason_error, timeout_message
+from tasks_core.runtime._failures import log_failure
+from tasks_core.runtime._group import GroupCommit
+from tasks_core.runtime._heartbeats import HeartbeatStarts
+from tasks_core.runtime._lease import LeaseCell
+from tasks_core.runtime._tally import Tally
 
 if TYPE_CHECKING:
-    from tasks_core._notify import Changes
     from tasks_core.policy import Limits, Policy
+    from tasks_core.runtime._notify import Changes
     from tasks_core.store import TaskStore
 
 __all__ = ["UNRECOVERABLE", "Run", "RunEnv"]

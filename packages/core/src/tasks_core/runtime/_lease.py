@@ -15,15 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tasks_core._group import GroupCommit
 from tasks_core.errors import RevisionConflict, StoreUnavailable
 from tasks_core.events import Event, Transition
 from tasks_core.models import Lease, Snapshot
+from tasks_core.runtime._group import GroupCommit
 from tasks_core.store import TaskStore
 
 __all__ = ["LeaseCell"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tasks_core._lease")  # a stable name: logging configs refer to it
 
 MAX_CONFLICTS = 8
 MAX_UNAVAILABLE = 5

@@ -25,7 +25,7 @@ from tasks_core.events import EventRecord, Transition
 from tasks_core.models import Snapshot, TaskStatus
 
 if TYPE_CHECKING:
-    from tasks_core.app import App, Page, Submitted
+    from tasks_core.runtime.app import App, Page, Submitted
 
 __all__ = ["SyncApp"]
 

@@ -16,9 +16,9 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from tasks_core._failures import log_failure
 from tasks_core.errors import TaskNotFound
 from tasks_core.models import Claim, Snapshot
+from tasks_core.runtime._failures import log_failure
 from tasks_core.store import TaskStore
 
 __all__ = ["CancelWatch", "WatchedTasks"]

@@ -33,7 +33,7 @@ further ahead until a run ends.
 
 A cancel always wins before the start: one recorded through the same ``App`` drops a held
 claim, or a claim still on its way back, unstarted; one from another process is pushed
-where the store has ``cancel_wakeups`` (:mod:`tasks_core._cancel_watch`), and a claim held
+where the store has ``cancel_wakeups`` (:mod:`tasks_core.runtime._cancel_watch`), and a claim held
 for ``poll_interval`` or longer is read again before it starts.
 
 Concurrency: ``concurrency`` handlers at once in this worker, and per queue at most
@@ -42,7 +42,7 @@ Concurrency: ``concurrency`` handlers at once in this worker, and per queue at m
 ``exclusive_queues``; refused at start otherwise).
 
 Group commit: on a store with ``batch_transitions`` the terminal events of the worker's
-runs are written together (:class:`~tasks_core._group.GroupCommit`: one transaction for
+runs are written together (:class:`~tasks_core.runtime._group.GroupCommit`: one transaction for
 several completions, each still fenced by its own revision and lease), and a run gives its
 slot back as soon as its handler is done, so the next claim overlaps the commit. A crash
 before the commit only means those tasks run again.
@@ -68,14 +68,6 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from tasks_core._cancel_watch import CancelWatch, WatchedTasks
-from tasks_core._failures import log_failure
-from tasks_core._group import GroupCommit
-from tasks_core._heartbeats import HeartbeatStarts
-from tasks_core._housekeeping import Reaper
-from tasks_core._outage import Outage
-from tasks_core._run import Run, RunEnv
-from tasks_core._tally import Tally
 from tasks_core.durations import (
     MAX_BATCH_WINDOW_S,
     MAX_WAIT_S,
@@ -86,9 +78,17 @@ from tasks_core.errors import CapabilityNotSupported, InvalidInput, LeaseLost, T
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import CancelReason
 from tasks_core.rules import MAX_BATCH, MAX_LEASE_S
+from tasks_core.runtime._cancel_watch import CancelWatch, WatchedTasks
+from tasks_core.runtime._failures import log_failure
+from tasks_core.runtime._group import GroupCommit
+from tasks_core.runtime._heartbeats import HeartbeatStarts
+from tasks_core.runtime._housekeeping import Reaper
+from tasks_core.runtime._outage import Outage
+from tasks_core.runtime._run import Run, RunEnv
+from tasks_core.runtime._tally import Tally
 
 if TYPE_CHECKING:
-    from tasks_core.app import App
+    from tasks_core.runtime.app import App
 
 __all__ = ["Worker"]
 
@@ -110,7 +110,7 @@ CLAIMS_IN_FLIGHT = 2
 
 
 class Worker:
-    """Runs the tasks of an :class:`~tasks_core.app.App`.
+    """Runs the tasks of an :class:`~tasks_core.runtime.app.App`.
 
     Args:
         app: the app (its store is opened on :meth:`run` if needed).
@@ -242,7 +242,7 @@ class Worker:
         self.claimed = 0
         self.reaper: Reaper | None = None
         self.tally: Tally | None = None
-        """The worker's summary line (:mod:`tasks_core._tally`), made by :meth:`run`."""
+        """The worker's summary line (:mod:`tasks_core.runtime._tally`), made by :meth:`run`."""
         self._work_seen = 0
         self.batch_window = batch_window
         self.commit_batch = commit_batch
@@ -725,7 +725,7 @@ class Worker:
             self._cancelled_meanwhile.add((task_id, run_id))
 
     def _cancelled_elsewhere(self, snapshot: Snapshot) -> None:
-        """The store reported a cancel (:mod:`tasks_core._cancel_watch`): ``snapshot`` is
+        """The store reported a cancel (:mod:`tasks_core.runtime._cancel_watch`): ``snapshot`` is
         the task as read since. A run of it learns from it as from a heartbeat; a held
         claim of a cancelled run is dropped."""
         run = self.runs.get(snapshot.id)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 __all__ = ["Changes"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tasks_core._notify")  # a stable name: logging configs refer to it
 
 CancelListener = Callable[[str, str], None]
 """``f(task_id, run_id)``: a cancel of that run was recorded."""

@@ -44,7 +44,7 @@ from tasks_core.store import TaskStore
 
 __all__ = ["MAX_RACES", "Submitted", "check_input", "check_watchers", "grant_watcher", "submit"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tasks_core._submit")  # a stable name: logging configs refer to it
 
 MAX_RACES = 8
 """How often submit re-reads after losing a race before giving up."""
