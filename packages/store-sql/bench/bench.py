@@ -73,7 +73,7 @@ import floor
 import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
-from tasks_core._worker_gc import tune_for_serving
+from tasks_core.runtime._worker_gc import tune_for_serving
 
 POSTGRES_URL = os.environ.get(
     "TASKS_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_bench"
