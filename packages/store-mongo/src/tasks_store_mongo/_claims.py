@@ -1,24 +1,26 @@
 """Claims (private): ``claim`` and ``claim_next``, exclusive queues included.
 
-A claim is a compare-and-set on the task document like every other write (see
-``_base``). ``claim_next`` streams candidates from the ``claim_next`` index in
-(created_at, id) order and claims each by compare-and-set; a candidate lost to another
-claimer is skipped, never waited for. An exclusive queue is claimed inside a transaction
-that first writes the queue's own document, so exclusive claimers of one queue always
-conflict and serialize.
+The decisions are :mod:`tasks_core.storekit`'s; this module fetches and writes. A claim
+is a compare-and-set on the task document like every other write (see ``_base``).
+``claim_next`` streams candidates from the ``claim_next`` index in claim order
+(``storekit.claim_order``), offers each to a ``storekit.ClaimScan`` and writes its
+decision by compare-and-set; a candidate lost to another writer is withdrawn and
+skipped, never waited for. An exclusive queue is claimed inside a transaction that first
+writes the queue's own document, so exclusive claimers of one queue always conflict and
+serialize.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tasks_core import reports, rules
-from tasks_core.errors import CapabilityNotSupported, TaskNotFound, Unavailable
-from tasks_core.events import EventRecord
-from tasks_core.models import Claim, Snapshot
+from tasks_core import storekit
+from tasks_core.errors import CapabilityNotSupported, TaskNotFound
+from tasks_core.models import Claim
+from tasks_core.storekit import ClaimScan, Started
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
@@ -26,14 +28,13 @@ from tasks_store_mongo._driver import settle
 
 __all__ = ["MongoClaims"]
 
+_WON = "won"  # the decision is written
 _LOST = "lost"  # a compare-and-set lost to another writer
 _BUSY = "busy"  # an exclusive queue already has a live lease
 
 
 class MongoClaims(MongoBase):
     """``claim`` and ``claim_next``."""
-
-    # -- claims --------------------------------------------------------------------------
 
     @operation
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
@@ -43,50 +44,19 @@ class MongoClaims(MongoBase):
             TaskNotFound, Unavailable, Deferred, InvalidInput, StoreCorrupt,
             StoreUnavailable.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
+        storekit.check_claim(task_id, worker_id, lease_for)
         for attempt in range(CAS_ATTEMPTS):
             doc = await self._load(task_id)
             if doc is None:
                 raise TaskNotFound(task_id)
             now = await self._now()
-            snapshot = _codec.decode_task(task_id, doc)
-            rules.check_claimable(snapshot, now)
-            outcome = await self._start(doc, snapshot, worker_id, lease_for, now)
-            if isinstance(outcome, Claim):
-                return outcome
-            if outcome is None:
-                raise Unavailable(
-                    f"The task exceeded {snapshot.work.max_deliveries} deliveries"
-                )
+            started = storekit.claim_one(
+                _codec.decode_task(task_id, doc), worker_id, lease_for, now
+            )
+            if await self._cas(doc, self._started_update(started)):
+                return storekit.claim_result(started)
             await self._contended(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _start(
-        self,
-        doc: dict[str, Any],
-        snapshot: Snapshot,
-        worker_id: str,
-        lease_for: float,
-        now: datetime,
-        session: Any = None,
-        failed: list[EventRecord] | None = None,
-    ) -> Claim | str | None:
-        """Claim a claimable task: the claim, ``None`` if it was failed for exceeding its
-        delivery limit instead (in a ``session``: its record added to ``failed``, for the
-        caller to report once the transaction commits), or ``_LOST``."""
-        new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
-        if failure is not None:
-            won = await self._cas(doc, self._update(new, record=failure), session=session)
-            if won and session is None:
-                reports.delivery_limit(snapshot.id, failure)
-            elif won and failed is not None:
-                failed.append(failure)
-            return None if won else _LOST
-        assert lease is not None
-        if not await self._cas(doc, self._update(new, token=token), session=session):
-            return _LOST
-        return Claim(rules.present(new, now), lease)
 
     @operation
     async def claim_next(
@@ -100,30 +70,26 @@ class MongoClaims(MongoBase):
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
 
-        Candidates stream in (created_at, id) order from the ``claim_next`` index; each is
-        claimed by compare-and-set, and one lost to another claimer is skipped, never
-        waited for.
+        Candidates stream in claim order from the ``claim_next`` index; each decision of
+        the scan is written by compare-and-set, and one lost to another writer is
+        withdrawn and skipped, never waited for.
 
         Raises:
             CapabilityNotSupported: ``exclusive`` on a deployment without transactions.
             InvalidInput: bad arguments.
             StoreUnavailable: transient failure.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
-        wanted = rules.check_queues(queues)
-        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
-        rules.check_limit(limit, maximum=rules.MAX_BATCH)
-        if exclusive_set and not self.capabilities.exclusive_queues:
+        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive)
+        if exclusive and not self.capabilities.exclusive_queues:
             raise CapabilityNotSupported(
                 "exclusive queues need a MongoDB replica set (multi-document transactions)"
             )
         now = await self._now()
-        busy = {q for q in exclusive_set & wanted if await self._has_live_lease(q, now, None)}
-        claims: builtins.list[Claim] = []
-        open_queues = sorted(wanted - busy)
+        busy = [q for q in sorted(request.exclusive) if await self._holds_queue(q, now, None)]
+        scan = ClaimScan(request, now, busy)
+        open_queues = scan.open_queues()
         if not open_queues:
-            return claims
+            return []
         cursor = self._tasks.find(
             {
                 "queue": {"$in": open_queues},
@@ -132,34 +98,56 @@ class MongoClaims(MongoBase):
                 "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
             },
             NO_HISTORY,
-            sort=[("created_at", 1), ("_id", 1)],
+            sort=[("created_at", 1), ("_id", 1)],  # storekit.claim_order
         )
         cursor.batch_size(limit * 2 + 8)
         try:
             async for doc in cursor:
-                queue = doc.get("queue")
-                if queue in busy:
-                    continue
+                if doc.get("queue") not in scan.open_queues():
+                    continue  # closed meanwhile: not even decoded
                 snapshot = self._decoded_or_none(doc, "claim_next")
-                if snapshot is None or not rules.is_claimable(snapshot, now):
-                    continue
-                if queue in exclusive_set:
-                    outcome = await self._claim_exclusive(snapshot, worker_id, lease_for, now)
-                else:
-                    outcome = await self._start(doc, snapshot, worker_id, lease_for, now)
-                if isinstance(outcome, Claim):
-                    claims.append(outcome)
-                    if queue in exclusive_set:
-                        busy.add(snapshot.queue)
-                    if len(claims) >= limit:
+                started = None if snapshot is None else scan.offer(snapshot)
+                if started is not None:
+                    await self._write_started(scan, doc, started)
+                    if scan.done:
                         break
-                elif outcome == _BUSY:
-                    busy.add(snapshot.queue)
         finally:
             await settle(cursor.close())
-        return claims
+            scan.report()  # the failures past their delivery limit, all written
+        return scan.claims
 
-    async def _has_live_lease(self, queue: str, now: datetime, session: Any) -> bool:
+    def _started_update(self, started: Started) -> dict[str, Any]:
+        """The update writing a decided claim, or its failure past the delivery limit
+        (the stored token kept)."""
+        if started.failure is not None:
+            return self._update(started.snapshot, record=started.failure)
+        return self._update(started.snapshot, token=started.token)
+
+    async def _write_started(
+        self, scan: ClaimScan, doc: Mapping[str, Any], started: Started
+    ) -> None:
+        """Write a decision of ``scan`` over ``doc``: withdrawn if its compare-and-set is
+        lost (or the write fails), its queue closed if found busy in the transaction."""
+        queue = started.snapshot.queue
+        try:
+            if queue in scan.request.exclusive:
+                outcome = await self._write_exclusive(doc, started, scan.now)
+            elif await self._cas(doc, self._started_update(started)):
+                outcome = _WON
+            else:
+                outcome = _LOST
+        except BaseException:
+            scan.withdraw(started)
+            raise
+        if outcome != _WON:
+            scan.withdraw(started)
+        if outcome == _BUSY:
+            scan.close(queue)
+
+    async def _holds_queue(self, queue: str, now: datetime, session: Any) -> bool:
+        """Whether a task of ``queue`` keeps it busy: ``storekit.holds_queue`` as a query
+        (a lease neither ended nor expired, whatever the task's status), served by the
+        ``live_leases_by_queue`` index."""
         found = await self._tasks.find_one(
             {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}},
             {"_id": 1},
@@ -167,38 +155,27 @@ class MongoClaims(MongoBase):
         )
         return found is not None
 
-    async def _claim_exclusive(
-        self, candidate: Snapshot, worker_id: str, lease_for: float, now: datetime
-    ) -> Claim | str | None:
-        """Claim ``candidate`` only while no task of its queue holds a live lease, in one
+    async def _write_exclusive(
+        self, doc: Mapping[str, Any], started: Started, now: datetime
+    ) -> str:
+        """Write ``started`` only while no task of its queue holds a live lease, in one
         transaction that first writes the queue's document: two exclusive claimers of a
         queue always conflict, so one of them retries and sees the other's lease."""
-        queue = candidate.queue
+        queue = started.snapshot.queue
 
-        async def body(session: Any) -> Claim | str | None:
+        async def body(session: Any) -> str:
             await self._queues.update_one(
                 {"_id": queue}, {"$inc": {"claims": 1}}, upsert=True, session=session
             )
-            if await self._has_live_lease(queue, now, session):
+            if await self._holds_queue(queue, now, session):
                 return _BUSY
-            doc = await self._load(candidate.id, session=session)
-            if doc is None:
-                return _LOST
-            snapshot = _codec.decode_task(candidate.id, doc)
-            if not rules.is_claimable(snapshot, now):
-                return _LOST
-            failed.clear()
-            return await self._start(doc, snapshot, worker_id, lease_for, now, session, failed)
+            won = await self._cas(doc, self._started_update(started), session=session)
+            return _WON if won else _LOST
 
-        failed: list[EventRecord] = []  # past its delivery limit: failed instead
         if queue not in self._queue_docs:  # created outside the transaction, once
             await self._queues.update_one(
                 {"_id": queue}, {"$setOnInsert": {"claims": 0}}, upsert=True
             )
             self._queue_docs.add(queue)
-        outcome: Claim | str | None = await self._atomically(body)
-        if outcome is None and failed:  # committed: the failure is written
-            reports.delivery_limit(candidate.id, failed[0])
+        outcome: str = await self._atomically(body)
         return outcome
-
-
