@@ -206,11 +206,11 @@ async def until(
     finished tasks too, unlike ``watch``)."""
     async with asyncio.timeout(TIMEOUT):
         while True:
-            version = app._changes.version
+            version = app.notices.changes.version
             snapshot = await app.get(task_id, owner)
             if check(snapshot):
                 return snapshot
-            await app._changes.wait(version, 0.01)
+            await app.notices.changes.wait(version, 0.01)
 
 
 def lease_of(record: Record) -> Lease:

@@ -2,28 +2,25 @@
 
 A :class:`TaskDef` is what ``@app.task`` returns. It is still callable like the function it
 wraps (handy in unit tests) and knows its defaults: queue, retry policy, timeout, delivery
-limit, ttl and retention.
+limit, ttl and retention. :class:`Submitted` is what submitting one answers. Nothing here
+depends on the runtime: a task knows its app only as a :class:`Submitter`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
-from tasks_core.authority import check_name
+from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
-from tasks_core.models import RetryPolicy
+from tasks_core.models import RetryPolicy, Snapshot
 
-if TYPE_CHECKING:
-    from tasks_core.authority import Authority
-    from tasks_core.runtime.app import App, Submitted
-
-__all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "TaskDef"]
+__all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef"]
 
 DEFAULT_QUEUE = "default"
 
@@ -52,6 +49,32 @@ class Retry(Exception):
         super().__init__(message)
         self.message = message
         self.error = error
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What ``submit`` did.
+
+    Attributes:
+        id: the task id (derived from the key, or random).
+        run_id: the run this submit refers to.
+        outcome: ``created`` (a new task), ``joined`` (a live run of the key: the submitter
+            is now a watcher) or ``replaced`` (a new run of a finished key).
+        snapshot: the task right after the submit.
+    """
+
+    id: str
+    run_id: str
+    outcome: Literal["created", "joined", "replaced"]
+    snapshot: Snapshot
+
+
+class Submitter(Protocol):
+    """What :meth:`TaskDef.submit` needs of the app a task is registered with (an ``App``
+    is one): its ``submit``."""
+
+    @property
+    def submit(self) -> Callable[..., Awaitable[Submitted]]: ...
 
 
 @dataclass(frozen=True)
@@ -109,7 +132,7 @@ class TaskDef:
     max_deliveries: int = 25
     ttl: float | None = None
     retention: float | None = None
-    app: App | None = field(default=None, repr=False, compare=False)
+    app: Submitter | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):

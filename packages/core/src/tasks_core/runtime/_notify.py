@@ -3,6 +3,7 @@
 Stores are polled by ``watch``; writes made through the same ``App`` (a submit, a cancel, a
 worker's progress) also wake local watchers at once, and a cancel reaches a local worker at
 once instead of at its next heartbeat. Thread-safe: waiters may live on any event loop.
+An app holds one :class:`Notices` and hands it to its workers.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-__all__ = ["Changes"]
+__all__ = ["Changes", "Notices"]
 
 log = logging.getLogger("tasks_core._notify")  # a stable name: logging configs refer to it
 
@@ -93,3 +95,14 @@ class Changes:
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+@dataclass(frozen=True)
+class Notices:
+    """What an app's clients and workers tell each other in this process."""
+
+    changes: Changes = field(default_factory=Changes)
+    """A task changed through this app (wakes ``watch``, ``wait`` and input waits); a
+    cancel also reaches the cancel listeners (the app's workers)."""
+    work: Changes = field(default_factory=Changes)
+    """Work a local worker may claim now: a submit, an answer, a release."""

@@ -21,12 +21,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from tasks_core._json import check_json, json_size
 from tasks_core.authority import Access, Authority, Owner, System
-from tasks_core.definitions import TaskDef
+from tasks_core.definitions import Submitted, TaskDef
 from tasks_core.errors import (
     AuthorizationError,
     CapacityExceeded,
@@ -50,24 +49,6 @@ MAX_RACES = 8
 """How often submit re-reads after losing a race before giving up."""
 
 _LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING_INPUT})
-
-
-@dataclass(frozen=True)
-class Submitted:
-    """What ``submit`` did.
-
-    Attributes:
-        id: the task id (derived from the key, or random).
-        run_id: the run this submit refers to.
-        outcome: ``created`` (a new task), ``joined`` (a live run of the key: the submitter
-            is now a watcher) or ``replaced`` (a new run of a finished key).
-        snapshot: the task right after the submit.
-    """
-
-    id: str
-    run_id: str
-    outcome: Literal["created", "joined", "replaced"]
-    snapshot: Snapshot
 
 
 async def submit(

@@ -17,15 +17,14 @@ import asyncio
 import builtins
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from tasks_core.authority import Authority
-from tasks_core.definitions import TaskDef
+from tasks_core.definitions import Submitted, TaskDef
 from tasks_core.events import EventRecord, Transition
 from tasks_core.models import Snapshot, TaskStatus
-
-if TYPE_CHECKING:
-    from tasks_core.runtime.app import App, Page, Submitted
+from tasks_core.runtime._client import Client
+from tasks_core.runtime._client_reads import Page
 
 __all__ = ["SyncApp"]
 
@@ -50,13 +49,13 @@ class _Portal:
 class SyncApp:
     """Blocking twins of the ``App`` client calls (same arguments, same errors)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Client) -> None:
         self._app = app
         self._portal: _Portal | None = None
         self._lock = threading.Lock()
 
     def _loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._app._loop
+        loop = self._app.loop
         if loop is not None and loop.is_running():
             return loop
         if loop is not None and (self._portal is None or loop is not self._portal.loop):
@@ -88,7 +87,7 @@ class SyncApp:
         portal = self._portal
         if portal is None:
             return
-        if self._app._loop is portal.loop:
+        if self._app.loop is portal.loop:
             asyncio.run_coroutine_threadsafe(self._app.aclose(), portal.loop).result()
         self._portal = None
         portal.close()

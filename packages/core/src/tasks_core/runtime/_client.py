@@ -1,0 +1,282 @@
+"""The calls of an ``App`` that change tasks: ``submit``, ``cancel``, ``respond``, and the
+admin calls ``release`` and ``reap``.
+
+Every client call takes the caller's authority (``Owner(...)`` or ``System(...)``)
+positionally, with no default: leaving it out is a ``TypeError``, and so is a bare string.
+A write that loses a race re-reads and tries again, at most ``MAX_RACES`` times. Each
+write made here notifies this process's watchers and workers at once
+(:class:`~tasks_core.runtime._notify.Notices`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from tasks_core._json import check_json, json_size
+from tasks_core.authority import (
+    DEFAULT_TENANT,
+    Authority,
+    Owner,
+    System,
+    check_key,
+    random_task_id,
+    require_authority,
+    scoped_task_key,
+)
+from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Submitted, TaskDef, _Unset
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.errors import (
+    AuthorizationError,
+    CapabilityNotSupported,
+    InvalidInput,
+    RevisionConflict,
+)
+from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
+from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work
+from tasks_core.runtime._client_reads import ClientReads
+from tasks_core.runtime._submit import MAX_RACES, check_input, check_watchers
+from tasks_core.runtime._submit import submit as _submit
+
+__all__ = ["Client"]
+
+
+class Client(ClientReads):
+    """The whole client API of an :class:`~tasks_core.App`: its reads, and the calls that
+    change tasks."""
+
+    # -- submit --------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        task: TaskDef | str,
+        input: Mapping[str, Any] | None,
+        authority: Authority,
+        /,
+        *,
+        key: str | None = None,
+        dedup: Literal["owner", "global"] = "owner",
+        watchers: Sequence[Owner] = (),
+        queue: str | None = None,
+        ttl: float | _Unset | None = UNSET,
+        retention: float | _Unset | None = UNSET,
+        retry: RetryPolicy | None = None,
+        timeout: float | _Unset | None = UNSET,
+        max_deliveries: int | None = None,
+        idempotency_key: str | None = None,
+        transaction: Any = None,
+    ) -> Submitted:
+        """Submit a task, or join the live run of its key, or start a new run of it.
+
+        Args:
+            task: a registered task, or a task name (for clients without the handler).
+            input: keyword arguments of the handler (JSON, at most
+                ``limits.max_input_bytes``), or ``None``.
+            authority: the submitter.
+            key: dedup key. ``dedup="owner"``: id ``"<user>::<key>"`` (per owner and
+                tenant); ``"global"``: the key itself. No key: a random id.
+            watchers: principals of the same tenant granted read/cancel/respond.
+            queue: a declared queue (default: the task's).
+            ttl, retention, retry, timeout, max_deliveries: override the task's defaults.
+            idempotency_key: handed to the handler for its side effects.
+            transaction: your own open transaction (stores with capability
+                ``transactional_submit``; SQL: the ``AsyncConnection`` of your
+                transaction): the task is created or replaced inside it, so it exists if
+                and only if your transaction commits. Joining a live run of the key creates
+                nothing: the watcher it grants is written on its own.
+
+        Returns:
+            ``Submitted`` with the id and ``outcome`` ``created``/``joined``/``replaced``.
+
+        Raises:
+            TypeError: a missing or bare-string authority.
+            InvalidInput: bad input, key, queue, option or watcher; nothing written.
+            AuthorizationError: the queue authorizer said no; or joining a task you do not
+                own without the watch authorizer's approval.
+            CapacityExceeded: a store capacity or ``max_runs_per_owner``.
+            CapabilityNotSupported: ``transaction`` given to a store without
+                ``transactional_submit``; nothing written.
+            StoreUnavailable: the store failed.
+        """
+        authority = require_authority(authority)
+        ttl = _duration(ttl, "ttl", MAX_KEEP_S)
+        retention = _duration(retention, "retention", MAX_KEEP_S, allow_zero=True)
+        timeout = _duration(timeout, "timeout", MAX_WAIT_S)
+        definition = self._definition(task)
+        name = definition.name if definition else task
+        if not isinstance(name, str):
+            raise InvalidInput("task must be a registered task or a task name")
+        default_queue = definition.queue if definition else DEFAULT_QUEUE
+        queue_name = default_queue if queue is None else queue  # "" is refused below
+        if not isinstance(queue_name, str):
+            raise InvalidInput("queue must be the name of a declared queue")
+        if queue_name not in self._queues:
+            raise InvalidInput(f"queue {queue_name!r} is not declared")
+        self.policy.check_queue(queue_name, authority)
+        data = check_input(input, definition, self.limits)
+        tenant = authority.tenant or DEFAULT_TENANT
+        owner = authority if isinstance(authority, Owner) else None
+        if key is None:
+            task_id = random_task_id()
+        else:
+            task_id = scoped_task_key(check_key(key), owner, dedup=dedup, tenant=tenant)
+        granted = check_watchers(watchers, tenant, owner)
+        work = Work(
+            name=name,
+            input=data,
+            idempotency_key=idempotency_key,
+            retry_policy=retry or (definition.retry if definition else RetryPolicy.none()),
+            timeout_s=_pick(timeout, definition.timeout if definition else None),
+            max_deliveries=(max_deliveries if max_deliveries is not None
+                            else definition.max_deliveries if definition else 25),
+        )
+        new = NewTask(
+            id=task_id,
+            tenant=tenant,
+            owner=owner,
+            watchers=granted,
+            queue=queue_name,
+            work=work,
+            ttl_s=_pick(ttl, definition.ttl if definition else None),
+            retention_s=_pick(retention, definition.retention if definition else self.retention),
+        )
+        store = await self.open()
+        if transaction is not None and not store.capabilities.transactional_submit:
+            raise CapabilityNotSupported(
+                "This store cannot create a task inside your transaction (capability "
+                "'transactional_submit' is off); submit after your commit instead")
+        submitted = await _submit(store, self.policy, self.limits, new, authority,
+                                  keyed=key is not None, transaction=transaction)
+        self.notices.work.notify()
+        self.notices.changes.notify()
+        return submitted
+
+    # -- request transitions -------------------------------------------------------------
+
+    async def cancel(self, task_id: str, authority: Authority, /) -> Snapshot:
+        """Cancel the task's current run: recorded ``cancelled`` at once; a worker running
+        it learns on its next heartbeat (at once in this process). A finished task is left
+        as it is.
+
+        Raises:
+            TypeError, TaskNotFound: as :meth:`get`.
+            AuthorizationError: visible (``visibility="tenant"``) but not a member.
+            StoreUnavailable: the store failed.
+        """
+        snapshot = await self.get(task_id, authority)
+        store = self.store
+        access = self._access(authority)
+        for _ in range(MAX_RACES):
+            event = Cancelled(event_id=f"{snapshot.run_id}:cancel")
+            try:
+                result = await store.transition(snapshot.id, snapshot.revision, event, access)
+            except RevisionConflict as exc:
+                snapshot = exc.current
+                continue
+            if result.outcome != "unchanged":
+                self.notices.changes.cancelled(snapshot.id, snapshot.run_id)
+            return result.snapshot
+        raise RevisionConflict(snapshot)
+
+    async def respond(
+        self, task_id: str, responses: Mapping[str, Any], authority: Authority, /
+    ) -> Transition:
+        """Answer outstanding input requests by key (answers to no outstanding key are
+        ignored: outcome ``unchanged``).
+
+        Returns:
+            The transition: ``applied`` when an answer was accepted.
+
+        Raises:
+            TypeError, TaskNotFound: as :meth:`get`.
+            InvalidInput: bad keys, non-JSON or oversized answers.
+            AuthorizationError: visible but not a member.
+            StoreUnavailable: the store failed.
+        """
+        authority = require_authority(authority)
+        if not isinstance(responses, Mapping) or not responses:
+            raise InvalidInput("responses must be a non-empty dict of answers by key")
+        answers = {check_key(k): v for k, v in responses.items()}
+        try:
+            check_json(answers, what="responses")
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        if json_size(answers) > self.limits.max_input_bytes:
+            raise InvalidInput(f"responses must be at most {self.limits.max_input_bytes} bytes")
+        snapshot = await self.get(task_id, authority)
+        digest = hashlib.sha256(
+            json.dumps(answers, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()[:32]
+        access = self._access(authority)
+        for _ in range(MAX_RACES):
+            event = InputResponsesAccepted(event_id=f"{snapshot.run_id}:respond:{digest}",
+                                           responses=answers)
+            try:
+                result = await self.store.transition(snapshot.id, snapshot.revision, event, access)
+            except RevisionConflict as exc:
+                snapshot = exc.current
+                continue
+            if result.outcome == "applied":
+                self.notices.work.notify()
+                self.notices.changes.notify()
+            return result
+        raise RevisionConflict(snapshot)
+
+    # -- administration ------------------------------------------------------------------
+
+    async def release(self, task_id: str, authority: Authority, /) -> None:
+        """Admin: delete a finished task and its history, freeing its key (System only).
+
+        Raises:
+            TypeError: a missing or bare-string authority.
+            AuthorizationError: ``authority`` is not ``System``.
+            TaskNotFound: unknown (or outside the System's tenant).
+            Unavailable: the task is live (cancel it first).
+            StoreUnavailable: the store failed.
+        """
+        authority = require_authority(authority)
+        if not isinstance(authority, System):
+            raise AuthorizationError("release is an admin action: System(...) only")
+        snapshot = await self.get(task_id, authority)
+        for _ in range(MAX_RACES):
+            try:
+                await self.store.delete(snapshot.id, expected_revision=snapshot.revision)
+            except RevisionConflict as exc:
+                snapshot = exc.current
+                continue
+            self.notices.changes.notify()
+            return
+        raise RevisionConflict(snapshot)
+
+    async def reap(self, authority: Authority, /, *, limit: int = 1000) -> builtins.list[str]:
+        """Admin: delete up to ``limit`` expired tasks now (workers also do it periodically).
+
+        Raises:
+            TypeError, AuthorizationError: as :meth:`release`.
+            StoreUnavailable: the store failed.
+        """
+        authority = require_authority(authority)
+        if not isinstance(authority, System):
+            raise AuthorizationError("reap is an admin action: System(...) only")
+        store = await self.open()
+        return await store.reap(limit)
+
+
+def _duration(value: float | _Unset | None, what: str, high: float, *,
+              allow_zero: bool = False) -> float | _Unset | None:
+    """A submit option as given: ``UNSET`` or ``None`` as they are, else checked seconds.
+
+    Raises:
+        InvalidInput: see :func:`~tasks_core.durations.check_duration`.
+    """
+    if isinstance(value, _Unset):
+        return value
+    return check_duration(value, what, high=high, allow_zero=allow_zero, allow_none=True)
+
+
+def _pick(value: float | _Unset | None, default: float | None) -> float | None:
+    return default if isinstance(value, _Unset) else value
+
