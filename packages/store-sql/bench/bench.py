@@ -421,7 +421,7 @@ def _sql_target(name: str, url: str, namespace: str | None, dsn: str | None) -> 
 
 
 def _dsn(args: argparse.Namespace) -> str:
-    from tasks_store_sql._dialect import parse_url
+    from tasks_store_sql._url import parse_url
 
     url = parse_url(args.postgres_url).url
     return url.set(drivername="postgresql").render_as_string(hide_password=False)

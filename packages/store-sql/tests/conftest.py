@@ -22,8 +22,8 @@ from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
 from tasks_core import ManualClock
 from tasks_store_sql import SQLStore, migrate
-from tasks_store_sql._dialect import parse_url
 from tasks_store_sql._schema import COUNTER
+from tasks_store_sql._url import parse_url
 
 POSTGRES_URL = os.environ.get(
     "TASKS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_test"

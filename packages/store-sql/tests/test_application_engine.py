@@ -26,7 +26,7 @@ from tasks_core import (
 )
 from tasks_core.events import Completed
 from tasks_store_sql import SchemaMismatch, SQLStore
-from tasks_store_sql._dialect import parse_url
+from tasks_store_sql._url import parse_url
 
 pytestmark = pytest.mark.anyio
 

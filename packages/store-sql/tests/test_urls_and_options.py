@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tasks_core import InvalidInput, find_store, open_store
 from tasks_store_sql import SQLStore
-from tasks_store_sql._dialect import parse_url
+from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import open_sql
 
 

@@ -1,24 +1,12 @@
-"""URLs, engines and what differs between SQLite, PostgreSQL and MariaDB/MySQL.
+"""What differs between SQLite, PostgreSQL and MariaDB/MySQL: engines and their settings.
 
-Plain schemes map to the asyncio drivers: ``sqlite://`` -> aiosqlite, ``postgresql://`` and
-``postgres://`` -> asyncpg, ``mysql://`` and ``mariadb://`` -> asyncmy. An explicit
-driver (``postgresql+psycopg://``, ``mysql+asyncmy://``…) is kept when it is an asyncio
-driver. The query parameter ``namespace`` is ours and never reaches the driver.
-
-Every other query option goes to the driver's ``connect``, so it is checked here, before
-anything connects: an option the driver (or SQLAlchemy's dialect for it) does not take,
-or a value it cannot use, raises ``InvalidInput`` naming the option and listing the
-accepted ones (:data:`QUERY_OPTIONS`), instead of a ``TypeError`` at the first connect or
-an option silently ignored. On asyncpg the libpq spellings most copied URLs carry are
-translated: ``sslmode`` becomes ``ssl`` (the same values: ``disable``, ``allow``,
-``prefer``, ``require``, ``verify-ca``, ``verify-full``) and ``connect_timeout`` becomes
-``timeout`` (seconds). SQLite takes ``uri`` and ``cached_statements``, and with
-``uri=true`` SQLite's own URI parameters (``mode=ro``…), the path then written as a
-SQLite URI (``sqlite:///file:tasks.db?mode=ro&uri=true``); ``timeout`` is the
-``busy_timeout`` option, and the isolation level and type detection are the store's. An
-option without a value (``?namespace=``), which SQLAlchemy would drop, is refused.
-A URL that cannot be parsed (a port that is not a number from 1 to 65535, an unclosed
-``[``) raises ``InvalidInput`` without quoting the URL.
+A store's engine: SQLite in WAL with ``synchronous=FULL``, the driver's implicit
+transactions off and ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by the store; PostgreSQL and
+MariaDB at READ COMMITTED. Connections are opened by the store's own ``do_connect``
+(driver option values typed, the driver's refusals as ``InvalidInput``, aiosqlite's
+failed opens cleaned up). Also: the database's clock, and the server versions served
+(``SKIP LOCKED``). A missing or unusable driver is ``InvalidInput`` saying what to
+install. URLs and their options: :mod:`._url`, :mod:`._options`.
 """
 
 from __future__ import annotations
@@ -26,402 +14,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import math
-import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool, StaticPool
 from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
 
 from tasks_store_sql._errors import connect_arguments
+from tasks_store_sql._options import QUERY_OPTIONS, driver_params
+from tasks_store_sql._url import Kind, Target, parse_url, sqlite_path_of
 
 __all__ = [
     "QUERY_OPTIONS",
+    "WRITE",
     "Kind",
     "Target",
     "check_server_version",
     "create_engine",
     "driver_params",
+    "install_connect",
+    "install_sqlite_hooks",
     "kind_of",
     "loop_engine_factory",
     "parse_url",
     "server_now",
+    "sqlite_path_of",
 ]
+# (``QUERY_OPTIONS``, ``driver_params``, ``Target``, ``parse_url`` and ``sqlite_path_of``
+# live in ._options and ._url; re-exported here for the modules that still import them
+# from this one.)
 
-Kind = Literal["sqlite", "postgresql", "mysql"]
-
-_DRIVERS: dict[str, tuple[Kind, str, frozenset[str]]] = {
-    "sqlite": ("sqlite", "aiosqlite", frozenset({"aiosqlite"})),
-    "postgresql": ("postgresql", "asyncpg", frozenset({"asyncpg", "psycopg", "psycopg_async"})),
-    "postgres": ("postgresql", "asyncpg", frozenset({"asyncpg", "psycopg", "psycopg_async"})),
-    "mysql": ("mysql", "asyncmy", frozenset({"aiomysql", "asyncmy"})),
-    "mariadb": ("mysql", "asyncmy", frozenset({"aiomysql", "asyncmy"})),
-}
 _EXTRAS = {"asyncmy": "mysql", "aiomysql": "aiomysql", "psycopg": "psycopg"}
 """The extra of tasks-store-sql that installs each optional driver."""
-URL_HELP = (
-    "SQL store URLs look like 'sqlite:///path/tasks.db', "
-    "'postgresql://user:password@host:5432/db' or 'mysql://user:password@host:3306/db'"
-)
-
-
-# -- URL query options ------------------------------------------------------------------
-
-Check = Callable[[str], object]
-"""Turns an option's text into the value the driver takes; raises ``ValueError``."""
-
-
-def _text(value: str) -> str:
-    return value  # the driver's business (an empty ``sql_mode`` clears the modes)
-
-
-def _count(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise ValueError("negative")
-    return number
-
-
-def _seconds(value: str) -> float:
-    number = float(value)
-    if not 0 < number < math.inf:
-        raise ValueError("not a positive number of seconds")
-    return number
-
-
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
-
-
-def _flag(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in _TRUE | _FALSE:
-        return lowered in _TRUE
-    raise ValueError("not a boolean")
-
-
-def _choice(*values: str) -> Check:
-    def check(value: str) -> str:
-        if value not in values:
-            raise ValueError("one of " + ", ".join(values))
-        return value
-
-    check.__doc__ = "one of " + ", ".join(values)
-    return check
-
-
-SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-"""libpq's ``sslmode`` values, which asyncpg's ``ssl`` takes as they are."""
-
-_ASYNCPG: dict[str, Check] = {
-    # asyncpg.connect() keywords a URL can carry (text, numbers, flags)
-    "ssl": _choice(*SSL_MODES),
-    "timeout": _seconds,
-    "command_timeout": _seconds,
-    "statement_cache_size": _count,
-    "max_cached_statement_lifetime": _count,
-    "max_cacheable_statement_size": _count,
-    "direct_tls": _flag,
-    "passfile": _text,
-    "service": _text,
-    "servicefile": _text,
-    "krbsrvname": _text,
-    "gsslib": _choice("gssapi", "sspi"),
-    "target_session_attrs": _choice(
-        "any", "primary", "standby", "prefer-standby", "read-write", "read-only"
-    ),
-    # SQLAlchemy's own: its statement cache, and ``?host=h1:p1&host=h2:p2`` (several hosts)
-    "prepared_statement_cache_size": _count,
-    "host": _text,
-}
-_ASYNCPG_ALIASES = {"sslmode": "ssl", "connect_timeout": "timeout"}
-"""libpq spellings translated for asyncpg."""
-
-_ASYNCPG_TYPED = frozenset(
-    name for name, check in _ASYNCPG.items() if check in (_seconds, _count, _flag)
-) - {"prepared_statement_cache_size"}  # (SQLAlchemy's own, which it converts)
-"""asyncpg keywords that need a number or a flag (SQLAlchemy passes the URL's text)."""
-
-_LIBPQ_NAMES = (
-    "hostaddr", "passfile", "require_auth", "channel_binding", "connect_timeout",
-    "client_encoding", "options", "application_name", "fallback_application_name",
-    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
-    "tcp_user_timeout", "gssencmode", "sslmode", "sslnegotiation", "sslcompression",
-    "sslcert", "sslkey", "sslcertmode", "sslpassword", "sslrootcert", "sslcrl",
-    "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
-    "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
-    "target_session_attrs", "load_balance_hosts", "host",
-)
-_LIBPQ: dict[str, Check] = dict.fromkeys(_LIBPQ_NAMES, _text)
-"""psycopg: libpq's connection keywords (libpq parses their text itself)."""
-
-_MYSQL_COMMON: dict[str, Check] = {
-    # keywords of asyncmy.connect() and aiomysql.connect() alike; SQLAlchemy converts the
-    # numbers and flags
-    "charset": _text,
-    "connect_timeout": _count,
-    "init_command": _text,
-    "sql_mode": _text,
-    "unix_socket": _text,
-    "read_default_file": _text,
-    "read_default_group": _text,
-    "local_infile": _flag,
-    "client_flag": _count,
-    "use_unicode": _flag,
-}
-_ASYNCMY: dict[str, Check] = {
-    **_MYSQL_COMMON,
-    "read_timeout": _count,
-    "program_name": _text,
-    # SQLAlchemy gathers these into the ``ssl`` dict asyncmy takes
-    "ssl_ca": _text,
-    "ssl_cert": _text,
-    "ssl_key": _text,
-    "ssl_capath": _text,
-    "ssl_cipher": _text,
-    "ssl_check_hostname": _flag,
-}
-
-_SQLITE: dict[str, Check] = {"uri": _flag, "cached_statements": _count}
-_SQLITE_URI: dict[str, Check] = {  # SQLite's URI parameters (only with uri=true)
-    "mode": _choice("ro", "rw", "rwc"),
-    "cache": _choice("shared", "private"),
-    "vfs": _text,
-    "immutable": _flag,
-    "nolock": _flag,
-    "psow": _flag,
-    "modeof": _text,
-}
-_SQLITE_REFUSED = {
-    "timeout": "use the busy_timeout option",
-    "isolation_level": "the store manages transactions",
-    "detect_types": "the store decodes its own columns",
-    "check_same_thread": "the driver's thread is the store's business",
-}
-
-QUERY_OPTIONS: dict[str, dict[str, Check]] = {
-    "aiosqlite": {**_SQLITE, **_SQLITE_URI},
-    "asyncpg": _ASYNCPG,
-    "psycopg": _LIBPQ,
-    "psycopg_async": _LIBPQ,
-    "asyncmy": _ASYNCMY,
-    "aiomysql": _MYSQL_COMMON,
-}
-"""Per asyncio driver: the URL query options it takes (besides ``namespace``)."""
-
-
-def _check_query(driver: str, label: str, query: dict[str, Any]) -> dict[str, Any]:
-    """The driver's query options, checked (see the module docstring), with the libpq
-    spellings translated for asyncpg.
-
-    Raises:
-        InvalidInput: naming the option, never its value.
-    """
-    accepted = QUERY_OPTIONS[driver]
-    aliases = _ASYNCPG_ALIASES if driver == "asyncpg" else {}
-    listing = ", ".join(sorted({*aliases, *accepted, "namespace"}))
-    uri = driver == "aiosqlite" and _flag_of(query.get("uri"))
-    checked: dict[str, Any] = {}
-    spelled: dict[str, str] = {}  # how the URL named each option
-    for given, value in query.items():
-        name = aliases.get(given, given)
-        if driver == "aiosqlite" and name in _SQLITE_REFUSED:
-            raise InvalidInput(f"SQLite URL option {name!r} is refused: {_SQLITE_REFUSED[name]}")
-        check = accepted.get(name)
-        if check is None:
-            raise InvalidInput(
-                f"{label} ({driver}) does not take the URL query option {given!r}; "
-                f"it takes: {listing}"
-            )
-        if name in checked:
-            first = spelled[name]
-            raise InvalidInput(f"URL query options {first!r} and {given!r} are one option")
-        if driver == "aiosqlite" and name in _SQLITE_URI and not uri:
-            raise InvalidInput(
-                f"SQLite URL option {name!r} is a URI parameter: name the file as a SQLite "
-                f"URI and add uri=true (sqlite:///file:PATH?{name}=…&uri=true)")
-        values = value if isinstance(value, tuple) else (value,)
-        if len(values) > 1 and name != "host":
-            raise InvalidInput(f"URL query option {given!r} is given more than once")
-        for one in values:
-            try:
-                check(one)
-            except ValueError:
-                hint = check.__doc__  # the choices, if the option has a few
-                raise InvalidInput(
-                    f"URL query option {given!r} has a value {label} cannot use"
-                    + (f" ({hint})" if hint else "")
-                ) from None
-        checked[name] = value
-        spelled[name] = given
-    return checked
-
-
-def _flag_of(value: object) -> bool:
-    try:
-        return isinstance(value, str) and _flag(value)
-    except ValueError:
-        return False
-
-
-def driver_params(driver: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` for the driver's ``connect``, with the URL's text turned into the numbers
-    and flags the driver needs (asyncpg: SQLAlchemy passes most of the URL's text on as
-    it is). Values that are not text (``connect_args``) are left alone."""
-    if driver == "asyncpg":
-        for name in _ASYNCPG_TYPED & params.keys():
-            value = params[name]
-            if isinstance(value, str):
-                params[name] = _ASYNCPG[name](value)
-    return params
-
-
-def _parts(url: str) -> URL:
-    """``make_url`` with every way it fails as ``InvalidInput`` (never quoting the URL:
-    it may hold a password)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InvalidInput(URL_HELP) from None
-    except (ValueError, TypeError):
-        raise InvalidInput(
-            f"{URL_HELP}; this one cannot be parsed (is the port a number, is an IPv6 "
-            "host closed with ']'?)"
-        ) from None
-    if parsed.port is not None and not 0 < parsed.port <= 65535:
-        raise InvalidInput("the port in the store URL must be a number from 1 to 65535")
-    return parsed
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed store URL.
-
-    Attributes:
-        url: the SQLAlchemy URL with an asyncio driver.
-        kind: which family of database.
-        memory: an in-memory SQLite database (one connection, not durable).
-        namespace: the ``?namespace=`` parameter, if any.
-    """
-
-    url: URL
-    kind: Kind
-    memory: bool
-    namespace: str | None
-
-    @property
-    def sqlite_path(self) -> str | None:
-        """The resolved file of a SQLite database (``None`` in memory)."""
-        if self.kind != "sqlite" or self.memory or not self.url.database:
-            return None
-        return sqlite_path_of(self.url)
-
-
-def sqlite_path_of(url: URL) -> str:
-    """The resolved path of the file a SQLite URL opens: its database, or with
-    ``uri=true`` the file its ``file:`` URI names (:func:`_uri_file`)."""
-    database = url.database or ""
-    if _flag_of(url.query.get("uri")):
-        database = _uri_file(database)
-    return os.path.realpath(database)
-
-
-def _uri_file(database: str) -> str:
-    """The file a SQLite ``file:`` URI names (``file:PATH``, ``file:///PATH``,
-    ``file://localhost/PATH``; percent-escapes decoded, as SQLite does). With
-    ``uri=true`` SQLite reads the path as a URI only when it starts ``file:`` — any other
-    text is a file name, query and all — so anything else is refused, as is an in-memory
-    URI (``sqlite://`` is that store) and one naming another host.
-
-    Raises:
-        InvalidInput: saying how to write it.
-    """
-    example = "sqlite:///file:PATH?mode=ro&uri=true"
-    if not database.startswith("file:"):
-        raise InvalidInput(f"with uri=true the SQLite path must be a SQLite URI: {example}")
-    path = database[len("file:"):]
-    if path.startswith("//"):
-        authority, slash, rest = path[2:].partition("/")
-        if authority not in ("", "localhost"):
-            raise InvalidInput(f"a SQLite URI names a file on this machine: {example}")
-        path = slash + rest
-    if not path or path.startswith(":"):
-        raise InvalidInput("a SQLite URI must name a file; sqlite:// is the in-memory store")
-    return unquote(path)
-
-
-def parse_url(url: str) -> Target:
-    """Parse a store URL (see the module docstring).
-
-    Raises:
-        InvalidInput: not a URL an SQL store serves.
-    """
-    if not isinstance(url, str) or "://" not in url:
-        raise InvalidInput(URL_HELP)
-    parsed = _parts(url)
-    backend, _, driver = parsed.drivername.partition("+")
-    if backend not in _DRIVERS:
-        raise InvalidInput(f"{URL_HELP} (got scheme {backend!r})")
-    kind, default_driver, allowed = _DRIVERS[backend]
-    driver = driver or default_driver
-    if driver not in allowed:
-        raise InvalidInput(
-            f"{driver!r} is not an asyncio driver for {backend}; use one of "
-            + ", ".join(sorted(allowed))
-        )
-    _check_no_blank_options(url)
-    query = dict(parsed.query)
-    raw_namespace = query.pop("namespace", None)
-    if isinstance(raw_namespace, tuple):
-        raise InvalidInput("URL query option 'namespace' is given more than once")
-    namespace = raw_namespace
-    label = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mysql": "MariaDB/MySQL"}[kind]
-    if kind == "sqlite" and (parsed.username or parsed.password or parsed.host or parsed.port):
-        raise InvalidInput(f"{URL_HELP} (a SQLite URL has no user, password, host or port)")
-    query = _check_query(driver, label, query)
-    if kind == "sqlite" and _flag_of(query.get("uri")):
-        _uri_file(parsed.database or "")
-    name = "mariadb" if backend == "mariadb" else "postgresql" if kind == "postgresql" else kind
-    parsed = parsed.set(drivername=f"{name}+{driver}", query=query)
-    memory = kind == "sqlite" and parsed.database in (None, "", ":memory:")
-    if kind == "mysql" and "charset" not in query:
-        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    try:  # what SQLAlchemy's dialect makes of the URL, as the first connect would
-        parsed.get_dialect()().create_connect_args(parsed)
-    except ImportError:  # the driver is missing: create_engine says what to install
-        pass
-    except (ArgumentError, ValueError, TypeError):
-        raise InvalidInput(f"{URL_HELP} (this one has a host, port or option "
-                           f"{label} cannot use)") from None
-    return Target(parsed, kind, memory, namespace)
-
-
-def _check_no_blank_options(url: str) -> None:
-    """An option without a value (``?namespace=``) is refused: SQLAlchemy would drop it,
-    and a store in the default namespace, or a connection without ``sslmode``, is not
-    what the URL asked for.
-
-    Raises:
-        InvalidInput: naming the option.
-    """
-    try:
-        query = urlsplit(url).query
-    except ValueError:  # SQLAlchemy parsed it (checked before): its options are its own
-        return
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        if not value:
-            raise InvalidInput(f"URL query option {name!r} has no value")
 
 
 def kind_of(engine: AsyncEngine) -> Kind:
