@@ -311,12 +311,11 @@ class Database:
         another process holds the file's write lock — until ``busy_timeout`` has passed;
         then its error. Nothing of a busy try was written.
 
-        SQLite cannot tell a waiter when a lock is free, and its own busy handler sleeps up
-        to 100 ms between tries: behind another process committing every few
-        milliseconds it kept missing the gaps. The store's
-        connections answer busy at once (``PRAGMA busy_timeout = 0``) and wait here, in
-        pauses of 0.5 to 4 ms. Other databases, and SQLite engines the application owns,
-        try once.
+        SQLite cannot tell a waiter when a lock is free, and its own busy handler sleeps
+        long between tries, missing the gaps between another process's commits. The
+        store's connections answer busy at once (``PRAGMA busy_timeout = 0``) and wait
+        here, in short doubling pauses (:data:`BUSY_PAUSES`). Other databases, and SQLite
+        engines the application owns, try once.
         """
         if self.kind != "sqlite" or not self.managed_sqlite:
             return await attempt()

@@ -1,30 +1,14 @@
 """The one place where driver errors become core errors (like httpx's
 ``map_httpcore_exceptions``).
 
-- connection lost, refused or timed out, a busy or locked database, a pool timeout, a
-  killed backend, a server with no connection slot left (said in plain words: PostgreSQL
-  ``53300``, MariaDB/MySQL 1040): :class:`~tasks_core.errors.StoreUnavailable`
-  (transient; nothing was committed unless the commit itself was cut off, which no
-  driver can tell us);
-- a connection the database refuses to establish as configured: a database that does not
-  exist (PostgreSQL SQLSTATE class ``3D``, MariaDB/MySQL 1049), a login refused
-  (PostgreSQL class ``28``, MariaDB/MySQL 1044/1045/1698), a SQLite file that cannot be
-  opened (``SQLITE_CANTOPEN``) or is not a SQLite database (``SQLITE_NOTADB``):
-  :class:`~tasks_core.errors.StoreUnavailable` too, on every database alike, with the
-  cause in plain words ("the database does not exist"; a server that cannot be reached
-  — nothing answers at the host and port, an unknown host name — is said so too,
-  whatever the driver calls it). Nothing was written, and the
-  store works once the server or the configuration is fixed; a file that is not a
-  database is not :class:`~tasks_core.errors.StoreCorrupt`, which is about one task
-  record;
-- a driver refusing the arguments of its own ``connect`` call (an unknown keyword, a
-  value of the wrong type): :class:`~tasks_core.errors.InvalidInput`
-  (:func:`connect_arguments`, around that call only);
-- anything else the database refuses: :class:`~tasks_core.errors.StoreError`.
-
-Messages name the error class and its SQLSTATE/errno/SQLite code only: driver messages
-may quote stored values (or a login), and stored text is never repeated. The driver error
-stays chained (``raise … from exc``) for logs.
+Rules: a transient failure — a connection lost, refused or timed out, a busy database, a
+pool timeout, no connection slot left — is ``StoreUnavailable``; so is a connection the
+database refuses as configured (no such database, a login refused, a SQLite file that
+cannot be opened or is not a database), with the cause in plain words; a driver refusing
+its own ``connect`` arguments is ``InvalidInput`` (:func:`connect_arguments`); anything
+else is ``StoreError``. Messages name the error class and its SQLSTATE/errno/SQLite code
+only, never the driver's message (it may quote stored values or a login); the driver
+error stays chained for logs.
 """
 
 from __future__ import annotations
@@ -231,7 +215,12 @@ def describe(exc: BaseException) -> str:
 
 
 def translated(exc: BaseException, what: str = "the database") -> StoreError:
-    """The core error for the driver error ``exc`` (raise it ``from exc``)."""
+    """The core error for the driver error ``exc`` (raise it ``from exc``).
+
+    ``StoreUnavailable``: nothing was committed, unless the commit itself was cut off
+    (no driver can tell). A refused connection is ``StoreUnavailable`` on every database
+    alike — the store works once the server or configuration is fixed — and a file that
+    is not a SQLite database is not ``StoreCorrupt`` (which is about one task record)."""
     detail = describe(exc)
     plain = _refusal(exc)
     if plain is not None:

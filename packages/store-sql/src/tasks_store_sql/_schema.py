@@ -1,24 +1,10 @@
 """The tables of one namespace, as SQLAlchemy Core objects (the shape migrations build).
 
-Every name carries the namespace prefix (``""`` by default, ``"<namespace>_"`` otherwise),
-indexes included, since PostgreSQL index names are per schema.
-
-``tasks``
-    One row per task: the JSON snapshot (``snapshot``) beside projection columns for every
-    query. ``claim_token`` lives only here, never in the JSON; ``claim_expires_at`` is the
-    expiry of a lease that has not ended (``NULL`` otherwise). ``row_version`` grows on
-    every write (claims and progress included); ``revision`` only with applied events.
-``task_events``
-    The applied events of the current run, keyed ``(task_id, event_id)`` (the replay
-    check), unique ``(task_id, revision)``.
-``task_members``
-    Owner and watchers of each task, so listings by principal are a join.
-``task_locks``
-    Lock rows: ``creators`` (serializes creators; its ``value`` counts stored tasks),
-    ``queue:<name>`` (one per exclusive queue) and ``scope:<tenant>`` (a bound on the
-    tenant's active tasks: :mod:`tasks_store_sql._scopes`).
-``tasks_schema_version``
-    Alembic's version table.
+Rules: every name carries the namespace prefix (``""`` by default, ``"<namespace>_"``
+otherwise), indexes included, since PostgreSQL index names are per schema. A namespace
+is 1–30 of ``a-z0-9_`` and never ``sqlite…`` on any dialect. Our own constants in
+statements are inline literals (:func:`inline`), so planners match the partial indexes;
+user data is always bound. The tables: :class:`Tables`.
 """
 
 from __future__ import annotations
@@ -135,7 +121,20 @@ def prefix_of(namespace: str | None) -> str:
 
 @dataclass(frozen=True)
 class Tables:
-    """The tables of one namespace."""
+    """The tables of one namespace.
+
+    ``tasks``: one row per task, the JSON snapshot (``snapshot``) beside projection
+    columns for every query. ``claim_token`` lives only here, never in the JSON;
+    ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL``
+    otherwise); ``row_version`` grows on every write (claims and progress included),
+    ``revision`` only with applied events. ``task_events``: the applied events of the
+    current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
+    revision)``. ``task_members``: owner and watchers of each task, so listings by
+    principal are a join. ``task_locks``: lock rows — ``creators`` (serializes creators;
+    its ``value`` counts stored tasks), ``queue:<name>`` (one per exclusive queue) and
+    ``scope:<tenant>`` (a bound on the tenant's active tasks: :mod:`._scopes`).
+    ``tasks_schema_version``: Alembic's version table.
+    """
 
     prefix: str
     metadata: sa.MetaData

@@ -1,25 +1,14 @@
 """``max_active_tasks_per_scope`` without counting a tenant's active tasks at every create.
 
-Counting a tenant's active tasks (pending or waiting, not past their TTL) reads up to the
-limit's number of index entries: a create in a tenant with a backlog of thousands cost
-milliseconds of database time. A create needs to count only when the tenant may be full,
-so each tenant has a *bound*: a number its active tasks cannot exceed.
-
-- The number of stored tasks bounds every tenant (every active task is a stored one): in
-  a store holding fewer tasks than the limit, no create ever counts.
-- A tenant's stored bound lives in the ``task_locks`` row ``scope:<tenant>``, written by
-  every create in the creating transaction: what it knew of the tenant's active tasks —
-  the lower of the stored bound and the stored tasks, or the count when that left no
-  room — plus the tasks it created; a create that the stored tasks alone let through
-  reads nothing and raises a stored bound by the tasks it created.
-- Only a create makes a task active (a finished or expired task never becomes active
-  again; a replacement of a finished run is a create), and every create holds the
-  creators' lock and writes the bound, so a bound never falls below the truth. Finished,
-  expired, reaped and deleted tasks leave it higher than the truth: the next create that
-  finds it at the limit counts, and the bound is exact again.
-
-A create counts only when ``min(bound, stored tasks)`` leaves no room, and after a count
-the bound is exact: a tenant far from its limit is counted once in many creates.
+Counting reads up to the limit's number of index entries, a cost in proportion to the
+tenant's backlog; a create needs to count only when the tenant may be full. So each
+tenant has a *bound*, a number its active tasks cannot exceed: the stored tasks, or the
+lower ``scope:<tenant>`` row of ``task_locks`` that every create writes. Rules: a create
+counts only when ``min(bound, stored tasks)`` leaves no room, and after a count the
+bound is exact; a bound never falls below the truth (only a create makes a task active,
+and every create holds the creators' lock and writes the bound); finished, expired and
+deleted tasks leave it above the truth until a create that finds no room counts them
+out. How a create's bound is computed: :func:`room_for_one`.
 """
 
 from __future__ import annotations
@@ -57,8 +46,11 @@ async def room_for_one(
     count: Callable[[], Awaitable[int]],
 ) -> Room:
     """Whether one more active task fits in a tenant (see the module docstring): fewer
-    stored tasks than ``limit`` need no more; else the lower of the stored bound and the
-    stored tasks, or when that leaves no room a count.
+    stored tasks than ``limit`` need no more (in such a store no create ever counts);
+    else the lower of the stored bound and the stored tasks, or when that leaves no room
+    a count. The create stores what it knew plus the tasks it created; a create that the
+    stored tasks alone let through read nothing, and raises a stored bound by the tasks
+    it created.
 
     Args:
         stored: the tasks stored besides the one the create replaces (under the

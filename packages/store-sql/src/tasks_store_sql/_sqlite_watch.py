@@ -1,29 +1,14 @@
 """Wakeups on a SQLite file: another connection's commit, seen through ``PRAGMA
 data_version``.
 
-SQLite has no notifications, but every connection keeps a counter of the changes other
-connections committed to the file (``PRAGMA data_version``): reading it touches no table
-and takes no lock a writer waits for (WAL: it reads the shared index), so a waiter can
-look every few milliseconds for next to nothing. A waiter returns ``True`` as soon as the
-counter differs from what the watcher last saw — any commit by any process or connection:
-a task created, released, answered or rescheduled, or anything else (a spurious wakeup
-costs one empty claim, as a lost ``LISTEN`` connection does on PostgreSQL). The watcher
-keeps the last value any waiter saw, so a commit made while a worker was busy claiming
-wakes its next wait at once.
-
-A commit of the watcher's own connection would not count, and it never writes. The
-counter is read on the event loop's thread: a read of shared memory, not a query of the
-tables. A file the watcher cannot read (busy, gone) wakes the waiter, whose claim then
-meets the real error.
-
-A SQLite file has no notifications for cancels either, so a cancel waiter reads them:
-one ``SELECT`` of the ids it holds that are ``cancelled`` (primary-key lookups), when the
-wait begins and again whenever the counter changed since its last read — no more often
-than the poll, and never with no ids held. It reads the caller's live collection each
-time, so an id added while waiting counts from the next change; a cancel committed
-between two waits is found by the read that begins the next one. The read runs on the
-watcher's connection, which holds no read transaction between statements; a read that
-fails (the file busy outside WAL, or gone) is tried again at the next poll.
+SQLite has no notifications, but each connection counts the commits other connections
+made to the file (``PRAGMA data_version``), and reading it touches no table and takes no
+lock a writer waits for, so a waiter polls it (:data:`POLL_S`). Rules: any commit by
+another connection wakes a waiter (a spurious wakeup costs one empty claim); the watcher
+keeps the last value any waiter saw, so a commit made while a worker was busy wakes its
+next wait at once; the watcher's own connection is read-only and never writes; a file it
+cannot read wakes the waiter, whose claim then meets the real error. Cancels are read,
+not heard: :meth:`ChangeWatcher.wait_for_cancels`.
 """
 
 from __future__ import annotations
@@ -109,7 +94,8 @@ class ChangeWatcher:
         return self._conn
 
     def _version(self) -> int | None:
-        """The file's change counter (``None``: it cannot be read now)."""
+        """The file's change counter (``None``: it cannot be read now), read on the event
+        loop's thread: a read of shared memory (WAL's index), not a query of the tables."""
         with self._lock:
             try:
                 row = self._connection().execute("PRAGMA data_version").fetchone()
@@ -165,7 +151,16 @@ class ChangeWatcher:
     async def wait_for_cancels(self, task_ids: Collection[str], timeout: float) -> set[str]:
         """The ids of ``task_ids`` (the live collection) found cancelled when the wait
         begins or, later, after a change to the file; empty once ``timeout`` seconds
-        pass or the watcher closed (module docstring)."""
+        pass or the watcher closed.
+
+        One ``SELECT`` of the held ids that are ``cancelled`` (primary-key lookups) when
+        the wait begins and again whenever the counter changed since the last read — no
+        more often than the poll, never with no ids held. The caller's collection is read
+        each time, so an id added while waiting counts from the next change; a cancel
+        committed between two waits is found by the read that begins the next one. The
+        read runs on the watcher's connection, which holds no read transaction between
+        statements; a read that fails (busy outside WAL, the file gone) is tried again at
+        the next poll."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         read_at: int | None = None  # the counter when the ids were last read

@@ -1,16 +1,15 @@
 """Column types that mean the same on every dialect (used by the schema and migrations).
 
-- :class:`Ident`: ids and names compared byte for byte and ordered by code point, exactly
-  like Python's ``str`` ordering (keyset pages must agree with the reference store):
-  ``VARCHAR COLLATE "C"`` on PostgreSQL, ``VARBINARY`` on MariaDB/MySQL (whose text
-  collations ignore case or trailing spaces), plain ``VARCHAR`` (BINARY collation) on
-  SQLite.
-- :class:`Instant`: an aware UTC instant with millisecond resolution. ``timestamptz`` on
-  PostgreSQL, ``DATETIME(3)`` holding UTC on MariaDB/MySQL, ISO text on SQLite. The session
+- :class:`Ident`: ids and names compared byte for byte and ordered by code point, like
+  Python's ``str`` (keyset pages must agree with the reference store): ``VARCHAR COLLATE
+  "C"`` on PostgreSQL, ``VARBINARY`` on MariaDB/MySQL (whose text collations ignore case
+  or trailing spaces), plain ``VARCHAR`` (BINARY collation) on SQLite.
+- :class:`Instant`: an aware UTC instant, millisecond resolution: ``timestamptz`` on
+  PostgreSQL, ``DATETIME(3)`` in UTC on MariaDB/MySQL, ISO text on SQLite. The session
   time zone never changes what is stored or read back.
 - :class:`Document`: JSON text of any size (``LONGTEXT`` on MariaDB/MySQL).
 
-These types are frozen: migrations import them, so changing one changes history.
+Rule: these types are frozen — migrations import them, so changing one changes history.
 """
 
 from __future__ import annotations

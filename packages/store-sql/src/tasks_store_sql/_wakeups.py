@@ -1,31 +1,13 @@
 """PostgreSQL wakeups: ``NOTIFY`` on commit, ``LISTEN`` on one dedicated connection.
 
-Every write that may make work claimable (create, release, an event that leaves the task
-pending) runs ``pg_notify(channel, queue)`` in its transaction; PostgreSQL delivers it on
-commit, and never for a rolled-back transaction. Each event loop that waits gets one
-listening connection (asyncpg delivers notifications to the loop that owns the
-connection); waiters on that loop are woken by queue name, and a notification that finds
-no waiter for its queue wakes the next one at once (it may have come while a worker was
-busy claiming). A lost listening connection wakes every waiter (a spurious wakeup only
-costs one empty poll) and is reopened by the next wait.
-
-The listening connection is opened in a task of its own that a waiter's cancellation does
-not reach (a worker shutting down cancels its wait): asyncpg cancelled in the middle of
-opening a connection leaves a future it never reads ("Future exception was never
-retrieved … unexpected connection_lost() call"). The next wait adopts a connection opened
-that way; ``close`` waits for one being opened (a few seconds at most) and closes it.
-
-Cancels ride a second channel of the same connection: every transition that ends
-``cancelled`` runs ``pg_notify(cancel channel, task id)`` in its transaction. A cancel
-waiter holds the caller's live collection of task ids and is answered with the id when a
-notification names one it holds at that moment; a cancel no waiter holds is kept (the
-:data:`UNREPORTED` most recent) for the next wait that holds it — a worker may claim a
-task and see it cancelled before its watcher waits again. What no notification can tell
-is a cancel committed before the connection listened (a worker claims and is cancelled
-while its first wait still connects; a cancel during an outage): the first cancel wait
-on each new connection that holds ids reads their status once, on that connection, after
-``LISTEN``. A lost connection answers cancel waiters with nothing (the next wait
-reconnects and reads; the heartbeat still sees the cancel).
+Every write that may make work claimable runs ``pg_notify(work channel, queue)`` in its
+transaction, and every transition that ends ``cancelled`` ``pg_notify(cancel channel,
+task id)``; PostgreSQL delivers them on commit, never for a rolled-back transaction.
+Rules: each event loop that waits gets one listening connection (asyncpg delivers to the
+loop that owns it), opened outside its pool and in a task a waiter's cancellation does
+not reach; a notification no waiter takes is kept for the next wait; a lost connection
+wakes every waiter (a spurious wakeup costs one empty poll) and is reopened by the next
+wait. How waiters are answered: :class:`Listener`.
 """
 
 from __future__ import annotations
@@ -38,8 +20,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tasks_store_sql._dialect import driver_params
 from tasks_store_sql._errors import DRIVER_ERRORS, connect_arguments, translate
+from tasks_store_sql._options import driver_params
 
 __all__ = ["UNREPORTED", "Listener", "asyncpg_connector", "cancel_channel_of", "channel_of"]
 
@@ -65,7 +47,21 @@ def cancel_channel_of(prefix: str) -> str:
 
 
 class Listener:
-    """One listening connection and the waiters of one event loop."""
+    """One listening connection and the waiters of one event loop.
+
+    Work waiters are woken by queue name; a notification that finds no waiter for its
+    queue wakes the next one at once (it may have come while a worker was busy claiming).
+    A cancel waiter holds the caller's live collection of ids and is answered with an id
+    a notification names while it holds it; a cancel no waiter holds is kept (the
+    :data:`UNREPORTED` most recent) for the next wait that holds it. A cancel committed
+    before the connection listened is heard by no notification, so the first cancel wait
+    on each new connection reads its ids' status once, after ``LISTEN``. A lost
+    connection answers cancel waiters with nothing (the next wait reconnects and reads).
+
+    The connection opens in a task of its own: asyncpg cancelled mid-open leaves a future
+    it never reads ("Future exception was never retrieved"). The next wait adopts a
+    connection opened that way; ``close`` waits for one being opened and closes it.
+    """
 
     def __init__(
         self, connect: Connector, channel: str, cancel_channel: str,

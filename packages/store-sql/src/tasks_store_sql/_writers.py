@@ -2,19 +2,14 @@
 of this process that opens the same file), and in front of the creators' lock row of a
 PostgreSQL or MariaDB namespace (per store).
 
-Creators of one namespace take its lock row one at a time. Left alone, many concurrent
-creators of one process each hold a connection and wait for the row, and the one holding
-it waits for the event loop behind all the others (a convoy: concurrent submits ran at
-less than half the rate of one-by-one submits). Queued here first, they hand the row on
-one after another.
-
-SQLite admits one writer at a time. Left alone, concurrent writers of one process each
-spin on SQLite's busy handler and time each other out in no particular order. Here they
-queue instead: first come, first served, across threads and event loops; a writer that
-waits longer than the store's ``busy_timeout`` gives up with ``StoreUnavailable`` before it
-has touched the database (nothing written). Between processes, the writer at the head of
-the queue then tries for the file's lock in short pauses (``Database.when_free``), again
-for at most ``busy_timeout``.
+Creators queued here hand the lock row on one after another; left alone, each would hold
+a connection waiting for the row while the holder waits for the event loop behind them (a
+convoy). SQLite admits one writer at a time; left alone, a process's writers would spin
+on SQLite's busy handler and time each other out in no order. Rules: first come, first
+served, across threads and event loops; a writer that waits longer than its timeout
+(SQLite: ``busy_timeout``) gives up with ``StoreUnavailable`` before touching the database.
+Between processes, the head of the queue then tries for the file's lock
+(``Database.when_free``).
 """
 
 from __future__ import annotations
