@@ -20,7 +20,8 @@ from tasks_core.errors import LeaseLost, TasksError
 from tasks_core.models import Claim
 from tasks_core.runtime._failures import log_failure
 from tasks_core.runtime._host import WorkerHost
-from tasks_core.runtime._run import Run, RunEnv
+from tasks_core.runtime._run import Run
+from tasks_core.runtime._run_base import RunBase, RunEnv
 
 __all__ = ["SHORT_RUN", "Slots"]
 
@@ -46,7 +47,7 @@ class Slots:
 
     def _init_slots(self) -> None:
         self.runs: dict[str, Run] = {}
-        self._run_tasks: dict[asyncio.Task[None], Run] = {}
+        self._run_tasks: dict[asyncio.Task[None], RunBase] = {}
         self._releasing: set[asyncio.Future[Any]] = set()
         self._late: set[asyncio.Future[Any]] = set()
         self._unwritten: list[str] = []
@@ -57,7 +58,7 @@ class Slots:
         answered, a held claim dropped, a shutdown began."""
         self._env: RunEnv | None = None
         self.claimed = 0
-        self._slots: dict[Run, float] = {}
+        self._slots: dict[RunBase, float] = {}
         """Runs holding a slot, each with the loop time it started, oldest first."""
         self._short_run = SHORT_RUN
         self._short_runs = 0
@@ -92,7 +93,7 @@ class Slots:
         run.runner = task
         self._run_tasks[task] = run
 
-    async def _in_slot(self, run: Run, work: Coroutine[Any, Any, None]) -> None:
+    async def _in_slot(self, run: RunBase, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` for ``run``'s slot; the slot ends with it."""
         try:
             await work
@@ -109,7 +110,7 @@ class Slots:
                 self._run_tasks.pop(current, None)
             self._wake.set()
 
-    def _finish_early(self, run: Run, rest: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _finish_early(self, run: RunBase, rest: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """``run`` stopped waiting for its handler: the rest of its slot runs in a task of
         its own, and the run's task, still waiting for the handler, is kept apart (a
         drain does not wait for it)."""
@@ -124,7 +125,7 @@ class Slots:
         self._run_tasks[task] = run
         return task
 
-    def _free_slot(self, run: Run) -> None:
+    def _free_slot(self, run: RunBase) -> None:
         """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as
         its handler is done."""
         started = self._slots.pop(run, None)

@@ -1,0 +1,162 @@
+"""A run's writes: the outcome of its handler as an event, written with the lease.
+
+``completed`` for a JSON result within ``max_result_bytes``; ``retry_requested`` for an
+exception or ``Retry``; ``failed`` at once for :data:`UNRECOVERABLE` errors or a result
+that is not JSON. A parked run, or a run stopped with an error for a ``shutdown``, is
+released instead. In group mode (``batch_transitions``) the worker slot is given back as
+soon as the handler is done. A refused write (``LeaseLost``) means the run lost its task;
+a failed one is reported to the worker (the task runs again once its lease expires).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from tasks_core._json import check_json, json_size
+from tasks_core.definitions import Retry
+from tasks_core.errors import InvalidInput, LeaseLost, TasksError
+from tasks_core.events import Completed, Event, Failed, RetryRequested, Transition
+from tasks_core.models import TaskStatus
+from tasks_core.reasons import CancelReason
+from tasks_core.runtime._failures import log_failure
+from tasks_core.runtime._run_base import RunBase, _Outcome, _Parked
+
+__all__ = ["UNRECOVERABLE", "RunWrites"]
+
+log = logging.getLogger("tasks_core.worker")
+
+UNRECOVERABLE: tuple[type[BaseException], ...] = (
+    MemoryError,
+    RecursionError,
+    KeyboardInterrupt,
+    SystemExit,
+)
+"""Errors that fail a task at once, never retried."""
+
+
+def _frames(error: BaseException) -> str:
+    """Where ``error`` was raised: its traceback's frames (files, lines and code — never
+    the message, which only the policy's redactor may pass on)."""
+    frames = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+    return f"Traceback (most recent call last):\n{frames}" if frames else "(no traceback)"
+
+
+def _log_written(task_id: str, event: Event, transition: Transition) -> None:
+    """Log what a worker event did: a completion at DEBUG (the worker's summary line
+    counts it); a retry request says whether the task was scheduled again or failed with
+    no retry left (WARNING)."""
+    snapshot = transition.snapshot
+    if isinstance(event, RetryRequested) and transition.outcome != "unchanged":
+        if snapshot.status == TaskStatus.FAILED:
+            log.warning("task %r: failed: %s (no retry left after %d attempt(s))", task_id,
+                        event.error, snapshot.retry_count + 1)
+        else:
+            log.info("task %r: retry %d scheduled at %s (%s)", task_id, snapshot.retry_count,
+                     snapshot.retry_at, transition.outcome)
+        return
+    log.debug("task %r: %s (%s)", task_id, event.kind, transition.outcome)
+
+
+class RunWrites(RunBase):
+    """The writes of a run (a base of :class:`~tasks_core.runtime._run.Run`)."""
+
+    async def _finish(self, outcome: _Outcome, *, late: bool = False) -> None:
+        error = outcome.error
+        if not late:
+            if self.parked or isinstance(error, _Parked):
+                await self._release("parked while waiting for input")
+                return
+            if self.token.reason == CancelReason.SHUTDOWN and error is not None:
+                await self._release("stopped for the shutdown")
+                return
+        event = self._outcome_event(outcome)
+        if not late:
+            self._settle()
+        transition = await self._write(event, late=late)
+        if (
+            transition is not None
+            and transition.outcome == "unchanged"
+            and transition.snapshot.terminal
+            and not late
+        ):
+            await self._release("the task had finished already")
+
+    def _settle(self) -> None:
+        """The handler is done: in group mode the worker slot is free at once (the lease
+        is held, and the run stays the task's, until the group commit answers)."""
+        self.settling = True
+        if self.env.group is not None and self.env.free_slot is not None:
+            self.env.free_slot(self)
+
+    def _outcome_event(self, outcome: _Outcome) -> Event:
+        error = outcome.error
+        retry = outcome.value if isinstance(outcome.value, Retry) else error
+        if isinstance(retry, Retry):
+            return RetryRequested(event_id=self.event_id("retry"),
+                                  error=retry.error[:256] or "Retry",
+                                  message=self.env.policy.redact(retry))
+        if error is None:
+            try:
+                check_json(outcome.value, what="result")
+                most = self.env.limits.max_result_bytes
+                if json_size(outcome.value) > most:
+                    raise InvalidInput(f"the result is above max_result_bytes ({most} bytes "
+                                       "of JSON); store large results elsewhere and return "
+                                       "a reference")
+                return Completed(event_id=self.event_id("completed"), result=outcome.value)
+            except (ValueError, InvalidInput) as exc:
+                return Failed(event_id=self.event_id("failed"), error="InvalidResult",
+                              message=self.env.policy.redact(exc))
+        name = type(error).__name__[:256]
+        message = self.env.policy.redact(error)
+        where = _frames(error)
+        if isinstance(error, UNRECOVERABLE):
+            log.error("task %r: unrecoverable %s: %s; failing without retry\n%s",
+                      self.task_id, name, message, where)
+            return Failed(event_id=self.event_id("failed"), error=name, message=message)
+        log.info("task %r: handler raised %s: %s\n%s", self.task_id, name, message, where)
+        return RetryRequested(event_id=self.event_id("retry"), error=name, message=message)
+
+    async def _write(self, event: Event, *, late: bool = False) -> Any:
+        """Send a worker event; ``None`` when the store refused it."""
+        try:
+            transition = await self.cell.write(event, self.snapshot.revision)
+        except LeaseLost:
+            verb = "late outcome" if late else event.kind
+            log.warning("task %r: %s fenced off (this run no longer holds the lease)",
+                        self.task_id, verb)
+            self.lost()
+            return None
+        except TasksError:
+            log_failure(log, "task %r: could not write %s", self.task_id, event.kind)
+            if not late:
+                self._unwritten()
+            return None
+        self.observe(transition.snapshot)
+        self.env.changes.notify()
+        _log_written(self.task_id, event, transition)
+        if self.env.tally is not None and transition.outcome == "applied":
+            self.env.tally.count(event.kind)
+        return transition
+
+    def _unwritten(self) -> None:
+        if self.env.unwritten is not None:
+            self.env.unwritten(self.task_id)
+
+    async def _release(self, why: str) -> None:
+        try:
+            await self.cell.release()
+        except LeaseLost:
+            return
+        except TasksError:
+            log_failure(log, "task %r: could not release (%s)", self.task_id, why)
+            self._unwritten()
+            return
+        log.info("task %r: released (%s)", self.task_id, why)
+        if self.env.tally is not None:
+            self.env.tally.count("released")
+        self.env.changes.notify()
+        self.env.work.notify()
+
