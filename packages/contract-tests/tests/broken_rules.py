@@ -141,9 +141,11 @@ class RecoveredNeverSet(MemoryStore):
     """Never marks a takeover of a lapsed lease ``claim.recovered``."""
 
     def _start_claim(
-        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
     ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
-        new, token, lease, failure = super()._start_claim(snapshot, worker_id, lease_for, now)
+        new, token, lease, failure = super()._start_claim(snapshot, worker_id, lease_for, now,
+                                                          held=held)
         if new.claim is None:
             return new, token, lease, failure
         plain = new.claim.model_copy(update={"recovered": False})
@@ -154,10 +156,11 @@ class StartedAtResetByEveryClaim(MemoryStore):
     """Sets ``started_at`` to the instant of every claim, not only the first."""
 
     def _start_claim(
-        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
     ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         fresh = snapshot.model_copy(update={"started_at": None})
-        return super()._start_claim(fresh, worker_id, lease_for, now)
+        return super()._start_claim(fresh, worker_id, lease_for, now, held=held)
 
 
 # -- capacity and timeouts ------------------------------------------------------------------

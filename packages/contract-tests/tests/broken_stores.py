@@ -124,12 +124,13 @@ class GenerationNotBumped(MemoryStore):
     """A new claim reuses the previous claim's generation instead of a higher one."""
 
     def _start_claim(
-        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
     ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         if snapshot.lease_generation > 0:
             generation = snapshot.lease_generation - 1
             snapshot = snapshot.model_copy(update={"lease_generation": generation})
-        return super()._start_claim(snapshot, worker_id, lease_for, now)
+        return super()._start_claim(snapshot, worker_id, lease_for, now, held=held)
 
 
 class NoTenantFilter(MemoryStore):
@@ -226,13 +227,15 @@ class DeliveryLimitIgnored(MemoryStore):
     """Claims past ``work.max_deliveries`` run the task again instead of failing it."""
 
     def _start_claim(
-        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
     ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         work = snapshot.work
         unlimited = snapshot.model_copy(
             update={"work": work.model_copy(update={"max_deliveries": 100_000})}
         )
-        new, token, lease, failure = super()._start_claim(unlimited, worker_id, lease_for, now)
+        new, token, lease, failure = super()._start_claim(unlimited, worker_id, lease_for, now,
+                                                          held=held)
         return new.model_copy(update={"work": work}), token, lease, failure
 
 

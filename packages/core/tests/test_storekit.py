@@ -17,6 +17,7 @@ from tasks_core import (
     Snapshot,
     System,
     TaskNotFound,
+    TaskStatus,
     Unavailable,
     WatcherAdded,
     Work,
@@ -210,3 +211,20 @@ def test_transition_result_raises_the_refusal(now: datetime) -> None:
     with pytest.raises(RevisionConflict) as refused:
         storekit.transition_result(plan)
     assert refused.value is plan.results[0]
+
+
+def test_claims_past_start_are_held_and_read_claimed(now: datetime) -> None:
+    """``start=1``: the first claim starts, the later ones are held (failures not counted)."""
+    request = storekit.check_claim_next("w1", 30, ["q"], 3, (), start=1)
+    scan = storekit.ClaimScan(request, now)
+    spent = _task("spent", "q", now, max_deliveries=1).model_copy(update={"deliveries": 1})
+    for snapshot in (spent, _task("a", "q", now), _task("b", "q", now)):
+        scan.offer(snapshot)
+    assert [c.snapshot.status for c in scan.claims] == [TaskStatus.RUNNING, TaskStatus.CLAIMED]
+    held = scan.claims[1]
+    renewed, _, _ = rules.renew(held.snapshot, held.lease.token, held.lease, 30, now)
+    assert renewed.claim is not None
+    assert not renewed.claim.held
+    assert rules.present(renewed, now).status == TaskStatus.RUNNING
+    with pytest.raises(InvalidInput):
+        storekit.check_claim_next("w1", 30, ["q"], 3, (), start=True)  # type: ignore[arg-type]

@@ -100,12 +100,14 @@ Instant = Annotated[datetime, AfterValidator(utc)]
 class TaskStatus(StrEnum):
     """Where a task stands (persisted values: never rename).
 
-    ``pending`` and ``running`` are derived: a non-terminal, non-waiting task with a live
-    lease is ``running``.
+    ``running`` and ``claimed`` are derived, never stored (a store keeps ``pending``): a
+    non-terminal, non-waiting task with a live lease is ``running``, or ``claimed`` while
+    the lease is held ahead of a free slot and its handler has not started.
     """
 
     PENDING = "pending"
     RUNNING = "running"
+    CLAIMED = "claimed"
     WAITING_INPUT = "waiting_input"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -116,8 +118,14 @@ class TaskStatus(StrEnum):
         """Whether no event can change the task any more."""
         return self in _TERMINAL
 
+    @property
+    def stored(self) -> TaskStatus:
+        """The status a store keeps for this one (``pending`` for a derived status)."""
+        return TaskStatus.PENDING if self in _DERIVED else self
+
 
 _TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+_DERIVED = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED})
 
 
 class RetryPolicy(Model):
@@ -211,6 +219,8 @@ class ClaimInfo(Model):
         ended: the holder released the lease or wrote a terminal/retry event.
         recovered: this claim took over a lease that expired without ending (a crashed or
             stalled worker), which ``recover="fail"`` turns into a failure.
+        held: claimed ahead of a free slot (``claim_next(start=...)``): the handler has
+            not started, and the task reads ``claimed``; the first renew clears it.
     """
 
     worker_id: str
@@ -218,6 +228,8 @@ class ClaimInfo(Model):
     expires_at: Instant
     ended: bool = False
     recovered: bool = False
+    held: bool = Field(default=False, exclude_if=lambda held: not held)
+    """(Written only when true: a claim started at once stores what it always stored.)"""
 
 
 class Lease(Model):

@@ -211,23 +211,26 @@ class TaskStore(Protocol):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
-        """Claim up to ``limit`` claimable tasks of ``queues``, oldest first.
+        """Claim up to ``limit`` claimable tasks of ``queues`` in claim order
+        (``storekit.claim_order``), as ``storekit.ClaimScan`` decides.
 
         Never blocks on another claimer. Tasks past their delivery limit are failed, not
         returned. A queue in ``exclusive`` yields nothing while any of its tasks holds a
-        live lease, and at most one task per call.
+        live lease, and at most one task per call. Claims past the first ``start`` (``None``:
+        all start) are held ahead of a free slot: they read ``claimed`` until renewed.
 
         Raises:
             CapabilityNotSupported: ``exclusive`` given without ``exclusive_queues``.
-            InvalidInput: bad ``lease_for``, ``limit`` or queue names.
+            InvalidInput: bad ``lease_for``, ``limit``, ``start`` or queue names.
             StoreUnavailable: transient failure.
         """
         ...
 
     async def renew(self, lease: Lease, lease_for: float) -> Claim:
-        """Extend a live lease; the old lease becomes stale. Returns the current snapshot
-        (so the worker learns of a cancel) and the new lease.
+        """Extend a live lease (a held claim is held no more); the old lease becomes stale.
+        Returns the current snapshot (so the worker learns of a cancel) and the new lease.
 
         Raises:
             LeaseLost: not the exact live lease.

@@ -212,10 +212,11 @@ class Records:
         return storekit.is_candidate(snapshot, now)
 
     def _start_claim(
-        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
     ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
         """The claim of ``snapshot`` decided (``rules.start_claim``)."""
-        return rules.start_claim(snapshot, worker_id, lease_for, now)
+        return rules.start_claim(snapshot, worker_id, lease_for, now, held=held)
 
     def _lease_check(
         self,

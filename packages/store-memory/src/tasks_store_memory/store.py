@@ -262,6 +262,7 @@ class MemoryStore(Records):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` tasks in claim order (see ``TaskStore.claim_next``): the
         index offers the heads of the open queues to ``storekit.ClaimScan``.
@@ -269,7 +270,8 @@ class MemoryStore(Records):
         Raises:
             InvalidInput: bad arguments.
         """
-        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive)
+        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
+                                            start)
         with self._locked() as now:
             self._open.wake(now)
             busy = [queue for queue in request.exclusive if self._queue_busy(queue, now)]

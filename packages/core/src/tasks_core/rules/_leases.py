@@ -83,9 +83,10 @@ def new_lease_tokens(count: int) -> list[str]:
 
 
 def start_claim(
-    snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime
+    snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *, held: bool = False
 ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
-    """Claim a claimable task: ``(new snapshot, token, lease, None)``.
+    """Claim a claimable task: ``(new snapshot, token, lease, None)``; ``held``: claimed
+    ahead of a free slot (``ClaimInfo.held``, read as ``claimed`` until renewed).
 
     Beyond ``work.max_deliveries`` the claim fails the task instead:
     ``(failed snapshot, "", None, record of the failure)``; once that is written the
@@ -111,7 +112,8 @@ def start_claim(
     new = _stored(
         snapshot,
         claim=ClaimInfo(
-            worker_id=worker_id, generation=generation, expires_at=expires_at, recovered=recovered
+            worker_id=worker_id, generation=generation, expires_at=expires_at,
+            recovered=recovered, held=held,
         ),
         lease_generation=generation,
         deliveries=snapshot.deliveries + 1,
@@ -134,6 +136,7 @@ def renew(
     snapshot: Snapshot, token: str | None, lease: Lease, lease_for: float, now: datetime
 ) -> tuple[Snapshot, str, Lease]:
     """Extend a live lease: ``(new snapshot, new token, new lease)``; the old lease is stale.
+    A held claim is held no more: its holder renews it when the handler starts.
 
     Raises:
         LeaseLost: see :func:`check_lease`.
@@ -147,7 +150,7 @@ def renew(
     new_token = new_lease_token()
     new = _stored(
         snapshot,
-        claim=replaced(snapshot.claim, expires_at=expires_at),
+        claim=replaced(snapshot.claim, expires_at=expires_at, held=False),
         updated_at=max(now, snapshot.updated_at),
     )
     return new, new_token, replaced(lease, token=new_token, expires_at=expires_at)

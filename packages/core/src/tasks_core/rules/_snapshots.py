@@ -33,16 +33,19 @@ def tick(now: datetime) -> datetime:
 
 
 def present(snapshot: Snapshot, now: datetime) -> Snapshot:
-    """The snapshot as a reader sees it at ``now``: ``pending`` or ``running`` derived."""
-    if snapshot.status in (TaskStatus.PENDING, TaskStatus.RUNNING):
-        status = TaskStatus.RUNNING if snapshot.lease_live(now) else TaskStatus.PENDING
+    """The snapshot as a reader sees it at ``now``: ``pending``, ``running`` or ``claimed``
+    (a live lease held ahead of a free slot) derived."""
+    if snapshot.status.stored == TaskStatus.PENDING:
+        claim = snapshot.claim
+        status = (TaskStatus.PENDING if claim is None or not snapshot.lease_live(now)
+                  else TaskStatus.CLAIMED if claim.held else TaskStatus.RUNNING)
         if status != snapshot.status:
             return replaced(snapshot, status=status)
     return snapshot
 
 
 def _stored(snapshot: Snapshot, **changes: object) -> Snapshot:
-    if snapshot.status == TaskStatus.RUNNING:
+    if snapshot.status != snapshot.status.stored:
         changes.setdefault("status", TaskStatus.PENDING)
     return replaced(snapshot, **changes)
 

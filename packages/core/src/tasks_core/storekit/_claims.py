@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tasks_core import reports
 from tasks_core.arguments import (
@@ -39,11 +39,18 @@ __all__ = [
     "started",
 ]
 
-StartClaim = Callable[
-    [Snapshot, str, float, datetime], tuple[Snapshot, str, Lease | None, EventRecord | None]
-]
-"""The signature of :func:`tasks_core.rules.start_claim` (replaced only by the contract
-suite's broken stores)."""
+
+
+class StartClaim(Protocol):
+    """The signature of :func:`tasks_core.rules.start_claim` (replaced only by the
+    contract suite's broken stores)."""
+
+    def __call__(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]: ...
+
+
 Candidate = Callable[[Snapshot, datetime], bool]
 """The signature of :func:`is_candidate` (likewise)."""
 
@@ -57,6 +64,8 @@ class ClaimRequest:
         queues: every queue asked for.
         exclusive: the queues asked for that are exclusive (at most one live lease).
         limit: the most tasks to claim.
+        start: how many of the claims start at once (``None``: all); the others are
+            held ahead of a free slot (``ClaimInfo.held``: they read ``claimed``).
     """
 
     worker_id: str
@@ -64,6 +73,7 @@ class ClaimRequest:
     queues: frozenset[str]
     exclusive: frozenset[str]
     limit: int
+    start: int | None = None
 
 
 def check_claim(task_id: str, worker_id: str, lease_for: float) -> None:
@@ -84,19 +94,24 @@ def check_claim_next(
     queues: Sequence[str],
     limit: int,
     exclusive: Collection[str],
+    start: int | None = None,
 ) -> ClaimRequest:
     """Check the arguments of ``claim_next`` before anything is read.
 
     Raises:
-        InvalidInput: a bad ``worker_id``, ``lease_for``, queue name or ``limit``
-            (1..:data:`~tasks_core.arguments.MAX_BATCH`).
+        InvalidInput: a bad ``worker_id``, ``lease_for``, queue name, ``limit``
+            (1..:data:`~tasks_core.arguments.MAX_BATCH`) or ``start`` (``None`` or an
+            integer from 0).
     """
     check_lease_for(lease_for)
     check_worker_id(worker_id)
     wanted = check_queues(queues)
     exclusive_set = check_queues(exclusive, allow_empty=True)
     check_limit(limit, maximum=MAX_BATCH)
-    return ClaimRequest(worker_id, lease_for, wanted, exclusive_set & wanted, limit)
+    if start is not None and (isinstance(start, bool) or not isinstance(start, int)
+                              or start < 0):
+        raise InvalidInput("start must be None or an integer of at least 0")
+    return ClaimRequest(worker_id, lease_for, wanted, exclusive_set & wanted, limit, start)
 
 
 def is_candidate(snapshot: Snapshot, now: datetime) -> bool:
@@ -145,10 +160,12 @@ def started(
     now: datetime,
     *,
     start: StartClaim = start_claim,
+    held: bool = False,
 ) -> Started:
     """The claim of a task already found claimable at ``now`` (or its failure past the
-    delivery limit), decided by :func:`tasks_core.rules.start_claim`."""
-    new, token, lease, failure = start(snapshot, worker_id, lease_for, now)
+    delivery limit), decided by :func:`tasks_core.rules.start_claim`; ``held``: claimed
+    ahead of a free slot."""
+    new, token, lease, failure = start(snapshot, worker_id, lease_for, now, held=held)
     if failure is not None:
         return Started(new, None, None, failure)
     assert lease is not None
@@ -256,8 +273,9 @@ class ClaimScan:
             return None
         if not self._candidate(snapshot, self.now):
             return None
+        ahead = self.request.start
         decided = started(snapshot, self.request.worker_id, self.request.lease_for, self.now,
-                          start=self._start)
+                          start=self._start, held=ahead is not None and len(self.claims) >= ahead)
         if decided.claim is None:
             self.failures.append(decided)
             return decided
