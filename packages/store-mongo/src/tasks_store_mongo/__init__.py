@@ -1,9 +1,9 @@
 """tasks-store-mongo: the MongoDB store of tasks (``mongodb://``).
 
 ``MongoStore`` runs on PyMongo's ``AsyncMongoClient`` (the default) or on motor's
-``AsyncIOMotorClient``, one implementation for both. See :mod:`tasks_store_mongo.store`
-for the capability matrix and the URL format, and ``docs/mongodb.md`` for the document
-model and why each operation is atomic.
+``AsyncIOMotorClient``, one implementation for both. See ``MongoStore`` for the
+capability matrix, and ``docs/mongodb.md`` for the URL format, the document model and why
+each operation is atomic.
 
 The driver is imported on first use of ``MongoStore``, so loading the plugin to list the
 installed stores stays cheap.

@@ -1,25 +1,9 @@
 """Task documents <-> core models (private to the Mongo store).
 
-One document per task::
-
-    {
-      "_id": task id,
-      ...every Snapshot field but ``id``, BSON-native (dates are BSON dates)...,
-      "work": {..., "input": "<JSON text>"},
-      "result" / "input_requests" / "accepted_input_responses": "<JSON text>",
-      "_token":    the lease token (never part of a returned snapshot) or null,
-      "_w":        a random write tag, new on every write: the compare-and-set version,
-      "_ready":    stored status is pending (neither terminal nor waiting for input),
-      "_ready_at": the earliest instant a claim may succeed (lease end, retry due),
-      "_wake":     changed by writes that may make work claimable (change-stream filter),
-      "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
-                     "retry_at", "error", "accepted"}, ...]  # this run's applied events
-    }
-
-User payloads (input, result, questions, answers, events) are kept as JSON text, not as
-BSON: JSON allows integers beyond 64 bits and any string as a key (``"$x"``, ``"a.b"``,
-``"\\u0000"``), which BSON does not, and a value must read back exactly as written.
-Everything the store queries on is native BSON.
+One document per task (its layout is below). User payloads (input, result, questions,
+answers, events) are kept as JSON text, not as BSON: JSON allows integers beyond 64 bits
+and any string as a key (``"$x"``, ``"a.b"``, ``"\\u0000"``), which BSON does not, and a
+value must read back exactly as written. Everything the store queries on is native BSON.
 
 Decoding never trusts the document: anything that does not validate raises
 ``StoreCorrupt`` naming the task id, never quoting the stored data.
@@ -51,6 +35,22 @@ __all__ = [
     "record_at",
     "token_of",
 ]
+
+# The task document:
+#
+#   {
+#     "_id": task id,
+#     ...every Snapshot field but ``id``, BSON-native (dates are BSON dates)...,
+#     "work": {..., "input": "<JSON text>"},
+#     "result" / "input_requests" / "accepted_input_responses": "<JSON text>",
+#     "_token":    the lease token (never part of a returned snapshot) or null,
+#     "_w":        a random write tag, new on every write: the compare-and-set version,
+#     "_ready":    stored status is pending (neither terminal nor waiting for input),
+#     "_ready_at": the earliest instant a claim may succeed (lease end, retry due),
+#     "_wake":     changed by writes that may make work claimable (change-stream filter),
+#     "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
+#                    "retry_at", "error", "accepted"}, ...]  # this run's applied events
+#   }
 
 _PAYLOADS = ("result", "input_requests", "accepted_input_responses")
 _INSTANTS = ("retry_at", "created_at", "updated_at", "started_at", "finished_at", "expires_at")

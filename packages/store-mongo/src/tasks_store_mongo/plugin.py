@@ -25,7 +25,7 @@ _COLLECTIONS = ("tasks", "counters", "queues")
 
 
 async def open_mongo(url: str, **options: Any) -> MongoStore:
-    """Open a ``MongoStore`` for ``url`` (see the URL format in ``tasks_store_mongo.store``).
+    """Open a ``MongoStore`` for ``url`` (see the URL format in ``_url``).
 
     With ``client=`` (an ``AsyncMongoClient`` or ``AsyncIOMotorClient``) the URL gives only
     the database and namespace, and the store never closes that client; otherwise the store

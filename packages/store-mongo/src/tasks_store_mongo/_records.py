@@ -1,0 +1,275 @@
+"""Task documents created, read and removed (private): ``create``, ``get``, ``list``,
+``history``, ``delete`` and ``reap``.
+
+The rules decide (:mod:`tasks_core.rules`); this module reads and writes. ``create``,
+``delete`` and ``reap`` also keep the capacity counters (``max_tasks``,
+``max_active_tasks_per_scope``), in one multi-document transaction on a replica set; a
+replaced or deleted document is matched on its write tag like any compare-and-set (see
+``_base``). Reads never return an expired task or one of another tenant.
+"""
+
+from __future__ import annotations
+
+import builtins
+from datetime import datetime
+from typing import Any
+
+from pymongo.errors import DuplicateKeyError
+from tasks_core import rules
+from tasks_core.errors import (
+    CapabilityNotSupported,
+    InvalidInput,
+    TaskExists,
+    TaskNotFound,
+    Unavailable,
+)
+from tasks_core.events import EventRecord
+from tasks_core.models import NewTask, Snapshot, TaskQuery, TaskStatus
+
+from tasks_store_mongo import _codec
+from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
+from tasks_store_mongo._driver import settle
+
+__all__ = ["MongoRecords"]
+
+
+class _Retry(Exception):
+    """A compare-and-set inside ``create``/``delete`` lost: read again."""
+
+
+class MongoRecords(MongoBase):
+    """``create``, ``get``, ``list``, ``history``, ``delete`` and ``reap``."""
+
+    @operation
+    async def create(
+        self, new: NewTask, *, replace: Snapshot | None = None, transaction: Any = None
+    ) -> Snapshot:
+        """Store ``new`` at revision 0 with the capacity checks (see ``TaskStore.create``).
+
+        Raises:
+            TaskExists, RevisionConflict, Unavailable, TaskNotFound, CapacityExceeded,
+            InvalidInput, StoreCorrupt, StoreUnavailable.
+            CapabilityNotSupported: ``transaction`` given (not offered yet).
+        """
+        if transaction is not None:
+            raise CapabilityNotSupported("MongoStore does not write inside an application's "
+                                         "transaction (capability 'transactional_submit' "
+                                         "is off)")
+        if not isinstance(new, NewTask):
+            raise InvalidInput("create() takes a NewTask")
+        if replace is not None and not isinstance(replace, Snapshot):
+            raise InvalidInput("replace must be a Snapshot")
+        await self._ensure_tenant(new.tenant)
+        for attempt in range(CAS_ATTEMPTS):
+            try:
+                # Every create writes the tasks counter and its tenant's (the exact limits
+                # need the conflict), so creates only ever run one after another; this
+                # loop's take turns here instead of aborting each other's transactions.
+                async with self._creators:
+                    snapshot: Snapshot = await self._atomically(
+                        lambda session: self._create(new, replace, session)
+                    )
+                return snapshot
+            except DuplicateKeyError:
+                pass
+            except _Retry:
+                await self._contended(attempt)
+                continue
+            # Created concurrently: report the task that won.
+            current = await self._load(new.id)
+            if current is not None:
+                now = await self._now()
+                raise TaskExists(rules.present(_codec.decode_task(new.id, current), now))
+            await self._contended(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _create(self, new: NewTask, replace: Snapshot | None, session: Any) -> Snapshot:
+        current = await self._load(new.id, session=session)
+        now = await self._now()
+        previous = None
+        if current is not None:
+            previous = _codec.decode_task(new.id, current)
+            if replace is None:
+                raise TaskExists(rules.present(previous, now))
+        if replace is not None:
+            if previous is None:
+                raise TaskNotFound(new.id)
+            rules.check_replace(previous, replace, now)
+        counted = False
+        if current is None:
+            await self._reserve_slot(session)
+            counted = True
+        try:
+            await self._check_active(new.tenant, new.id, now, session)
+            snapshot = rules.new_snapshot(new, now, replace=previous)
+            doc = _codec.new_document(snapshot)
+            if current is None:
+                await self._tasks.insert_one(doc, session=session)
+            else:
+                result = await self._tasks.replace_one(
+                    {"_id": new.id, "_w": current.get("_w")}, doc, session=session
+                )
+                if result.matched_count != 1:
+                    raise _Retry()
+        except BaseException:
+            if counted and session is None:  # no transaction to roll the counter back
+                await self._free_slots(1, None)
+            raise
+        return snapshot
+
+    @operation
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        """The current snapshot (see ``TaskStore.get``).
+
+        Raises:
+            TaskNotFound, StoreCorrupt, StoreUnavailable.
+        """
+        doc = await self._load(task_id)
+        now = await self._now()
+        return rules.present(self._visible(task_id, doc, tenant, now), now)
+
+    def _visible(
+        self, task_id: str, doc: dict[str, Any] | None, tenant: str | None, now: datetime
+    ) -> Snapshot:
+        if doc is None:
+            raise TaskNotFound(task_id)
+        snapshot = _codec.decode_task(task_id, doc)
+        if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
+            raise TaskNotFound(task_id)
+        return snapshot
+
+    @operation
+    async def list(self, query: TaskQuery) -> list[Snapshot]:
+        """Matching tasks by id (see ``TaskStore.list``); corrupt records are skipped.
+
+        Raises:
+            StoreUnavailable.
+        """
+        if not isinstance(query, TaskQuery):
+            raise InvalidInput("list() takes a TaskQuery")
+        now = await self._now()
+        conditions: list[dict[str, Any]] = [
+            {"$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}]}
+        ]
+        if query.tenant is not None:
+            conditions.append({"tenant": query.tenant})
+        if query.after is not None:
+            conditions.append({"_id": {"$gt": query.after}})
+        if query.queue is not None:
+            conditions.append({"queue": query.queue})
+        if query.statuses is not None:
+            stored = {
+                TaskStatus.PENDING if s == TaskStatus.RUNNING else s for s in query.statuses
+            }
+            conditions.append({"status": {"$in": sorted(s.value for s in stored)}})
+        if query.principal is not None:
+            who = {"user_id": query.principal.user_id, "tenant": query.principal.tenant}
+            conditions.append(
+                {
+                    "$or": [
+                        {"owner.user_id": who["user_id"], "owner.tenant": who["tenant"]},
+                        {"watchers": {"$elemMatch": who}},
+                    ]
+                }
+            )
+        cursor = self._tasks.find({"$and": conditions}, NO_HISTORY, sort=[("_id", 1)])
+        cursor.batch_size(query.limit + 1)
+        page: list[Snapshot] = []
+        try:
+            async for doc in cursor:
+                snapshot = self._decoded_or_none(doc, "a listing")
+                if snapshot is not None and rules.matches(snapshot, query, now):
+                    page.append(rules.present(snapshot, now))
+                    if len(page) >= query.limit:
+                        break
+        finally:
+            await settle(cursor.close())
+        return page
+
+    @operation
+    async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
+        """Applied events of the current run (see ``TaskStore.history``).
+
+        Raises:
+            TaskNotFound, StoreCorrupt, StoreUnavailable.
+        """
+        doc = await self._load(task_id, history=True)
+        now = await self._now()
+        self._visible(task_id, doc, tenant, now)
+        assert doc is not None
+        return [
+            _codec.decode_record(task_id, entry) for entry in _codec.history_of(task_id, doc)
+        ]
+
+    # -- administration ------------------------------------------------------------------
+
+    @operation
+    async def delete(self, task_id: str, *, expected_revision: int) -> None:
+        """Remove a terminal task with its history (see ``TaskStore.delete``).
+
+        Raises:
+            TaskNotFound, RevisionConflict, Unavailable, StoreCorrupt, StoreUnavailable.
+        """
+
+        async def body(session: Any) -> None:
+            doc = await self._load(task_id, session=session)
+            if doc is None:
+                raise TaskNotFound(task_id)
+            now = await self._now()
+            snapshot = _codec.decode_task(task_id, doc)
+            rules.check_revision(snapshot, expected_revision, now)
+            if not snapshot.terminal:
+                raise Unavailable("Only a terminal task can be deleted")
+            result = await self._tasks.delete_one(
+                {"_id": task_id, "_w": doc.get("_w")}, session=session
+            )
+            if result.deleted_count != 1:
+                raise _Retry()
+            await self._free_slots(1, session)
+
+        for attempt in range(CAS_ATTEMPTS):
+            try:
+                await self._atomically(body)
+                return
+            except _Retry:
+                await self._contended(attempt)
+
+    @operation
+    async def reap(self, limit: int = 1000) -> builtins.list[str]:
+        """Delete up to ``limit`` expired tasks with their history (see
+        ``TaskStore.reap``); a corrupt record is skipped.
+
+        Raises:
+            InvalidInput, StoreUnavailable.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput("limit must be a positive integer")
+        now = await self._now()
+
+        async def body(session: Any) -> builtins.list[str]:
+            cursor = self._tasks.find(
+                {"expires_at": {"$lte": now}},
+                NO_HISTORY,
+                sort=[("expires_at", 1), ("_id", 1)],  # the ``expiry`` index: oldest first
+                session=session,
+            )
+            reaped: builtins.list[str] = []
+            try:
+                async for doc in cursor:
+                    snapshot = self._decoded_or_none(doc, "reap")
+                    if snapshot is None or not snapshot.expired(now):
+                        continue
+                    result = await self._tasks.delete_one(
+                        {"_id": snapshot.id, "_w": doc.get("_w")}, session=session
+                    )
+                    if result.deleted_count == 1:
+                        reaped.append(snapshot.id)
+                        if len(reaped) >= limit:
+                            break
+            finally:
+                await settle(cursor.close())
+            await self._free_slots(len(reaped), session)
+            return reaped
+
+        reaped: builtins.list[str] = await self._atomically(body)
+        return reaped
