@@ -67,6 +67,7 @@ class MongoClaims(MongoBase):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
 
@@ -79,7 +80,8 @@ class MongoClaims(MongoBase):
             InvalidInput: bad arguments.
             StoreUnavailable: transient failure.
         """
-        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive)
+        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
+                                            start)
         if exclusive and not self.capabilities.exclusive_queues:
             raise CapabilityNotSupported(
                 "exclusive queues need a MongoDB replica set (multi-document transactions)"

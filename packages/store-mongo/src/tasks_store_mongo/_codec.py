@@ -92,7 +92,7 @@ def encode_fields(snapshot: Snapshot) -> dict[str, Any]:
     claim = snapshot.claim
     if claim is not None:
         data["claim"]["expires_at"] = claim.expires_at
-    ready = snapshot.status in (TaskStatus.PENDING, TaskStatus.RUNNING)
+    ready = snapshot.status.stored == TaskStatus.PENDING
     data["_ready"] = ready
     data["_ready_at"] = _ready_at(snapshot) if ready else None
     return data

@@ -24,7 +24,7 @@ from tasks_core.errors import (
     Unavailable,
 )
 from tasks_core.events import EventRecord
-from tasks_core.models import NewTask, Snapshot, TaskQuery, TaskStatus
+from tasks_core.models import NewTask, Snapshot, TaskQuery
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
@@ -158,10 +158,8 @@ class MongoRecords(MongoBase):
         if query.queue is not None:
             conditions.append({"queue": query.queue})
         if query.statuses is not None:
-            stored = {
-                TaskStatus.PENDING if s == TaskStatus.RUNNING else s for s in query.statuses
-            }
-            conditions.append({"status": {"$in": sorted(s.value for s in stored)}})
+            stored = {s.stored.value for s in query.statuses}  # rules.matches tells the rest
+            conditions.append({"status": {"$in": sorted(stored)}})
         if query.principal is not None:
             who = {"user_id": query.principal.user_id, "tenant": query.principal.tenant}
             conditions.append(
