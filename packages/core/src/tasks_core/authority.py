@@ -1,28 +1,13 @@
 """Who is asking: principals, and the id rules that make (owner, key) -> id injective.
 
-Principals:
+Principals: ``Owner(user_id, tenant="default")``, a user of one tenant, and
+``System(tenant=None)``, the explicit, greppable bypass (``None``: every tenant). Every
+client call takes one positionally with no default; a bare string is refused.
 
-- ``Owner(user_id, tenant="default")``: a user of one tenant.
-- ``System(tenant=None)``: the explicit, greppable bypass; ``None`` means every tenant.
-
-Every client call takes one positionally with no default. A bare string is refused.
-
-Ids (``scoped_task_key``):
-
-- ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
-  ``"acme::alice::report_42"`` in tenant ``acme``;
-- ``dedup="global"``: the key verbatim in tenant ``default``, ``"acme::::report"`` in
-  tenant ``acme`` (tenants never share a global key);
-- no key: a random id (:func:`random_task_id`), ``"::"`` then 32 hex digits.
-
-User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
-(we refuse it for both dedup modes, see docs/design.md). So an owner id has exactly one
-``::`` in the default tenant, two in any other tenant (with a non-empty user between),
-a global key none in ``default`` and two around an empty user elsewhere: no two
-(tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back. No id
-built from a key begins with ``::`` (a name or tenant is never empty and never begins
-with ``::``; a key never holds it), so a random id can never be named by a key: a global
-key cannot reach — or probe for — a task submitted without one.
+Ids: ``"alice::report_42"`` (``dedup="owner"``), the key verbatim (``dedup="global"``),
+``"::"`` and 32 hex digits (no key), each prefixed by the tenant outside ``default``. No
+two (tenant, owner, key) triples share an id, :func:`owner_of` reads the owner back, and
+no key can name a random id (:func:`scoped_task_key` says why).
 """
 
 from __future__ import annotations
@@ -192,6 +177,20 @@ def scoped_task_key(
             the tenant: the key verbatim in tenant ``default``, ``"tenant::::key"`` in any
             other, so that tenants never share — or probe — each other's global keys).
         tenant: the tenant of a global key (default: the owner's, else ``default``).
+
+    Ids: ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
+    ``"acme::alice::report_42"`` in tenant ``acme``; ``dedup="global"``: the key verbatim
+    in ``default``, ``"acme::::report"`` in ``acme``; no key: a random id
+    (:func:`random_task_id`), ``"::"`` then 32 hex digits.
+
+    User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
+    (refused for both dedup modes, see docs/design.md). So an owner id has exactly one
+    ``::`` in the default tenant, two in any other tenant (with a non-empty user between),
+    a global key none in ``default`` and two around an empty user elsewhere: no two
+    (tenant, owner, key) triples share an id, and :func:`owner_of` reads the owner back. No
+    id built from a key begins with ``::`` (a name or tenant is never empty and never
+    begins with ``::``; a key never holds it), so a random id can never be named by a key:
+    a global key cannot reach — or probe for — a task submitted without one.
 
     Raises:
         InvalidInput: bad key, tenant, unknown dedup, or owner dedup without an owner.

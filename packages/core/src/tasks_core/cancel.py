@@ -1,19 +1,9 @@
 """The cancellation token of one run: a cause, set once, read by the handler.
 
 Cancellation is a token, never an exception injected into a thread. Four causes
-(:class:`~tasks_core.reasons.CancelReason`):
-
-==============  ==========================================  =================================
-cause           set when                                    stored as
-==============  ==========================================  =================================
-``user``        a cancel request was recorded               ``cancelled`` "Cancelled by user"
-``timeout``     the run exceeded ``timeout``                ``failed`` ``TaskTimeout``
-``superseded``  the run lost its lease (a new run of the    nothing: the old run's writes are
-                key, or another worker took over)           fenced by the lease
-``shutdown``    the worker drains                           nothing: the task is released
-==============  ==========================================  =================================
-
-The first cause wins: later ones are ignored. Messages are rendered from the cause by
+(:class:`~tasks_core.reasons.CancelReason`: ``user``, ``timeout``, ``superseded``,
+``shutdown``; :class:`CancelToken` says when each is set and how it is stored). The first
+cause wins: later ones are ignored. Messages are rendered from the cause by
 :func:`tasks_core.reasons.reason_error`, never passed in.
 """
 
@@ -41,6 +31,17 @@ class CancelToken:
 
     Async code awaits :meth:`wait`; sync code (handlers in threads) reads
     :attr:`cancelled` or blocks in :meth:`wait_sync`.
+
+    ==============  ==========================================  ===============================
+    cause           set when                                    stored as
+    ==============  ==========================================  ===============================
+    ``user``        a cancel request was recorded               ``cancelled`` "Cancelled by
+                                                                user"
+    ``timeout``     the run exceeded ``timeout``                ``failed`` ``TaskTimeout``
+    ``superseded``  the run lost its lease (a new run of the    nothing: the old run's writes
+                    key, or another worker took over)           are fenced by the lease
+    ``shutdown``    the worker drains                           nothing: the task is released
+    ==============  ==========================================  ===============================
     """
 
     def __init__(self) -> None:

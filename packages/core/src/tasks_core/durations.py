@@ -1,20 +1,14 @@
 """Durations: the one check of every duration and interval the runtime is given.
 
-Rule: a duration is a real number of seconds — an ``int`` or a ``float`` (any
-``numbers.Real``), never a ``bool`` or a string — that is finite and within its option's
-bounds. Each option of the public API (``App``, ``@app.task``, ``submit``, ``wait``,
-``watch``, ``TaskContext.sleep``), the worker (``Worker(...)``, ``shutdown``) and the CLI
-(``tasks worker``, ``tasks stress``) passes through :func:`check_duration` where it is
-given, before anything starts or is written; a refusal is
-:class:`~tasks_core.errors.InvalidInput` naming the option and its bounds (exit 2 on the
-CLI). The stored models (``RetryPolicy``, ``Work``, ``NewTask``) keep the same bounds as
-strict, finite pydantic fields, so a model built directly is held to them too.
-
-The bounds: a lease is at most the stores' cap (:data:`tasks_core.rules.MAX_LEASE_S`);
-timeouts, retry delays and waits at most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at
-most :data:`MAX_KEEP_S`; an interval the runtime repeats (polls, heartbeats, reaps,
-progress writes) at least :data:`MIN_INTERVAL_S`, so that no setting turns a wait into a
-busy loop.
+Rule: a duration is a real number of seconds (any ``numbers.Real``, never a ``bool`` or a
+string), finite and within its option's bounds. Every option of the public API, the worker
+and the CLI passes through :func:`check_duration` where it is given, before anything starts
+or is written; a refusal is :class:`~tasks_core.errors.InvalidInput` naming the option and
+its bounds (exit 2 on the CLI). The stored models keep the same bounds as strict fields.
+Bounds: a lease at most :data:`tasks_core.rules.MAX_LEASE_S`; timeouts, retry delays and
+waits at most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at most :data:`MAX_KEEP_S`; an
+interval the runtime repeats at least :data:`MIN_INTERVAL_S`, so no setting turns a wait
+into a busy loop.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Events: every state change of a task is one event with a caller-chosen ``event_id``.
 
-=============================  =====================  =======================================
-kind                           sender                 effect
-=============================  =====================  =======================================
-``input_requested``            lease holder           -> ``waiting_input``; a key is asked
-                                                      once per run
-``input_responses_accepted``   request (respond)      answers outstanding keys only; none
-                                                      outstanding afterwards -> runnable
-``retry_requested``            lease holder           schedules ``retry_at`` or fails when
-                                                      the policy is exhausted
-``completed``                  lease holder           terminal
-``failed``                     lease holder           terminal
-``cancelled``                  request (cancel)       terminal, "Cancelled by user"
-``watcher_added``              core, at submit        grants read/cancel/respond
-=============================  =====================  =======================================
+- ``input_requested`` (lease holder): -> ``waiting_input``; a key is asked once per run;
+- ``input_responses_accepted`` (respond): answers outstanding keys only; none left -> runnable;
+- ``retry_requested`` (lease holder): schedules ``retry_at``, or fails once the policy is spent;
+- ``completed`` and ``failed`` (lease holder): terminal;
+- ``cancelled`` (cancel): terminal, "Cancelled by user";
+- ``watcher_added`` (core, at submit): grants read/cancel/respond.
 
 The ``event_id`` is stable across retries of the same call: a store that already applied it
 answers ``duplicate`` with the original revision and commit time.

@@ -1,22 +1,10 @@
 """Store plugins: how a backend distribution makes itself known.
 
 A store distribution declares entry points in group ``tasks`` — one per URL scheme it
-serves, plus its store name — all pointing at a module that implements the hook::
-
-    # pyproject.toml of tasks-store-acme
-    [project.entry-points.tasks]
-    acme = "tasks_store_acme.plugin"
-
-    # tasks_store_acme/plugin.py
-    from tasks_core.plugins import StoreSpec, hookimpl
-
-    @hookimpl
-    def tasks_stores() -> StoreSpec:
-        return StoreSpec(name="acme", schemes=("acme",), factory=open_acme,
-                         capabilities=AcmeStore.CAPABILITIES, distribution="tasks-store-acme")
-
-Naming the entry point after the scheme lets :func:`tasks_core.open_store` import exactly
-the plugin asked for and nothing else.
+serves, plus its store name — all pointing at a module whose ``@hookimpl`` function
+``tasks_stores()`` returns a :class:`StoreSpec` (docs/writing-a-store.md shows one, and
+examples/acme-store is a whole plugin). Naming the entry point after the scheme lets
+:func:`tasks_core.open_store` import exactly the plugin asked for and nothing else.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Group commit of a worker's terminal events, on stores with ``batch_transitions``.
 
-A run that finished its handler hands its terminal event (``completed``, ``failed``,
-``retry_requested``) to the worker's :class:`GroupCommit` and waits for its own result.
-The group writes the events it holds with one ``store.transition_many`` — one transaction
-and one commit for all of them — as soon as the first of these happens:
-
-- the worker is idle: no run of the worker is still executing its handler (nobody could
-  add to the group; a drain is the same case);
-- ``window`` seconds passed since the group's first event;
-- the group holds ``max_items`` events.
-
-Nothing weakens a completion: every item is the run's own ``transition`` — its own
-expected revision and its own lease, checked by the store item by item — so a stale
-lease in a group is refused (``LeaseLost``) while the others apply, and a crash before
-the commit writes none of them: those tasks simply run again once their leases expire
-(at least once). A whole group that fails (``StoreUnavailable``) fails every waiting
-write, and each run retries its own (the event id makes a retry that had landed answer
-``duplicate``).
+A run that finished its handler hands its terminal event to the worker's
+:class:`GroupCommit` and waits for its own result. The group writes what it holds with one
+``store.transition_many`` (one transaction, one commit) as soon as no run of the worker is
+still in its handler, ``window`` seconds passed since its first event, or it holds
+``max_items``. Nothing weakens a completion: each item keeps its own revision and lease,
+checked item by item (a stale lease is refused while the others apply); a crash before the
+commit writes none of them (they run again once their leases expire); a whole group that
+fails fails every waiting write, and each run retries its own (same event id).
 """
 
 from __future__ import annotations

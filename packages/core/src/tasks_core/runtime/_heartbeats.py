@@ -3,10 +3,8 @@
 A run renews its lease every ``lease_for / 3``, starting one interval after its handler
 started; a run that ends before that never renews. Every run of a worker has the same
 interval, so the runs waiting for their first renew are due in the order they started:
-:class:`HeartbeatStarts` keeps them in that order and arms one timer, for the first of them.
-*Why not a timer per run:* a timer per run that is nearly always cancelled (a short run)
-was a large share of the runtime's own cost per task — the timer, its cancel and the event
-loop's heap of cancelled timers.
+:class:`HeartbeatStarts` keeps them in that order and arms one timer, for the first of
+them, instead of a timer per run that a short run would nearly always cancel.
 """
 
 from __future__ import annotations

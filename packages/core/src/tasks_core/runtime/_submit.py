@@ -1,19 +1,13 @@
 """Submit: create a task, join a live key, or start a new run of a finished key.
 
-The App validates everything it can before calling :func:`submit` (input, queue, sizes,
-authority); this module decides what a key that already exists means:
-
-- no task with the id: create it (``created``);
-- a live task: the submitter (and any ``watchers=``) join it as watchers (``joined``);
-  the submitted input and options are ignored — the live run is the answer;
-- a finished (or expired, not yet reaped) task: a new run replaces it atomically
-  (``replaced``), keeping the owner and watchers and adding the newcomers.
-
-Joining or re-running a task you do not own, adding anyone who is not already a member,
-needs the policy's ``watch_authorizer``; otherwise ``AuthorizationError``. Keyed ids embed
-the tenant (``scoped_task_key``), so a key never meets another tenant's task; should an id
-ever do so, it is refused like a missing right. Everything refused is refused before
-anything is written.
+The App validates what it can first (input, queue, sizes, authority); this module decides
+what a taken id means: none, create it (``created``); a live task, the submitter and its
+``watchers=`` join it as watchers, the submitted input and options ignored (``joined``); a
+finished (or expired, not yet reaped) task, a new run replaces it atomically, keeping the
+owner and watchers (``replaced``). Joining or re-running a task you do not own, or adding
+anyone who is not a member, needs the policy's ``watch_authorizer``. Keyed ids embed the
+tenant, so a key never meets another tenant's task; should an id ever do so, it is refused
+like a missing right. Everything refused is refused before anything is written.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The garbage collector's settings for a process that serves as a worker (``tasks worker``).
 
-Rule: what the process loaded before serving (modules, the app, the store) is left out of
-the collector's scans (:func:`gc.freeze`, CPython's advice for long-lived servers), and a
-young-generation collection starts only once :data:`YOUNG_THRESHOLD` more tracked objects
-are alive than at the last one (CPython's default is 700). *Why:* a run allocates tens of
-short-lived models, and at 700 young collections took a share of the worker's CPU (figures:
-packages/store-sql/bench/LOG.md; rule: docs/design.md, "CLI and demo"). Objects
-still die by reference counting at once; the threshold only delays the search for cycles,
-so memory grows by at most that many objects. The older generations keep their
-thresholds.
-
-Only processes the package owns apply it: a worker embedded in an application's process
-leaves that process's collector alone. The undo unfreezes everything frozen, which only
-the process's owner should ask for.
+Rule: what the process loaded before serving is left out of the collector's scans
+(:func:`gc.freeze`, CPython's advice for long-lived servers), and a young collection starts
+only once :data:`YOUNG_THRESHOLD` more tracked objects are alive than at the last one
+(CPython's default is 700): a run allocates many short-lived models (docs/design.md, "CLI
+and demo"). Objects still die by reference counting at once; only the search for cycles
+waits. Only processes the package owns apply it: an embedded worker leaves its process's
+collector alone; the undo unfreezes everything frozen, which only the owner should ask for.
 """
 
 from __future__ import annotations
