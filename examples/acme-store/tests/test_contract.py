@@ -1,4 +1,5 @@
-"""AcmeStore passes the whole tasks contract suite: the one file a store author writes."""
+"""AcmeStore passes the whole tasks contract suite and its property runs: the one file a
+store author writes."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from typing import Any
 
 import pytest
 from tasks_contract_tests import StoreContract
+from tasks_contract_tests.properties import PropertyChecks
 from tasks_core import TaskStore, find_store, open_store
 
 URL = "acme://contract"
 
 
-class TestAcmeStore(StoreContract):
-    """Every contract test against ``AcmeStore``, found through its entry point."""
+class TestAcmeStore(StoreContract, PropertyChecks):
+    """Every contract test and property run against ``AcmeStore``, found through its
+    entry point, with one async ``store_factory``."""
 
     @pytest.fixture
     async def store_factory(self) -> AsyncIterator[Callable[..., Awaitable[TaskStore]]]:
