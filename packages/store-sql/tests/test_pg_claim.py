@@ -2,7 +2,8 @@
 
 On PostgreSQL ``claim_next`` is a single statement that locks the candidates, reads the
 clock after the locks and rewrites the claim's keys of each stored snapshot in SQL
-(``tasks_store_sql._pg_claim``), leaving every other value of the JSON text as it was. These
+(``tasks_store_sql.postgres._claim_sql``), leaving every other value of the JSON text as it
+was. These
 tests hold it to the rules: what it stores and returns is exactly what
 ``rules.start_claim`` decides from the snapshot before the claim (every field, a
 recovered lease, progress and a due retry cleared, ``started_at`` kept); the user's
@@ -31,8 +32,9 @@ from tasks_core import (
     TaskStatus,
     rules,
 )
-from tasks_store_sql import SQLStore, _codec, _pg_claim
-from tasks_store_sql._pg_statements import one_queue
+from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql.postgres import _claim_sql as _pg_claim
+from tasks_store_sql.postgres._statements import one_queue
 
 pytestmark = pytest.mark.anyio
 
@@ -331,7 +333,7 @@ def _python_claims_refused(store: SQLStore, monkeypatch: pytest.MonkeyPatch) -> 
     async def refused(*args: object) -> object:
         raise AssertionError("the claim statement left a row to the claim in Python")
 
-    monkeypatch.setattr(store._fast, "_claim_locked", refused)
+    monkeypatch.setattr(store, "_claim_locked", refused)
 
 
 async def test_the_statement_claims_rows_laid_out_by_the_codec_alone(

@@ -29,8 +29,8 @@ from tasks_core import (
 )
 from tasks_core.errors import EventIdReused
 from tasks_core.models import Claim
-from tasks_store_sql import SQLStore, _codec, _pg_complete
-from tasks_store_sql._pg import FastPath
+from tasks_store_sql import PostgresStore, SQLStore, _codec
+from tasks_store_sql.postgres import _complete_sql as _pg_complete
 
 pytestmark = pytest.mark.anyio
 
@@ -50,9 +50,9 @@ def store(pg_store: SQLStore) -> SQLStore:
     return pg_store
 
 
-def _fast(store: SQLStore) -> FastPath:
-    assert store._fast is not None
-    return store._fast
+def _fast(store: SQLStore) -> PostgresStore:
+    assert isinstance(store, PostgresStore)
+    return store
 
 
 def _statement_only(store: SQLStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,8 @@ from tasks_core import (
     TaskExists,
     TaskQuery,
 )
-from tasks_store_sql import SQLStore, _codec, _pg
+from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql.postgres import _creates as _pg
 
 pytestmark = pytest.mark.anyio
 
@@ -52,14 +53,14 @@ class Statements(list[list[Snapshot | None]]):
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Statements:
     recorded = Statements()
-    original = _pg.FastPath.create_at_once
+    original = _pg.PostgresCreates.create_at_once
 
-    async def recording(self: _pg.FastPath, *args: Any) -> list[Snapshot | None]:
+    async def recording(self: _pg.PostgresCreates, *args: Any) -> list[Snapshot | None]:
         made = await original(self, *args)
         recorded.append(made)
         return made
 
-    monkeypatch.setattr(_pg.FastPath, "create_at_once", recording)
+    monkeypatch.setattr(_pg.PostgresCreates, "create_at_once", recording)
     return recorded
 
 

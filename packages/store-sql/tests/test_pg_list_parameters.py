@@ -1,4 +1,4 @@
-"""PostgreSQL list parameters of the hot path (``_pg_statements.joined``): a list sent as
+"""PostgreSQL list parameters of the hot path (``postgres._statements.joined``): a list sent as
 one text, its elements joined by a control character, reads back as exactly the array
 asyncpg would have sent — every element, in order, of every type the statements use,
 with ``NULL`` only where the list said ``None``."""
@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from tasks_store_sql._dialect import parse_url
-from tasks_store_sql._pg_statements import SEPARATOR, Statement, join_list, joined
+from tasks_store_sql.postgres._statements import SEPARATOR, Statement, join_list, joined
 
 pytestmark = pytest.mark.anyio
 

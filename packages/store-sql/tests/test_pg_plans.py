@@ -21,9 +21,10 @@ from typing import Any
 import asyncpg
 import pytest
 from tasks_core import Completed, NewTask, Owner, Work
-from tasks_store_sql import SQLStore, _pg_complete
-from tasks_store_sql._dialect import parse_url
+from tasks_store_sql import PostgresStore, SQLStore
+from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import drop_namespace
+from tasks_store_sql.postgres import _complete_sql as _pg_complete
 
 pytestmark = pytest.mark.anyio
 
@@ -80,8 +81,8 @@ async def test_generic_plan_of_a_transition_reads_history_by_key(
     store: SQLStore, postgres_url: str
 ) -> None:
     await _tasks_with_history(store)
-    assert store._fast is not None
-    lock = store._fast.sql.lock
+    assert isinstance(store, PostgresStore)
+    lock = store.sql.lock
 
     rows = await _run_generic(store, postgres_url, lock.sql,
                               lock.args(now=None, ids=["t1", "t2"], event_ids=["done"]))
@@ -97,13 +98,13 @@ async def test_generic_plan_of_a_completion_reads_history_by_key(
     await _tasks_with_history(store)
     await store.create(NewTask(id="t3", tenant="default", owner=OWNER, work=Work(name="job")))
     [claim] = await store.claim_next("w1", 30, queues=["default"], limit=1)
-    assert store._fast is not None
+    assert isinstance(store, PostgresStore)
     planned = _pg_complete.plan(
         [("t3", claim.snapshot.revision, Completed(event_id="done"), claim.lease)],
-        store._fast.decoded,
+        store.decoded,
     )
     assert list(planned.kept) == ["t3"]
-    statement = store._fast.complete
+    statement = store.complete
 
     rows = await _run_generic(store, postgres_url, statement.sql,
                               statement.args(now=None, **planned.parameters()))

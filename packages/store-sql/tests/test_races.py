@@ -269,7 +269,7 @@ async def test_creation_time_is_read_after_the_creators_lock_is_held(
     the order claims take them in.
 
     Troubleshooting: on PostgreSQL the one-statement create reads the clock in a
-    ``MATERIALIZED`` CTE over the locked creators' row (``_pg_statements._created``).
+    ``MATERIALIZED`` CTE over the locked creators' row (``postgres._create_sql._created``).
     """
     store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
     try:
@@ -297,7 +297,7 @@ async def test_a_create_that_waits_for_another_creator_counts_its_tasks(
     statement's start).
 
     Troubleshooting: decide on what was read after the lock — rows locked after it, or a
-    count in a statement of its own (``_scopes``, ``_pg_statements._scopes``).
+    count in a statement of its own (``_scopes``, ``postgres._create_sql._scopes``).
     """
     store = await SQLStore.open(db_url, namespace=fresh_namespace,
                                 max_active_tasks_per_scope=2)

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from tasks_core import CapacityExceeded, Completed, NewTask, Owner, TaskExists, Work
-from tasks_store_sql import SQLStore, _pg, _scopes
+from tasks_store_sql import SQLStore, _scopes
 from tasks_store_sql import store as store_module
+from tasks_store_sql.postgres import _creates as _pg
 
 pytestmark = pytest.mark.anyio
 

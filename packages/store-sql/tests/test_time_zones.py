@@ -112,7 +112,7 @@ async def test_leases_and_ttls_of_days_are_exact_across_a_daylight_saving_change
 
     Troubleshooting: PostgreSQL adds an interval's days as calendar days in the session's
     zone (``timestamptz + interval '1 day'`` is 25 hours on the night clocks go back);
-    add a count of milliseconds (``_pg_statements.later``), never a ``timedelta``.
+    add a count of milliseconds (``postgres._statements.later``), never a ``timedelta``.
     """
     clock = ManualClock(datetime(2026, 10, 31, 16, 0, tzinfo=UTC))  # New York: EDT, then EST
     store = await SQLStore.open(

@@ -1,8 +1,9 @@
 """tasks-store-sql: the SQL store of tasks (SQLite, PostgreSQL, MariaDB/MySQL).
 
 ``open_store("sqlite:///tasks.db")`` (or ``postgresql://…``, ``mysql://…``) opens an
-:class:`SQLStore`; see :mod:`tasks_store_sql.store` for capabilities, URLs and options, and
-:func:`migrate` for schema migrations.
+:class:`SQLStore` — on PostgreSQL with asyncpg its subclass :class:`PostgresStore`; see
+:class:`SQLStore` for capabilities, URLs and options, and :func:`migrate` for schema
+migrations.
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from tasks_store_sql.migrations_api import (
     migrate,
     revisions,
 )
+from tasks_store_sql.postgres import PostgresStore
 from tasks_store_sql.store import SQLStore
 
-__all__ = ["SQLStore", "SchemaMismatch", "current_revision", "head", "migrate", "revisions"]
+__all__ = [
+    "PostgresStore",
+    "SQLStore",
+    "SchemaMismatch",
+    "current_revision",
+    "head",
+    "migrate",
+    "revisions",
+]

@@ -38,7 +38,6 @@ from tasks_store_sql._migrate import (
     mismatch,
     schema_state,
 )
-from tasks_store_sql._pg import FastPath
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import (
     COUNTER,
@@ -119,7 +118,6 @@ class StoreBase:
         self._queue_locks: set[str] = set()
         self._db = self._database(target, engine, busy_timeout, engine_options)
         self._durable = not self._db.memory
-        self._fast: FastPath | None = None  # the PostgreSQL hot path (``SQLStore``)
         self.decoded = _codec.Decoded()  # snapshots written or claimed, for the next lock
 
     def _database(
@@ -173,7 +171,7 @@ class StoreBase:
         )
 
     def _wakeups_supported(self) -> bool:
-        return False  # SQLStore: PostgreSQL with asyncpg, a SQLite file
+        return False  # overridden: PostgreSQL with asyncpg, a SQLite file
 
     @property
     def engine(self) -> AsyncEngine:

@@ -1,18 +1,13 @@
-"""The claimable rows of a queue, oldest first: three branches, each read through the
-partial index made for it.
+"""The claimable rows of a queue, oldest first: three disjoint branches, each read
+through the partial index made for it.
 
-A claimable row is ``pending``, not expired, and either
-
-- **fresh** — no lease and no retry pending (``ix_tasks_claim``, which holds only such
-  rows, in claim order);
-- **lapsed** — a lease that expired without ending (``ix_tasks_lease``, by expiry); or
-- **due** — a retry whose time has come (``ix_tasks_retry``, by retry time).
-
-The three are disjoint. Each branch takes its ``limit`` oldest rows (locked, skipping
-rows other sessions hold, where the dialect locks rows) and the caller keeps the
-``limit`` oldest of their union: the same rows, in the same order, as one scan of every
-pending row — but a claim no longer walks past the running tasks and the tasks waiting
-for a retry of its queue, however many there are.
+A claimable row is ``pending``, not expired, and either **fresh** — no lease, no retry
+pending (``ix_tasks_claim``, in claim order); **lapsed** — a lease that expired without
+ending (``ix_tasks_lease``); or **due** — a retry whose time has come
+(``ix_tasks_retry``). Each branch takes its ``limit`` oldest rows (locked, skipping rows
+other sessions hold, where the dialect locks rows) and the caller keeps the ``limit``
+oldest of their union: the rows, in the order, of one scan of every pending row — without
+walking past a queue's running tasks and tasks waiting for a retry.
 """
 
 from __future__ import annotations

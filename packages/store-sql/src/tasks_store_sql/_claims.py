@@ -1,13 +1,13 @@
-"""Claims and leases: ``claim``, ``claim_next``, ``renew``, ``report_progress``,
-``release`` and ``worker_snapshot``.
+"""Claims and leases on the SQL path: ``claim``, ``claim_next``, ``renew``,
+``report_progress``, ``release`` and ``worker_snapshot``.
 
-``claim_next`` is the hot path: one transaction samples the clock, then locks the oldest
-claimable rows with ``FOR UPDATE SKIP LOCKED`` (PostgreSQL, MariaDB 10.6+) so it never
-waits for another claimer, re-checks each row with :func:`tasks_core.rules.is_claimable`
-and writes the claims back. SQLite serializes writers (``BEGIN IMMEDIATE``), so no row
-locks are needed there. An exclusive queue is guarded by its own lock row, taken with
-``SKIP LOCKED`` too: while another claimer holds it, or any task of the queue holds a live
-lease, the queue yields nothing.
+The claim is decided by :mod:`tasks_core.storekit`; this module fetches and writes.
+``claim_next`` reads the clock, then locks the oldest claimable rows per
+``ClaimScan.fetches()`` group with ``FOR UPDATE SKIP LOCKED`` (never waiting for another
+claimer; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), offers them to the scan
+in claim order and writes its decisions in the same transaction. An exclusive queue is
+guarded by its own lock row, taken with ``SKIP LOCKED`` too: while another claimer holds
+it, or a task of the queue holds a live lease, the queue yields nothing.
 """
 
 from __future__ import annotations
@@ -22,20 +22,27 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import reports, rules
-from tasks_core.errors import InvalidInput, LeaseLost, StoreCorrupt, TaskNotFound, Unavailable
-from tasks_core.events import EventRecord
-from tasks_core.models import Claim, Lease, Snapshot, TaskStatus
+from tasks_core.errors import LeaseLost, StoreCorrupt, TaskNotFound
+from tasks_core.models import Claim, Lease, Snapshot
+from tasks_core.storekit import (
+    ClaimRequest,
+    ClaimScan,
+    Started,
+    check_claim,
+    check_claim_next,
+    claim_one,
+    claim_result,
+)
 
-from tasks_store_sql._base import StoreBase, TaskRow
-from tasks_store_sql._db import CommitThenRaise
+from tasks_store_sql._base import TaskRow
+from tasks_store_sql._reads import ReadOps
 
 __all__ = ["ClaimOps"]
 
 log = logging.getLogger("tasks_store_sql")
-_PENDING = TaskStatus.PENDING.value
 
 
-class ClaimOps(StoreBase):
+class ClaimOps(ReadOps):
     """Claim and lease operations (see the module docstring)."""
 
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
@@ -43,61 +50,32 @@ class ClaimOps(StoreBase):
 
         Raises:
             TaskNotFound: unknown task.
-            Unavailable: terminal, expired, waiting, leased, or past its delivery limit.
+            Unavailable: terminal, expired, waiting, leased, or past its delivery limit
+                (then the failure is committed first, and reported once).
             Deferred: a retry is not due yet.
             InvalidInput: bad ``lease_for`` or ``worker_id``.
             StoreCorrupt: the record fails validation.
             StoreUnavailable: transient database failure.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
-        if not isinstance(task_id, str):
-            raise InvalidInput("task_id must be a string")
+        check_claim(task_id, worker_id, lease_for)
         await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.claim(task_id, worker_id, lease_for)
+        return claim_result(await self._claim_started(task_id, worker_id, lease_for))
 
-        async def op(conn: AsyncConnection) -> Claim:
+    async def _claim_started(self, task_id: str, worker_id: str, lease_for: float) -> Started:
+        """``claim`` decided and committed (PostgreSQL overrides)."""
+
+        async def op(conn: AsyncConnection) -> Started:
             row = await self._fetch(conn, task_id, lock=True)
             if row is None:
                 raise TaskNotFound(task_id)
             now = await self._now(conn)
-            snapshot = row.decode()
-            rules.check_claimable(snapshot, now)
-            claim = await self._start(conn, row, snapshot, worker_id, lease_for, now)
-            if isinstance(claim, EventRecord):
-                failed[:] = [claim]
-                raise CommitThenRaise(
-                    Unavailable(f"The task exceeded {snapshot.work.max_deliveries} deliveries")
-                )
-            return claim
+            started = claim_one(row.decode(), worker_id, lease_for, now)
+            await self._save(conn, row, started.snapshot, _token(started, row.token))
+            if started.failure is not None:
+                await self._record(conn, row.id, started.failure)
+            return started
 
-        failed: list[EventRecord] = []  # the failure past the delivery limit, if any
-        try:
-            return await self._db.run(op, write=True)
-        except Unavailable:
-            if failed:  # raised after the commit: the failure is written
-                reports.delivery_limit(task_id, failed[0])
-            raise
-
-    async def _start(
-        self,
-        conn: AsyncConnection,
-        row: TaskRow,
-        snapshot: Snapshot,
-        worker_id: str,
-        lease_for: float,
-        now: datetime,
-    ) -> Claim | EventRecord:
-        """Claim ``row``, or fail it past its delivery limit (the failure's record)."""
-        new, token, lease, failure = rules.start_claim(snapshot, worker_id, lease_for, now)
-        if failure is not None:
-            await self._save(conn, row, new, row.token)
-            await self._record(conn, row.id, failure)
-            return failure
-        assert lease is not None
-        await self._save(conn, row, new, token)
-        return Claim(rules.present(new, now), lease)
+        return await self._db.run(op, write=True)
 
     async def claim_next(
         self,
@@ -114,59 +92,44 @@ class ClaimOps(StoreBase):
             InvalidInput: bad ``lease_for``, ``worker_id``, ``limit`` or queue names.
             StoreUnavailable: transient database failure.
         """
-        rules.check_lease_for(lease_for)
-        rules.check_worker_id(worker_id)
-        wanted = rules.check_queues(queues)
-        exclusive_set = rules.check_queues(exclusive, allow_empty=True)
-        rules.check_limit(limit, maximum=rules.MAX_BATCH)
+        request = check_claim_next(worker_id, lease_for, queues, limit, exclusive)
         await self._ensure_ready()
-        guarded = sorted(wanted & exclusive_set)
-        if self._fast is not None and not guarded:
-            return await self._fast.claim_next(worker_id, lease_for, sorted(wanted), limit)
+        return await self._claim_next(request)
+
+    async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
+        """``claim_next`` of checked arguments, in one transaction; the failures past the
+        delivery limit reported once committed (PostgreSQL overrides, and falls back to
+        this)."""
+        guarded = sorted(request.exclusive)
         if guarded and self._db.kind != "sqlite":
             await self._ensure_queue_locks(guarded)
 
-        async def op(
-            conn: AsyncConnection,
-        ) -> tuple[list[Claim], list[tuple[str, EventRecord]]]:
+        async def op(conn: AsyncConnection) -> ClaimScan:
             now = await self._now(conn)
-            open_queues = sorted(wanted - exclusive_set)
-            free = [q for q in guarded if await self._queue_is_free(conn, q, now)]
-            return await self._claim_oldest(
-                conn, worker_id, lease_for, now, open_queues, free, limit
-            )
+            busy = [q for q in guarded if not await self._queue_is_free(conn, q, now)]
+            scan = ClaimScan(request, now, busy)
+            await self._scan(conn, scan)
+            return scan
 
-        claims, failures = await self._db.run(op, write=True)
-        for task_id, record in failures:
-            reports.delivery_limit(task_id, record)
-        return claims
+        scan = await self._db.run(op, write=True)
+        scan.report()
+        return scan.claims
 
-    async def _claim_oldest(
-        self,
-        conn: AsyncConnection,
-        worker_id: str,
-        lease_for: float,
-        now: datetime,
-        open_queues: list[str],
-        free: list[str],
-        limit: int,
-    ) -> tuple[list[Claim], list[tuple[str, EventRecord]]]:
-        claims: list[Claim] = []
+    async def _scan(self, conn: AsyncConnection, scan: ClaimScan) -> None:
+        """Offer the oldest candidates to ``scan`` until it is done or none are left, then
+        write its decisions (corrupt records are skipped, nothing written to them)."""
         seen: set[str] = set()
-        free = list(free)
         saves: list[tuple[str, int, Snapshot, str | None]] = []
-        failures: list[tuple[str, EventRecord]] = []
-        while len(claims) < limit:
+        failures: list[Started] = []
+        while not scan.done:
             batch: list[tuple[Any, TaskRow]] = []
-            if open_queues:
-                batch += await self._candidates(conn, open_queues, now, limit - len(claims), seen)
-            for queue in free:
-                batch += await self._candidates(conn, [queue], now, 1, seen)
+            for queues, most in scan.fetches():
+                batch += await self._candidates(conn, queues, scan.now, most, seen)
             if not batch:
                 break
             batch.sort(key=lambda item: item[0])
             for _, row in batch:
-                if len(claims) >= limit:
+                if scan.remaining <= 0:
                     break
                 seen.add(row.id)
                 try:
@@ -174,26 +137,17 @@ class ClaimOps(StoreBase):
                 except StoreCorrupt:
                     reports.corrupt_skipped(log, row.id, "claim_next")
                     continue
-                if snapshot.queue not in open_queues and snapshot.queue not in free:
-                    continue  # an exclusive queue already served by this call
-                if not rules.is_claimable(snapshot, now):
+                started = scan.offer(snapshot)
+                if started is None:
                     continue
-                new, token, lease, failure = rules.start_claim(
-                    snapshot, worker_id, lease_for, now
-                )
-                if failure is not None:  # past its delivery limit: failed, not served
-                    saves.append((row.id, row.row_version, new, row.token))
-                    failures.append((row.id, failure))
-                    continue
-                assert lease is not None
-                saves.append((row.id, row.row_version, new, token))
-                claims.append(Claim(rules.present(new, now), lease))
-                if snapshot.queue in free:
-                    free.remove(snapshot.queue)
+                saves.append((row.id, row.row_version, started.snapshot,
+                              _token(started, row.token)))
+                if started.failure is not None:
+                    failures.append(started)
         await self._save_rows(conn, saves)
-        for task_id, record in failures:
-            await self._record(conn, task_id, record)
-        return claims, failures
+        for failed in failures:
+            assert failed.failure is not None
+            await self._record(conn, failed.snapshot.id, failed.failure)
 
     async def _candidates(
         self,
@@ -272,8 +226,10 @@ class ClaimOps(StoreBase):
         """
         _check_lease_type(lease)
         await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.renew(lease, lease_for)
+        return await self._renew(lease, lease_for)
+
+    async def _renew(self, lease: Lease, lease_for: float) -> Claim:
+        """``renew`` once checked (PostgreSQL overrides)."""
 
         async def op(conn: AsyncConnection) -> Claim:
             row, snapshot, now = await self._leased(conn, lease)
@@ -294,8 +250,12 @@ class ClaimOps(StoreBase):
         """
         _check_lease_type(lease)
         await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.report_progress(lease, value, message)
+        return await self._report_progress(lease, value, message)
+
+    async def _report_progress(
+        self, lease: Lease, value: float, message: str | None
+    ) -> Snapshot:
+        """``report_progress`` once checked (PostgreSQL overrides)."""
 
         async def op(conn: AsyncConnection) -> Snapshot:
             row, snapshot, now = await self._leased(conn, lease)
@@ -316,8 +276,10 @@ class ClaimOps(StoreBase):
         """
         _check_lease_type(lease)
         await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.release(lease)
+        return await self._release(lease)
+
+    async def _release(self, lease: Lease) -> Snapshot:
+        """``release`` once checked (PostgreSQL overrides)."""
 
         async def op(conn: AsyncConnection) -> Snapshot:
             row, snapshot, now = await self._leased(conn, lease)
@@ -349,6 +311,12 @@ class ClaimOps(StoreBase):
             return rules.present(snapshot, now)
 
         return await self._db.run(op, write=False)
+
+
+def _token(started: Started, stored: str | None) -> str | None:
+    """The lease token to write for ``started``: its new one, or on a failure the stored
+    one."""
+    return stored if started.token is None else started.token
 
 
 def _check_lease_type(lease: Lease) -> None:

@@ -1,21 +1,13 @@
 """Rows <-> core models. The only module that knows how a task is laid out in SQL.
 
-A snapshot is stored as JSON text (``Snapshot.model_dump(mode="json")``) beside the
-projection columns queries filter on; the lease token only ever lives in its own column.
-Decoding a row that fails validation raises ``StoreCorrupt`` naming the task id and
-nothing of the stored text.
-
-The stored text has a fixed layout: the keys a claim or a completion rewrites
-(:data:`HEAD_KEYS`, in the model's order) come first, then every other key, starting with
-``"id"`` — ``{"status":…,"expires_at":…,"id":"…",…}``. A JSON string never holds an
-unescaped ``"``, no model inside the head has a key ``id``, and the head of a task that
-has not finished holds no object or array of the user's (its ``result`` and ``error`` are
-``null``, its ``input_requests`` empty unless it waits for input), so the first
-``,"id":"`` of such text is where the head ends: the PostgreSQL claim
-(:mod:`tasks_store_sql._pg_claim`) and completion (:mod:`tasks_store_sql._pg_complete`)
-write a new head and copy the rest byte for byte, without parsing the whole document.
-Key order means nothing to a reader: text of any other layout (written before it)
-decodes the same.
+A snapshot is stored as JSON text beside the projection columns queries filter on; the
+lease token only ever lives in its own column. Decoding a row that fails validation
+raises ``StoreCorrupt`` naming the task id and nothing of the stored text. The stored
+text has a fixed layout: the keys a claim or a completion rewrites (:data:`HEAD_KEYS`)
+come first, then every other key from ``"id"`` on, so the first ``,"id":"`` of a task
+that has not finished ends its head — which PostgreSQL's claim and completion statements
+(:mod:`tasks_store_sql.postgres`) rewrite while copying the rest byte for byte (see
+:data:`HEAD_KEYS`). Key order means nothing to a reader: any other layout decodes the same.
 """
 
 from __future__ import annotations
@@ -63,7 +55,11 @@ COMPLETION_KEYS = frozenset({
 """The snapshot keys a terminal event may write (``rules.apply_event``)."""
 HEAD_KEYS = tuple(key for key in Snapshot.model_fields if key in CLAIM_KEYS | COMPLETION_KEYS)
 """The head of the stored text: what a claim or a completion writes, in the order of the
-model's fields."""
+model's fields — ``{"status":…,"expires_at":…,"id":"…",…}``. A JSON string never holds an
+unescaped ``"``, no model inside the head has a key ``id``, and the head of a task that
+has not finished holds no object or array of the user's (its ``result`` and ``error`` are
+``null``, its ``input_requests`` empty unless it waits for input), so the first
+``,"id":"`` of such text is where the head ends."""
 _HEAD = set(HEAD_KEYS)
 _INSTANT = TypeAdapter(Instant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)

@@ -1,9 +1,9 @@
 """The statements of the SQL store's common path (SQLite, MariaDB/MySQL — and PostgreSQL
-outside its hot path), built once per namespace with bound parameters.
+outside its own statements), built once per namespace with bound parameters.
 
 SQLAlchemy compiles a statement once per dialect and caches it; what costs on every call
 is building the statement object and its cache key. Building them here, once, leaves only
-the parameters to each call. (PostgreSQL on asyncpg runs its hot path in ``_pg``.)
+the parameters to each call.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Transitions: ``transition`` and ``transition_many`` (group commit).
+"""Transitions: ``transition`` and ``transition_many`` (group commit), on the SQL path.
 
-``transition`` is ``transition_many`` of one item. The rows of every task the items name
-are locked in id order (``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` already
-serializes writers), so concurrent batches cannot deadlock; the clock is read after the
-locks; the items' event ids are looked up in the history; :func:`._batch.decide` decides
-each item as ``transition`` must; and each changed row is written once, guarded by the
-``row_version`` read under its lock, with the applied events, new watchers and wakeups —
-all in one transaction; on PostgreSQL a transition that ends ``cancelled`` also notifies
-the cancel channel there (``wait_for_cancels``; any driver, so a cancel made through
-psycopg reaches workers on asyncpg). On PostgreSQL with asyncpg the same runs in
-:mod:`._pg`.
+``transition`` is ``transition_many`` of one item. The rows the items name are locked in
+id order (SQLite's ``BEGIN IMMEDIATE`` already serializes writers), so concurrent batches
+cannot deadlock; the clock is read after the locks; the items' event ids are looked up in
+the history; :func:`tasks_core.storekit.plan_transitions` decides; each changed row is
+written once, guarded by the ``row_version`` read under its lock, with the records,
+watchers, wakeups and cancel notices — one transaction.
 """
 
 from __future__ import annotations
@@ -24,9 +20,10 @@ from tasks_core.authority import Access
 from tasks_core.errors import InvalidInput, TasksError
 from tasks_core.events import Event, Transition
 from tasks_core.models import Lease
+from tasks_core.storekit import TransitionPlan, plan_transitions
 
 from tasks_store_sql import _codec
-from tasks_store_sql._batch import Loaded, Plan, decide
+from tasks_store_sql._batch import Loaded, changed_rows, watcher_rows
 from tasks_store_sql._claims import ClaimOps
 
 __all__ = ["TransitionOps"]
@@ -69,7 +66,7 @@ class TransitionOps(ClaimOps):
         """Apply several transitions in one transaction — group commit (see
         ``TaskStore.transition_many``). The rows of every task named are locked in id
         order (so concurrent batches cannot deadlock), the clock is read after the locks,
-        each item is decided as :meth:`transition` decides it (:mod:`._batch`), and every
+        each item is decided as :meth:`transition` decides it (the store kit), and every
         changed row is written once, guarded by the ``row_version`` read under its lock.
 
         Returns:
@@ -84,14 +81,18 @@ class TransitionOps(ClaimOps):
         if not checked:
             return []
         await self._ensure_ready()
-        if self._fast is not None:
-            return await self._fast.transition_many(checked)
+        return await self._transition_checked(checked)
+
+    async def _transition_checked(
+        self, checked: builtins.list[rules.BatchItem]
+    ) -> builtins.list[Transition | TasksError]:
+        """``transition_many`` of checked, non-empty items (PostgreSQL overrides)."""
 
         async def op(conn: AsyncConnection) -> builtins.list[Transition | TasksError]:
             loaded = await self._lock_rows(conn, sorted({item[0] for item in checked}))
             now = await self._now(conn)
             await self._find_events(conn, loaded, sorted({item[2].event_id for item in checked}))
-            plan = decide(checked, loaded, now)
+            plan = plan_transitions(checked, loaded, now)
             await self._write_plan(conn, plan, loaded)
             return plan.results
 
@@ -118,9 +119,9 @@ class TransitionOps(ClaimOps):
             loaded[task_id].events[event_id] = record
 
     async def _write_plan(
-        self, conn: AsyncConnection, plan: Plan, loaded: dict[str, Loaded]
+        self, conn: AsyncConnection, plan: TransitionPlan, loaded: dict[str, Loaded]
     ) -> None:
-        """Write what :func:`decide` planned: each changed row once, then the events,
+        """Write what the kit planned: each changed row once, then the events,
         watchers, wakeups and cancel notices.
 
         Raises:
@@ -128,14 +129,14 @@ class TransitionOps(ClaimOps):
         """
         t = self.tables
         await self._save_rows(
-            conn, [(r.id, r.row_version, r.snapshot, r.token) for r in plan.rows(loaded)]
+            conn, [(r.id, r.row_version, r.snapshot, r.token) for r in changed_rows(loaded)]
         )
         if plan.events:
             await conn.execute(
                 sa.insert(t.events), [_codec.event_row(i, r) for i, r in plan.events]
             )
-        if plan.members:
-            await conn.execute(sa.insert(t.members), plan.members)
+        if plan.watchers:
+            await conn.execute(sa.insert(t.members), watcher_rows(plan.watchers))
         for queue in sorted(plan.wake):
             await self._notify(conn, queue)
         if plan.cancelled:

@@ -140,10 +140,9 @@ class WaitOps(TransitionOps):
             self._cancel_channel, self._cancelled_among))
 
     async def _cancelled_among(self, driver: Any, ids: list[str]) -> list[str]:
-        """Which of ``ids`` are cancelled, read on the listening connection ``driver``."""
-        assert self._fast is not None  # (asyncpg: what listens has the hot path)
-        statement = self._fast.sql.cancelled
-        return [row[0] for row in await driver.fetch(statement.sql, *statement.args(ids=ids))]
+        """Which of ``ids`` are cancelled, read on the listening connection ``driver``
+        (asyncpg: only ``PostgresStore`` listens, and overrides this)."""
+        raise NotImplementedError
 
     def _of_this_loop(
         self, kept: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Kept],

@@ -1,33 +1,13 @@
 """PostgreSQL's ``claim_next`` as one statement: ``rules.start_claim`` in SQL.
 
-The statement locks the oldest claimable rows of the queues (``SKIP LOCKED``), reads the
-store clock in the projection over the locked rows (after the locks), and writes each
-claim that ``rules.start_claim`` would decide — generation, token, lease expiry,
-``recovered``, deliveries, ``started_at`` kept, retry and progress cleared,
-``updated_at`` — in the same statement, which is its own transaction (one round trip).
-
-It reads and rewrites only the head of the stored text — the keys a claim or a
-completion writes, which the codec writes first (:data:`tasks_store_sql._codec.HEAD_KEYS`;
-the head ends at the first ``,"id":"``) — and copies the rest byte for byte, never
-parsing it: the delivery limit comes from its own column. The new head is text put
-together from the claim's values in the codec's spelling (never ``jsonb``, which would
-respell the user's numbers); the head's other keys keep the text they had. A row the
-statement cannot claim exactly as the rules would — past its delivery limit, stored in
-another layout or before the delivery-limit column existed, its head not exactly the
-head's keys, its TTL passed by the time it was locked — is returned unclaimed for the
-claim decided in Python (``FastPath._claim_locked``), whose write lays it out anew.
-``test_pg_claim.py`` holds the statement to ``rules.start_claim`` field by field.
-
-A task never claimed is claimed without taking its head apart at all (the *fresh form*):
-every new task's text begins with the same characters up to its ``updated_at`` — the
-codec's spelling of a task never claimed (:func:`_fresh_head`) — followed by one instant
-and a null ``started_at``, so its new head is constant text but for the worker, the
-lease's end and two instants, and the rest of the text is copied from ``finished_at`` on.
-Parsing the head as JSON was about half of the statement's time per row; most claims
-are of new tasks. So ``claim_next`` first runs :func:`fresh_claim_statement`, which claims
-fresh rows only and holds none of the expressions that take a head apart (PostgreSQL
-prepares each of them on every run, rows or not); only when it leaves a candidate alone
-does :func:`claim_statement`, which claims any head, run after it.
+The statement locks the oldest claimable rows (``SKIP LOCKED``), reads the store clock
+over the locked rows, and writes each claim ``rules.start_claim`` would decide, in one
+statement that is its own transaction. It rewrites only the head of the stored text
+(:data:`tasks_store_sql._codec.HEAD_KEYS`) in the codec's spelling and copies the rest
+byte for byte. A row it cannot claim exactly as the rules would is returned unclaimed,
+for the claim decided in Python. Two forms: :func:`fresh_claim_statement` (tasks never
+claimed, head not taken apart) and :func:`claim_statement` (any head).
+``test_pg_claim.py`` holds both to ``rules.start_claim`` field by field.
 """
 
 from __future__ import annotations
@@ -43,7 +23,8 @@ from tasks_core import rules
 from tasks_core.models import NewTask, Work
 
 from tasks_store_sql._codec import CLAIM_KEYS, HEAD_KEYS, encode, encode_snapshot
-from tasks_store_sql._pg_statements import (
+from tasks_store_sql._schema import Tables
+from tasks_store_sql.postgres._statements import (
     Statement,
     instant_text,
     joined,
@@ -51,7 +32,6 @@ from tasks_store_sql._pg_statements import (
     oldest_claimable,
     store_clock,
 )
-from tasks_store_sql._schema import Tables
 
 __all__ = ["claim_statement", "fresh_claim_statement"]
 
@@ -334,9 +314,13 @@ def fresh_claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Stat
     statement ends — the claim of a queue of new tasks, with nothing in it but the fresh
     form. Parameters and rows returned as :func:`claim_statement`'s.
 
-    *Why a statement of its own:* PostgreSQL prepares every expression of a plan each
-    time it runs it, rows or not; taking a head apart is ~60 of them, a fixed cost that
-    was about a quarter of a 32-row claim of new tasks."""
+    Every new task's text begins with the same characters up to its ``updated_at`` — the
+    codec's spelling of a task never claimed (:func:`_fresh_head`) — then one instant and
+    a null ``started_at``: its new head is constant text but for the worker, the lease's
+    end and two instants, and the rest is copied from ``finished_at`` on. *Why a
+    statement of its own:* PostgreSQL prepares every expression of a plan each time it
+    runs it, rows or not, and taking a head apart takes many (bench/LOG.md); most claims
+    are of new tasks."""
     locked = _locked(tables, queue)
     claimed, _, _ = _fresh_claims(tables, locked)
     fresh_ok = sa.and_(_fresh(locked), _within_limits(locked, sa.literal_column("0")))
@@ -344,10 +328,21 @@ def fresh_claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Stat
 
 
 def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
-    """The claim of up to ``limit`` tasks of ``queue`` for ``worker`` (see the module
-    docstring); parameters ``now``, ``limit``, ``worker``, ``lease`` (milliseconds),
-    ``tokens`` (one per rank, joined: :func:`~tasks_store_sql._pg_statements.join_list`)
-    and the queue's.
+    """The claim of up to ``limit`` tasks of ``queue`` for ``worker``; parameters ``now``,
+    ``limit``, ``worker``, ``lease`` (milliseconds), ``tokens`` (one per rank, joined:
+    :func:`~tasks_store_sql.postgres._statements.join_list`) and the queue's.
+
+    It writes generation, token, lease expiry, ``recovered``, deliveries, ``started_at``
+    kept, retry and progress cleared and ``updated_at``. It reads and rewrites only the
+    head of the stored text — the keys a claim or a completion writes, which the codec
+    writes first (the head ends at the first ``,"id":"``) — and copies the rest byte for
+    byte, never parsing it: the delivery limit comes from its own column. The new head is
+    text put together from the claim's values in the codec's spelling (never ``jsonb``,
+    which would respell the user's numbers); the head's other keys keep their text. A row
+    it cannot claim exactly as the rules would — past its delivery limit, another layout
+    or stored before the delivery-limit column existed, a head not exactly the head's
+    keys, a TTL passed by the time it was locked — is returned unclaimed for the claim
+    decided in Python, whose write lays it out anew.
 
     Fresh rows (:func:`_fresh`) and the others are written by two updates of disjoint
     rows: only the others pass through the reading of a head (:func:`_read`).

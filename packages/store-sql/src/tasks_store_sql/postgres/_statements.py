@@ -1,9 +1,11 @@
-"""The statements of the PostgreSQL hot path (:mod:`tasks_store_sql._pg`), compiled once
-per namespace for asyncpg.
+"""The statements of the PostgreSQL hot path (:mod:`tasks_store_sql.postgres`) and what
+they are built from, compiled once per namespace for asyncpg.
 
 Each is a SQLAlchemy Core construct — no SQL is built from strings — compiled with the
 asyncpg dialect into ``$n`` SQL and the order of its named parameters
-(:class:`Statement`); asyncpg prepares it once per connection.
+(:class:`Statement`); asyncpg prepares it once per connection. The rules they keep: rows
+locked before the clock is read (:func:`store_clock` in the projection over them), writes
+guarded by ``row_version``, instants spelled as the codec spells them.
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from tasks_core.models import TaskStatus
 
 from tasks_store_sql._candidates import claimable_rows
-from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, Tables, active
+from tasks_store_sql._schema import Tables
 
 __all__ = [
     "EVENT_COLUMNS",
     "MEMBER_COLUMNS",
     "MILLISECOND",
-    "NEW_COLUMNS",
     "ROW_COLUMNS",
     "Statement",
     "Statements",
@@ -218,16 +219,6 @@ class Statements:
         )
 
     @functools.cached_property
-    def candidates_one(self) -> Statement:
-        """The oldest claimable rows of ``queue``, locked (the claim decided in Python)."""
-        return self._candidates(self.tables, one_queue(self.tables.tasks))
-
-    @functools.cached_property
-    def candidates_many(self) -> Statement:
-        """The oldest claimable rows of ``queues``, locked (the claim decided in Python)."""
-        return self._candidates(self.tables, many_queues(self.tables.tasks))
-
-    @functools.cached_property
     def write(self) -> Statement:
         """Write rows, events and members and wake queues: see :meth:`_write`."""
         return Statement.of(self._write(self.tables, self.channel))
@@ -237,118 +228,6 @@ class Statements:
         """:attr:`write`, and notify the cancel channel of each of ``cancelled`` (a
         variant: the writes without a cancel — nearly all — run :attr:`write` as it was)."""
         return Statement.of(self._write(self.tables, self.channel, self.cancel_channel))
-
-    # -- create --------------------------------------------------------------------------
-
-    @functools.cached_property
-    def counter(self) -> Statement:
-        """Lock the creators' row; the number of stored tasks, ``now`` after the lock, and
-        whether the id was taken as of the statement's start (a hint: ``insert`` still
-        refuses an id taken since)."""
-        t, locks = self.tables.tasks, self.tables.locks
-        held = (
-            sa.select(locks.c.value)
-            .where(locks.c.name == COUNTER)
-            .with_for_update()
-            .subquery("k")
-        )
-        taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
-        return Statement.of(sa.select(held.c.value, store_clock().label("now"), taken))
-
-    @functools.cached_property
-    def existing(self) -> Statement:
-        """The row of ``id``, locked."""
-        t = self.tables.tasks
-        return Statement.of(
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
-            .where(t.c.id == sa.bindparam("id"))
-            .with_for_update()
-        )
-
-    @functools.cached_property
-    def active(self) -> Statement:
-        """Active tasks of ``tenant`` other than ``id`` at ``now``, counted up to ``cap``."""
-        t = self.tables.tasks
-        capped = (
-            sa.select(t.c.id)
-            .where(
-                t.c.tenant == sa.bindparam("tenant"),
-                active(t.c.status),
-                sa.or_(t.c.expires_at.is_(None), t.c.expires_at > _now_param()),
-                t.c.id != sa.bindparam("id"),
-            )
-            .limit(sa.bindparam("cap", type_=sa.BigInteger))
-            .subquery("a")
-        )
-        return Statement.of(sa.select(sa.func.count()).select_from(capped))
-
-    @functools.cached_property
-    def bound(self) -> Statement:
-        """The bound row ``name`` of a tenant (:mod:`tasks_store_sql._scopes`)."""
-        locks = self.tables.locks
-        return Statement.of(
-            sa.select(locks.c.value).where(locks.c.name == sa.bindparam("name", type_=sa.Text))
-        )
-
-    @functools.cached_property
-    def store_bound(self) -> Statement:
-        """Store the bound row ``name``."""
-        locks = self.tables.locks
-        upsert = postgresql.insert(locks).values(
-            name=sa.bindparam("name", type_=sa.Text),
-            value=sa.bindparam("value", type_=sa.BigInteger),
-        )
-        return Statement.of(upsert.on_conflict_do_update(
-            index_elements=[locks.c.name], set_={"value": upsert.excluded.value}
-        ))
-
-    @functools.cached_property
-    def raise_bound(self) -> Statement:
-        """Raise the bound row ``name`` by one, if there is one."""
-        locks = self.tables.locks
-        return Statement.of(
-            sa.update(locks)
-            .where(locks.c.name == sa.bindparam("name", type_=sa.Text))
-            .values(value=locks.c.value + 1)
-        )
-
-    @functools.cached_property
-    def insert(self) -> Statement:
-        """Insert a new task with its members, count it, wake its queue — or nothing at
-        all when the id is taken (counts 0)."""
-        columns = [sa.bindparam(name, type_=type_) for name, type_ in ROW_COLUMNS]
-        one = sa.select(sa.bindparam("id", type_=sa.Text), sa.literal(0, sa.Integer), *columns)
-        return Statement.of(sa.select(*_counts(*_inserted(
-            self.tables, self.channel,
-            ["id", "row_version", *(name for name, _ in ROW_COLUMNS)], one,
-        ))))
-
-    @functools.cached_property
-    def create(self) -> Statement:
-        """New tasks in one statement with the creators' lock: see :func:`_created`."""
-        return Statement.of(_created(self.tables, self.channel))
-
-    @functools.cached_property
-    def forget_events(self) -> Statement:
-        """Delete the history of task ``id`` (a replaced run)."""
-        events = self.tables.events
-        return Statement.of(sa.delete(events).where(events.c.task_id == sa.bindparam("id")))
-
-    @functools.cached_property
-    def forget_members(self) -> Statement:
-        """Delete the members of task ``id`` (a replaced run)."""
-        members = self.tables.members
-        return Statement.of(sa.delete(members).where(members.c.task_id == sa.bindparam("id")))
-
-    @staticmethod
-    def _candidates(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
-        """The oldest claimable rows, locked, skipping rows other sessions hold."""
-        t = tables.tasks
-        found = oldest_claimable(
-            [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.created_at],
-            t, queue, sa.not_(t.c.id == sa.any_(_array("skip", _TEXT))),
-        )
-        return Statement.of(sa.select(found, store_clock().label("now")))
 
     @staticmethod
     def _write(
@@ -360,9 +239,9 @@ class Statements:
         (JSON ``members``) of the rows written, and wake the queues ``wake``; with
         ``cancel_channel``, notify it of each task id of array ``cancelled`` as well.
 
-        Arrays, not JSON, for the rows and events: in the bench's burn-down a JSON
-        document of them cost the worker more (encoding every instant and escaping every
-        snapshot) than the driver's per-element checks of arrays."""
+        Arrays, not JSON, for the rows and events: a JSON document of them costs the
+        worker more (encoding every instant, escaping every snapshot) than the driver's
+        checks of array elements (bench/LOG.md)."""
         t, ev = tables.tasks, tables.events
         rows = sa.func.unnest(
             _array("ids", _TEXT), _array("versions", postgresql.ARRAY(sa.Integer)),
@@ -441,35 +320,6 @@ def _json_rows(name: str, columns: list[tuple[str, sa.types.TypeEngine[Any]]]) -
     ).render_derived(name, with_types=True)
 
 
-def _inserted(
-    tables: Tables, channel: str, names: list[str], rows: sa.Select[Any]
-) -> tuple[sa.CTE, ...]:
-    """Insert the tasks ``rows`` selects (columns ``names``) with their members (JSON
-    parameter ``members``: those of tasks not inserted left out), add them to the
-    creators' count and wake their queues; a task whose id is taken is left out (``ON
-    CONFLICT DO NOTHING``). The CTEs of the rows inserted (``id``, ``queue``), counted,
-    granted and notified."""
-    t, locks = tables.tasks, tables.locks
-    inserted = (
-        postgresql.insert(t)
-        .from_select(names, rows)
-        .on_conflict_do_nothing(index_elements=[t.c.id])
-        .returning(t.c.id, t.c.queue)
-        .cte("t")
-    )
-    added = sa.select(sa.func.count()).select_from(inserted).scalar_subquery()
-    counted = (
-        sa.update(locks)
-        .where(locks.c.name == COUNTER, sa.exists(sa.select(inserted.c.id)))
-        .values(value=locks.c.value + added)
-        .returning(locks.c.value)
-        .cte("c")
-    )
-    queues = sa.select(inserted.c.queue).distinct().subquery("q")
-    return (inserted, counted, _granted(tables, sa.select(inserted.c.id)),
-            _woken(channel, queues.c.queue))
-
-
 def _granted(tables: Tables, of: sa.Select[Any]) -> sa.CTE:
     """Insert the members of JSON parameter ``members`` (objects of
     :data:`MEMBER_COLUMNS`) whose task is among the ids ``of`` selects."""
@@ -496,131 +346,3 @@ def _woken(
 
 def _counts(*ctes: sa.CTE) -> list[sa.ScalarSelect[Any]]:
     return [sa.select(sa.func.count()).select_from(cte).scalar_subquery() for cte in ctes]
-
-
-NEW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
-    ("tenant", sa.Text()), ("queue", sa.Text()), ("status", sa.Text()),
-    ("revision", sa.Integer()), ("run_id", sa.Text()), ("max_deliveries", sa.Integer()),
-)
-"""The columns of a new task that :func:`_created` takes as they are; the lease and
-retry columns of a new task are ``NULL``, and it computes the instants and the text."""
-
-
-def _scopes(tables: Tables, rows: Any, locked: sa.CTE) -> sa.CTE:
-    """Each tenant of ``rows``: ``n``, its tasks among them; ``stored``, its stored bound
-    (``NULL``: none); and ``active``, how many active tasks it has at most —
-    ``min(bound, stored tasks)`` (:mod:`tasks_store_sql._scopes`).
-
-    The bound rows are locked after the creators' row (``locked`` is joined below the
-    lock), so they are read as last written: a statement reads other rows as of its
-    start, before it waited for the creators' lock. Nothing is counted here for the same
-    reason: a tenant that needs counting is left to the transaction, whose count is a
-    statement of its own, after the lock."""
-    locks = tables.locks
-    prefix = sa.bindparam("scope_prefix", SCOPE_PREFIX, type_=sa.Text)
-    group = (
-        sa.select(rows.c.tenant, sa.func.count().label("n"))
-        .group_by(rows.c.tenant)
-        .cte("g")
-    )  # read twice, evaluated once: the tasks' JSON is parsed once here
-    bounds = (
-        sa.select(locks.c.name, locks.c.value)
-        .select_from(locks.join(locked, sa.true()))
-        .where(locks.c.name.in_(sa.select(prefix + group.c.tenant)))
-        .with_for_update(of=locks)
-        .cte("b0")
-    )
-    return (
-        sa.select(
-            group.c.tenant, group.c.n, bounds.c.value.label("stored"),
-            sa.func.least(bounds.c.value, locked.c.value).label("active"),  # skips a NULL
-        )
-        .select_from(group.join(locked, sa.true()).outerjoin(
-            bounds, bounds.c.name == prefix + group.c.tenant))
-        .cte("s")
-        .prefix_with("MATERIALIZED")
-    )
-
-
-def _bounds_stored(tables: Tables, scopes: sa.CTE, inserted: sa.CTE) -> sa.CTE:
-    """Store each tenant's bound once tasks were inserted: its active tasks at most, plus
-    its new ones. A bound row written since the statement began (by a creator it waited
-    for, unseen by :func:`_scopes`) is replaced by that sum too, which still bounds the
-    tenant: its ``active`` was then the number of stored tasks."""
-    locks = tables.locks
-    name = sa.bindparam("scope_prefix", SCOPE_PREFIX, type_=sa.Text) + scopes.c.tenant
-    upsert = postgresql.insert(locks).from_select(
-        ["name", "value"],
-        sa.select(name, scopes.c.active + scopes.c.n).where(
-            sa.exists(sa.select(inserted.c.id))
-        ),
-    )
-    return (
-        upsert.on_conflict_do_update(index_elements=[locks.c.name],
-                                     set_={"value": upsert.excluded.value})
-        .returning(locks.c.name)
-        .cte("b")
-    )
-
-
-def _created(tables: Tables, channel: str) -> sa.Select[Any]:
-    """``create`` of new tasks in one statement, its own transaction: lock the creators'
-    row, read the clock after the lock (whole milliseconds), and insert only while the
-    store stays within both capacity limits with every task of the group: the stored
-    tasks number at most ``most`` (``max_tasks`` less the tasks inserted), and each
-    tenant of the group has room for its tasks below ``max_active`` by its bound
-    (:func:`_scopes`; a tenant that would need counting leaves the group to the
-    transaction); the tenants' bounds are stored with the tasks.
-
-    The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
-    the columns :data:`NEW_COLUMNS`, ``ttl`` (milliseconds, or ``null``) and ``pieces``,
-    their snapshot text cut at its instants — ``[part, shift]`` pairs, each part followed
-    by the clock's instant plus ``shift`` milliseconds (``created_at``, ``updated_at``:
-    ``0``; ``expires_at``: the TTL; ``null`` after the last part). The ``created_at``,
-    ``updated_at`` and ``expires_at`` columns are the clock's too; their members come as
-    :func:`_inserted` takes them.
-
-    Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
-    past ``most`` or without the creators' row), and the counted, granted and notified
-    counts.
-    """
-    locks = tables.locks
-    held = sa.select(locks.c.value).where(locks.c.name == COUNTER).with_for_update().cte("k")
-    now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
-    locked = (
-        sa.select(now.label("now"), held.c.value)
-        .where(held.c.value <= sa.bindparam("most", type_=sa.BigInteger))
-        .cte("l")
-        .prefix_with("MATERIALIZED")
-    )  # evaluated once, after the lock
-    rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
-                               ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
-    scopes = _scopes(tables, rows, locked)
-    full = sa.exists(sa.select(scopes.c.tenant).where(
-        scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
-    clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
-    pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
-        sa.column("piece", postgresql.JSON()), with_ordinality="k"
-    ).render_derived("p")
-    shift = sa.cast(pieces.c.piece[1].astext, sa.BigInteger)
-    text = (
-        sa.select(sa.func.string_agg(
-            sa.func.concat(pieces.c.piece[0].astext,
-                           instant_text(later(clocked.c.now, shift))),
-            postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
-                                          pieces.c.k),
-        ))
-        .scalar_subquery()
-    )
-    values = sa.select(
-        rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in NEW_COLUMNS),
-        clocked.c.now, clocked.c.now, later(clocked.c.now, rows.c.ttl), text,
-    ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
-    names = ["id", "row_version", *(name for name, _ in NEW_COLUMNS),
-             "created_at", "updated_at", "expires_at", "snapshot"]
-    inserted, *rest = _inserted(tables, channel, names, values)
-    return sa.select(
-        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
-        sa.select(clocked.c.now).scalar_subquery(),
-        *_counts(*rest, _bounds_stored(tables, scopes, inserted)),
-    )

@@ -1,33 +1,13 @@
 """PostgreSQL's completion of a claimed run as one statement: ``rules.apply_event`` of a
 ``completed`` event, with its history record, in SQL.
 
-A run's ``completed`` event goes to the statement when the store still holds what the
-run's claim returned (:class:`tasks_store_sql._codec.Kept`: the exact text, its snapshot
-and the row's ``row_version``): the statement then applies it only to a row that is that
-text still — the same ``row_version`` — under the lease's exact token and alive by the
-store clock read after the row is locked, and whose history has no event of that id.
-Everything ``rules.decide_transition`` checks follows from those conditions and from the
-kept snapshot (the task, generation and worker of the lease, the revision, a task that
-has not finished), so the outcome is the one the rules decide: ``applied``, at
-``committed_at = max(clock, updated_at + 1 ms)``. Any other case — a stale or expired
-lease, a progress report, a cancel or anything else written since the claim, an event id
-seen before, another layout, text that is not ASCII — is written by nothing here and goes
-to the transaction that decides in Python (``FastPath._transition_locked``), which
-refuses or replays exactly as before.
-
-The new text is the kept text's head rewritten (:data:`tasks_store_sql._codec.HEAD_KEYS`;
-a claimed task's head holds none of the user's values) and the rest copied byte for byte:
-Python puts the new head together from the kept text with marks where only the database
-knows the instant (:data:`MARK_AT`: the commit instant; :data:`MARK_LEASE`: the lease's
-end, ``min(expiry, commit)``), the statement spells them in (pydantic's spelling,
-:func:`tasks_store_sql._pg_statements.instant_text`) and the expiry
-``min(created_at + ttl, commit + retention)`` after them. The history record is made the
-same way. A JSON text never holds a raw control character, so the marks cannot be
-confused with any value. ``test_pg_complete.py`` holds the stored text, byte for byte, to
-the codec's text of what ``rules.apply_event`` decides.
-
-Its own transaction, one round trip: a group commit of completions costs one statement
-instead of ``BEGIN``, the lock, the write and ``COMMIT``, and no snapshot is encoded.
+It applies a ``completed`` event only to a row that is still the exact text the run's
+claim returned (the same ``row_version``), under the lease's token, alive by the store
+clock read after the lock, with no history entry of that event id: then the rules'
+outcome is ``applied`` at ``max(clock, updated_at + 1 ms)``. Anything else is left to the
+transaction that decides in Python. The new text is the kept head rewritten and the rest
+copied byte for byte (:func:`completion_statement`); ``test_pg_complete.py`` holds the
+stored text, byte for byte, to the codec's text of what ``rules.apply_event`` decides.
 """
 
 from __future__ import annotations
@@ -45,7 +25,8 @@ from tasks_core.events import Completed, EventRecord
 from tasks_core.models import Lease, Snapshot, TaskStatus
 
 from tasks_store_sql._codec import Decoded, Kept
-from tasks_store_sql._pg_statements import (
+from tasks_store_sql._schema import Tables
+from tasks_store_sql.postgres._statements import (
     SEPARATOR,
     Statement,
     instant_text,
@@ -54,7 +35,6 @@ from tasks_store_sql._pg_statements import (
     later,
     store_clock,
 )
-from tasks_store_sql._schema import Tables
 
 __all__ = ["MARK_AT", "MARK_LEASE", "Completions", "completion_statement", "plan"]
 
@@ -68,7 +48,7 @@ COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("cut", sa.Integer()), ("ttl_end", postgresql.TIMESTAMP(timezone=True)),
     ("retention", sa.BigInteger()), ("record", sa.Text()),
 )
-"""One list parameter per column (:func:`tasks_store_sql._pg_statements.joined`), one
+"""One list parameter per column (:func:`tasks_store_sql.postgres._statements.joined`), one
 element per completion."""
 NULLABLE = frozenset({"ttl_end", "retention"})
 """The columns whose elements may be ``None``."""
@@ -203,7 +183,24 @@ def plan(items: Sequence[rules.BatchItem], decoded: Decoded) -> Completions:
 
 def completion_statement(tables: Tables) -> Statement:
     """The completions of the lists :data:`COLUMNS` (see the module docstring);
-    parameter ``now`` as every statement of the hot path.
+    parameter ``now`` as every statement of the hot path. Its own transaction, one round
+    trip: a group commit of completions costs one statement, no snapshot encoded.
+
+    A completion is planned (:func:`plan`) when the store still holds what the run's
+    claim returned (:class:`tasks_store_sql._codec.Kept`: the text, its snapshot and the
+    ``row_version``). Everything ``rules.decide_transition`` checks follows from the
+    statement's conditions and the kept snapshot (task, generation and worker of the
+    lease, the revision, a task not finished). A stale or expired lease, a write since the
+    claim, an event id seen before, another layout or text that is not ASCII is written
+    by nothing here and goes to the transaction, which refuses or replays as before.
+
+    Python puts the new head together from the kept text with marks where only the
+    database knows the instant (:data:`MARK_AT`: the commit instant; :data:`MARK_LEASE`:
+    the lease's end, ``min(expiry, commit)``); the statement spells them in
+    (:func:`~tasks_store_sql.postgres._statements.instant_text`) and the expiry
+    ``min(created_at + ttl, commit + retention)`` after them; the history record is made
+    the same way. A JSON text never holds a raw control character, so the marks cannot be
+    confused with any value.
 
     Returns one row per completion written: ``id`` and its ``committed_at``.
     """

@@ -1,0 +1,255 @@
+"""Reads and administration on the SQL path, every dialect: ``get``, ``history``,
+``list``, ``delete``, ``reap`` (and the contract suite's ``_corrupt``).
+
+A read takes no lock and reads the clock in the same transaction; an expired task is
+invisible (``TaskNotFound``) and a corrupt record is left out of a listing, not fatal.
+``delete`` and ``reap`` hold the creators' lock row, which counts the stored tasks.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import reports, rules
+from tasks_core.errors import InvalidInput, StoreCorrupt, TaskNotFound, Unavailable
+from tasks_core.events import EventRecord
+from tasks_core.models import Snapshot, TaskQuery, TaskStatus
+
+from tasks_store_sql import _codec
+from tasks_store_sql._base import StoreBase
+
+__all__ = ["ReadOps"]
+
+log = logging.getLogger("tasks_store_sql")
+
+
+class ReadOps(StoreBase):
+    """Reads and administration (see the module docstring)."""
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def _visible(
+        self, conn: AsyncConnection, task_id: str, tenant: str | None
+    ) -> tuple[Snapshot, datetime]:
+        if tenant is not None and not isinstance(tenant, str):
+            raise InvalidInput("tenant must be a string or None")
+        row = await self._fetch(conn, task_id, lock=False)
+        now = await self._now(conn)
+        if row is None:
+            raise TaskNotFound(task_id)
+        snapshot = row.decode()
+        if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
+            raise TaskNotFound(task_id)
+        return snapshot, now
+
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        """The current snapshot (see ``TaskStore.get``).
+
+        Raises:
+            TaskNotFound: unknown, in another tenant, or expired.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> Snapshot:
+            snapshot, now = await self._visible(conn, task_id, tenant)
+            return rules.present(snapshot, now)
+
+        return await self._db.run(op, write=False)
+
+    async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
+        """Applied events of the current run, in order (see ``TaskStore.history``).
+
+        Raises:
+            TaskNotFound: as for :meth:`get`.
+            StoreCorrupt: the record or one of its events fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+        events = self.tables.events
+
+        async def op(conn: AsyncConnection) -> list[EventRecord]:
+            await self._visible(conn, task_id, tenant)
+            rows = await conn.execute(
+                sa.select(events.c.record)
+                .where(events.c.task_id == task_id)
+                .order_by(events.c.revision)
+            )
+            return [_codec.decode_record(task_id, r[0]) for r in rows]
+
+        return await self._db.run(op, write=False)
+
+    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
+        """Matching tasks ordered by id (see ``TaskStore.list``); expired and corrupt
+        records are left out without shortening the page.
+
+        Raises:
+            StoreUnavailable: transient failure.
+        """
+        if not isinstance(query, TaskQuery):
+            raise InvalidInput("list() takes a TaskQuery")
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> list[Snapshot]:
+            now = await self._now(conn)
+            page: list[Snapshot] = []
+            after = query.after
+            while len(page) < query.limit:
+                want = query.limit - len(page)
+                rows = (await conn.execute(self._listing(query, now, after, want))).all()
+                for task_id, text in rows:
+                    try:
+                        snapshot = _codec.decode_snapshot(task_id, text)
+                    except StoreCorrupt:
+                        reports.corrupt_skipped(log, task_id, "a listing")
+                        continue
+                    if rules.matches(snapshot, query, now):
+                        page.append(rules.present(snapshot, now))
+                if len(rows) < want:
+                    break
+                after = rows[-1][0]
+            return page
+
+        return await self._db.run(op, write=False)
+
+    def _listing(
+        self, query: TaskQuery, now: datetime, after: str | None, limit: int
+    ) -> sa.Select[Any]:
+        t = self.tables.tasks
+        stmt = sa.select(t.c.id, t.c.snapshot).where(
+            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now)
+        )
+        if query.tenant is not None:
+            stmt = stmt.where(t.c.tenant == query.tenant)
+        if after is not None:
+            stmt = stmt.where(t.c.id > after)
+        if query.queue is not None:
+            stmt = stmt.where(t.c.queue == query.queue)
+        if query.principal is not None:
+            m = self.tables.members
+            members = sa.select(m.c.task_id).where(
+                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id
+            )
+            stmt = stmt.where(t.c.id.in_(members))
+        if query.statuses is not None:
+            wanted = [self._status_is(s, now) for s in query.statuses]
+            stmt = stmt.where(sa.or_(sa.false(), *wanted))
+        return stmt.order_by(t.c.id).limit(limit)
+
+    def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
+        t = self.tables.tasks
+        if status == TaskStatus.RUNNING:
+            return sa.and_(t.c.status == TaskStatus.PENDING.value, t.c.claim_expires_at > now)
+        if status == TaskStatus.PENDING:
+            return sa.and_(
+                t.c.status == TaskStatus.PENDING.value,
+                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
+            )
+        return t.c.status == status.value
+
+    # -- administration ------------------------------------------------------------------
+
+    async def delete(self, task_id: str, *, expected_revision: int) -> None:
+        """Remove a terminal task with its history (see ``TaskStore.delete``).
+
+        Raises:
+            TaskNotFound: unknown task.
+            RevisionConflict: ``expected_revision`` is not current.
+            Unavailable: the task is not terminal.
+            StoreCorrupt: the record fails validation.
+            StoreUnavailable: transient failure.
+        """
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> None:
+            await self._lock_counter(conn)
+            row = await self._fetch(conn, task_id, lock=True)
+            if row is None:
+                raise TaskNotFound(task_id)
+            now = await self._now(conn)
+            snapshot = row.decode()
+            rules.check_revision(snapshot, expected_revision, now)
+            if not snapshot.terminal:
+                raise Unavailable("Only a terminal task can be deleted")
+            await self._delete_tasks(conn, [task_id])
+
+        await self._db.run(op, write=True)
+
+    async def reap(self, limit: int = 1000) -> builtins.list[str]:
+        """Delete up to ``limit`` expired tasks with their history (see
+        ``TaskStore.reap``); a corrupt record is skipped, not fatal.
+
+        Raises:
+            InvalidInput: ``limit`` < 1.
+            StoreUnavailable: transient failure.
+        """
+        rules.check_limit(limit)
+        await self._ensure_ready()
+        t = self.tables.tasks
+
+        async def op(conn: AsyncConnection) -> list[str]:
+            await self._lock_counter(conn)
+            now = await self._now(conn)
+            reaped: list[str] = []
+            kept: list[str] = []  # read but not reaped: corrupt, or not expired after all
+            while len(reaped) < limit:
+                want = min(limit - len(reaped), 500)
+                stmt = (  # the expiry index, soonest expired first
+                    sa.select(t.c.id, t.c.snapshot)
+                    .where(t.c.expires_at <= now)
+                    .order_by(t.c.expires_at, t.c.id)
+                    .limit(want)
+                )
+                if kept:
+                    stmt = stmt.where(t.c.id.not_in(kept))
+                if self._db.kind != "sqlite":
+                    stmt = stmt.with_for_update(skip_locked=True)
+                rows = (await conn.execute(stmt)).all()
+                batch = []
+                for task_id, text in rows:
+                    try:
+                        snapshot = _codec.decode_snapshot(task_id, text)
+                    except StoreCorrupt:
+                        log.warning("reap skipped the corrupt record of task %r", task_id)
+                        kept.append(task_id)
+                        continue
+                    if snapshot.expired(now):
+                        batch.append(task_id)
+                    else:
+                        kept.append(task_id)
+                await self._delete_tasks(conn, batch)
+                reaped += batch
+                if len(rows) < want:
+                    break
+            log.debug("reaped %d expired task(s)", len(reaped))  # the reaper logs each sweep
+            return reaped
+
+        return await self._db.run(op, write=True)
+
+    # -- test support --------------------------------------------------------------------
+
+    async def _corrupt(self, task_id: str) -> None:
+        """Damage the stored snapshot of ``task_id`` (contract-suite support only)."""
+        t = self.tables.tasks
+
+        async def op(conn: AsyncConnection) -> None:
+            row = await self._fetch(conn, task_id, lock=True)
+            if row is None:
+                raise TaskNotFound(task_id)
+            try:
+                document = json.loads(row.snapshot)
+            except ValueError:
+                document = {"id": task_id}
+            document["revision"] = "not a number: tasks-corrupt-secret"
+            await conn.execute(
+                sa.update(t).where(t.c.id == task_id).values(snapshot=_codec.encode(document))
+            )
+
+        await self._db.run(op, write=True)

@@ -1,0 +1,192 @@
+"""PostgreSQL's claims and leases on asyncpg: ``claim_next`` in up to three tiers, and
+``claim``, ``renew``, ``report_progress`` and ``release`` in one lock and one write each.
+
+``claim_next`` of shared queues runs (1) the fresh-claim statement (new tasks only,
+:func:`._claim_sql.fresh_claim_statement`); when it left a candidate alone, (2) the
+statement that claims any head (:func:`._claim_sql.claim_statement`); and when that one
+left a candidate alone or failed on unreadable text, (3) the SQL store's own claim
+decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`, inherited), which fails a
+task past its delivery limit and skips corrupt records. A statement is its own
+transaction at READ COMMITTED. ``claim_next`` with exclusive queues is the SQL store's.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import logging
+from datetime import datetime
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped,unused-ignore]
+from tasks_core import rules
+from tasks_core.errors import LeaseLost, StoreCorrupt, TaskNotFound
+from tasks_core.models import Claim, Lease, Snapshot, built
+from tasks_core.storekit import ClaimRequest, Started, claim_one
+
+from tasks_store_sql import _codec
+from tasks_store_sql._batch import Loaded
+from tasks_store_sql.postgres._base import PostgresBase
+from tasks_store_sql.postgres._statements import MILLISECOND, join_list
+
+__all__ = ["PostgresClaims"]
+
+log = logging.getLogger("tasks_store_sql")
+UNREADABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
+"""What PostgreSQL raises on stored text the claim statement cannot take apart (not JSON,
+not an object, nested past its stack, a counter that is not an integer)."""
+
+
+class PostgresClaims(PostgresBase):
+    """Claims and leases of PostgreSQL on asyncpg (see the module docstring)."""
+
+    async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
+        """``claim_next`` in tiers (see the module docstring); claims in claim order."""
+        if request.exclusive:
+            return await super()._claim_next(request)
+        names, limit = sorted(request.queues), request.limit
+        worker_id, lease_for = request.worker_id, request.lease_for
+        claims, left_alone = await self._claim_statement(worker_id, lease_for, names, limit,
+                                                         fresh=True)
+        if left_alone and len(claims) < limit:  # candidates that were not new tasks
+            more, left_alone = await self._claim_statement(
+                worker_id, lease_for, names, limit - len(claims), fresh=False)
+            claims += more
+            if left_alone is None or (left_alone and len(claims) < limit):
+                claims += await self._claim_locked(
+                    dataclasses.replace(request, limit=limit - len(claims)))
+            claims.sort(key=lambda c: (c.snapshot.created_at, c.snapshot.id))
+        return claims
+
+    async def _claim_locked(self, request: ClaimRequest) -> builtins.list[Claim]:
+        """The third tier: the SQL store's ``claim_next`` (:mod:`tasks_core.storekit`
+        decides; failures past the delivery limit reported once committed)."""
+        return await super()._claim_next(request)
+
+    async def _claim_statement(
+        self, worker_id: str, lease_for: float, names: list[str], limit: int, *,
+        fresh: bool,
+    ) -> tuple[list[Claim], bool | None]:
+        """The claims one claim statement writes (``fresh``: the one that claims new
+        tasks only) and whether it left a candidate alone (``None``: the statement
+        failed on a record that is not JSON, before it wrote anything)."""
+        one = len(names) == 1
+        statement = self.claim_sql(one=one, fresh=fresh)
+        args = statement.args(
+            now=self._now_arg(),
+            limit=limit,
+            worker=worker_id,
+            lease=rules.check_lease_for(lease_for) // MILLISECOND,
+            tokens=join_list(rules.new_lease_tokens(limit)),
+            **({"queue": names[0]} if one else {"queues": names}),
+        )
+
+        async def op(driver: Any) -> list[Any] | None:
+            try:
+                return list(await driver.fetch(statement.sql, *args))
+            except UNREADABLE:  # a snapshot that is not JSON at all: nothing was written
+                return None
+
+        records = await self._db.run_driver(op, single_statement=True)
+        if records is None:
+            return [], None
+        claims: list[Claim] = []
+        left_alone = False
+        for _, task_id, now, text, token, version in sorted(records):  # by rank
+            if text is None:
+                left_alone = True
+                continue
+            claim = self._claimed(task_id, now, text, token, version, worker_id)
+            if claim is not None:
+                claims.append(claim)
+        return claims, left_alone
+
+    def _claimed(
+        self, task_id: str, now: datetime, text: str, token: str, version: int,
+        worker_id: str,
+    ) -> Claim | None:
+        """The claim the claim statement wrote (``None``, logged, for a record that does
+        not decode: it keeps the lease the statement gave it, and costs only itself). The
+        decoded snapshot is kept, with the row's version, for the completion of this run
+        (:mod:`._complete_sql`, else the lock that reads this text again)."""
+        try:
+            snapshot = _codec.decode_snapshot(task_id, text)
+        except StoreCorrupt:
+            log.warning("claim_next claimed task %r, whose record is corrupt; left to its "
+                        "lease", task_id)
+            return None
+        self.decoded.keep(task_id, text, snapshot, version)
+        claim = snapshot.claim
+        assert claim is not None  # the statement wrote it
+        lease = built(  # (the worker id was checked, the token made by the rules)
+            Lease, task_id=task_id, worker_id=worker_id, token=token,
+            generation=snapshot.lease_generation, expires_at=claim.expires_at)
+        return Claim(rules.present(snapshot, rules.tick(now)), lease)
+
+    async def _claim_started(self, task_id: str, worker_id: str, lease_for: float) -> Started:
+        """``claim`` on the driver: the row locked with the clock, decided by
+        :func:`tasks_core.storekit.claim_one`, written — the failure past the delivery
+        limit too (the caller raises once committed)."""
+
+        async def op(driver: Any) -> Started:
+            loaded, now = await self._lock(driver, [task_id], [])
+            row = loaded.get(task_id)
+            if row is None or now is None:
+                raise TaskNotFound(task_id)
+            started = claim_one(row.snapshot, worker_id, lease_for, now)
+            row.put(started.snapshot, row.token if started.token is None else started.token)
+            failed = [] if started.failure is None else [(task_id, started.failure)]
+            await self._write(driver, [row], failed)
+            return started
+
+        return await self._db.run_driver(op)
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _leased_row(self, driver: Any, lease: Lease) -> tuple[Loaded, Snapshot, datetime]:
+        loaded, now = await self._lock(driver, [lease.task_id], [])
+        row = loaded.get(lease.task_id)
+        if row is None or now is None:
+            raise LeaseLost()
+        return row, row.snapshot, now
+
+    async def _renew(self, lease: Lease, lease_for: float) -> Claim:
+        """``renew`` on the driver: one lock, one write."""
+
+        async def op(driver: Any) -> Claim:
+            row, snapshot, now = await self._leased_row(driver, lease)
+            rules.check_lease(snapshot, row.token, lease, now)
+            new, token, new_lease = rules.renew(snapshot, row.token, lease, lease_for, now)
+            row.put(new, token)
+            await self._write(driver, [row])
+            return Claim(rules.present(new, now), new_lease)
+
+        return await self._db.run_driver(op)
+
+    async def _report_progress(
+        self, lease: Lease, value: float, message: str | None
+    ) -> Snapshot:
+        """``report_progress`` on the driver: one lock, one write."""
+
+        async def op(driver: Any) -> Snapshot:
+            row, snapshot, now = await self._leased_row(driver, lease)
+            rules.check_lease(snapshot, row.token, lease, now)
+            new = rules.report_progress(snapshot, row.token, lease, value, message, now)
+            if new is not snapshot:
+                row.put(new, row.token)
+                await self._write(driver, [row])
+            return rules.present(new, now)
+
+        return await self._db.run_driver(op)
+
+    async def _release(self, lease: Lease) -> Snapshot:
+        """``release`` on the driver: one lock, one write (with the wakeup)."""
+
+        async def op(driver: Any) -> Snapshot:
+            row, snapshot, now = await self._leased_row(driver, lease)
+            new = rules.release(snapshot, row.token, lease, now)
+            row.put(new, row.token)
+            await self._write(driver, [row], wake=[new.queue])
+            return rules.present(new, now)
+
+        return await self._db.run_driver(op)

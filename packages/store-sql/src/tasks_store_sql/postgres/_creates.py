@@ -1,0 +1,253 @@
+"""PostgreSQL's ``create`` on asyncpg: the creates of an event loop that arrive together
+in one statement (:meth:`PostgresCreates.create_at_once`), the rest in a transaction.
+
+The statement locks the creators' row, reads the clock after that lock, and inserts the
+tasks, their members, the count and the ``NOTIFY`` while the store stays within both
+capacity limits; each snapshot text comes from Python cut at its instants, and the
+statement spells the clock into the cuts. What it cannot decide alone — a taken id, a
+group that would pass a limit, a replacement — goes to the transaction (``BEGIN``, the
+lock with the clock, the checks in Python, the insert, ``COMMIT``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import weakref
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import rules
+from tasks_core.errors import (
+    CapacityExceeded,
+    StoreError,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+)
+from tasks_core.models import NewTask, Snapshot, StoreLimits
+
+from tasks_store_sql import _codec
+from tasks_store_sql._batch import Loaded
+from tasks_store_sql._grouped import Grouped
+from tasks_store_sql._schema import MISSING_COUNTER
+from tasks_store_sql._scopes import room_for_one, scope_lock
+from tasks_store_sql.postgres._create_sql import NEW_COLUMNS
+from tasks_store_sql.postgres._statements import MILLISECOND
+from tasks_store_sql.postgres._transitions import PostgresTransitions
+
+__all__ = ["GROUP_MOST", "PostgresCreates"]
+
+GROUP_MOST = 100
+"""The most new tasks one statement creates."""
+
+
+class PostgresCreates(PostgresTransitions):
+    """Creates of PostgreSQL on asyncpg (see the module docstring)."""
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        super().__init__(url, **options)
+        self._creates: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
+        ] = weakref.WeakKeyDictionary()
+        """Each event loop's creates, run together."""
+
+    async def _create_own(self, new: NewTask, replace: Snapshot | None) -> Snapshot:
+        """A new task with the others of this event loop at once (:meth:`create_at_once`);
+        what that leaves, and a replacement, in a transaction in the creators' turn."""
+        if replace is None:
+            created = await self._grouped_creates()(new)
+            if created is not None:
+                return created
+        return await super()._create_own(new, replace)
+
+    def _grouped_creates(self) -> Grouped[NewTask, Snapshot | None]:
+        """The creates of this event loop, run together (:mod:`tasks_store_sql._grouped`)."""
+        return self._of_this_loop(
+            self._creates, lambda: Grouped(self._create_group, GROUP_MOST))
+
+    async def _create_group(self, news: list[NewTask]) -> list[Snapshot | None]:
+        """New tasks created in one statement, holding the creators' turn
+        (:meth:`create_at_once`); ``None`` for each it left to the transaction."""
+        async with self._creator_turn():
+            return await self.create_at_once(news, self.limits)
+
+    async def _create(
+        self, new: NewTask, replace: Snapshot | None, connection: AsyncConnection | None
+    ) -> Snapshot:
+        """``create`` in a transaction on the driver: the creators' row locked with the
+        clock, the checks in Python, the insert (or the replacement's write). On the
+        application's ``connection``: the SQL store's."""
+        if connection is not None:
+            return await super()._create(new, replace, connection)
+        sql, limits = self.sql, self.limits
+
+        async def taken(driver: Any) -> Loaded | None:
+            found = await driver.fetchrow(sql.existing.sql, *sql.existing.args(id=new.id))
+            return None if found is None else Loaded(*found)
+
+        async def refuse(driver: Any, limit: str, now: datetime, checked: bool) -> None:
+            """A taken id is refused before any capacity limit."""
+            row = None if checked else await taken(driver)
+            if row is not None:
+                raise TaskExists(rules.present(row.snapshot, now))
+            raise CapacityExceeded(limit)
+
+        async def op(driver: Any) -> Snapshot:
+            locked = await driver.fetchrow(
+                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=new.id)
+            )
+            if locked is None:
+                raise StoreError(MISSING_COUNTER)
+            total, clock, seen = locked
+            now = rules.tick(clock)
+            checked = bool(seen) or replace is not None  # else: read only if it matters
+            row = await taken(driver) if checked else None
+            current = row.snapshot if row is not None else None
+            if replace is None and current is not None:
+                raise TaskExists(rules.present(current, now))
+            if replace is not None:
+                if current is None:
+                    raise TaskNotFound(new.id)
+                rules.check_replace(current, replace, now)
+            if row is None and total >= limits.tasks_cap:
+                await refuse(driver, "max_tasks", now, checked)
+            scope = scope_lock(new.tenant)
+
+            async def count() -> int:
+                return int(await driver.fetchval(sql.active.sql, *sql.active.args(
+                    tenant=new.tenant, now=now, id=new.id,
+                    cap=limits.scope_cap,
+                )))
+
+            async def read_bound() -> int | None:
+                value = await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope))
+                return None if value is None else int(value)
+
+            room = await room_for_one(total - (1 if row is not None else 0),
+                                      limits.scope_cap, read_bound, count)
+            if room.full:
+                await refuse(driver, "max_active_tasks_per_scope", now, checked)
+            if room.bound is None:
+                await driver.execute(sql.raise_bound.sql, *sql.raise_bound.args(name=scope))
+            else:
+                await driver.execute(sql.store_bound.sql,
+                                     *sql.store_bound.args(name=scope, value=room.bound))
+            snapshot = rules.new_snapshot(new, now, replace=current)
+            members = _codec.member_rows(snapshot)
+            if row is None:
+                if not await self._insert(driver, snapshot, members):
+                    row = await taken(driver)  # created since the lock statement began
+                    assert row is not None
+                    raise TaskExists(rules.present(row.snapshot, now))
+            else:
+                await driver.execute(sql.forget_events.sql, *sql.forget_events.args(id=new.id))
+                await driver.execute(sql.forget_members.sql, *sql.forget_members.args(id=new.id))
+                row.put(snapshot, None)
+                await self._write(driver, [row], members=members, wake=[snapshot.queue])
+            return snapshot
+
+        return await self._db.run_driver(op)
+
+    async def create_at_once(
+        self, news: Sequence[NewTask], limits: StoreLimits
+    ) -> list[Snapshot | None]:
+        """``create`` of new tasks in one statement, its own transaction
+        (:attr:`CreateStatements.create`: one round trip, no ``BEGIN``/``COMMIT``); for each, the
+        snapshot created, or ``None`` with nothing written for it when the statement cannot
+        decide alone — its id is taken (or comes twice), the store would hold more than
+        ``max_tasks`` tasks, or a tenant's bound leaves no room for its tasks of the group
+        (it may be full: the transaction counts it; then none is created) — for the
+        transaction that decides (:meth:`_create`).
+
+        Each snapshot is made in Python at a stand-in instant, its text cut where it
+        spells that instant (and the TTL's expiry), and the statement spells in the clock
+        it reads after the creators' lock: what is stored is exactly the snapshot made at
+        that clock, which is returned.
+
+        Raises:
+            StoreUnavailable: transient failure; nothing was written.
+        """
+        made: dict[str, tuple[Snapshot, timedelta | None]] = {}
+        rows: list[dict[str, Any]] = []
+        members: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for new in news:
+            if new.id in seen:  # an id that comes twice is tried once, for its first caller
+                continue
+            seen.add(new.id)
+            stand_in = _stand_in()
+            snapshot = rules.new_snapshot(new, stand_in)
+            instants = {stand_in: (2, 0)}  # created_at, updated_at: no shift
+            ttl = None
+            if snapshot.expires_at is not None:
+                ttl = snapshot.expires_at - stand_in
+                instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
+            columns = _codec.projection(snapshot, None)
+            cut = _codec.cut_at_instants(columns["snapshot"], instants)
+            if cut is None:  # the user's values spell the stand-in: decide in a transaction
+                continue
+            made[new.id] = (snapshot, ttl)
+            parts, shifts = cut
+            rows.append({
+                "n": len(rows), "id": new.id,
+                **{name: columns[name] for name, _ in NEW_COLUMNS},
+                "ttl": None if ttl is None else ttl // MILLISECOND,
+                "pieces": list(zip(parts, [*shifts, None], strict=True)),
+            })
+            members += _codec.member_rows(snapshot)
+        if not made:
+            return [None] * len(news)
+        statement = self.sql.create
+        args = statement.args(now=self._now_arg(), most=limits.tasks_cap - len(made),
+                              max_active=limits.scope_cap,
+                              rows=_codec.encode(rows), members=_codec.encode(members))
+
+        async def op(driver: Any) -> Any:
+            return await driver.fetchrow(statement.sql, *args)
+
+        ids, clock, *_ = await self._db.run_driver(op, single_statement=True)
+        created: dict[str, Snapshot] = {}
+        if ids:
+            now = rules.tick(clock)
+            for task_id in ids:
+                snapshot, ttl = made[task_id]
+                created[task_id] = snapshot.model_copy(update={
+                    "created_at": now, "updated_at": now,
+                    "expires_at": None if ttl is None else now + ttl,
+                })
+        outcomes: list[Snapshot | None] = []
+        for new in news:
+            outcomes.append(created.pop(new.id, None))  # a second caller of an id: None
+        return outcomes
+
+    async def _insert(
+        self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]
+    ) -> bool:
+        """Insert ``snapshot``; ``False`` (nothing written) when its id is taken.
+
+        Raises:
+            StoreUnavailable: the creators' lock row is missing.
+        """
+        statement = self.sql.insert
+        counts = await driver.fetchrow(statement.sql, *statement.args(
+            id=snapshot.id, members=_codec.encode(list(members)),
+            **_codec.projection(snapshot, None),
+        ))
+        if counts[0] == 0:
+            return False
+        if tuple(counts[:3]) != (1, 1, len(members)):
+            raise StoreUnavailable("The creators' lock row is missing: nothing was written")
+        return True
+
+
+_STAND_IN_FROM = datetime(1100, 1, 1, tzinfo=UTC)
+_STAND_IN_SPAN_MS = 700 * 365 * 86_400_000
+
+
+def _stand_in() -> datetime:
+    """A random instant no store clock gives (between the years 1100 and 1800, whole
+    milliseconds), for a snapshot whose instants the database puts in."""
+    return _STAND_IN_FROM + timedelta(milliseconds=secrets.randbelow(_STAND_IN_SPAN_MS))

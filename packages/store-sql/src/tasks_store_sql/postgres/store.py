@@ -1,0 +1,26 @@
+"""``PostgresStore``: the SQL store on PostgreSQL through asyncpg — ``SQLStore`` with the
+operations it runs on its own statements overridden (``SQLStore(url)`` gives it for a
+PostgreSQL URL on asyncpg, and for an asyncpg engine).
+
+What it keeps of ``SQLStore`` unchanged: reads, administration, exclusive queues, the
+application's transaction for ``create``, migrations and the waits. Every decision is
+still :mod:`tasks_core.rules` and :mod:`tasks_core.storekit`; the statements that decide
+in SQL are held to them byte for byte by their tests.
+"""
+
+from __future__ import annotations
+
+from tasks_store_sql.postgres._creates import PostgresCreates
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(PostgresCreates):
+    """The SQL store on PostgreSQL with asyncpg (see ``SQLStore`` for URLs and options).
+
+    Its hot path runs prebuilt statements on the driver's connection: ``claim_next`` in
+    up to three tiers (:mod:`._claims`), ``claim``/``renew``/``report_progress``/
+    ``release`` in one lock and one write, ``transition_many`` with the completions of
+    claimed runs in one statement (:mod:`._transitions`), and creates of one event loop
+    together in one statement (:mod:`._creates`).
+    """
