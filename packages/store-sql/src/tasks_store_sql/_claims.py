@@ -85,14 +85,17 @@ class ClaimOps(ReadOps):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
-        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
+        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``);
+        those past the first ``start`` are held ahead of a free slot.
 
         Raises:
-            InvalidInput: bad ``lease_for``, ``worker_id``, ``limit`` or queue names.
+            InvalidInput: bad ``lease_for``, ``worker_id``, ``limit``, ``start`` or queue
+                names.
             StoreUnavailable: transient database failure.
         """
-        request = check_claim_next(worker_id, lease_for, queues, limit, exclusive)
+        request = check_claim_next(worker_id, lease_for, queues, limit, exclusive, start)
         await self._ensure_ready()
         return await self._claim_next(request)
 

@@ -145,7 +145,7 @@ class ReadOps(StoreBase):
 
     def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
         t = self.tables.tasks
-        if status == TaskStatus.RUNNING:
+        if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):  # (rules.matches tells)
             return sa.and_(t.c.status == TaskStatus.PENDING.value, t.c.claim_expires_at > now)
         if status == TaskStatus.PENDING:
             return sa.and_(

@@ -7,7 +7,8 @@ statement that claims any head (:func:`._claim_sql.claim_statement`); and when t
 left a candidate alone or failed on unreadable text, (3) the SQL store's own claim
 decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`, inherited), which fails a
 task past its delivery limit and skips corrupt records. A statement is its own
-transaction at READ COMMITTED. ``claim_next`` with exclusive queues is the SQL store's.
+transaction at READ COMMITTED. ``claim_next`` with exclusive queues, or that holds
+claims ahead of a slot (``start``), is the SQL store's.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ class PostgresClaims(PostgresBase):
     """Claims and leases of PostgreSQL on asyncpg (see the module docstring)."""
 
     async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
-        """``claim_next`` in tiers (see the module docstring); claims in claim order."""
-        if request.exclusive:
+        """``claim_next`` in tiers (see the module docstring); claims in claim order. The
+        statements neither guard exclusive queues nor hold claims ahead of a slot
+        (``start``): such a call is the SQL store's."""
+        held = request.start is not None and request.start < request.limit
+        if request.exclusive or held:
             return await super()._claim_next(request)
         names, limit = sorted(request.queues), request.limit
         worker_id, lease_for = request.worker_id, request.lease_for
