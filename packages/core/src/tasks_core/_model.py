@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tasks_core.errors import InvalidInput
+from tasks_core._errors_base import InvalidInput
 
 __all__ = ["Model", "built", "describe_validation_error", "plain_init", "replaced"]
 

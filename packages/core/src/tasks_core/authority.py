@@ -19,8 +19,8 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator
 
+from tasks_core._errors_base import InvalidInput
 from tasks_core._model import Model, plain_init
-from tasks_core.errors import InvalidInput
 
 __all__ = [
     "DEFAULT_TENANT",

@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Literal, overload
 
-from tasks_core.errors import InvalidInput
+from tasks_core._errors_base import InvalidInput
 
 __all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
            "check_duration", "check_wait_timeout"]

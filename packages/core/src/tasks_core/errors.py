@@ -22,12 +22,15 @@
         └── PluginConflict                     two distributions claim one store name
 
 Each class docstring is its default message. Raise with a message only when the message
-adds something the default does not say.
+adds something the default does not say. (``TasksError`` and ``InvalidInput`` are defined
+in ``_errors_base``, which the model imports: the tree is still this module's.)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from tasks_core._errors_base import InvalidInput, TasksError
 
 if TYPE_CHECKING:
     from tasks_core.models import Snapshot
@@ -52,17 +55,6 @@ __all__ = [
     "Unavailable",
     "UnknownStore",
 ]
-
-
-class TasksError(Exception):
-    """A tasks operation failed."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message if message is not None else _default_message(type(self)))
-
-
-def _default_message(cls: type[BaseException]) -> str:
-    return (cls.__doc__ or cls.__name__).strip().splitlines()[0]
 
 
 class TaskNotFound(TasksError, LookupError):
@@ -126,10 +118,6 @@ class CapacityExceeded(TasksError):
 
 class AuthorizationError(TasksError, PermissionError):
     """Not authorized for this action."""
-
-
-class InvalidInput(TasksError, ValueError):
-    """Invalid input; nothing was written."""
 
 
 class UnknownStore(InvalidInput, LookupError):

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, model_validator
 
+from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json, check_text
 from tasks_core._model import Model, built, replaced
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
-from tasks_core.errors import InvalidInput
 from tasks_core.reasons import CancelReason
 
 __all__ = [

@@ -4,53 +4,10 @@ A store holds data and the atomic operations on it — nothing that runs (no tas
 or queues of its own). Driver types never cross this boundary: stores take and return
 core models and raise the core errors (``StoreUnavailable`` for transient driver
 failures, ``StoreCorrupt`` for a record that fails validation). The semantics of each
-operation are the pure functions of :mod:`tasks_core.rules`; a store's job is to apply
-them atomically. Each rule below names the contract test that proves it
-(``tasks_contract_tests``).
-
-Rules (MUST):
-
-1. ``create`` stores the task and its first snapshot (revision 0) atomically and checks
-   ``max_tasks`` and ``max_active_tasks_per_scope`` — each off unless set — inside the same
-   atomic step (``test_capacity_holds_under_concurrent_creation``,
-   ``test_default_limits_accept_a_backlog_past_the_old_caps``); a taken id raises ``TaskExists``
-   with the current snapshot (``test_create_existing_id_raises_task_exists``);
-   ``replace=`` swaps a finished run for a new one with a new ``run_id``, its history gone
-   (``test_replace_starts_a_new_run_and_drops_old_history``).
-2. ``get``/``history`` raise ``TaskNotFound`` alike for unknown, other-tenant and expired
-   tasks (``test_get_in_another_tenant_reads_as_missing``,
-   ``test_expired_task_is_hidden_before_reap``).
-3. ``transition`` runs five steps atomically (docs/design.md, State machine): find, authorize,
-   replay (``test_duplicate_event_returns_original_outcome``,
-   ``test_reused_event_id_with_other_content_is_refused``), revision check
-   (``test_stale_revision_raises_conflict``), apply; N writers at one revision produce
-   exactly one ``applied`` (``test_concurrent_writers_have_exactly_one_winner``).
-4. ``claim``/``claim_next`` never hand one task to two live leases
-   (``test_concurrent_claim_next_never_shares_a_task``); every claim has a higher lease
-   generation than any before it on that task (``test_each_claim_has_a_higher_generation``);
-   ``claim_next`` serves oldest first (created_at, id), includes expired leases, skips
-   retries not due (``test_claim_next_skips_retry_not_due``) and never blocks on another
-   claimer.
-5. Lease operations check exact token, generation and worker, and that the lease is live
-   (``release`` excepted) by the store clock (``test_stale_lease_is_refused_everywhere``).
-6. Capabilities are frozen and truthful; a feature whose flag is off raises
-   ``CapabilityNotSupported`` (``test_off_capabilities_raise_capability_not_supported``).
-7. All instants come from the store clock (an injected ``clock`` when given), in whole
-   milliseconds (``test_now_reads_the_injected_clock``); ``committed_at`` strictly
-   increases along a task's history.
-8. A corrupt record raises ``StoreCorrupt`` naming its id and costs only itself: listings
-   and ``reap`` carry on and report the skip (``test_corrupt_record_costs_only_itself``,
-   ``test_listing_and_reap_report_a_skipped_corrupt_record``).
-9. ``transition_many`` (capability ``batch_transitions``) decides every item exactly as
-   ``transition`` would, in order — each guarded by its own expected revision and its own
-   lease or access — and writes all of them in one atomic step where the store can
-   (``test_batch_results_equal_one_by_one_transitions``); an item's refusal is returned in
-   its place, never raised, and changes nothing for the other items
-   (``test_one_refused_item_does_not_stop_the_others``,
-   ``test_stale_lease_in_a_batch_is_refused_while_the_rest_apply``); batches racing on the
-   same tasks keep exactly one winner per revision
-   (``test_concurrent_batches_have_exactly_one_winner_per_revision``). Without the
-   capability it raises ``CapabilityNotSupported``.
+operation are the pure functions of :mod:`tasks_core.rules` and the decisions of
+:mod:`tasks_core.storekit`; a store's job is to apply them atomically. Its MUST rules, each
+with the contract test that proves it, are in docs/contract.md ("The store protocol's
+rules"); each method's docstring states its own.
 """
 
 from __future__ import annotations
