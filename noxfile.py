@@ -127,6 +127,7 @@ nox.options.sessions = [
     "tests(store-mongo)",
     *(f"contract({name})" for name, store in STORES.items() if not store.server),
     "acme",
+    "mutants-sample",
 ]
 
 
@@ -290,3 +291,38 @@ def bench(session: nox.Session) -> None:
     session.install(PGQUEUER)  # the peer, measured in the same run (bench/peers.py)
     session.run("python", str(ROOT / "packages/store-sql/bench/bench.py"),
                 "--postgres-url", url, *session.posargs)
+
+
+MUTMUT = "mutmut==3.8.1"
+MUTANTS = ROOT / "packages/contract-tests/mutants"  # mutants.toml: what, which tests, equivalents
+
+
+def run_mutants(session: nox.Session, *, sample: bool) -> None:
+    """mutmut over a copy (never the checkout) of the sources mutants.toml names, against
+    its tests; then the check: any survivor not listed there as equivalent fails."""
+    install(session, *SUITE)
+    session.install(MUTMUT)
+    stage = Path(session.create_tmp()) / "mutants"  # src/, tests/, pyproject.toml: mutmut's
+    helper = ["python", str(MUTANTS / "mutants.py")]
+    session.run(*helper, "stage", "--root", str(ROOT), "--dest", str(stage))
+    names = session.run(*helper, "sample", silent=True).split() if sample else []
+    with session.chdir(stage):
+        session.run("mutmut", "run", *names)
+    report = ["--sample"] if sample else ["--docs", str(ROOT / "docs" / "contract.md")]
+    session.run(*helper, "check", "--dest", str(stage), *report)
+
+
+@nox.session(tags=["mutants"])
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of tasks_core.rules, arguments, storekit and the memory
+    store against the contract suite and the rule tests; writes the score to
+    docs/contract.md ("Mutation score"). About 45 minutes on 2 CPUs: not in `all`.
+    `nox -s mutants -- --sample`: the CI sample only (mutants.toml), docs untouched."""
+    run_mutants(session, sample="--sample" in session.posargs)
+
+
+@nox.session(name="mutants-sample", tags=["all"])
+def mutants_sample(session: nox.Session) -> None:
+    """The sample of `mutants` that CI runs (mutants.toml `sample`, a few minutes): fails
+    when one of its mutants survives that mutants.toml does not list as equivalent."""
+    run_mutants(session, sample=True)
