@@ -47,6 +47,7 @@ class ExclusiveQueueCheckedBeforeClaiming(MemoryStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         wanted = rules.check_queues(queues)
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
@@ -58,7 +59,7 @@ class ExclusiveQueueCheckedBeforeClaiming(MemoryStore):
             return []
         with _without_checking():
             return await super().claim_next(worker_id, lease_for, queues=free, limit=limit,
-                                            exclusive=exclusive)
+                                            exclusive=exclusive, start=start)
 
     def _queue_busy(self, queue: str, now: datetime) -> bool:
         return False if _acting.get() else super()._queue_busy(queue, now)
@@ -76,10 +77,11 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         if exclusive:
             return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive)
+                                             exclusive=exclusive, start=start)
         rules.check_lease_for(lease_for)
         rules.check_worker_id(worker_id)
         wanted = rules.check_queues(queues)

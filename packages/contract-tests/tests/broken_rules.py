@@ -76,9 +76,10 @@ class _ServesCancelledTasks(MemoryStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         claims = await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                          exclusive=exclusive)
+                                          exclusive=exclusive, start=start)
         with self._locked() as now:
             for task_id, row in sorted(self._rows.items()):
                 if len(claims) >= limit:
@@ -125,6 +126,7 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         rules.check_lease_for(lease_for)
         rules.check_worker_id(worker_id)
@@ -134,7 +136,7 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
             if any(self._queue_busy(queue, now) for queue in exclusive_set & wanted):
                 return []
         return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                        exclusive=exclusive)
+                                        exclusive=exclusive, start=start)
 
 
 class RecoveredNeverSet(MemoryStore):

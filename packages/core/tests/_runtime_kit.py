@@ -127,10 +127,11 @@ class RecordingStore(DelegatingStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> list[Claim]:
         self.claim_limits.append(limit)
         return await self.inner.claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                           exclusive=exclusive)
+                                           exclusive=exclusive, start=start)
 
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         self.wakeup_waits += 1
@@ -170,9 +171,10 @@ class GateStore(DelegatingStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> list[Claim]:
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive)
+                                             exclusive=exclusive, start=start)
         if self.armed and claims:
             self.armed = False
             self.entered.set()

@@ -275,7 +275,7 @@ async def test_a_shutdown_wakes_a_claim_loop_that_waits_for_a_slot() -> None:
         held = await app.submit(blocked, None, ALICE)
         worker = fast_worker(app, concurrency=1, prefetch=1, lease_for=600.0)
         async with worker:
-            await until(app, held.id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, held.id, ALICE, lambda s: s.status == TaskStatus.CLAIMED)
             assert worker.running == [first.id]
             draining = asyncio.create_task(worker.shutdown(drain_timeout=3 * TIMEOUT))
             released = await until(app, held.id, ALICE,

@@ -42,6 +42,9 @@ pytestmark = pytest.mark.anyio
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
+LEASED = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED})
+"""A live lease: started (``running``) or held ahead of a slot (``claimed``)."""
+
 
 async def test_async_and_sync_handlers_complete_with_their_results() -> None:
     """An async handler MUST run on the worker's loop thread and a sync one in another
@@ -387,7 +390,7 @@ async def test_claims_of_open_queues_overlap_within_the_free_slots() -> None:
         ids = [(await app.submit(job, {"n": n}, ALICE)).id for n in range(8)]
         async with fast_worker(app, concurrency=4, prefetch=0):
             for task_id in ids[:4]:
-                await until(app, task_id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+                await until(app, task_id, ALICE, lambda s: s.status in LEASED)
             store.gate.clear()
             first = list(started)
             releases[first[0]].set()
@@ -424,7 +427,7 @@ async def test_one_claim_in_flight_while_claiming_further_ahead_than_the_slots()
         ids = [(await app.submit(job, {"n": n}, ALICE)).id for n in range(10)]
         async with fast_worker(app, concurrency=2, prefetch=4) as worker:
             for task_id in ids[:2]:
-                await until(app, task_id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+                await until(app, task_id, ALICE, lambda s: s.status in LEASED)
             assert len(worker._held) == 4
             store.gate.clear()
             planned_with_two_held = asyncio.Event()
@@ -472,7 +475,7 @@ async def test_claims_never_overlap_in_a_worker_serving_a_limited_queue() -> Non
                for name in ("b1", "b2", "a1", "a2")}
         async with fast_worker(app, concurrency=2, prefetch=0, queues=["a", "b"]) as worker:
             for name in ("b1", "a1"):
-                await until(app, ids[name], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+                await until(app, ids[name], ALICE, lambda s: s.status in LEASED)
             store.gate.clear()
             releases["a1"].set()
             await store.until_in_flight(1)  # a claim of queue a waits at the gate
@@ -675,7 +678,7 @@ class _Gated:
 
 async def _claimed_ids(app: App, ids: list[str]) -> list[str]:
     """The tasks of ``ids`` whose lease is live now (claimed, started or not)."""
-    return [i for i in ids if (await app.get(i, ALICE)).status == TaskStatus.RUNNING]
+    return [i for i in ids if (await app.get(i, ALICE)).status in LEASED]
 
 
 async def test_prefetch_claims_beyond_the_free_slots_and_starts_held_claims_oldest_first() -> None:
@@ -687,10 +690,12 @@ async def test_prefetch_claims_beyond_the_free_slots_and_starts_held_claims_olde
     async with app:
         ids = await g.submit(6)
         async with fast_worker(app, concurrency=2, prefetch=2) as worker:
-            await until(app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, ids[3], ALICE, lambda s: s.status in LEASED)
             assert g.started == ids[:2]
             assert await _claimed_ids(app, ids) == ids[:4]
             assert [claim.snapshot.id for _, claim in worker._held] == ids[2:4]
+            assert [(await app.get(i, ALICE)).status for i in ids[:4]] == [
+                TaskStatus.RUNNING, TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.CLAIMED]
             g.gate.set()
             for task_id in ids:
                 await app.wait(task_id, ALICE, timeout=TIMEOUT)
@@ -734,7 +739,7 @@ async def test_a_shutdown_releases_held_claims_unstarted() -> None:
         ids = await g.submit(3)
         worker = fast_worker(app, concurrency=1, prefetch=2)
         async with worker:
-            await until(app, ids[2], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, ids[2], ALICE, lambda s: s.status in LEASED)
             g.gate.set()  # the running handler ends during the drain
             assert await worker.shutdown(drain_timeout=TIMEOUT)
         for task_id in ids[1:]:
@@ -754,13 +759,13 @@ async def test_a_held_claim_of_a_task_cancelled_through_the_app_is_never_started
     async with app:
         first, second = await g.submit(2)
         async with fast_worker(app, concurrency=1, prefetch=1) as worker:
-            await until(app, second, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, second, ALICE, lambda s: s.status in LEASED)
             assert [claim.snapshot.id for _, claim in worker._held] == [second]
             await app.cancel(second, ALICE)
             assert not worker._held
             g.clock.advance(0.001)
             (third,) = await g.submit(1)
-            await until(app, third, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, third, ALICE, lambda s: s.status in LEASED)
             g.gate.set()
             assert (await app.wait(third, ALICE, timeout=TIMEOUT)).status == \
                 TaskStatus.COMPLETED
@@ -786,7 +791,7 @@ async def test_prefetch_never_claims_ahead_for_a_queue_with_a_concurrency_limit(
     async with app:
         ids = await submitted_in_order(app, limited, clock, 3)
         async with fast_worker(app, queues=["one"], concurrency=4, prefetch=4):
-            await until(app, ids[0], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(app, ids[0], ALICE, lambda s: s.status in LEASED)
             assert await _claimed_ids(app, ids) == ids[:1]
             gate.set()
             for task_id in ids:
@@ -821,7 +826,7 @@ async def test_auto_prefetch_claims_nothing_ahead_before_runs_have_proven_short(
         ids = await g.submit(4)
         async with fast_worker(g.app, concurrency=2) as worker:
             worker._short_run = 60.0
-            await until(g.app, ids[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            await until(g.app, ids[1], ALICE, lambda s: s.status in LEASED)
             assert await _claimed_ids(g.app, ids) == ids[:2]
             assert not worker._held
             await g.finish(ids)
@@ -836,7 +841,7 @@ async def test_auto_prefetch_claims_ahead_while_runs_are_short() -> None:
     ahead = worker_module.AUTO_AHEAD * 2
     g = _Gated()
     async with g.app, _auto_worker_after_short_runs(g, 2 + ahead + 2) as (worker, ids):
-        await until(g.app, ids[1 + ahead], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        await until(g.app, ids[1 + ahead], ALICE, lambda s: s.status in LEASED)
         assert g.started[-2:] == ids[:2]
         assert [claim.snapshot.id for _, claim in worker._held] == ids[2:2 + ahead]
         assert await _claimed_ids(g.app, ids) == ids[:2 + ahead]
@@ -850,20 +855,20 @@ async def test_auto_prefetch_stops_claiming_ahead_once_a_run_is_long() -> None:
     in a row have ended again."""
     g = _Gated()
     async with g.app, _auto_worker_after_short_runs(g) as (worker, ids):
-        await until(g.app, ids[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        await until(g.app, ids[3], ALICE, lambda s: s.status in LEASED)
         worker._short_run = 0.0  # the runs in the slots are long from now on
         assert worker._ahead() == 0
         await g.finish(ids)
         g.gate.clear()
         later = await g.submit(4)
-        await until(g.app, later[1], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        await until(g.app, later[1], ALICE, lambda s: s.status in LEASED)
         assert await _claimed_ids(g.app, later) == later[:2]
         assert not worker._held
         worker._short_run = 60.0  # short again: two short runs in a row re-arm it
         await g.finish(later)
         g.gate.clear()
         again = await g.submit(4)
-        await until(g.app, again[3], ALICE, lambda s: s.status == TaskStatus.RUNNING)
+        await until(g.app, again[3], ALICE, lambda s: s.status in LEASED)
         assert [claim.snapshot.id for _, claim in worker._held] == again[2:]
         await g.finish(again)
 

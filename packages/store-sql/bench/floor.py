@@ -56,6 +56,7 @@ class NoWorkStore(MemoryStore):
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> list[Claim]:
         """Up to ``limit`` of the claims made beforehand."""
         claims = self._claims

@@ -409,3 +409,34 @@ async def test_a_head_with_a_key_of_another_version_goes_to_the_claim_in_python(
     clock.advance(1)
 
     await _claim_matches_the_rules(store, clock, task.id)
+
+
+async def test_claims_past_start_are_held_by_the_statements_as_the_rules_say(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``claim_next(start=1)`` of a released task and two new ones: both statements write
+    the claims (no claim in Python), the first started and the others held, each stored
+    byte for byte as ``rules.start_claim(held=...)`` lays it out."""
+    released = await store.create(new_task())
+    first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
+    await store.release(first.lease)
+    clock.advance(1)
+    new = [await store.create(new_task()) for _ in range(2)]
+    clock.advance(1)
+    ids = [released.id, *(task.id for task in new)]
+    now = rules.tick(clock.now())
+    expected = {}
+    for rank, task_id in enumerate(ids):
+        expected[task_id], _, _, _ = rules.start_claim(
+            await _before(store, task_id), WORKER, LEASE_S, now, held=rank > 0)
+    _python_claims_refused(store, monkeypatch)
+
+    got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=3, start=1)
+
+    assert [c.snapshot.id for c in got] == ids
+    assert [c.snapshot.status for c in got] == [
+        TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.CLAIMED]
+    for task_id in ids:
+        assert await _before(store, task_id) == expected[task_id]
+        assert _split(await _stored_text(store, task_id)) == _split(
+            _codec.encode_snapshot(expected[task_id]))

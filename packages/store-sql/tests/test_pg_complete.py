@@ -323,3 +323,28 @@ async def test_a_failed_transaction_after_the_statement_fails_only_its_own_items
     assert (await store.get(done.id, tenant=None)).status == TaskStatus.COMPLETED
     with pytest.raises(StoreUnavailable):
         await store.transition_many([item(stale.id, 5)])
+
+
+async def test_a_held_claims_completion_is_the_statements_and_ends_the_hold(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of a claim held ahead of its slot that ends before any renew is completed by
+    the statement alone, stored as ``rules.apply_event`` decides: its claim ended and no
+    longer held."""
+    task = await store.create(new_task(input={"n": 1}))
+    clock.advance(1.5)
+    [claim] = await store.claim_next(WORKER, LEASE_S, queues=["default"], start=0)
+    assert claim.snapshot.claim is not None
+    assert claim.snapshot.claim.held
+    before = _codec.decode_snapshot(task.id, (await _row(store, task.id))["snapshot"])
+    clock.advance(0.25)
+    _statement_only(store, monkeypatch)
+
+    done = await store.transition(
+        task.id, claim.snapshot.revision, Completed(event_id="done", result=1), claim.lease
+    )
+
+    assert done.outcome == "applied"
+    assert done.snapshot.claim is not None
+    assert not done.snapshot.claim.held
+    await _stored_as_decided(store, before, done, clock.now())

@@ -13,6 +13,7 @@ from tasks_contract_tests.contract.corrupt import CorruptContract
 from tasks_contract_tests.contract.create import CreateContract
 from tasks_contract_tests.contract.delete import DeleteContract
 from tasks_contract_tests.contract.fixture import FixtureContract
+from tasks_contract_tests.contract.held_claims import HeldClaimContract
 from tasks_contract_tests.contract.inbox import InboxContract
 from tasks_contract_tests.contract.leases import LeaseContract
 from tasks_contract_tests.contract.limits import LimitContract
@@ -41,6 +42,7 @@ __all__ = [
     "CreateContract",
     "DeleteContract",
     "FixtureContract",
+    "HeldClaimContract",
     "InboxContract",
     "LeaseContract",
     "LimitContract",
@@ -83,6 +85,7 @@ class StoreContract(
     LimitContract,
     LeaseContract,
     ClaimRuleContract,
+    HeldClaimContract,
     ClaimContract,
     BatchContract,
     RaceContract,

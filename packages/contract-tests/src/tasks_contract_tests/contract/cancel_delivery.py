@@ -48,9 +48,10 @@ class _LateClaims:
         return self.inner.capabilities
 
     async def claim_next(self, worker_id: str, lease_for: float, *, queues: Sequence[str],
-                         limit: int = 1, exclusive: Collection[str] = ()) -> list[Claim]:
+                         limit: int = 1, exclusive: Collection[str] = (),
+                         start: int | None = None) -> list[Claim]:
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues,
-                                             limit=limit, exclusive=exclusive)
+                                             limit=limit, exclusive=exclusive, start=start)
         if claims and not self.gate.is_set():
             self.claimed.set()
             await self.gate.wait()

@@ -32,8 +32,12 @@ FAST: dict[str, Any] = {
 
 
 async def _claimed(app: App, task_id: str) -> bool:
-    """Whether ``task_id`` holds a live lease (claimed, started or held)."""
-    return (await app.get(task_id, ALICE)).status == TaskStatus.RUNNING
+    """Whether ``task_id`` holds a live lease (started: ``running``; held: ``claimed``)."""
+    return (await app.get(task_id, ALICE)).status in (TaskStatus.RUNNING, TaskStatus.CLAIMED)
+
+
+async def _reads(app: App, task_id: str, status: TaskStatus) -> bool:
+    return (await app.get(task_id, ALICE)).status == status
 
 
 async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -127,6 +131,42 @@ class WorkerContract(ContractBase):
         assert started == ids[:1]
         again = await store.claim_next("another-worker", LEASE_S, queues=["default"], limit=3)
         assert sorted(claim.snapshot.id for claim in again) == sorted(ids)
+
+    async def test_a_task_claimed_ahead_reads_claimed_until_its_handler_starts(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """With one slot and ``prefetch=1``, the task a worker holds ahead MUST read
+        ``claimed`` (never ``running``) while the slot is taken, and ``running`` once its
+        handler has started (the worker renews it a short run after the start).
+
+        Troubleshooting: ``claim_next(start=...)`` must hold the claims past ``start``
+        (``ClaimInfo.held``) and ``renew`` must clear it.
+        """
+        app = App(store=store)
+        gate, second_started, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        @app.task(name="gated")
+        async def gated(ctx: TaskContext) -> None:
+            if ctx.task_id == first:
+                await gate.wait()
+            else:
+                second_started.set()
+                await release.wait()
+
+        async with app:
+            first, second = await submitted_in_order(app, gated, clock, 2)
+            async with app.worker(concurrency=1, prefetch=1, **FAST):
+                await _until(partial(_reads, app, second, TaskStatus.CLAIMED),
+                             "the second task held")
+                assert (await app.get(first, ALICE)).status == TaskStatus.RUNNING
+                listed = await app.list(ALICE, status=TaskStatus.CLAIMED)
+                assert [second] == [snapshot.id for snapshot in listed.items]
+                gate.set()
+                await asyncio.wait_for(second_started.wait(), WAIT_S)
+                await _until(partial(_reads, app, second, TaskStatus.RUNNING),
+                             "the second task running")
+                release.set()
+                await app.wait(second, ALICE, timeout=WAIT_S)
 
     async def test_a_held_claim_of_a_task_cancelled_through_the_app_never_starts(
         self, store: TaskStore, clock: ManualClock

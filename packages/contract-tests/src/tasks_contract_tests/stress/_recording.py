@@ -136,10 +136,11 @@ class RecordingStore:
         queues: Sequence[str],
         limit: int = 1,
         exclusive: Collection[str] = (),
+        start: int | None = None,
     ) -> builtins.list[Claim]:
         """See :meth:`TaskStore.claim_next`."""
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive)
+                                             exclusive=exclusive, start=start)
         self._claimed(claims)
         return claims
 

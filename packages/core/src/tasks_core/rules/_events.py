@@ -137,7 +137,7 @@ def _end_claim(snapshot: Snapshot, at: datetime) -> ClaimInfo | None:
     claim = snapshot.claim
     if claim is None:
         return None
-    return replaced(claim, expires_at=min(claim.expires_at, at), ended=True)
+    return replaced(claim, expires_at=min(claim.expires_at, at), ended=True, held=False)
 
 
 def apply_event(

@@ -200,10 +200,12 @@ class Claims(Slots):
         if limit <= 0:
             return 0, False
         asked = asyncio.get_running_loop().time()
+        starting = limit if limited else self._starting(limit)
+        held = {"start": starting} if starting < limit else {}
         self._claims_out += 1
         try:
             claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
-                                            limit=limit, exclusive=exclusive)
+                                            limit=limit, exclusive=exclusive, **held)
         except Exception:  # a store outage (or a store bug) must not kill the worker
             log_failure(log, "worker %s: claim failed; backing off", self.worker_id)
             return 0, True
@@ -219,6 +221,16 @@ class Claims(Slots):
             else:
                 self._held.append((asked, claim))
         return len(claims), False
+
+    def _starting(self, limit: int) -> int:
+        """How many of a claim of the open queues for ``limit`` tasks will start at once:
+        the free slots no other claim in flight asked for, none while claims are held. The
+        store holds the rest (``claim_next(start=...)``: they read ``claimed``); a claim
+        that starts nothing ahead passes no ``start``."""
+        if self._held:
+            return 0
+        others = sum(self._asking.values()) - limit  # (this claim is among them)
+        return max(0, min(limit, self._free() - max(0, others)))
 
     def _start_held(self, now: float) -> None:
         """Start held claims in the free slots, oldest first; release those held for a

@@ -69,6 +69,9 @@ class RunEnv:
     failed to take: the task runs again once its lease expires."""
     tally: Tally | None = None
     """Counts the events the worker's runs wrote, for its summary line."""
+    held_renew_after: float = 0.02
+    """A run of a claim held ahead of its slot (it reads ``claimed``) renews this long
+    after it starts, so that it reads ``running``; a shorter run never pays that write."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ class RunBase:
         self.task_id = claim.snapshot.id
         self.run_id = claim.snapshot.run_id
         self.generation = claim.lease.generation
+        self.held = claim.snapshot.claim is not None and claim.snapshot.claim.held
+        """Claimed ahead of its slot: the task reads ``claimed`` until a renew."""
+        self._held_renew: asyncio.TimerHandle | None = None
         self.cell = LeaseCell(env.store, claim.lease, env.group)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()

@@ -51,6 +51,10 @@ _STARTED_AT = _STARTED_NULL + ',"finished_at":'
 """What follows a fresh head's ``updated_at``: ``started_at`` null, then ``finished_at``."""
 
 
+_HELD = ',"held":true'
+"""How the codec spells a held claim's last member (``ClaimInfo.held``, absent when false)."""
+
+
 def _text(name: str, value: str | None = None) -> sa.BindParameter[str]:
     return sa.bindparam(name, value, type_=sa.Text)
 
@@ -175,11 +179,16 @@ def _concat(name: str, parts: list[Part]) -> sa.ColumnElement[str]:
 
 def _claim_members(plan: sa.FromClause, generation: Part) -> list[Part]:
     """The text of the claim's ``claim`` object: the worker, ``generation``, the lease's
-    end, not ended, and whether it takes over a lease that never ended (its expiry is
-    still recorded)."""
+    end, not ended, whether it takes over a lease that never ended (its expiry is still
+    recorded), and ``held`` for a rank past ``start`` (written only when true, as the
+    codec does)."""
     recovered = sa.case(
         (plan.c.claim_expires_at.is_not(None), _text("true", "true")),
         else_=_text("false", "false"),
+    )
+    held = sa.case(  # claims past the first ``start`` are held ahead of a slot
+        (plan.c.rank > sa.bindparam("start", type_=sa.BigInteger), _text("held", _HELD)),
+        else_=_text("started", ""),
     )
     return [*_members([
         ("worker_id", [sa.cast(sa.func.to_json(_text("worker")), sa.Text)]),
@@ -187,7 +196,7 @@ def _claim_members(plan: sa.FromClause, generation: Part) -> list[Part]:
         ("expires_at", [instant_text(plan.c.lease_expires_at)]),
         ("ended", ["false"]),
         ("recovered", [recovered]),
-    ]), "}"]
+    ]), held, "}"]
 
 
 def _cleared() -> dict[str, list[Part]]:
@@ -329,7 +338,8 @@ def fresh_claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Stat
 
 def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
     """The claim of up to ``limit`` tasks of ``queue`` for ``worker``; parameters ``now``,
-    ``limit``, ``worker``, ``lease`` (milliseconds), ``tokens`` (one per rank, joined:
+    ``limit``, ``start`` (ranks past it are held ahead of a slot), ``worker``, ``lease``
+    (milliseconds), ``tokens`` (one per rank, joined:
     :func:`~tasks_store_sql.postgres._statements.join_list`) and the queue's.
 
     It writes generation, token, lease expiry, ``recovered``, deliveries, ``started_at``

@@ -7,8 +7,8 @@ statement that claims any head (:func:`._claim_sql.claim_statement`); and when t
 left a candidate alone or failed on unreadable text, (3) the SQL store's own claim
 decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`, inherited), which fails a
 task past its delivery limit and skips corrupt records. A statement is its own
-transaction at READ COMMITTED. ``claim_next`` with exclusive queues, or that holds
-claims ahead of a slot (``start``), is the SQL store's.
+transaction at READ COMMITTED; candidates ranked past ``start`` are held. ``claim_next``
+with exclusive queues is the SQL store's.
 """
 
 from __future__ import annotations
@@ -42,23 +42,24 @@ class PostgresClaims(PostgresBase):
     """Claims and leases of PostgreSQL on asyncpg (see the module docstring)."""
 
     async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
-        """``claim_next`` in tiers (see the module docstring); claims in claim order. The
-        statements neither guard exclusive queues nor hold claims ahead of a slot
-        (``start``): such a call is the SQL store's."""
-        held = request.start is not None and request.start < request.limit
-        if request.exclusive or held:
+        """``claim_next`` in tiers (see the module docstring); claims in claim order, the
+        ones past ``start`` held. The statements do not guard exclusive queues: such a
+        call is the SQL store's."""
+        if request.exclusive:
             return await super()._claim_next(request)
         names, limit = sorted(request.queues), request.limit
+        start = limit if request.start is None else request.start
         worker_id, lease_for = request.worker_id, request.lease_for
         claims, left_alone = await self._claim_statement(worker_id, lease_for, names, limit,
-                                                         fresh=True)
+                                                         start, fresh=True)
         if left_alone and len(claims) < limit:  # candidates that were not new tasks
             more, left_alone = await self._claim_statement(
-                worker_id, lease_for, names, limit - len(claims), fresh=False)
+                worker_id, lease_for, names, limit - len(claims), _unstarted(start, claims),
+                fresh=False)
             claims += more
             if left_alone is None or (left_alone and len(claims) < limit):
-                claims += await self._claim_locked(
-                    dataclasses.replace(request, limit=limit - len(claims)))
+                claims += await self._claim_locked(dataclasses.replace(
+                    request, limit=limit - len(claims), start=_unstarted(start, claims)))
             claims.sort(key=lambda c: (c.snapshot.created_at, c.snapshot.id))
         return claims
 
@@ -68,17 +69,19 @@ class PostgresClaims(PostgresBase):
         return await super()._claim_next(request)
 
     async def _claim_statement(
-        self, worker_id: str, lease_for: float, names: list[str], limit: int, *,
-        fresh: bool,
+        self, worker_id: str, lease_for: float, names: list[str], limit: int, start: int,
+        *, fresh: bool,
     ) -> tuple[list[Claim], bool | None]:
         """The claims one claim statement writes (``fresh``: the one that claims new
-        tasks only) and whether it left a candidate alone (``None``: the statement
-        failed on a record that is not JSON, before it wrote anything)."""
+        tasks only; candidates ranked past ``start`` held) and whether it left a
+        candidate alone (``None``: the statement failed on a record that is not JSON,
+        before it wrote anything)."""
         one = len(names) == 1
         statement = self.claim_sql(one=one, fresh=fresh)
         args = statement.args(
             now=self._now_arg(),
             limit=limit,
+            start=start,
             worker=worker_id,
             lease=rules.check_lease_for(lease_for) // MILLISECOND,
             tokens=join_list(rules.new_lease_tokens(limit)),
@@ -194,3 +197,11 @@ class PostgresClaims(PostgresBase):
             return rules.present(new, now)
 
         return await self._db.run_driver(op)
+
+
+def _unstarted(start: int, claims: list[Claim]) -> int:
+    """How many of ``start`` the claims of an earlier tier left to start: a tier ranks
+    the candidates it leaves alone too, so those older than its claims keep a start."""
+    started = sum(1 for claim in claims if claim.snapshot.claim is not None
+                  and not claim.snapshot.claim.held)
+    return max(0, start - started)

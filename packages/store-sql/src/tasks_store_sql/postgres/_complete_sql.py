@@ -65,15 +65,17 @@ _CLAIMED_HEAD = re.compile(
     + r"(\d+" + re.escape(',"input_requests":{},"claim":{"worker_id":')
     + r'"(?:[^"\\]|\\.)*"' + re.escape(',"generation":') + r"\d+)"
     + re.escape(',"expires_at":"') + r'[^"]*' + re.escape('","ended":false,"recovered":')
-    + r"((?:true|false)" + re.escape('},"lease_generation":') + r"\d+)"
+    + r"(true|false)" + r"(?:" + re.escape(',"held":true') + r")?"
+    + r"(" + re.escape('},"lease_generation":') + r"\d+)"
     + re.escape(',"updated_at":"') + r'[^"]*"'
     + r"(" + re.escape(',"started_at":"') + r'[^"]*")'
     + re.escape(',"finished_at":null,"expires_at":') + r'(?:null|"[^"]*")'
     + r"(?=" + re.escape(',"id":"') + r")"
 )
 """A claimed task's head in the codec's layout: its revision, the deliveries through the
-claim's generation, ``recovered`` through the lease generation, and ``started_at``;
-the rest of the text begins where it ends (at ``,"id":"``)."""
+claim's generation, ``recovered``, the claim's end through the lease generation (an ended
+claim is held no more: ``held`` is dropped), and ``started_at``; the rest of the text
+begins where it ends (at ``,"id":"``)."""
 _RESULT = ',"result":'
 
 
@@ -87,7 +89,8 @@ def _head(text: str, revision: int, result: str) -> tuple[str, int] | None:
     head = "".join((
         _DONE[0], str(revision + 1), _DONE[1], result, _DONE[2],
         found[2], ',"expires_at":', MARK_LEASE, ',"ended":true,"recovered":', found[3],
-        ',"updated_at":', MARK_AT, found[4], ',"finished_at":', MARK_AT, ',"expires_at":',
+        found[4], ',"updated_at":', MARK_AT, found[5], ',"finished_at":', MARK_AT,
+        ',"expires_at":',
     ))
     return head, found.end() + 1
 
