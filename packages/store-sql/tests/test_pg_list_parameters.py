@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from tasks_store_sql._dialect import parse_url
+from tasks_store_sql._url import parse_url
 from tasks_store_sql.postgres._statements import SEPARATOR, Statement, join_list, joined
 
 pytestmark = pytest.mark.anyio
