@@ -85,7 +85,7 @@ def results(dest: Path) -> dict[str, dict[str, int | None]]:
 
 
 def mutated_lines(dest: Path, name: str, path: str) -> str:
-    """The ``+`` lines of mutmut's diff of ``name``: what the mutant changed."""
+    """mutmut's diff of ``name`` on one line: ``- old / + new`` (what the mutant changed)."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant  # the session's mutmut
 
     cwd = Path.cwd()
@@ -94,9 +94,9 @@ def mutated_lines(dest: Path, name: str, path: str) -> str:
         diff = get_diff_for_mutant(name, path=Path("src") / path)
     finally:
         os.chdir(cwd)
-    added = [line[1:].strip() for line in diff.splitlines()
-             if line.startswith("+") and not line.startswith("+++")]
-    return " / ".join(added)
+    changed = [f"{line[0]} {line[1:].strip()}" for line in diff.splitlines()
+               if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    return " / ".join(changed)
 
 
 def selected(name: str, globs: Iterable[str]) -> bool:
