@@ -78,6 +78,21 @@ async def test_resubmitting_a_live_key_joins_the_same_run() -> None:
         assert {"month": "11"} == (await app.get(first.id, ALICE)).work.input
 
 
+async def test_resubmitting_a_key_claimed_ahead_joins_the_same_run() -> None:
+    """A task a worker holds ahead of a free slot (``claimed``) is live: submitting its
+    key again MUST join it, and a listing of live work MUST count it."""
+    app = _app(limits=Limits(max_runs_per_owner=1))
+    async with app:
+        first = await app.submit("report", {"month": "11"}, ALICE, key="r")
+        (held,) = await app.store.claim_next("w1", 30, queues=["reports"], start=0)
+        assert TaskStatus.CLAIMED == (await app.get(first.id, ALICE)).status
+        again = await app.submit("report", {"month": "12"}, ALICE, key="r")
+        assert ("joined", first.run_id) == (again.outcome, again.run_id)
+        with pytest.raises(CapacityExceeded):
+            await app.submit("report", {"month": "12"}, ALICE, key="other")
+        assert held.snapshot.id == first.id
+
+
 async def test_resubmitting_a_finished_key_starts_a_new_run() -> None:
     """A finished key MUST be replaced by a new run: new run_id, fresh history, new input."""
     app = _app()

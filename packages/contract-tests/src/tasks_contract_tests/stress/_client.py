@@ -44,7 +44,7 @@ log = logging.getLogger("tasks_contract_tests.stress")
 
 T = TypeVar("T")
 CLIENT = Owner("stress")
-LIVE = ("pending", "running", "waiting_input")
+LIVE = ("pending", "running", "claimed", "waiting_input")
 MIX = (
     ["plain"] * 4 + ["plain_sync"] * 2 + ["flaky"] * 2 + ["ask"] * 2 + ["ask_sync"]
     + ["cancel"] * 2 + ["poison", "bad_result"]

@@ -14,7 +14,7 @@ from tasks_contract_tests.stress._target import HarnessError
 __all__ = ["collect", "retrying", "snapshots", "wait_until"]
 
 T = TypeVar("T")
-LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING_INPUT})
+LIVE = frozenset(status for status in TaskStatus if not status.terminal)
 
 
 async def retrying(call: Callable[[], Awaitable[T]], *, timeout: float = 60.0) -> T:

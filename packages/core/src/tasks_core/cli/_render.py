@@ -36,6 +36,7 @@ __all__ = [
 STATUS_STYLE = {
     TaskStatus.PENDING: "white",
     TaskStatus.RUNNING: "cyan",
+    TaskStatus.CLAIMED: "blue",
     TaskStatus.WAITING_INPUT: "magenta",
     TaskStatus.COMPLETED: "green",
     TaskStatus.FAILED: "red",

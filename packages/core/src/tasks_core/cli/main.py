@@ -24,6 +24,7 @@ from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
+from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.runtime.app import App
 
@@ -124,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ls", parents=[common, who], help="list tasks")
     p.add_argument("--status", action="append",
-                   choices=("pending", "running", "waiting_input", "completed", "failed",
-                            "cancelled"), help="filter by status (repeatable)")
+                   choices=[status.value for status in TaskStatus],
+                   help="filter by status (repeatable)")
     p.add_argument("--queue", help="filter by queue")
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--after", help="the last id of the previous page")

@@ -42,7 +42,7 @@ log = logging.getLogger("tasks_core._submit")  # a stable name: logging configs 
 MAX_RACES = 8
 """How often submit re-reads after losing a race before giving up."""
 
-_LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.WAITING_INPUT})
+_LIVE = frozenset(status for status in TaskStatus if not status.terminal)
 
 
 async def submit(
