@@ -148,17 +148,18 @@ def check(dest: Path, docs: Path | None, sample: bool) -> int:
     for name, path, why, line in unlisted:
         print(f"SURVIVED {name} ({path}): {why}\n    {line}")
     if docs is not None and not sample and not unchecked:
-        write_docs(docs, rows, total, config.get("equivalent", []))
+        write_docs(docs, rows, total, config.get("equivalent", []), unlisted)
     return 1 if unlisted or unchecked or not total else 0
 
 
-def write_docs(docs: Path, rows: list, total: Counter[str], equivalent: list[dict]) -> None:
+def write_docs(docs: Path, rows: list, total: Counter[str], equivalent: list[dict],
+               unlisted: list[tuple[str, str, str, str]]) -> None:
     """Replace the text between the mutants markers of ``docs`` with the score."""
     version = metadata.version("mutmut")
     lines = [
         BEGIN,
-        f"Last run: {dt.date.today().isoformat()}, mutmut {version}, "
-        "`nox -s mutants` (the whole run; CI runs `nox -s mutants -- --sample`).",
+        f"Last full run: {dt.date.today().isoformat()}, mutmut {version}. "
+        "Killed counts timeouts; survived counts mutants no test ran.",
         "",
         "| module | killed | survived | equivalent |",
         "|---|---:|---:|---:|",
@@ -168,10 +169,19 @@ def write_docs(docs: Path, rows: list, total: Counter[str], equivalent: list[dic
         f"| **{total['equivalent']}** |",
         "",
     ]
-    if equivalent:
-        lines += ["Equivalent mutants (they change no behaviour; the list, with the mutated "
-                  "line, is `packages/contract-tests/mutants/mutants.toml`):", ""]
-        lines += [f"- `{e['name']}` — `{e['line']}`: {e['reason']}" for e in equivalent]
+    by_reason: dict[str, list[str]] = {}
+    for entry in equivalent:
+        by_reason.setdefault(entry["reason"], []).append(entry["name"])
+    if by_reason:
+        lines += ["Equivalent mutants, by reason (each with its mutated line in "
+                  "`packages/contract-tests/mutants/mutants.toml`):", ""]
+        for reason, names in by_reason.items():
+            lines.append(f"- {reason[:1].upper()}{reason[1:]}: "
+                         + ", ".join(f"`{name}`" for name in names) + ".")
+        lines.append("")
+    if unlisted:
+        lines += ["Survivors still to kill (`- old / + new`):", ""]
+        lines += [f"- `{name}`: `{line or why}`" for name, _, why, line in unlisted]
         lines.append("")
     lines.append(END)
     text = docs.read_text("utf-8")
