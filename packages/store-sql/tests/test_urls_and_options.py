@@ -347,3 +347,17 @@ async def test_a_missing_driver_is_refused_naming_what_to_install(
         await SQLStore.open("postgresql+psycopg://u@127.0.0.1:9/nowhere")  # never reached
     assert "pip install 'tasks-store-sql[psycopg]'" in str(refused.value)
     assert "pip install './packages/store-sql[psycopg]'" in str(refused.value)
+
+
+@pytest.mark.parametrize("busy_timeout", [0, -1, 3601, float("inf"), float("nan"), True, "5"])
+def test_a_busy_timeout_that_is_not_a_real_number_in_range_is_refused(
+    busy_timeout: object,
+) -> None:
+    """``busy_timeout`` goes through ``tasks_core.durations``: a real number of seconds in
+    (0, 3600], else ``InvalidInput`` naming it, before anything is opened."""
+    with pytest.raises(InvalidInput, match="busy_timeout"):
+        SQLStore("sqlite://", busy_timeout=busy_timeout)  # type: ignore[arg-type]
+
+
+def test_a_busy_timeout_at_its_limit_is_taken() -> None:
+    assert SQLStore("sqlite://", busy_timeout=3600) is not None

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules
 from tasks_core.clock import Clock
+from tasks_core.durations import check_duration
 from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
@@ -22,13 +23,10 @@ from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
 from tasks_store_sql import _codec
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import (
-    Target,
     check_server_version,
     create_engine,
     kind_of,
     loop_engine_factory,
-    parse_url,
-    sqlite_path_of,
 )
 from tasks_store_sql._errors import translate
 from tasks_store_sql._migrate import (
@@ -47,6 +45,7 @@ from tasks_store_sql._schema import (
     prefix_of,
 )
 from tasks_store_sql._scopes import Room, scope_lock
+from tasks_store_sql._url import Target, parse_url, sqlite_path_of
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
 __all__ = ["SchemaMode", "StoreBase", "TaskRow"]
@@ -95,10 +94,7 @@ class StoreBase:
             raise InvalidInput("SQLStore needs exactly one of a URL or an engine")
         if schema not in ("create", "upgrade", "check"):
             raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
-            raise InvalidInput("busy_timeout must be a number of seconds")
-        if not 0 < busy_timeout <= 3600:
-            raise InvalidInput("busy_timeout must be in (0, 3600] seconds")
+        busy_timeout = check_duration(busy_timeout, "busy_timeout", high=3600)
         target: Target | None = parse_url(url) if url is not None else None
         if target is not None and target.namespace is not None:
             if namespace is not None and namespace != target.namespace:

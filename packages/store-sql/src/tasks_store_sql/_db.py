@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
 from tasks_core.errors import TasksError
 
-from tasks_store_sql._dialect import WRITE, Kind, server_now
+from tasks_store_sql._dialect import WRITE, server_now
 from tasks_store_sql._errors import (
     DRIVER_ERRORS,
     is_busy,
@@ -33,6 +33,7 @@ from tasks_store_sql._errors import (
     translate,
     translated,
 )
+from tasks_store_sql._url import Kind
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["CommitThenRaise", "Database"]

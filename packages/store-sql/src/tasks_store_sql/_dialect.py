@@ -27,28 +27,19 @@ from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
 
 from tasks_store_sql._errors import connect_arguments
-from tasks_store_sql._options import QUERY_OPTIONS, driver_params
-from tasks_store_sql._url import Kind, Target, parse_url, sqlite_path_of
+from tasks_store_sql._options import driver_params
+from tasks_store_sql._url import Kind, Target
 
 __all__ = [
-    "QUERY_OPTIONS",
     "WRITE",
-    "Kind",
-    "Target",
     "check_server_version",
     "create_engine",
-    "driver_params",
     "install_connect",
     "install_sqlite_hooks",
     "kind_of",
     "loop_engine_factory",
-    "parse_url",
     "server_now",
-    "sqlite_path_of",
 ]
-# (``QUERY_OPTIONS``, ``driver_params``, ``Target``, ``parse_url`` and ``sqlite_path_of``
-# live in ._options and ._url; re-exported here for the modules that still import them
-# from this one.)
 
 _EXTRAS = {"asyncmy": "mysql", "aiomysql": "aiomysql", "psycopg": "psycopg"}
 """The extra of tasks-store-sql that installs each optional driver."""

@@ -10,8 +10,9 @@ from tasks_core.errors import InvalidInput
 from tasks_core.plugins import StoreSpec, hookimpl
 
 from tasks_store_sql._db import Database
-from tasks_store_sql._dialect import create_engine, parse_url
+from tasks_store_sql._dialect import create_engine
 from tasks_store_sql._schema import Tables, check_namespace, prefix_of
+from tasks_store_sql._url import parse_url
 from tasks_store_sql.migrations_api import current_revision, migrate
 from tasks_store_sql.store import SQLStore
 

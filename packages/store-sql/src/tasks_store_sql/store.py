@@ -24,9 +24,10 @@ from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
-from tasks_store_sql._dialect import kind_of, parse_url
+from tasks_store_sql._dialect import kind_of
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import room_for_one
+from tasks_store_sql._url import parse_url
 from tasks_store_sql._waits import WaitOps
 from tasks_store_sql._writers import WriterQueue
 
