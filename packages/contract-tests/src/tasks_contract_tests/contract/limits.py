@@ -114,6 +114,23 @@ class LimitContract(ContractBase):
         assert "applied" == results[0].outcome
         assert all(isinstance(result, TaskNotFound) for result in results[1:])
 
+    async def test_reap_without_a_limit_deletes_1000_and_leaves_the_1001st(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """``reap()`` without ``limit`` MUST delete at most 1000 expired tasks (the
+        default of ``TaskStore.reap``): of 1001, one is left for the next call.
+
+        Troubleshooting: default ``limit`` to 1000 in your ``reap`` signature and apply
+        it in the selecting query.
+        """
+        ids = {(await store.create(new_task(ttl_s=1))).id for _ in range(1001)}
+        clock.advance(1)
+        first = await store.reap()
+        assert 1000 == len(first)
+        rest = await store.reap()
+        assert 1 == len(rest)
+        assert ids == {*first, *rest}
+
     @pytest.mark.parametrize("too_long", [604800.001, 604801])
     async def test_a_lease_of_exactly_7_days_is_taken_and_longer_refused(
         self, store: TaskStore, clock: ManualClock, too_long: float
