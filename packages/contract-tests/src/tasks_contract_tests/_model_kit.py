@@ -1,6 +1,7 @@
 """The model check's pool of values, its strategies, and how results are compared.
 
-Private to :mod:`tasks_contract_tests.state_machine`.
+Private to :mod:`tasks_contract_tests.state_machine` and
+:mod:`tasks_contract_tests._model_pair`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Model-based checking: drive a store and the reference ``MemoryStore`` side by side.
 
-:func:`make_state_machine` builds a Hypothesis ``RuleBasedStateMachine`` that opens the
-store under test (the *subject*) and a ``MemoryStore`` (the *reference*), each on its own
-``ManualClock`` moved identically, applies the same random operations to both and asserts
-after every step that they agree:
-
-- every call has the same outcome: the same result, or the same error class (plus the
-  error's data: ``current`` snapshot, ``expected`` revision, ``seconds``, ``limit``);
-- snapshots agree on every field except ``run_id`` (random per run: instead the machine
-  checks that the subject's run ids map one-to-one onto the reference's); lease tokens are
-  never compared (each store draws its own), so each lease handle holds the pair
-  *(subject lease, reference lease)*;
-- timestamps agree exactly: both clocks show the same instant, every store instant is a
-  whole millisecond, and the rules (``tasks_core.rules``) fix every derived instant;
-- after every step: the System listing and every history agree, every recent lease handle
-  is accepted (``worker_snapshot``) by both or by neither, at most one lease per task is
-  live, a task's revision never decreases and a terminal task stays terminal.
-
-The pool is small on purpose (4 task ids, 2 tenants, 3 owners, 2 queues, 2 workers, 3+3
-event ids) so that ids collide, events are replayed, leases go stale and tasks expire.
+:class:`StoreModelMachine` is a Hypothesis state machine applying the same random
+operations to the store under test and to a ``MemoryStore`` (through
+:class:`~tasks_contract_tests._model_pair.StorePair`) and asserting after every step that
+they agree: outcomes, snapshots, instants, listings and histories, and leases.
 
 Use :func:`run_model_check` for a one-call run; ``ModelContract`` runs it against the
 implementer's ``store_factory``. The factory is called on the machine's own event loop
@@ -27,18 +12,15 @@ implementer's ``store_factory``. The factory is called on the machine's own even
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
-    RuleBasedStateMachine,
     initialize,
     invariant,
     multiple,
@@ -47,17 +29,14 @@ from hypothesis.stateful import (
 )
 from tasks_core import (
     Access,
-    Claim,
     EventRecord,
     Lease,
-    ManualClock,
     NewTask,
     Owner,
     Snapshot,
     System,
     TaskExists,
     TaskQuery,
-    TaskStatus,
     TaskStore,
 )
 from tasks_core.events import Event
@@ -74,58 +53,24 @@ from tasks_contract_tests._model_kit import (
     TENANTS,
     WORKER_EVENT_IDS,
     WORKERS,
-    Result,
-    differences_between,
     forged,
     forges,
     lease_fors,
     make_event,
     new_tasks,
-    norm_result,
     offsets,
-    outline,
     principals,
     queries,
-    snapshots_in,
     some_events,
     task_ids,
 )
+from tasks_contract_tests._model_pair import LeaseHandle, SentEvent, StorePair
 
 __all__ = ["StoreFactory", "make_state_machine", "run_model_check"]
 
 StoreFactory = Callable[..., Awaitable[TaskStore]]
-T = TypeVar("T")
 RECENT_LEASES = 16
 """How many of the newest lease handles the per-step lease invariant re-checks."""
-
-# -- handles -----------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class LeaseHandle:
-    """One lease as both stores issued it (tokens differ, everything else agrees)."""
-
-    subject: Lease
-    reference: Lease
-    number: int
-
-    def __repr__(self) -> str:
-        lease = self.reference
-        return f"<lease#{self.number} {lease.task_id} {lease.worker_id} g{lease.generation}>"
-
-
-@dataclass(eq=False)
-class SentEvent:
-    """A transition already sent, kept for replaying it."""
-
-    task_id: str
-    event: Event
-    subject: Lease | Access
-    reference: Lease | Access
-    expected_revision: int
-
-    def __repr__(self) -> str:
-        return f"<sent {self.event.event_id}:{self.event.kind} to {self.task_id}>"
 
 
 def _create(new: NewTask) -> Callable[[TaskStore], Awaitable[Snapshot]]:
@@ -144,100 +89,32 @@ async def _reap_all(store: TaskStore) -> list[str]:
     return sorted(await store.reap(1000))
 
 
-# -- the machine -------------------------------------------------------------------------
+class StoreModelMachine(StorePair):
+    """Drives ``factory``'s store and a ``MemoryStore`` with the same operations.
 
+    Both stores run on their own ``ManualClock``, moved identically, and must agree:
 
-class StoreModelMachine(RuleBasedStateMachine):
-    """Drives ``factory``'s store and a ``MemoryStore`` with the same operations."""
+    - every call has the same outcome: the same result, or the same error class (plus the
+      error's data: ``current`` snapshot, ``expected`` revision, ``seconds``, ``limit``);
+    - snapshots agree on every field except ``run_id`` (random per run: instead the
+      subject's run ids must map one-to-one onto the reference's); lease tokens are never
+      compared (each store draws its own), so each lease handle holds the pair
+      *(subject lease, reference lease)*;
+    - timestamps agree exactly: both clocks show the same instant, every store instant is
+      a whole millisecond, and the rules (``tasks_core.rules``) fix every derived instant;
+    - after every step: the System listing and every history agree, every recent lease
+      handle is accepted (``worker_snapshot``) by both or by neither, at most one lease
+      per task is live, a task's revision never decreases and a terminal task stays
+      terminal.
+
+    The pool is small on purpose (4 task ids, 2 tenants, 3 owners, 2 queues, 2 workers,
+    3+3 event ids) so that ids collide, events are replayed, leases go stale and tasks
+    expire.
+    """
 
     factory: ClassVar[StoreFactory]
     leases = Bundle("leases")
     sent = Bundle("sent")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.subject_clock = ManualClock()
-        self.reference_clock = ManualClock()
-        self.subject: TaskStore | None = None
-        self.reference: MemoryStore | None = None
-        self.exclusive_ok = False
-        self.revisions: dict[str, int] = {}
-        self.handles: list[LeaseHandle] = []
-        self.runs: dict[str, str] = {}
-        self.runs_back: dict[str, str] = {}
-        self.seen: dict[tuple[str, str], tuple[int, TaskStatus]] = {}
-
-    # -- plumbing --------------------------------------------------------------------
-
-    def _run(self, call: Callable[[], Awaitable[T]]) -> Result:
-        async def wrapped() -> T:
-            return await call()
-
-        try:
-            return Result(value=self.loop.run_until_complete(wrapped()))
-        except Exception as exc:
-            return Result(error=exc)
-
-    def _both(
-        self,
-        what: str,
-        subject: Callable[[TaskStore], Awaitable[T]],
-        reference: Callable[[TaskStore], Awaitable[T]] | None = None,
-    ) -> tuple[Result, Result]:
-        """Run one operation on both stores and assert that they agree."""
-        assert self.subject is not None
-        assert self.reference is not None
-        subject_store, reference_store = self.subject, self.reference
-        got = self._run(lambda: subject(subject_store))
-        want = self._run(lambda: (reference or subject)(reference_store))
-        differences = differences_between(norm_result(got), norm_result(want))
-        if differences:
-            if type(got.error) is not type(want.error):
-                differences = [f"store: {outline(got)}", f"reference: {outline(want)}"]
-            detail = "\n  ".join(differences[:12])
-            raise AssertionError(f"{what}: the store and the reference disagree\n  {detail}")
-        self._observe(got.error or got.value, want.error or want.value)
-        return got, want
-
-    def _observe(self, subject: Any, reference: Any) -> None:
-        """Track revisions and run ids, and check the per-task invariants."""
-        pairs = zip(snapshots_in(subject), snapshots_in(reference), strict=True)
-        for mine, model in pairs:
-            self.revisions[model.id] = model.revision
-            known = self.runs.setdefault(model.run_id, mine.run_id)
-            back = self.runs_back.setdefault(mine.run_id, model.run_id)
-            assert (known, back) == (mine.run_id, model.run_id), (
-                f"task {model.id!r}: the store's run ids do not follow the reference's "
-                "(a replace must start a new run_id; nothing else may change it)"
-            )
-            key = (mine.id, mine.run_id)
-            revision, status = self.seen.get(key, (mine.revision, mine.status))
-            assert mine.revision >= revision, (
-                f"task {mine.id!r}: revision went back from {revision} to {mine.revision}"
-            )
-            if status.terminal:
-                assert status == mine.status, (
-                    f"task {mine.id!r}: terminal status {status} became {mine.status}"
-                )
-            self.seen[key] = (mine.revision, mine.status)
-
-    def _member(self, task_id: str) -> Owner | System:
-        """The owner of ``task_id`` by the reference (System when it has none or is gone).
-
-        A peek that compares nothing: it only picks who sends the next request.
-        """
-        assert self.reference is not None
-        try:
-            owner = self.loop.run_until_complete(self.reference.get(task_id, tenant=None)).owner
-        except Exception:
-            owner = None
-        return owner or System()
-
-    def _handle(self, subject: Claim, reference: Claim) -> LeaseHandle:
-        handle = LeaseHandle(subject.lease, reference.lease, len(self.handles))
-        self.handles.append(handle)
-        return handle
 
     # -- setup -----------------------------------------------------------------------
 
@@ -267,15 +144,6 @@ class StoreModelMachine(RuleBasedStateMachine):
         if not claim_first:
             return multiple()
         return self.claim(tasks[0].id, WORKERS[0], 30.0)
-
-    def teardown(self) -> None:
-        """Close both stores, then the loop."""
-        try:
-            for store in (self.subject, self.reference):
-                if store is not None:
-                    self.loop.run_until_complete(store.aclose())
-        finally:
-            self.loop.close()
 
     # -- creation and reads ----------------------------------------------------------
 
@@ -380,24 +248,6 @@ class StoreModelMachine(RuleBasedStateMachine):
         )
 
     # -- transitions -----------------------------------------------------------------
-
-    def _transition(
-        self,
-        task_id: str,
-        expected: int,
-        event: Event,
-        authorities: tuple[Lease | Access, Lease | Access],
-    ) -> SentEvent | MultipleResults[SentEvent]:
-        """Send ``event`` to both stores; keep it for :meth:`resend` unless refused."""
-        mine, model = authorities
-        _, want = self._both(
-            f"transition({event.kind})",
-            lambda s: s.transition(task_id, expected, event, mine),
-            lambda s: s.transition(task_id, expected, event, model),
-        )
-        if want.error is not None:
-            return multiple()
-        return SentEvent(task_id, event, mine, model, expected)
 
     @rule(
         target=sent,

@@ -1,0 +1,187 @@
+"""The two stores of the model check and how one operation runs on both.
+
+:class:`StorePair` holds the store under test (the *subject*) and the reference
+``MemoryStore``, each on its own ``ManualClock``, and runs every operation on both
+(:meth:`StorePair._both`), asserting the same outcome; it tracks revisions and run ids and
+checks that a revision never decreases and a terminal task stays terminal. A lease handle
+holds the pair of leases both stores issued. The rules are in
+:mod:`tasks_contract_tests.state_machine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from hypothesis.stateful import MultipleResults, RuleBasedStateMachine, multiple
+from tasks_core import (
+    Access,
+    Claim,
+    Lease,
+    ManualClock,
+    Owner,
+    System,
+    TaskStatus,
+    TaskStore,
+)
+from tasks_core.events import Event
+from tasks_store_memory import MemoryStore
+
+from tasks_contract_tests._model_kit import (
+    Result,
+    differences_between,
+    norm_result,
+    outline,
+    snapshots_in,
+)
+
+__all__ = ["LeaseHandle", "SentEvent", "StorePair"]
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class LeaseHandle:
+    """One lease as both stores issued it (tokens differ, everything else agrees)."""
+
+    subject: Lease
+    reference: Lease
+    number: int
+
+    def __repr__(self) -> str:
+        lease = self.reference
+        return f"<lease#{self.number} {lease.task_id} {lease.worker_id} g{lease.generation}>"
+
+
+@dataclass(eq=False)
+class SentEvent:
+    """A transition already sent, kept for replaying it."""
+
+    task_id: str
+    event: Event
+    subject: Lease | Access
+    reference: Lease | Access
+    expected_revision: int
+
+    def __repr__(self) -> str:
+        return f"<sent {self.event.event_id}:{self.event.kind} to {self.task_id}>"
+
+
+class StorePair(RuleBasedStateMachine):
+    """The subject and the reference, and one operation on both (no rule:
+    :class:`~tasks_contract_tests.state_machine.StoreModelMachine` has them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.subject_clock = ManualClock()
+        self.reference_clock = ManualClock()
+        self.subject: TaskStore | None = None
+        self.reference: MemoryStore | None = None
+        self.exclusive_ok = False
+        self.revisions: dict[str, int] = {}
+        self.handles: list[LeaseHandle] = []
+        self.runs: dict[str, str] = {}
+        self.runs_back: dict[str, str] = {}
+        self.seen: dict[tuple[str, str], tuple[int, TaskStatus]] = {}
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _run(self, call: Callable[[], Awaitable[T]]) -> Result:
+        async def wrapped() -> T:
+            return await call()
+
+        try:
+            return Result(value=self.loop.run_until_complete(wrapped()))
+        except Exception as exc:
+            return Result(error=exc)
+
+    def _both(
+        self,
+        what: str,
+        subject: Callable[[TaskStore], Awaitable[T]],
+        reference: Callable[[TaskStore], Awaitable[T]] | None = None,
+    ) -> tuple[Result, Result]:
+        """Run one operation on both stores and assert that they agree."""
+        assert self.subject is not None
+        assert self.reference is not None
+        subject_store, reference_store = self.subject, self.reference
+        got = self._run(lambda: subject(subject_store))
+        want = self._run(lambda: (reference or subject)(reference_store))
+        differences = differences_between(norm_result(got), norm_result(want))
+        if differences:
+            if type(got.error) is not type(want.error):
+                differences = [f"store: {outline(got)}", f"reference: {outline(want)}"]
+            detail = "\n  ".join(differences[:12])
+            raise AssertionError(f"{what}: the store and the reference disagree\n  {detail}")
+        self._observe(got.error or got.value, want.error or want.value)
+        return got, want
+
+    def _observe(self, subject: Any, reference: Any) -> None:
+        """Track revisions and run ids, and check the per-task invariants."""
+        pairs = zip(snapshots_in(subject), snapshots_in(reference), strict=True)
+        for mine, model in pairs:
+            self.revisions[model.id] = model.revision
+            known = self.runs.setdefault(model.run_id, mine.run_id)
+            back = self.runs_back.setdefault(mine.run_id, model.run_id)
+            assert (known, back) == (mine.run_id, model.run_id), (
+                f"task {model.id!r}: the store's run ids do not follow the reference's "
+                "(a replace must start a new run_id; nothing else may change it)"
+            )
+            key = (mine.id, mine.run_id)
+            revision, status = self.seen.get(key, (mine.revision, mine.status))
+            assert mine.revision >= revision, (
+                f"task {mine.id!r}: revision went back from {revision} to {mine.revision}"
+            )
+            if status.terminal:
+                assert status == mine.status, (
+                    f"task {mine.id!r}: terminal status {status} became {mine.status}"
+                )
+            self.seen[key] = (mine.revision, mine.status)
+
+    def _member(self, task_id: str) -> Owner | System:
+        """The owner of ``task_id`` by the reference (System when it has none or is gone).
+
+        A peek that compares nothing: it only picks who sends the next request.
+        """
+        assert self.reference is not None
+        try:
+            owner = self.loop.run_until_complete(self.reference.get(task_id, tenant=None)).owner
+        except Exception:
+            owner = None
+        return owner or System()
+
+    def _handle(self, subject: Claim, reference: Claim) -> LeaseHandle:
+        handle = LeaseHandle(subject.lease, reference.lease, len(self.handles))
+        self.handles.append(handle)
+        return handle
+
+    def teardown(self) -> None:
+        """Close both stores, then the loop."""
+        try:
+            for store in (self.subject, self.reference):
+                if store is not None:
+                    self.loop.run_until_complete(store.aclose())
+        finally:
+            self.loop.close()
+
+    def _transition(
+        self,
+        task_id: str,
+        expected: int,
+        event: Event,
+        authorities: tuple[Lease | Access, Lease | Access],
+    ) -> SentEvent | MultipleResults[SentEvent]:
+        """Send ``event`` to both stores; keep it to be sent again (``resend``) unless
+        refused."""
+        mine, model = authorities
+        _, want = self._both(
+            f"transition({event.kind})",
+            lambda s: s.transition(task_id, expected, event, mine),
+            lambda s: s.transition(task_id, expected, event, model),
+        )
+        if want.error is not None:
+            return multiple()
+        return SentEvent(task_id, event, mine, model, expected)
