@@ -1,16 +1,11 @@
 """tasks-contract-tests: the reusable contract suite of tasks stores.
 
-A third party writes one file::
+A third party writes one file (docs/writing-a-store.md has the whole story)::
 
-    import pytest
-    from tasks_contract_tests import StoreContract
-
-    class TestAcmeStore(StoreContract):
+    class TestAcmeStore(StoreContract):  # from tasks_contract_tests import StoreContract
         @pytest.fixture
         async def store_factory(self):
-            async def factory(**options):
-                return await AcmeStore.open(**options)
-            return factory
+            return AcmeStore.open  # async (**options) -> a fresh, empty store
 
 ``StoreContract`` aggregates every mixin below, so a new contract test reaches every
 implementer on upgrade; subclass a single mixin for a partial run.

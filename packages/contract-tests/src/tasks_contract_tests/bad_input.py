@@ -1,29 +1,11 @@
 """Bad input through every client call, the sync facade and the CLI; forged leases.
 
-:func:`run_client_fuzz` opens the implementer's store (``factory``) under an ``App``, puts a
-few tasks in it (pending, running, waiting for input, finished) and lets Hypothesis call
-``submit``, ``get``, ``list``, ``history``, ``cancel``, ``respond``, ``wait``, ``watch``,
-``release`` and the ``tasks`` CLI (``submit``, ``show``, ``cancel``, ``respond``, ``ls``)
-with hostile arguments (see :mod:`tasks_contract_tests.fuzz`). Every call must either
-
-- succeed — and then what it stored reads back exactly (input, key, idempotency key), or
-- raise a named error of the tree (a ``TasksError`` that is not a ``StoreError``: bad input
-  is the caller's fault, never the store's), ``TypeError`` only for a missing or bare-string
-  authority — and leave the store exactly as it was (:func:`~tasks_contract_tests.fuzz.
-  store_fingerprint`). A refused call is repeated through ``app.sync`` and must fail there
-  the same way.
-
-The CLI must return an exit code or raise such an error (what ``tasks`` prints as a
-one-line ``error:``), and never write a control character of stored or given text to the
-terminal.
-
-:func:`run_lease_fuzz` forges leases (another token, task, generation or worker) against a
-task held by a real lease: ``renew``, ``release``, ``report_progress``,
-``worker_snapshot`` and every worker event must raise ``LeaseLost`` and change nothing —
-the real lease included.
-
-Both run on a loop of their own (call them from a thread, or from a sync test), are
-deterministic (``derandomize``) and keep nothing in a Hypothesis database.
+:func:`run_client_fuzz`: a call with hostile arguments (:mod:`tasks_contract_tests.fuzz`)
+either succeeds and what it stored reads back exactly, or raises a named error of the tree
+(never a ``StoreError``) and changes nothing. :func:`run_lease_fuzz`: a forged lease is
+refused with ``LeaseLost`` and changes nothing. Both run on a loop of their own (call them
+from a thread, or from a sync test), are deterministic (``derandomize``) and keep nothing
+in a Hypothesis database.
 """
 
 from __future__ import annotations
@@ -204,7 +186,7 @@ async def _check_success(world: World, call: Call, result: Any) -> None:
 
 
 async def check_call(world: World, call: Call) -> None:
-    """Run ``call`` against the world and check the rules in the module docstring."""
+    """Run ``call`` against the world and check the rules of :func:`run_client_fuzz`."""
     before = world.last if world.last is not None else await world.fingerprint()
     world.last = None
     result, error, output = await _call(world.app, call)
@@ -232,11 +214,28 @@ def run_client_fuzz(
     full_catalogue: bool = True,
     sync_twin: bool = True,
 ) -> None:
-    """Hostile arguments to every client call and CLI command (module docstring): first
-    the :func:`catalogue` (every argument, one hostile value at a time), then
+    """Hostile arguments to every client call and CLI command: first the
+    :func:`catalogue` (every argument, one hostile value at a time), then
     ``max_examples`` random sequences of up to three calls with hostile combinations.
     ``sync_twin=False`` skips repeating refusals through ``app.sync`` (which opens the
     store on a second event loop: the sync facade is the same core code on every store).
+
+    The store (``factory``) is opened under an ``App`` with a few tasks in it (pending,
+    running, waiting for input, finished); the calls are ``submit``, ``get``, ``list``,
+    ``history``, ``cancel``, ``respond``, ``wait``, ``watch``, ``release`` and the
+    ``tasks`` CLI (``submit``, ``show``, ``cancel``, ``respond``, ``ls``). Every call must
+    either
+
+    - succeed — and then what it stored reads back exactly (input, key, idempotency key), or
+    - raise a named error of the tree (a ``TasksError`` that is not a ``StoreError``: bad
+      input is the caller's fault, never the store's), ``TypeError`` only for a missing or
+      bare-string authority — and leave the store exactly as it was
+      (:func:`~tasks_contract_tests.fuzz.store_fingerprint`). A refused call is repeated
+      through ``app.sync`` and must fail there the same way.
+
+    The CLI must return an exit code or raise such an error (what ``tasks`` prints as a
+    one-line ``error:``), and never write a control character of stored or given text to
+    the terminal.
 
     Raises:
         AssertionError: a call leaked a raw exception, wrote before refusing, or stored
@@ -290,7 +289,9 @@ def _lease_ops(
 
 
 def run_lease_fuzz(factory: StoreFactory, *, max_examples: int = 60) -> None:
-    """Forged leases against held tasks (module docstring).
+    """Forged leases (another token, task, generation or worker) against tasks held by
+    real leases: ``renew``, ``release``, ``report_progress``, ``worker_snapshot`` and every
+    worker event must raise ``LeaseLost`` and change nothing — the real lease included.
 
     Raises:
         AssertionError: a forged lease was accepted, or a refusal changed something.

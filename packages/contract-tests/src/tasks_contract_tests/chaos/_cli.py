@@ -30,7 +30,8 @@ SCENARIOS: dict[str, Body] = {
     "sigterm-drain": s.sigterm_drain,
     "connections": s.connections(SoakSizes(workers=3, rounds=3, tasks=24)),
 }
-"""Every scenario by name (see the package docstring)."""
+"""Every scenario by name; its function's docstring says what it does and what must
+hold afterwards."""
 
 FAST = ("kill-running", "stale-worker")
 """The subset CI runs."""

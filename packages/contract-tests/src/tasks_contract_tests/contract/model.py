@@ -1,22 +1,10 @@
 """The store agrees with the reference model (Hypothesis).
 
-This mixin runs :func:`tasks_contract_tests.state_machine.run_model_check`: random
-programs of creates, claims, transitions (under exact, stale and forged leases and every
-kind of request access), renewals, releases, progress, clock moves, reaps and deletes, run
-on your store and on the reference ``MemoryStore`` side by side; after every step both must
-agree exactly (run ids and lease tokens excepted).
-
-The machine owns its own event loop and runs in a worker thread, so **your
-``store_factory`` must create stores usable from another event loop**: open connections,
-pools and engines inside the factory call (not in the fixture) and close them in
-``aclose()``. A factory that hands out a client bound to the test's loop fails here first.
-
-Cost: ``model_examples`` programs of up to ``model_steps`` steps. The defaults keep it to a
-few seconds on the memory store; raise them in your subclass for a deeper search::
-
-    class TestAcmeStore(StoreContract):
-        model_examples = 200
-        model_steps = 40
+:class:`ModelContract` runs :func:`tasks_contract_tests.state_machine.run_model_check`:
+random programs run on your store and on the reference ``MemoryStore`` side by side; after
+every step both must agree exactly (run ids and lease tokens excepted). The machine runs
+on its own event loop in a worker thread, so your ``store_factory`` must create stores
+usable from another event loop.
 """
 
 from __future__ import annotations
@@ -30,7 +18,26 @@ from tasks_contract_tests.state_machine import run_model_check
 
 
 class ModelContract(ContractBase):
-    """The store agrees with the reference model (Hypothesis)."""
+    """The store agrees with the reference model (Hypothesis).
+
+    The programs are random creates, claims, transitions (under exact, stale and forged
+    leases and every kind of request access), renewals, releases, progress, clock moves,
+    reaps and deletes.
+
+    The machine owns its own event loop and runs in a worker thread, so **your
+    ``store_factory`` must create stores usable from another event loop**: open
+    connections, pools and engines inside the factory call (not in the fixture) and close
+    them in ``aclose()``. A factory that hands out a client bound to the test's loop fails
+    here first.
+
+    Cost: ``model_examples`` programs of up to ``model_steps`` steps. The defaults keep it
+    to a few seconds on the memory store; raise them in your subclass for a deeper
+    search::
+
+        class TestAcmeStore(StoreContract):
+            model_examples = 200
+            model_steps = 40
+    """
 
     model_examples: int = 20
     """How many random programs ``test_store_agrees_with_the_reference_model`` runs."""
@@ -52,7 +59,7 @@ class ModelContract(ContractBase):
         (``store=… reference=…``), and Hypothesis notes the shortest program that shows it:
         replay those steps in a plain test. Most disagreements are a rule applied outside
         the atomic step or a field derived from the wall clock instead of the store clock.
-        If the failure is an error about event loops, see the module docstring: the factory
+        If the failure is an error about event loops, see the class docstring: the factory
         is called from a worker thread on a fresh loop. Fix the targeted contract tests
         first; this test finds what they missed.
         """

@@ -2,14 +2,10 @@
 
 A race started on a cold store is no race: the first calls each open a connection, one
 after another, and that serialises them — a store that checks an exclusive queue, a
-capacity or a revision *before* its write (instead of in the same atomic step) passes.
-So each race here first opens the connections it will use (rounds of concurrent reads),
-then releases every racer at once:
-
-- ``warm``: N coroutines on the test's event loop, over the pool the reads opened;
-- ``threads``: N OS threads, each on its own event loop with its own connection, opened
-  before a barrier releases them together.
-
+capacity or a revision *before* its write (instead of in the same atomic step) passes. So
+each race first opens the connections it uses, then releases every racer at once:
+:func:`warm` (coroutines on the test's loop, over the pool the reads opened) or
+:func:`in_threads` (OS threads, each on its own loop and connection, behind a barrier).
 The self-tests prove every race here with a broken store that checks, yields, then acts.
 """
 
