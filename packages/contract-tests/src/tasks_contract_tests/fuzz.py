@@ -1,27 +1,11 @@
 """Hostile inputs for property tests, and an exact fingerprint of a store.
 
-Strategies (Hypothesis) for what an attacker or a buggy caller sends:
-
-- :func:`hostile_texts`: strings that break naive code — empty, ``::``, a trailing ``:``,
-  very long, control characters, NUL, lone surrogates, bidi overrides, zero-width and
-  combining characters, full-width colons, SQL and Mongo metacharacters, JSON-looking text.
-- :func:`not_strings`: ``None``, numbers, bytes, containers, objects — where a string
-  belongs.
-- :func:`ids_like`: task ids guessed from real ones (the ids themselves, prefixes,
-  extensions, case and Unicode variants, another owner's or tenant's scope) mixed with
-  hostile texts.
-- :func:`not_json`: values that are not JSON (NaN, infinities, non-string keys, tuples,
-  sets, bytes, objects, nesting deeper than 64, integers beyond 8192 bits, lone
-  surrogates, a huge string) — every one must be refused before anything is written.
-- :func:`odd_json`: valid JSON with odd content (which must read back exactly).
-- :func:`forged_leases`: leases that look right but are not the given one (another token,
-  task, generation or worker).
-
-:func:`store_fingerprint` captures every task (and its history) a ``System`` listing
-sees, plus which probe leases the store accepts, so that "the store is unchanged" is an
-exact comparison. :func:`masked` reduces an error to what a caller can observe, with the
-ids it was asked about masked, so that the error for an existing task can be compared with
-the error for a never-existing one (no existence oracle).
+Hypothesis strategies for what an attacker or a buggy caller sends: :func:`hostile_texts`,
+:func:`not_strings`, :func:`ids_like`, :func:`not_json`, :func:`odd_json` and
+:func:`forged_leases`. :func:`store_fingerprint` captures everything a ``System`` reader
+sees, so that "the store is unchanged" is an exact comparison; :func:`masked` reduces an
+error to what a caller observes, the ids it named masked, so that the error about an
+existing task can be compared with the one about a never-existing id (no existence oracle).
 """
 
 from __future__ import annotations
@@ -99,8 +83,10 @@ SPECIAL_TEXTS: tuple[str, ...] = (
 
 
 def hostile_texts(*, max_size: int = 40) -> st.SearchStrategy[str]:
-    """Strings that break naive code (see the module docstring); mostly short, sometimes
-    far beyond every limit (1025..5000 characters)."""
+    """Strings that break naive code — empty, ``::``, a trailing ``:``, very long, control
+    characters, NUL, lone surrogates, bidi overrides, zero-width and combining characters,
+    full-width colons, SQL and Mongo metacharacters, JSON-looking text; mostly short,
+    sometimes far beyond every limit (1025..5000 characters)."""
     special = st.sampled_from(SPECIAL_TEXTS)
     return st.one_of(
         special,
@@ -123,7 +109,8 @@ def printable_texts(*, max_size: int = 24) -> st.SearchStrategy[str]:
 
 
 def not_strings() -> st.SearchStrategy[Any]:
-    """Values of the wrong type where a string belongs."""
+    """Values of the wrong type where a string belongs: ``None``, numbers, bytes,
+    containers, objects."""
     return st.one_of(
         st.none(),
         st.integers(),
@@ -160,7 +147,9 @@ def id_variants(known: str) -> list[str]:
 
 
 def ids_like(known: Sequence[str]) -> st.SearchStrategy[Any]:
-    """Task ids guessed from ``known`` (real ids), hostile texts and non-strings."""
+    """Task ids guessed from ``known`` (real ids: the ids themselves, prefixes, extensions,
+    case and Unicode variants, another owner's or tenant's scope), mixed with hostile texts
+    and non-strings."""
     guesses = sorted({v for k in known for v in id_variants(k)})
     choices: list[st.SearchStrategy[Any]] = [hostile_texts(), not_strings()]
     if known:
@@ -182,7 +171,10 @@ class _Opaque:
 
 
 def not_json() -> st.SearchStrategy[Any]:
-    """A value that is not JSON, somewhere inside an otherwise valid object."""
+    """A value that is not JSON (NaN, infinities, non-string keys, tuples, sets, bytes,
+    objects, nesting deeper than 64, integers beyond 8192 bits, lone surrogates, a huge
+    string) somewhere inside an otherwise valid object: every one must be refused before
+    anything is written."""
     bad = st.one_of(
         st.sampled_from([math.nan, math.inf, -math.inf]),
         st.just((1, 2)),

@@ -1,20 +1,10 @@
 """Persisted garbage: a record damaged by hand costs that record, and only that record.
 
-For a store that keeps a task's snapshot as JSON text (SQL), :data:`JSON_GARBAGE` lists
-ways to damage that text — not JSON, the wrong shape, a wrong type, another task's id,
-nesting too deep to parse, a number too long to parse, an unknown status. A backend test
-writes each one into a victim's row behind the store's back, then calls
-:func:`check_contained`, which asserts that
-
-- reading the victim (``get``, ``history``, ``claim``) raises ``StoreCorrupt`` naming its
-  id and quoting nothing stored, in no chained exception either;
-- listings, ``claim_next`` and ``reap`` carry on past it, serving every other task;
-- through an ``App``, nobody who cannot be shown (by the id alone) to own the victim learns
-  that it exists: a principal of another tenant, or a non-member, gets exactly the
-  ``TaskNotFound`` a missing id gets; ``System()`` and the owner get ``StoreCorrupt``.
-
-:func:`seed` creates the tasks (the victim is in the middle, in id and creation order, with
-:data:`SECRET` in its input) on a store driven by a ``ManualClock``.
+For a store that keeps a task's snapshot as JSON text (SQL): :func:`seed` creates the
+tasks, :data:`JSON_GARBAGE` lists ways to damage the victim's text, a backend test writes
+one into its row behind the store's back, and :func:`check_contained` asserts that reading
+the victim fails with ``StoreCorrupt`` quoting nothing stored, that everything else carries
+on past it, and that nobody who cannot be shown to own it learns that it exists.
 """
 
 from __future__ import annotations
@@ -77,9 +67,9 @@ class Seeded:
 
 
 async def seed(store: TaskStore, clock: ManualClock) -> Seeded:
-    """Five tasks of tenant ``acme`` (TTL 10 s, one per millisecond); the third is the
-    victim, owned by ``olga`` with :data:`SECRET` in its input and a history of one
-    event."""
+    """Five tasks of tenant ``acme`` (TTL 10 s, one per millisecond) on a store driven by
+    ``clock``; the third is the victim (in the middle, in id and creation order), owned by
+    ``olga`` with :data:`SECRET` in its input and a history of one event."""
     ids = []
     for number in range(5):
         secret = {"token": SECRET} if number == 2 else None
@@ -119,8 +109,17 @@ async def _error(call: Any) -> BaseException | None:
 async def check_contained(
     store: TaskStore, clock: ManualClock, seeded: Seeded, *, history: bool = True
 ) -> None:
-    """The checks of the module docstring, on a store whose victim was just damaged
-    (``history=False`` when the damage leaves the history readable by design)."""
+    """On a store whose victim was just damaged (one of :data:`JSON_GARBAGE`), assert that
+
+    - reading the victim (``get``, ``history``, ``claim``) raises ``StoreCorrupt`` naming
+      its id and quoting nothing stored, in no chained exception either;
+    - listings, ``claim_next`` and ``reap`` carry on past it, serving every other task;
+    - through an ``App``, nobody who cannot be shown (by the id alone) to own the victim
+      learns that it exists: a principal of another tenant, or a non-member, gets exactly
+      the ``TaskNotFound`` a missing id gets; ``System()`` and the owner get
+      ``StoreCorrupt``.
+
+    ``history=False`` when the damage leaves the history readable by design."""
     victim, others = seeded.victim, seeded.others
     reads: list[Callable[[], Awaitable[Any]]] = [
         lambda: store.get(victim, tenant=None),

@@ -1,26 +1,12 @@
 """Tenant isolation under property testing: outsiders learn and change nothing.
 
-:func:`run_isolation_check` opens the implementer's store (``factory``) under an ``App``
-and gives tenant ``acme`` tasks in every state (pending, waiting for input under a held
-lease, completed, failed, global keys, a random id), with secrets in their input, result
-and error. Then Hypothesis plays sequences of client calls by outsiders — principals of
-tenant ``evil`` (an owner, a user called ``alice`` there too, ``System("evil")``), an
-``alice`` of the default tenant and, under ``visibility="watchers"``, ``bob`` of ``acme``
-who is not a member — aimed at ids guessed from acme's real ids, keys and prefixes. After
-every sequence:
-
-- acme's tasks, histories and held lease are exactly as before
-  (:func:`~tasks_contract_tests.fuzz.store_fingerprint`);
-- every answer an outsider got about an existing acme task is indistinguishable from the
-  answer about a never-existing id: the same error type and the same message once the id
-  is masked (:func:`~tasks_contract_tests.fuzz.masked`) — no existence oracle;
-- listings show outsiders only their own tenant's tasks, and a page cursor (``after``)
-  behaves as a plain bound: the page equals the outsider's full listing cut at it;
-- no error message ever quotes acme's secrets.
-
-One exception is inherent and documented (``docs/security.md``): a *global* key is one name
-per tenant, so a non-member of the same tenant submitting acme's global key learns that
-it is taken (``AuthorizationError``); that submit is still checked to change nothing.
+:func:`run_isolation_check` gives tenant ``acme`` tasks in every state, with secrets in
+them, and lets Hypothesis play client calls by outsiders aimed at ids guessed from acme's.
+After every sequence acme's tasks are exactly as before, an outsider's answer about an
+existing acme task is indistinguishable from one about a never-existing id, listings show
+outsiders only their own tenant's tasks, and no error quotes acme's secrets. One exception
+is inherent and documented (``docs/security.md``): a non-member of the same tenant learns
+that a global key is taken.
 """
 
 from __future__ import annotations
@@ -208,7 +194,7 @@ async def _list_all(app: App, actor: Authority, status: str | None) -> list[str]
 
 
 async def check_probe(acme: Acme, probe: Probe, ghosts: dict[str, str]) -> None:
-    """One outsider call against the rules in the module docstring."""
+    """One outsider call against the rules of :func:`run_isolation_check`."""
     app, actor = acme.app, probe.actor
     if probe.op == "list":
         page = await app.list(actor, status=probe.status, after=probe.after, limit=3)
@@ -255,7 +241,28 @@ def run_isolation_check(
     max_examples: int = 40,
     visibility: Literal["watchers", "tenant"] = "watchers",
 ) -> None:
-    """Run the tenant-isolation property (module docstring).
+    """Run the tenant-isolation property.
+
+    The store (``factory``) is opened under an ``App`` and tenant ``acme`` gets tasks in
+    every state (pending, waiting for input under a held lease, completed, failed, global
+    keys, a random id), with secrets in their input, result and error. Hypothesis then
+    plays sequences of client calls by outsiders — principals of tenant ``evil`` (an owner,
+    a user called ``alice`` there too, ``System("evil")``), an ``alice`` of the default
+    tenant and, under ``visibility="watchers"``, ``bob`` of ``acme`` who is not a member —
+    aimed at ids guessed from acme's real ids, keys and prefixes. After every sequence:
+
+    - acme's tasks, histories and held lease are exactly as before
+      (:func:`~tasks_contract_tests.fuzz.store_fingerprint`);
+    - every answer an outsider got about an existing acme task is indistinguishable from
+      the answer about a never-existing id: the same error type and the same message once
+      the id is masked (:func:`~tasks_contract_tests.fuzz.masked`) — no existence oracle;
+    - listings show outsiders only their own tenant's tasks, and a page cursor (``after``)
+      behaves as a plain bound: the page equals the outsider's full listing cut at it;
+    - no error message ever quotes acme's secrets.
+
+    The inherent exception (``docs/security.md``): a *global* key is one name per tenant,
+    so a non-member of the same tenant submitting acme's global key learns that it is
+    taken (``AuthorizationError``); that submit is still checked to change nothing.
 
     Args:
         factory: ``async factory(**options) -> TaskStore`` (called with ``clock=``) on

@@ -5,19 +5,10 @@
     tasks stress --store postgresql://… [--json] [--small]
     python -m tasks_contract_tests.stress --store sqlite:///stress.db --json --out report.json
 
-Two workloads, each with real OS processes that open their own store connections, in a
-fresh namespace of the store, bounded in time, checked exactly afterwards:
-
-- **CAS contention**: for each of T tasks, W writer processes race an event at the same
-  revision through one lease → exactly T applied, T×(W−1) conflicts, exactly one committed
-  event per task, no unexpected answer (two phases: ``input_requested`` and ``completed``).
-- **Runner soak**: P worker processes (``tasks worker``) drain R rounds of T tasks that a
-  client process submits — some retry, some ask for input (the client answers), some are
-  cancelled, some fail — then drain → every task terminal as it must be, none lost, none
-  completed twice, no result overwritten, every handler start matched by an end, no
-  worker left busy.
-
-The JSON report has ``"ok": true`` only when every invariant holds. The chaos scenarios
+Two workloads, CAS contention and the runner soak (:mod:`._workloads`), each with real OS
+processes that open their own store connections, in a fresh namespace of the store,
+bounded in time, checked exactly afterwards (:mod:`._invariants`). The JSON report has
+``"ok": true`` only when every invariant holds. The chaos scenarios
 (:mod:`tasks_contract_tests.chaos`) reuse this machinery with faults injected.
 """
 

@@ -2,15 +2,13 @@
 
 Pure functions over plain data — :class:`TaskFacts` (read from the store after the run)
 and ledger :class:`~tasks_contract_tests.stress._ledger.Entry` rows — so the checker is
-tested with fabricated inputs (a doubled completion, a lost task, an overwritten result
-must each be caught). Every check is an exact count with an exact expected value; none
-looks at a duration.
+tested with fabricated inputs. Every check is an exact count with an exact expected value;
+none looks at a duration.
 
 The store is the authority on outcomes (what is terminal, with which result, through
 which claim); the ledgers say what the processes did (which runs started and ended, which
 claims they got, what the store answered them). Neither is trusted alone: a run the
-ledger shows but the store does not, or an outcome the store shows that no recorded run
-produced, is a failure.
+ledger shows but the store does not, or an outcome no recorded run produced, is a failure.
 """
 
 from __future__ import annotations

@@ -4,31 +4,8 @@ Every process of a stress run or chaos scenario (worker, client, writer, the har
 itself) appends to its own SQLite file, one autocommitted row per fact. A process killed
 with SIGKILL keeps every row it committed (the operating system holds the data; WAL mode
 never leaves a torn file), so the checker reads after the fact what each process had done
-up to its last instant — without asking the process, and without trusting the store.
-
-Row kinds (``kind``) and who writes them:
-
-=============  ===========  ============================================================
-kind           writer       meaning
-=============  ===========  ============================================================
-``claim``      worker       ``claim_next``/``claim`` handed it ``task_id`` (``delivery``,
-                            ``generation``; ``detail`` ``recovered`` when it took over an
-                            expired lease)
-``start``      handler      a handler run began (``nonce`` names the run)
-``end``        handler      that run ended: ``returned``, ``raised:<Type>``,
-                            ``stopped:<reason>``, ``cancelled`` or ``parked``
-``write``      worker       a lease event (``detail`` its kind, ``nonce`` its event id) and
-                            what the store said: ``applied``, ``duplicate``, ``unchanged``
-                            or the error class (``LeaseLost``…)
-``release``    worker       a lease given back (``outcome`` ``ok`` or the error class)
-``exit``       worker       the worker process ends (``outcome`` its exit code)
-``submit``     client       a task was submitted; ``detail`` holds its expectations (JSON)
-``respond``    client       an answer was sent (``nonce`` the answer token)
-``cancel``     client       a cancel was sent
-``bad``        client       a deliberately invalid request (``detail`` what, ``outcome``
-                            ``refused:<Type>``, ``unchanged`` or ``accepted``)
-``cas``        writer       one racing write (``detail`` the phase, ``nonce`` the event id)
-=============  ===========  ============================================================
+up to its last instant — without asking the process, and without trusting the store. The
+row kinds are listed on :class:`Entry`.
 """
 
 from __future__ import annotations
@@ -70,7 +47,32 @@ _SELECT = (
 
 @dataclass(frozen=True)
 class Entry:
-    """One ledger row (see the module docstring for the kinds)."""
+    """One ledger row.
+
+    Row kinds (``kind``) and who writes them:
+
+    =============  ===========  ============================================================
+    kind           writer       meaning
+    =============  ===========  ============================================================
+    ``claim``      worker       ``claim_next``/``claim`` handed it ``task_id`` (``delivery``,
+                                ``generation``; ``detail`` ``recovered`` when it took over an
+                                expired lease)
+    ``start``      handler      a handler run began (``nonce`` names the run)
+    ``end``        handler      that run ended: ``returned``, ``raised:<Type>``,
+                                ``stopped:<reason>``, ``cancelled`` or ``parked``
+    ``write``      worker       a lease event (``detail`` its kind, ``nonce`` its event id) and
+                                what the store said: ``applied``, ``duplicate``, ``unchanged``
+                                or the error class (``LeaseLost``…)
+    ``release``    worker       a lease given back (``outcome`` ``ok`` or the error class)
+    ``exit``       worker       the worker process ends (``outcome`` its exit code)
+    ``submit``     client       a task was submitted; ``detail`` holds its expectations (JSON)
+    ``respond``    client       an answer was sent (``nonce`` the answer token)
+    ``cancel``     client       a cancel was sent
+    ``bad``        client       a deliberately invalid request (``detail`` what, ``outcome``
+                                ``refused:<Type>``, ``unchanged`` or ``accepted``)
+    ``cas``        writer       one racing write (``detail`` the phase, ``nonce`` the event id)
+    =============  ===========  ============================================================
+    """
 
     pid: int
     role: str

@@ -37,7 +37,9 @@ Injector = Callable[[Target, Fleet, Outcome], Awaitable[None]]
 
 def cas_workload(tasks: int, writers: int) -> Body:
     """CAS contention: ``writers`` processes race one event per task and phase at the same
-    revision through the same lease (see ``_writer``)."""
+    revision through the same lease (see ``_writer``) → exactly ``tasks`` applied,
+    ``tasks × (writers − 1)`` conflicts, exactly one committed event per task, no
+    unexpected answer (two phases: ``input_requested`` and ``completed``)."""
 
     async def body(target: Target, fleet: Fleet, outcome: Outcome) -> None:
         store = await target.open()
@@ -113,7 +115,9 @@ def soak_workload(sizes: SoakSizes, *, deadline: float,
                   inject: Injector | None = None, faults: bool = False) -> Body:
     """The runner soak: workers drain rounds submitted by a client process (some tasks
     retry, some ask for input, some are cancelled, some fail), optionally while ``inject``
-    breaks things; then a drain and the invariants.
+    breaks things; then a drain and the invariants: every task terminal as it must be,
+    none lost, none completed twice, no result overwritten, every handler start matched by
+    an end, no worker left busy.
 
     Args:
         sizes: the sizes.

@@ -1,19 +1,11 @@
-"""A racing writer of the CAS contention workload.
+"""A racing writer of the CAS contention workload::
 
     python -m tasks_contract_tests.stress._writer --store URL --options JSON --ledger FILE
         --leases FILE --index I
 
-Every writer holds the same lease of every task (the harness claimed them once and
-wrote the leases to FILE). After ``ready`` it waits for ``go`` on stdin before each phase,
-then sends, task after task, the same kind of event as every other writer at the same
-revision, with an event id of its own:
-
-- phase ``revision``: ``input_requested`` at revision 0 (the lease stays live, so every
-  loser must hear ``RevisionConflict``);
-- phase ``terminal``: ``completed`` at revision 1 (the winner ends the lease, so a loser
-  hears ``LeaseLost`` — or ``RevisionConflict`` if it read first).
-
-Each answer is a ``cas`` row of its ledger; ``phase-done`` ends each phase on stdout.
+Every writer holds the same lease of every task and sends, phase after phase
+(:data:`PHASES`), the same kind of event as every other writer at the same revision, with
+an event id of its own; each answer is a ``cas`` row of its ledger.
 """
 
 from __future__ import annotations
@@ -30,6 +22,9 @@ from tasks_contract_tests.stress._ledger import Ledger
 from tasks_contract_tests.stress._target import add_options_argument
 
 PHASES = ("revision", "terminal")
+"""``revision``: ``input_requested`` at revision 0 (the lease stays live, so every loser
+must hear ``RevisionConflict``); ``terminal``: ``completed`` at revision 1 (the winner ends
+the lease, so a loser hears ``LeaseLost`` — or ``RevisionConflict`` if it read first)."""
 
 
 async def _race(args: argparse.Namespace, leases: list[Lease]) -> int:
@@ -66,7 +61,11 @@ async def _race(args: argparse.Namespace, leases: list[Lease]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one writer; return its exit code."""
+    """Run one writer; return its exit code.
+
+    The harness claimed every task once and wrote the leases to ``--leases``. The writer
+    prints ``ready``; before each phase it waits for ``go`` on stdin, then sends its event
+    task after task and prints ``phase-done``."""
     parser = argparse.ArgumentParser(prog="python -m tasks_contract_tests.stress._writer")
     add_options_argument(parser)
     parser.add_argument("--leases", required=True)
