@@ -1,31 +1,8 @@
 """``MemoryStore``: the volatile reference implementation of the ``TaskStore`` protocol.
 
-Capability matrix:
-
-=================  =====  ==========================================================
-capability         value  why
-=================  =====  ==========================================================
-durable            no     everything lives in this process's memory
-multi_process      no     one process only
-wakeups            yes    in-process: any thread or event loop wakes waiting workers
-cancel_wakeups     yes    in-process, as ``wakeups``
-exclusive_queues   yes    checked under the store lock
-batch_transitions  yes    ``transition_many``: every item under one hold of the lock
-transactional_     no     there are no application transactions to join
-submit
-=================  =====  ==========================================================
-
-URL format: ``memory://`` (anything after ``//`` is a label only). Every open is a new,
-empty store, so every open is already an isolated namespace.
-
-Atomicity: every operation runs to completion under one ``threading.Lock`` without
-awaiting, so it is atomic with respect to asyncio tasks *and* threads. Records are kept
-as JSON documents (text), exactly like a database would, and every snapshot a call
-returns is made from a decode of its own: a value the caller mutates after a call can
-never leak into the store, and a damaged document reads as ``StoreCorrupt`` for that task
-only. The store's own decisions read a decode cached per task until its next write, and
-``claim_next`` reads an index of the open tasks, the claimable ones in claim order
-(``_records.py``, ``_rows.py``).
+Every operation runs to completion under one lock without awaiting; records are kept as
+JSON text, as a database keeps them. :class:`MemoryStore` lists its capabilities, its URL
+format and what its atomicity guarantees.
 """
 
 from __future__ import annotations
@@ -70,7 +47,35 @@ _Row = Row  # (the name the contract suite's broken stores import)
 
 
 class MemoryStore(Records):
-    """The reference store. Thread- and task-safe; see the module docstring."""
+    """The reference store. Thread- and task-safe.
+
+    Capabilities:
+
+    =================  =====  ==========================================================
+    capability         value  why
+    =================  =====  ==========================================================
+    durable            no     everything lives in this process's memory
+    multi_process      no     one process only
+    wakeups            yes    in-process: any thread or event loop wakes waiting workers
+    cancel_wakeups     yes    in-process, as ``wakeups``
+    exclusive_queues   yes    checked under the store lock
+    batch_transitions  yes    ``transition_many``: every item under one hold of the lock
+    transactional_     no     there are no application transactions to join
+    submit
+    =================  =====  ==========================================================
+
+    URL format: ``memory://`` (anything after ``//`` is a label only). Every open is a new,
+    empty store, so every open is already an isolated namespace.
+
+    Atomicity: every operation runs to completion under one ``threading.Lock`` without
+    awaiting, so it is atomic with respect to asyncio tasks *and* threads. Records are kept
+    as JSON documents (text), exactly like a database would, and every snapshot a call
+    returns is made from a decode of its own: a value the caller mutates after a call can
+    never leak into the store, and a damaged document reads as ``StoreCorrupt`` for that task
+    only. The store's own decisions read a decode cached per task until its next write, and
+    ``claim_next`` reads an index of the open tasks, the claimable ones in claim order
+    (``_records.py``, ``_rows.py``).
+    """
 
     CAPABILITIES = StoreCapabilities(
         durable=False,
