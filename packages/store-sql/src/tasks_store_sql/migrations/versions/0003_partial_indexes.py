@@ -1,16 +1,6 @@
 """Partial indexes on tasks: each index holds only the rows its queries look for; the
-expiry index in reaping order.
-
-The claim index holds pending tasks with no lease and no retry pending, the lease index
-live (or expired, unended) leases, the retry index tasks waiting for a retry, the expiry
-index tasks with an expiry, the active index tasks counted against
-``max_active_tasks_per_scope``. An update that leaves a row's set inserts nothing into
-that index: a completion touches three of the table's seven indexes instead of all of
-them, the claim index no longer grows with finished tasks, and a claim no longer walks
-past running ones. The expiry index becomes ``(expires_at, id)``, the order the reaper
-reads expired tasks in, and the retry index ``(queue, retry_at)``, the order a claim
-reads due retries of a queue in. MariaDB has no partial indexes: there only those two
-change.
+expiry index in reaping order, the retry index in a queue's retry order. MariaDB has no
+partial indexes: there only those two change (:func:`upgrade` says which rows each holds).
 
 Revision ID: 0003
 Revises: 0002
@@ -55,6 +45,15 @@ def _indexes() -> list[tuple[str, list[str], sa.ColumnElement[bool] | None]]:
 
 
 def upgrade() -> None:
+    """Rebuild each index over the rows it is for. The claim index holds pending tasks with
+    no lease and no retry pending, the lease index live (or expired, unended) leases, the
+    retry index tasks waiting for a retry, the expiry index tasks with an expiry, the active
+    index tasks counted against ``max_active_tasks_per_scope``. An update that leaves a
+    row's set inserts nothing into that index: a completion touches three of the table's
+    seven indexes instead of all of them, the claim index no longer grows with finished
+    tasks, and a claim no longer walks past running ones. The expiry index becomes
+    ``(expires_at, id)``, the order the reaper reads expired tasks in, and the retry index
+    ``(queue, retry_at)``, the order a claim reads due retries of a queue in."""
     p = prefix(op)
     for name, columns, where in _indexes():
         op.drop_index(f"{p}{name}", table_name=f"{p}tasks")
