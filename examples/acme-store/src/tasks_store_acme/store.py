@@ -1,22 +1,6 @@
 """``AcmeStore``: named in-process stores, so an application and its in-process workers
-can share one store by name.
-
-Capability matrix (inherited from ``MemoryStore``, which does the work):
-
-=================  =====  ==============================================
-capability         value  why
-=================  =====  ==============================================
-durable            no     data lives as long as the process
-multi_process      no     one process only
-wakeups            yes    in-process wakeups
-cancel_wakeups     yes    in-process, as wakeups
-exclusive_queues   yes    checked under the store lock
-=================  =====  ==============================================
-
-URL format: ``acme://<name>`` (``acme://`` is the name ``default``). Opening the same name
-and ``namespace`` again in the process returns the same store; options (``clock``,
-``max_tasks``…) apply only when a store is created. ``aclose()`` wakes waiting workers but
-keeps the data for the next opener; :func:`drop` forgets a store.
+can share one store by name (``acme://<name>``). :class:`AcmeStore` lists its
+capabilities and what opening a name again does.
 """
 
 from __future__ import annotations
@@ -38,7 +22,25 @@ _lock = threading.Lock()
 
 
 class AcmeStore(MemoryStore):
-    """A ``MemoryStore`` with a name; see the module docstring."""
+    """A ``MemoryStore`` with a name.
+
+    Capability matrix (inherited from ``MemoryStore``, which does the work):
+
+    =================  =====  ==============================================
+    capability         value  why
+    =================  =====  ==============================================
+    durable            no     data lives as long as the process
+    multi_process      no     one process only
+    wakeups            yes    in-process wakeups
+    cancel_wakeups     yes    in-process, as wakeups
+    exclusive_queues   yes    checked under the store lock
+    =================  =====  ==============================================
+
+    URL format: ``acme://<name>`` (``acme://`` is the name ``default``). Opening the same name
+    and ``namespace`` again in the process returns the same store; options (``clock``,
+    ``max_tasks``…) apply only when a store is created. ``aclose()`` wakes waiting workers but
+    keeps the data for the next opener; :func:`drop` forgets a store.
+    """
 
     def __init__(self, name: str, **options: Any) -> None:
         """Create an empty store called ``name``; ``options`` as for ``MemoryStore``."""
