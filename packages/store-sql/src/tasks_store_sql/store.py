@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -118,13 +118,24 @@ class SQLStore(WaitOps):
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
+    _asyncpg_store: ClassVar[type[SQLStore] | None] = None
+    """The subclass for PostgreSQL on asyncpg: ``PostgresStore``, which declares itself
+    with ``on_asyncpg=True`` (the package imports it, so it is known before any call)."""
+
+    def __init_subclass__(cls, *, on_asyncpg: bool = False, **kwargs: Any) -> None:
+        """``class …(SQLStore, on_asyncpg=True)``: the class ``SQLStore(url)`` gives for
+        PostgreSQL on asyncpg (so this module never imports ``tasks_store_sql.postgres``)."""
+        super().__init_subclass__(**kwargs)
+        if on_asyncpg:
+            SQLStore._asyncpg_store = cls
+
     def __new__(cls, url: str | None = None, **options: Any) -> SQLStore:
         """The class the URL or engine calls for: ``PostgresStore`` for PostgreSQL on
         asyncpg, else ``cls`` (whose ``__init__`` checks the arguments)."""
         if cls is SQLStore and _on_asyncpg(url, options.get("engine")):
-            from tasks_store_sql.postgres import PostgresStore
-
-            cls = PostgresStore
+            if SQLStore._asyncpg_store is None:  # pragma: no cover - the package imports it
+                raise RuntimeError("tasks_store_sql.postgres is not imported")
+            cls = SQLStore._asyncpg_store
         return super().__new__(cls)
 
     def __init__(self, url: str | None = None, **options: Any) -> None:

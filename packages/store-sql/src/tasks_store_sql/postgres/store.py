@@ -15,7 +15,7 @@ from tasks_store_sql.postgres._creates import PostgresCreates
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(PostgresCreates):
+class PostgresStore(PostgresCreates, on_asyncpg=True):
     """The SQL store on PostgreSQL with asyncpg (see ``SQLStore`` for URLs and options).
 
     Its hot path runs prebuilt statements on the driver's connection: ``claim_next`` in
