@@ -130,11 +130,11 @@ def test_the_import_reader_resolves_relative_imports(tmp_path: Path) -> None:
     """``from . import b`` and ``from ..c import d`` name modules of the same package."""
     root = tmp_path / "pkg"
     (root / "sub").mkdir(parents=True)
-    for name in ("__init__.py", "b.py", "c.py", "sub/__init__.py", "sub/a.py"):
+    for name in ("__init__.py", "c.py", "sub/__init__.py", "sub/b.py"):
         (root / name).write_text("")
     (root / "sub" / "a.py").write_text("from . import b\nfrom ..c import d\n")
     modules = _modules(root)
-    assert {"pkg.sub", "pkg.c"} == _imports("pkg.sub.a", root / "sub" / "a.py", modules)
+    assert {"pkg.sub.b", "pkg.c"} == _imports("pkg.sub.a", root / "sub" / "a.py", modules)
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
