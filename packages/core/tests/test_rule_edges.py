@@ -7,7 +7,20 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tasks_core import NewTask, Owner, Snapshot, TaskQuery, Work, rules, storekit
+import pytest
+from tasks_core import (
+    Access,
+    AuthorizationError,
+    Completed,
+    NewTask,
+    Owner,
+    Snapshot,
+    TaskNotFound,
+    TaskQuery,
+    Work,
+    rules,
+    storekit,
+)
 
 ALICE = Owner("alice")
 LATER = timedelta(seconds=5)
@@ -89,3 +102,19 @@ def test_withdraw_forgets_a_failure_whose_write_was_lost(now: datetime) -> None:
     scan.withdraw(failed)
     assert [] == scan.failures
     scan.report()
+
+
+def test_request_access_sending_a_worker_event_is_refused_as_unauthorized(
+    snapshot: Snapshot, now: datetime
+) -> None:
+    """Request access never authorizes a worker event: a principal who may read the task
+    (``visibility="tenant"``, not a member) gets ``AuthorizationError``; one who may not
+    see it gets ``TaskNotFound``, exactly as for a missing task."""
+    reader = Access(principal=Owner("bob"), visibility="tenant")
+    with pytest.raises(AuthorizationError, match="worker events"):
+        rules.authorize_event(snapshot, None, reader, Completed(event_id="e"), now,
+                              replayed=False)
+    outsider = Access(principal=Owner("bob", tenant="other"), visibility="tenant")
+    with pytest.raises(TaskNotFound):
+        rules.authorize_event(snapshot, None, outsider, Completed(event_id="e"), now,
+                              replayed=False)
