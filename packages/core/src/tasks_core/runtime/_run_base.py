@@ -69,9 +69,10 @@ class RunEnv:
     failed to take: the task runs again once its lease expires."""
     tally: Tally | None = None
     """Counts the events the worker's runs wrote, for its summary line."""
-    held_renew_after: float = 0.02
-    """A run of a claim held ahead of its slot (it reads ``claimed``) renews this long
-    after it starts, so that it reads ``running``; a shorter run never pays that write."""
+    held_renews: HeartbeatStarts | None = None
+    """Starts the heartbeat of a run of a claim held ahead of its slot (it reads
+    ``claimed``) a short run after its start, so that it reads ``running``; a shorter run
+    never pays that renew. ``None``: at the usual first heartbeat."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,6 @@ class RunBase:
         self.generation = claim.lease.generation
         self.held = claim.snapshot.claim is not None and claim.snapshot.claim.held
         """Claimed ahead of its slot: the task reads ``claimed`` until a renew."""
-        self._held_renew: asyncio.TimerHandle | None = None
         self.cell = LeaseCell(env.store, claim.lease, env.group)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()
@@ -169,6 +169,8 @@ class RunBase:
         self.dead = True
         self._disarm()
         self.env.heartbeats.discard(self)
+        if self.env.held_renews is not None:
+            self.env.held_renews.discard(self)
         for helper in self._helpers:
             helper.cancel()
 

@@ -29,12 +29,9 @@ class RunHelpers(RunWrites):
     def _start_helpers(self) -> None:
         """Arm the heartbeat: its task starts at the first renew, and the progress
         writer's at the first progress report (a short run starts neither). A run of a
-        held claim renews first after ``held_renew_after``, so it reads ``running``."""
-        if self.held:
-            self._held_renew = self.loop.call_later(self.env.held_renew_after,
-                                                    self.start_heartbeat)
-        else:
-            self.env.heartbeats.add(self)
+        held claim renews first after a short run (``held_renews``): it reads ``running``."""
+        held_renews = self.env.held_renews
+        (held_renews if self.held and held_renews is not None else self.env.heartbeats).add(self)
 
     def start_heartbeat(self) -> None:
         """The first renew is due: start the heartbeat's task (unless the helpers
@@ -54,8 +51,8 @@ class RunHelpers(RunWrites):
         if not flush:
             self._progress = None
         self._helpers_stopped = True
-        if self._held_renew is not None:
-            self._held_renew.cancel()
+        if self.env.held_renews is not None:
+            self.env.held_renews.discard(self)
         if self._stop_signal is not None:
             self._stop_signal.set()
         if self._progress_ready is not None:

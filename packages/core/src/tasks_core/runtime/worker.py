@@ -200,6 +200,7 @@ class Worker(Claims):
             self.group = GroupCommit(store, self._handlers_busy, window=self.batch_window,
                                      max_items=self.commit_batch)
         heartbeats = HeartbeatStarts(self.lease_for / 3)
+        held_renews = HeartbeatStarts(SHORT_RUN)
         self.tally = Tally(self.worker_id, lambda: (len(self.runs), len(self._held)))
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
@@ -208,6 +209,7 @@ class Worker(Claims):
             lease_for=self.lease_for, input_park=self.input_park,
             poll_interval=self.poll_interval, progress_interval=self.progress_interval,
             recover=self.recover, stopping=lambda: self._stopping, heartbeats=heartbeats,
+            held_renews=held_renews,
             finish_early=self._finish_early,
             group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
             tally=self.tally,
