@@ -68,6 +68,9 @@ async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
                 await store.wait_for_cancels(set(), 0.01)
             with pytest.raises(CapabilityNotSupported):
                 await store.claim_next("w", LEASE_S, queues=["q"], exclusive=["q"])
+            assert not caps.batch_transitions  # no transactions: a batch is not one step
+            with pytest.raises(CapabilityNotSupported):
+                await store.transition_many([])
             task = await store.create(new_task())
             await store.create(new_task())
             with pytest.raises(CapacityExceeded):

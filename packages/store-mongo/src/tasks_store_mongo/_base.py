@@ -247,7 +247,11 @@ class MongoBase:
         """Run ``body(session)`` in a transaction on a replica set, else with ``None``."""
         if not self._transactions:
             return await body(None)
-        return await in_transaction(self._client, body, on_retry=self._count_retry)
+        handles = self._loops.current()
+        return await in_transaction(
+            handles.client, body, write_concern=handles.write_concern,
+            on_retry=self._count_retry,
+        )
 
     def _count_retry(self) -> None:
         self.transaction_retries += 1

@@ -30,6 +30,8 @@ from pymongo.errors import (
     PyMongoError,
     WTimeoutError,
 )
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
 from tasks_core.errors import (
     InvalidInput,
     StoreError,
@@ -39,14 +41,18 @@ from tasks_core.errors import (
 
 __all__ = [
     "DRIVERS",
+    "DURABLE",
     "TRANSACTION_BUDGET_S",
+    "TRANSACTION_READ",
     "Driver",
+    "TransientConflict",
     "driver_of",
     "in_transaction",
     "open_client",
     "settle",
     "transient",
     "translate",
+    "write_concern_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,11 @@ _TRANSIENT_CODES = frozenset(
 )
 
 T = TypeVar("T")
+
+
+class TransientConflict(Exception):
+    """Raised by a transaction body whose compare-and-set missed: the transaction is
+    aborted and the caller runs it again from its reads."""
 
 
 async def settle(value: Any) -> Any:
@@ -96,8 +107,9 @@ def driver_of(client: Any) -> Driver:
     )
 
 
-def open_client(url: str, driver: Driver) -> Any:
-    """A new client for ``url`` with ``driver`` (connects lazily).
+def open_client(url: str, driver: Driver, **client_options: Any) -> Any:
+    """A new client for ``url`` with ``driver`` (connects lazily); ``client_options`` go
+    to the client's constructor (tests pass ``event_listeners``).
 
     Raises:
         InvalidInput: motor asked for but not installed, or a malformed URL.
@@ -110,10 +122,44 @@ def open_client(url: str, driver: Driver) -> Any:
                 raise InvalidInput(
                     "driver=motor needs motor: pip install 'tasks-store-mongo[motor]'"
                 ) from None
-            return AsyncIOMotorClient(url, tz_aware=True)
+            return AsyncIOMotorClient(url, tz_aware=True, **client_options)
         from pymongo import AsyncMongoClient
 
-        return AsyncMongoClient(url, tz_aware=True)
+        return AsyncMongoClient(url, tz_aware=True, **client_options)
+
+
+DURABLE = WriteConcern("majority", j=True)
+"""The store's default write concern: acknowledged once a majority of the replica set has
+the write in its journal (on a standalone server: once it is journaled)."""
+
+
+TRANSACTION_READ = ReadConcern("majority")
+"""The read concern of the store's transactions (replica set or sharded cluster only: a
+standalone server runs none): what a transaction decides on was majority-committed."""
+
+
+def write_concern_for(client: Any) -> WriteConcern:
+    """The write concern of every write of a store on ``client`` (and of its commits).
+
+    ``{w: "majority", j: true}`` unless the client's own write concern (its URL's
+    ``w``/``journal``/``fsync``, or its constructor's) names ``w``, ``j`` or ``fsync``:
+    then the client's is taken as it is — the application chose it knowingly. A
+    ``wtimeoutMS`` alone keeps the default and adds the timeout.
+
+    Raises:
+        InvalidInput: an unacknowledged concern (``w=0``): a compare-and-set must know
+            whether it matched.
+    """
+    given: dict[str, Any] = dict(client.write_concern.document)
+    if not {"w", "j", "fsync"} & set(given):
+        given = {**DURABLE.document, **given}
+    concern = WriteConcern(
+        given.get("w"), wtimeout=given.get("wtimeout"), j=given.get("j"),
+        fsync=given.get("fsync"),
+    )
+    if not concern.acknowledged:
+        raise InvalidInput("MongoStore needs acknowledged writes: w=0 is not supported")
+    return concern
 
 
 @contextmanager
@@ -183,6 +229,7 @@ async def in_transaction(
     client: Any,
     body: Callable[[Any], Awaitable[T]],
     *,
+    write_concern: WriteConcern | None = None,
     on_retry: Callable[[], None] | None = None,
 ) -> T:
     """Run ``body(session)`` in a multi-document transaction, retrying the whole of it on
@@ -192,6 +239,8 @@ async def in_transaction(
 
     The session is always ended, which aborts a transaction left open (a server may never
     expire an abandoned one). A core error raised by ``body`` aborts and propagates.
+    ``write_concern``: the transaction's (sent with the commit and the abort); its read
+    concern is :data:`TRANSACTION_READ`.
 
     Raises:
         StoreUnavailable: still conflicting after :data:`TRANSACTION_BUDGET_S` seconds.
@@ -201,7 +250,9 @@ async def in_transaction(
     for attempt in itertools.count():
         session = await settle(client.start_session())
         try:
-            await settle(session.start_transaction())
+            await settle(session.start_transaction(
+                read_concern=TRANSACTION_READ, write_concern=write_concern
+            ))
             try:
                 result = await body(session)
             except BaseException:

@@ -19,9 +19,10 @@ from datetime import UTC
 from typing import Any
 
 from bson.codec_options import CodecOptions
+from pymongo.write_concern import WriteConcern
 from tasks_core.errors import InvalidInput
 
-from tasks_store_mongo._driver import settle
+from tasks_store_mongo._driver import settle, write_concern_for
 
 __all__ = ["Handles", "LoopClients"]
 
@@ -30,14 +31,16 @@ _CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Handles:
-    """A client and the store's database and collections on it, and the lock the creates
-    of this loop take turns on (see ``MongoStore.create``)."""
+    """A client and the store's database and collections on it (with the store's write
+    concern, ``_driver.write_concern_for``), and the lock the creates of this loop take
+    turns on (see ``MongoStore.create``)."""
 
     client: Any
     db: Any
     tasks: Any
     counters: Any
     queues: Any
+    write_concern: WriteConcern
     creators: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -65,13 +68,15 @@ class LoopClients:
         self._lock = threading.Lock()
 
     def _handles(self, client: Any) -> Handles:
-        db = client[self._database].with_options(codec_options=_CODEC)
+        concern = write_concern_for(client)
+        db = client[self._database].with_options(codec_options=_CODEC, write_concern=concern)
         return Handles(
             client=client,
             db=db,
             tasks=db[f"{self._namespace}.tasks"],
             counters=db[f"{self._namespace}.counters"],
             queues=db[f"{self._namespace}.queues"],
+            write_concern=concern,
         )
 
     def current(self) -> Handles:

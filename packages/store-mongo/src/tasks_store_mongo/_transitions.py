@@ -1,10 +1,18 @@
-"""Transitions (private): ``transition``, and ``transition_many`` refused.
+"""Transitions (private): ``transition`` and ``transition_many``.
 
 The decision is :func:`tasks_core.storekit.plan_transitions`'; this module loads the
-task document, hands it over as a ``storekit.LoadedTask`` and writes the plan back by
+task documents, hands them over as ``storekit.LoadedTask``s and writes the plan back by
 compare-and-set (see ``_base``), reading again and re-deciding when another writer won.
 A write that may make work claimable (the task is pending again) sets ``_wake`` for
 ``wait_for_work``; cancels reach holders through the change stream of ``_cancels``.
+
+``transition_many`` (replica set or sharded cluster only: capability
+``batch_transitions``) runs in one multi-document transaction: it loads every task the
+items name, plans all of them in order, and writes each changed task by its own
+compare-and-set (all of its new records ``$push``ed at once). Two batches writing one task
+conflict (``TransientTransactionError``): the loser is rolled back, nothing of it
+reported, and it runs again from the read — so it sees the winner and gets
+``RevisionConflict``.
 """
 
 from __future__ import annotations
@@ -18,22 +26,25 @@ from tasks_core import rules, storekit
 from tasks_core.authority import Access
 from tasks_core.errors import CapabilityNotSupported, TasksError
 from tasks_core.events import Event, EventRecord, Transition
-from tasks_core.models import Lease, Snapshot
+from tasks_core.models import Lease, Snapshot, TaskStatus
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, MongoBase, operation
+from tasks_store_mongo._driver import TransientConflict
 
 __all__ = ["MongoTransitions"]
 
 
 class _Loaded:
-    """A task document loaded for a transition (a ``storekit.LoadedTask``) of one item:
-    ``transition_many`` is not offered, so no plan here applies a second event."""
+    """A task document loaded for a transition (a ``storekit.LoadedTask``); the records
+    the plan applied to it so far are in :attr:`added` (a later item of a batch sees
+    them, as replays)."""
 
     def __init__(self, task_id: str, doc: Mapping[str, Any]) -> None:
         self.task_id = task_id
         self.doc = doc
         self._snapshot: Snapshot | None = None
+        self.added: list[EventRecord] = []
 
     @property
     def token(self) -> str | None:
@@ -46,13 +57,21 @@ class _Loaded:
         return self._snapshot
 
     def earlier(self, event_id: str) -> Callable[[], EventRecord] | None:
+        for record in self.added:
+            if record.event_id == event_id:
+                return functools.partial(_same, record)
         position = _codec.find_event(self.task_id, self.doc, event_id)
         if position is None:
             return None
         return functools.partial(_codec.record_at, self.task_id, self.doc, position)
 
     def update(self, snapshot: Snapshot, record: EventRecord) -> None:
-        self._snapshot = snapshot  # the record is the plan's (``plan.events``)
+        self._snapshot = snapshot
+        self.added.append(record)
+
+
+def _same(record: EventRecord) -> EventRecord:
+    return record
 
 
 class MongoTransitions(MongoBase):
@@ -88,16 +107,59 @@ class MongoTransitions(MongoBase):
             await self._contended(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @operation
     async def transition_many(
         self, items: Sequence[rules.BatchItem]
     ) -> builtins.list[Transition | TasksError]:
-        """Not offered (capability ``batch_transitions`` is off): each task is its own
-        document, so a batch would be one transaction per call on a replica set and
-        nothing at all on a standalone server; the runtime writes one by one instead.
+        """Apply several transitions in one transaction (see ``TaskStore.transition_many``
+        and the module docstring).
 
         Raises:
-            CapabilityNotSupported: always.
+            CapabilityNotSupported: a standalone server (no transactions: a batch could
+                not be one atomic step).
+            TypeError, InvalidInput: a malformed batch (nothing is read or written).
+            StoreUnavailable: the transaction kept conflicting, or the server is
+                unreachable; nothing written.
         """
-        raise CapabilityNotSupported(
-            "MongoStore has no batch_transitions; call transition() per task"
-        )
+        if not self._transactions:
+            raise CapabilityNotSupported(
+                "MongoStore offers batch_transitions on a replica set or a sharded cluster "
+                "only (a standalone server has no transactions); call transition() per task"
+            )
+        checked = rules.check_batch(items)
+        if not checked:
+            return []
+        for attempt in range(CAS_ATTEMPTS):
+            try:
+                plan: storekit.TransitionPlan = await self._atomically(
+                    functools.partial(self._write_batch, checked)
+                )
+            except TransientConflict:
+                await self._contended(attempt)
+                continue
+            return plan.results
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _write_batch(
+        self, items: builtins.list[rules.BatchItem], session: Any
+    ) -> storekit.TransitionPlan:
+        """Load, plan and write ``items`` inside the transaction of ``session``.
+
+        Raises:
+            TransientConflict: a compare-and-set missed (the whole step is re-run).
+        """
+        ids = builtins.list(dict.fromkeys(task_id for task_id, *_ in items))
+        loaded: dict[str, _Loaded] = {}
+        async for doc in self._tasks.find({"_id": {"$in": ids}}, session=session):
+            loaded[doc["_id"]] = _Loaded(doc["_id"], doc)
+        plan = storekit.plan_transitions(items, loaded, await self._now())
+        for task_id in dict.fromkeys(task_id for task_id, _ in plan.events):
+            task = loaded[task_id]
+            update = self._update(task.snapshot, wake=task.snapshot.queue in plan.wake
+                                  and task.snapshot.status == TaskStatus.PENDING)
+            update["$push"] = {
+                "_history": {"$each": [_codec.encode_record(r) for r in task.added]}
+            }
+            if not await self._cas(task.doc, update, session=session):
+                raise TransientConflict("a task of the batch changed under the transaction")
+        return plan
