@@ -5,8 +5,10 @@ Our own query options are taken out before the URL reaches the driver:
 - ``driver=pymongo`` (default) or ``driver=motor``;
 - ``namespace=NAME``: the collection prefix (default ``tasks``).
 
-Everything else (``replicaSet``, ``w``, ``authSource``, ``tls``…) goes to the driver as
-given. ``mongodb+srv://`` works the same; ``mongo://`` is an alias of ``mongodb://``.
+Everything else (``replicaSet``, ``w``, ``journal``, ``authSource``, ``tls``…) goes to the
+driver as given; a ``w``, ``journal`` or ``fsync`` there replaces the store's default write
+concern ``{w: "majority", j: true}`` (see ``_driver.write_concern_for``).
+``mongodb+srv://`` works the same; ``mongo://`` is an alias of ``mongodb://``.
 The database is the URL path (default ``tasks``).
 """
 

@@ -3,10 +3,12 @@
 One class of one private module per group of operations, all on ``_base``'s plumbing:
 ``_records`` (create, read, delete, reap), ``_claims``, ``_transitions``, ``_leases``,
 ``_wakeups`` and ``_cancels``. Every single-task operation is a compare-and-set on the
-task's one document; capacity counters and exclusive claims use a multi-document
-transaction on a replica set. Time is the server's (``hello.localTime``, sampled per
-operation) unless a ``clock`` is injected. docs/mongodb.md has the capability matrix per
-deployment, the URL format and why each operation is atomic.
+task's one document; capacity counters, exclusive claims and ``transition_many`` use a
+multi-document transaction on a replica set. Every write is ``{w: "majority", j: true}``
+unless the client's own write concern says otherwise (``_driver.write_concern_for``).
+Time is the server's (``hello.localTime``, sampled per operation) unless a ``clock`` is
+injected. docs/mongodb.md has the capability matrix per deployment, the URL format, the
+write concern and why each operation is atomic.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class MongoStore(
     =================  ===========  =================================================
     capability         value        why
     =================  ===========  =================================================
-    durable            yes          the server keeps everything (per its write concern)
+    durable            yes          every write is ``{w: "majority", j: true}`` unless
+                                    the URL (or client) names ``w``/``j``/``fsync``
     multi_process      yes          every operation is atomic on the server
     wakeups            replica set  change streams (``_wakeups``); a standalone server
                                     raises, workers poll with backoff
@@ -45,8 +48,8 @@ class MongoStore(
                                     heartbeat)
     exclusive_queues   replica set  a transaction on a per-queue document; a standalone
                                     server raises ``CapabilityNotSupported``
-    batch_transitions  no           ``transition_many`` raises; the runtime writes
-                                    terminal events one by one
+    batch_transitions  replica set  one transaction, each item by its own
+                                    compare-and-set; a standalone server raises
     transactional_     no           ``create(transaction=…)`` raises (a client session
     submit                          is not taken yet)
     =================  ===========  =================================================
