@@ -155,9 +155,11 @@ async def test_a_claim_held_ahead_and_cancelled_by_another_process_never_starts(
 
 
 async def _until_claimed(app: App, task_id: str) -> None:
-    """Wait until ``task_id`` holds a live lease (bounded), re-reading on every change."""
+    """Wait until ``task_id`` holds a live lease, started or held ahead (bounded),
+    re-reading on every change."""
     async with asyncio.timeout(WAIT_S):
         while True:
-            if (await app.get(task_id, ALICE)).status == TaskStatus.RUNNING:
+            if (await app.get(task_id, ALICE)).status in (TaskStatus.RUNNING,
+                                                         TaskStatus.CLAIMED):
                 return
             await asyncio.sleep(0.01)  # a poll of the store: the change is another process's
