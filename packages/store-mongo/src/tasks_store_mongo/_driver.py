@@ -46,6 +46,7 @@ __all__ = [
     "TRANSACTION_READ",
     "Driver",
     "TransientConflict",
+    "application_session",
     "driver_of",
     "in_transaction",
     "open_client",
@@ -105,6 +106,46 @@ def driver_of(client: Any) -> Driver:
     raise InvalidInput(
         "client must be a pymongo AsyncMongoClient or a motor AsyncIOMotorClient"
     )
+
+
+def application_session(driver: Driver, client: Any, value: Any) -> Any:
+    """``value`` checked as the application's session for ``create(transaction=…)``: a
+    client session of ``driver`` started on ``client`` (the store's own), inside a
+    transaction the application started and has not ended.
+
+    Raises:
+        InvalidInput: not a session of ``driver``, a session of another client, or a
+            session with no transaction in progress.
+    """
+    if driver == "motor":
+        try:
+            from motor.motor_asyncio import AsyncIOMotorClientSession
+        except ImportError:  # pragma: no cover - a motor client implies motor
+            is_session = False
+        else:
+            is_session = isinstance(value, AsyncIOMotorClientSession)
+        kind = "motor AsyncIOMotorClientSession"
+    else:
+        from pymongo.asynchronous.client_session import AsyncClientSession
+
+        is_session = isinstance(value, AsyncClientSession)
+        kind = "pymongo AsyncClientSession"
+    if not is_session:
+        raise InvalidInput(
+            f"transaction must be a {kind} of the store's client "
+            "(client.start_session()), inside the transaction you started"
+        )
+    if value.client is not client:
+        raise InvalidInput(
+            "transaction is a session of another client: start it on the client the "
+            "store uses (the one passed as client=)"
+        )
+    if value.has_ended or not value.in_transaction:
+        raise InvalidInput(
+            "transaction is a session with no transaction in progress: call "
+            "session.start_transaction() first (and create before you commit)"
+        )
+    return value
 
 
 def open_client(url: str, driver: Driver, **client_options: Any) -> Any:

@@ -3,7 +3,8 @@
 
 The rules decide (:mod:`tasks_core.rules`); this module reads and writes. ``create``,
 ``delete`` and ``reap`` also keep the capacity counters (``max_tasks``,
-``max_active_tasks_per_scope``), in one multi-document transaction on a replica set; a
+``max_active_tasks_per_scope``), in one multi-document transaction on a replica set — for
+``create(transaction=session)``, the application's transaction on its session; a
 replaced or deleted document is matched on its write tag like any compare-and-set (see
 ``_base``). Reads never return an expired task or one of another tenant.
 """
@@ -11,14 +12,16 @@ replaced or deleted document is matched on its write tag like any compare-and-se
 from __future__ import annotations
 
 import builtins
+import logging
 from datetime import datetime
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 from tasks_core import rules
 from tasks_core.errors import (
     CapabilityNotSupported,
     InvalidInput,
+    StoreUnavailable,
     TaskExists,
     TaskNotFound,
     Unavailable,
@@ -28,9 +31,11 @@ from tasks_core.models import NewTask, Snapshot, TaskQuery
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
-from tasks_store_mongo._driver import settle
+from tasks_store_mongo._driver import application_session, settle
 
 __all__ = ["MongoRecords"]
+
+log = logging.getLogger("tasks_store_mongo")
 
 
 class _Retry(Exception):
@@ -46,19 +51,41 @@ class MongoRecords(MongoBase):
     ) -> Snapshot:
         """Store ``new`` at revision 0 with the capacity checks (see ``TaskStore.create``).
 
+        Args:
+            new: the task.
+            replace: the current snapshot of a finished or expired task to replace.
+            transaction: the application's client session (PyMongo ``AsyncClientSession``
+                or motor ``AsyncIOMotorClientSession``) of the store's own client, inside
+                a transaction the application started (what ``App.submit(...,
+                transaction=session)`` passes): the task, its replacement and the
+                counters are written in that transaction, so they exist if and only if
+                the application commits. Its commit's write concern is the
+                application's. Every other create conflicts with it until it ends (they
+                all write the ``tasks`` counter): keep that transaction short.
+
         Raises:
             TaskExists, RevisionConflict, Unavailable, TaskNotFound, CapacityExceeded,
-            InvalidInput, StoreCorrupt, StoreUnavailable.
-            CapabilityNotSupported: ``transaction`` given (not offered yet).
+            StoreCorrupt: as always; with ``transaction``, nothing written in it.
+            InvalidInput: a bad ``new`` or ``replace``; ``transaction`` not a session of
+                the store's client in a transaction in progress (nothing written).
+            CapabilityNotSupported: ``transaction`` given on a standalone server (no
+                transactions); nothing written.
+            StoreUnavailable: transient failure; with ``transaction``: MongoDB aborted
+                the application's transaction (a write conflict): run it again.
         """
-        if transaction is not None:
-            raise CapabilityNotSupported("MongoStore does not write inside an application's "
-                                         "transaction (capability 'transactional_submit' "
-                                         "is off)")
+        if transaction is not None and not self.capabilities.transactional_submit:
+            raise CapabilityNotSupported(
+                "MongoStore writes inside an application's transaction only on a replica "
+                "set or a sharded cluster (capability 'transactional_submit' is off)"
+            )
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         if replace is not None and not isinstance(replace, Snapshot):
             raise InvalidInput("replace must be a Snapshot")
+        if transaction is not None:
+            session = application_session(self.driver, self._client, transaction)
+            await self._ensure_tenant(new.tenant)
+            return await self._create_in(new, replace, session)
         await self._ensure_tenant(new.tenant)
         for attempt in range(CAS_ATTEMPTS):
             try:
@@ -76,14 +103,47 @@ class MongoRecords(MongoBase):
                 await self._contended(attempt)
                 continue
             # Created concurrently: report the task that won.
-            current = await self._load(new.id)
-            if current is not None:
-                now = await self._now()
-                raise TaskExists(rules.present(_codec.decode_task(new.id, current), now))
+            await self._raise_exists(new.id)
             await self._contended(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _create(self, new: NewTask, replace: Snapshot | None, session: Any) -> Snapshot:
+    async def _create_in(self, new: NewTask, replace: Snapshot | None, session: Any) -> Snapshot:
+        """``create`` inside the application's transaction on ``session``: no retries
+        (the transaction is the application's to run again), a refusal writes nothing in
+        it (the counter reserved is given back in the same transaction)."""
+        try:
+            return await self._create(new, replace, session, own=False)
+        except DuplicateKeyError:
+            await self._raise_exists(new.id)
+            raise StoreUnavailable(
+                "The task was created and removed concurrently; run your transaction again"
+            ) from None
+        except _Retry:
+            raise StoreUnavailable(
+                "The task changed while your transaction ran; run your transaction again"
+            ) from None
+        except PyMongoError as exc:
+            if exc.has_error_label("TransientTransactionError"):
+                raise StoreUnavailable(
+                    "MongoDB aborted your transaction (it conflicted with another write); "
+                    "run it again"
+                ) from exc
+            raise
+
+    async def _raise_exists(self, task_id: str) -> None:
+        """Raise ``TaskExists`` with the stored task, read outside any transaction (the
+        one that won committed); return if there is none."""
+        current = await self._load(task_id)
+        if current is not None:
+            now = await self._now()
+            raise TaskExists(rules.present(_codec.decode_task(task_id, current), now))
+
+    async def _create(
+        self, new: NewTask, replace: Snapshot | None, session: Any, *, own: bool = True
+    ) -> Snapshot:
+        """The reads, checks and writes of ``create``; ``own``: ``session`` (if any) is a
+        transaction of the store's, which a refusal aborts — else the application's,
+        where the counter reserved is given back before the refusal propagates."""
         current = await self._load(new.id, session=session)
         now = await self._now()
         previous = None
@@ -114,8 +174,18 @@ class MongoRecords(MongoBase):
         except BaseException:
             if counted and session is None:  # no transaction to roll the counter back
                 await self._free_slots(1, None)
+            elif counted and not own:  # the application's transaction goes on
+                await self._give_back(session)
             raise
         return snapshot
+
+    async def _give_back(self, session: Any) -> None:
+        """Undo the slot reserved in the application's transaction; if MongoDB aborted
+        that transaction already, nothing of it will commit anyway."""
+        try:
+            await self._free_slots(1, session)
+        except PyMongoError:
+            log.debug("the application's transaction is aborted; no counter to give back")
 
     @operation
     async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:

@@ -50,8 +50,10 @@ class MongoStore(
                                     server raises ``CapabilityNotSupported``
     batch_transitions  replica set  one transaction, each item by its own
                                     compare-and-set; a standalone server raises
-    transactional_     no           ``create(transaction=…)`` raises (a client session
-    submit                          is not taken yet)
+    transactional_     replica set  ``create(transaction=session)``: the application's
+    submit                          ``ClientSession`` (of the store's client, in a
+                                    transaction it started); the task exists iff it
+                                    commits. A standalone server raises
     =================  ===========  =================================================
     """
 
