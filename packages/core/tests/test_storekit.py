@@ -10,6 +10,7 @@ import pytest
 from tasks_core import (
     Access,
     Cancelled,
+    Completed,
     InvalidInput,
     NewTask,
     Owner,
@@ -228,3 +229,48 @@ def test_claims_past_start_are_held_and_read_claimed(now: datetime) -> None:
     assert rules.present(renewed, now).status == TaskStatus.RUNNING
     with pytest.raises(InvalidInput):
         storekit.check_claim_next("w1", 30, ["q"], 3, (), start=True)  # type: ignore[arg-type]
+
+
+def test_a_plan_decides_with_the_given_checks(now: datetime) -> None:
+    """``plan_transitions(lease_check=..., revision_check=...)`` MUST decide every item
+    with those (the contract suite's broken stores replace them)."""
+    task = _task("t", "q", now)
+    claimed, token, lease, _ = rules.start_claim(task, "w1", 30, now)
+    assert lease is not None
+    system = Access(principal=System(), visibility="watchers")
+    calls: list[str] = []
+
+    def lease_check(*args: object, **kwargs: object) -> None:
+        calls.append("lease")
+
+    def revision_check(snapshot: Snapshot, expected: int, at: datetime) -> None:
+        calls.append(f"revision {expected} {at == now}")
+
+    plan = storekit.plan_transitions(
+        [("t", 7, Completed(event_id="done"), lease),
+         ("t", 9, Cancelled(event_id="c"), system)],
+        {"t": _Loaded(claimed, None)}, now,
+        lease_check=lease_check, revision_check=revision_check)
+    assert [getattr(r, "outcome", type(r)) for r in plan.results] == ["applied", "unchanged"]
+    assert calls == ["lease", "revision 7 True", "revision 9 True"]
+
+
+def test_claim_one_starts_with_the_given_start(now: datetime) -> None:
+    """``claim_one(start=...)`` MUST decide the claim with the given function."""
+    calls: list[str] = []
+
+    def start(snapshot: Snapshot, worker_id: str, lease_for: float, at: datetime, *,
+              held: bool = False) -> tuple:  # type: ignore[type-arg]
+        calls.append(snapshot.id)
+        return rules.start_claim(snapshot, worker_id, lease_for, at, held=held)
+
+    storekit.claim_one(_task("t", "q", now), "w1", 30, now, start=start)
+    assert ["t"] == calls
+
+
+def test_start_is_none_or_at_least_zero() -> None:
+    """``start=0`` holds every claim; a negative ``start`` is refused."""
+    assert 0 == storekit.check_claim_next("w1", 30, ["q"], 3, (), start=0).start
+    assert 1 == storekit.check_claim_next("w1", 30, ["q"], 3, (), start=1).start
+    with pytest.raises(InvalidInput):
+        storekit.check_claim_next("w1", 30, ["q"], 3, (), start=-1)
