@@ -97,3 +97,46 @@ def test_claimable_at_is_the_later_of_lease_expiry_and_retry() -> None:
     assert claimable_at(waiting, now) is None
     done = task.model_copy(update={"status": TaskStatus.COMPLETED})
     assert claimable_at(done, now) is None
+
+
+def test_set_aside_holds_a_ready_task_until_its_next_write() -> None:
+    index = OpenTasks()
+    index.add(snapshot("t"))
+    index.set_aside("t")
+    assert [] == ready_ids(index, ["default"])
+    assert {"t"} == set(index.held("default"))
+    assert ["t"] == list(index)
+    index.wake(T0 + timedelta(days=365))
+    assert [] == ready_ids(index, ["default"])
+    index.add(snapshot("t"))
+    assert ["t"] == ready_ids(index, ["default"])
+
+
+def test_holding_a_task_again_at_the_same_instant_changes_nothing() -> None:
+    index = OpenTasks()
+    task = snapshot("t")
+    index.hold(task, T0 + timedelta(seconds=10))
+    index.hold(task, T0 + timedelta(seconds=10))
+    assert [(T0 + timedelta(seconds=10), "t")] == index._due
+
+
+def test_the_heap_is_rebuilt_past_twice_the_open_tasks_plus_1000() -> None:
+    """Two open tasks: 1004 heap entries are kept, the 1005th rebuilds the heap with the
+    current instant of each held task only."""
+    index = OpenTasks()
+    index.hold(snapshot("w"), None)  # held, no instant: never in the heap
+    task = snapshot("t")
+    for n in range(1004):
+        index.hold(task, T0 + timedelta(seconds=n))
+    assert 1004 == len(index._due)
+    index.hold(task, T0 + timedelta(days=1))
+    assert [(T0 + timedelta(days=1), "t")] == index._due
+
+
+def test_claimable_at_is_now_when_nothing_but_a_look_can_tell() -> None:
+    """No retry and no live lease (never claimed, or its lease expired): ``now``."""
+    task = snapshot("t")
+    now = T0 + timedelta(seconds=100)
+    assert now == claimable_at(task, now)
+    leased, _, _, _ = rules.start_claim(task, "w", 30, T0 + timedelta(seconds=1))
+    assert now == claimable_at(leased, now)
