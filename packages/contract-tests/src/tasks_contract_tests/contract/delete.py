@@ -9,12 +9,14 @@ from tasks_core import (
     RevisionConflict,
     TaskNotFound,
     TaskQuery,
+    TaskStatus,
     TaskStore,
     Unavailable,
 )
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (
+    LEASE_S,
     SYSTEM,
     access,
     created_and_claimed,
@@ -80,6 +82,22 @@ class DeleteContract(ContractBase):
             await store.delete(created.id, expected_revision=0)
         assert done.snapshot == caught.value.current
         assert done.snapshot == await store.get(created.id, tenant="default")
+
+    async def test_delete_of_a_running_task_at_a_stale_revision_carries_it_as_read(
+        self, store: TaskStore
+    ) -> None:
+        """``delete`` at a stale revision of a task under a live lease MUST raise
+        ``RevisionConflict`` carrying the task as ``get`` reads it (``running``), and
+        remove nothing.
+
+        Troubleshooting: present ``.current`` at the store clock, as every read does.
+        """
+        created = await store.create(new_task())
+        await store.claim(created.id, "w1", LEASE_S)
+        with pytest.raises(RevisionConflict) as caught:
+            await store.delete(created.id, expected_revision=3)
+        assert TaskStatus.RUNNING == caught.value.current.status
+        assert await store.get(created.id, tenant="default") == caught.value.current
 
     async def test_delete_of_an_unknown_task_raises_task_not_found(
         self, store: TaskStore

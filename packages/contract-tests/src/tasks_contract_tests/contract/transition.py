@@ -31,6 +31,7 @@ from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (
     ALICE,
     BOB,
+    LEASE_S,
     MALLORY,
     SYSTEM,
     access,
@@ -132,6 +133,22 @@ class TransitionContract(ContractBase):
         assert first.snapshot == caught.value.current
         assert [first.record] == await store.history(created.id, tenant="default")
         assert first.snapshot == await store.get(created.id, tenant="default")
+
+    async def test_a_conflict_on_a_running_task_carries_it_as_read_now(
+        self, store: TaskStore
+    ) -> None:
+        """A ``RevisionConflict`` on a task under a live lease MUST carry the task as
+        ``get`` reads it now: ``running``, with its claim.
+
+        Troubleshooting: build ``.current`` with ``rules.present(snapshot, now)`` at the
+        store clock, as every read does.
+        """
+        created = await store.create(new_task())
+        await store.claim(created.id, "w1", LEASE_S)
+        with pytest.raises(RevisionConflict) as caught:
+            await store.transition(created.id, 7, Cancelled(event_id="c1"), access(ALICE))
+        assert TaskStatus.RUNNING == caught.value.current.status
+        assert await store.get(created.id, tenant="default") == caught.value.current
 
     @pytest.mark.parametrize("kind", REQUEST_KINDS)
     @pytest.mark.parametrize("end", TERMINAL_ENDS)
