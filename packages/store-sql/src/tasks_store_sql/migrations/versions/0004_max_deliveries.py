@@ -1,5 +1,5 @@
 """A task's delivery limit in its own column, for PostgreSQL's one-statement claim, which
-then reads no more of the stored JSON than the keys it rewrites (``_pg_claim``).
+then reads no more of the stored JSON than the keys it rewrites (``postgres/_claim_sql.py``).
 
 Rows stored before have none (``NULL``): the claim statement leaves such a row to the
 claim decided in Python, whose write fills the column in. Nothing is backfilled, so the
