@@ -235,7 +235,7 @@ def test_a_plan_decides_with_the_given_checks(now: datetime) -> None:
     """``plan_transitions(lease_check=..., revision_check=...)`` MUST decide every item
     with those (the contract suite's broken stores replace them)."""
     task = _task("t", "q", now)
-    claimed, token, lease, _ = rules.start_claim(task, "w1", 30, now)
+    claimed, _token, lease, _ = rules.start_claim(task, "w1", 30, now)
     assert lease is not None
     system = Access(principal=System(), visibility="watchers")
     calls: list[str] = []

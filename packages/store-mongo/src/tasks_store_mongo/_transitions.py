@@ -1,18 +1,12 @@
 """Transitions (private): ``transition`` and ``transition_many``.
 
-The decision is :func:`tasks_core.storekit.plan_transitions`'; this module loads the
-task documents, hands them over as ``storekit.LoadedTask``s and writes the plan back by
+The decision is :func:`tasks_core.storekit.plan_transitions`; this module loads the task
+documents, hands them over as ``storekit.LoadedTask``s and writes the plan back by
 compare-and-set (see ``_base``), reading again and re-deciding when another writer won.
-A write that may make work claimable (the task is pending again) sets ``_wake`` for
-``wait_for_work``; cancels reach holders through the change stream of ``_cancels``.
-
-``transition_many`` (replica set or sharded cluster only: capability
-``batch_transitions``) runs in one multi-document transaction: it loads every task the
-items name, plans all of them in order, and writes each changed task by its own
-compare-and-set (all of its new records ``$push``ed at once). Two batches writing one task
-conflict (``TransientTransactionError``): the loser is rolled back, nothing of it
-reported, and it runs again from the read — so it sees the winner and gets
-``RevisionConflict``.
+A write that may make work claimable sets ``_wake`` for ``wait_for_work``; cancels reach
+holders through the change stream of ``_cancels``. ``transition_many`` (replica sets and
+sharded clusters: capability ``batch_transitions``) is one multi-document transaction;
+two batches writing one task conflict and the loser runs again from its reads.
 """
 
 from __future__ import annotations
@@ -111,8 +105,12 @@ class MongoTransitions(MongoBase):
     async def transition_many(
         self, items: Sequence[rules.BatchItem]
     ) -> builtins.list[Transition | TasksError]:
-        """Apply several transitions in one transaction (see ``TaskStore.transition_many``
-        and the module docstring).
+        """Apply several transitions in one transaction (see ``TaskStore.transition_many``):
+        every task the items name is loaded, all items are planned in order, and each
+        changed task is written by its own compare-and-set (all of its new records
+        ``$push``ed at once). Two batches writing one task conflict
+        (``TransientTransactionError``): the loser is rolled back, nothing of it reported,
+        and runs again from the read — so it sees the winner and gets ``RevisionConflict``.
 
         Raises:
             CapabilityNotSupported: a standalone server (no transactions: a batch could
