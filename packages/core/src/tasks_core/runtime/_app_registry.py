@@ -1,4 +1,6 @@
-"""The task and queue registry of an ``App`` (``@app.task``, ``App(queues=…)``)."""
+"""The task, queue and schedule registry of an ``App`` (``@app.task``, ``App(queues=…)``,
+``@app.periodic``). Everything is checked where it is declared: a refusal registers
+nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
 from tasks_core.durations import MAX_KEEP_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy, Work
+from tasks_core.periodic import Schedule
+from tasks_core.policy import Limits
+from tasks_core.runtime._submit import check_input
 
 __all__ = ["Registry"]
 
@@ -24,6 +29,8 @@ class Registry:
         self.retention = check_duration(retention, "retention", high=MAX_KEEP_S,
                                         allow_zero=True, allow_none=True)
         self.tasks: dict[str, TaskDef] = {}
+        self.schedules: dict[str, Schedule] = {}
+        """Periodic schedules by name (``@app.periodic``)."""
         self._queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
         for queue in queues:
             self.declare_queue(queue)
@@ -111,6 +118,84 @@ class Registry:
             return definition
 
         return register(fn) if fn is not None else register
+
+    @overload
+    def periodic(
+        self, task: TaskDef | Callable[..., Any], /, *, cron: str | None = None,
+        every: float | None = None, tz: str | None = None, name: str | None = None,
+        queue: str | None = None, input: Mapping[str, Any] | None = None, catch_up: int = 1,
+    ) -> TaskDef: ...
+
+    @overload
+    def periodic(
+        self, task: None = None, /, *, cron: str | None = None, every: float | None = None,
+        tz: str | None = None, name: str | None = None, queue: str | None = None,
+        input: Mapping[str, Any] | None = None, catch_up: int = 1,
+    ) -> Callable[[TaskDef | Callable[..., Any]], TaskDef]: ...
+
+    def periodic(
+        self,
+        task: TaskDef | Callable[..., Any] | None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        input: Mapping[str, Any] | None = None,
+        catch_up: int = 1,
+    ) -> TaskDef | Callable[[TaskDef | Callable[..., Any]], TaskDef]:
+        """Run a task on a schedule: ``@app.periodic(cron="0 9 * * mon-fri",
+        tz="Europe/Paris")`` or ``@app.periodic(every=300)``.
+
+        On a plain function it registers the task as ``@app.task`` does (its name, and
+        ``queue`` when given); on a task (``@app.periodic(...)`` above ``@app.task(...)``,
+        or ``app.periodic(task, every=60, name="fast")``) it only adds a schedule, so one
+        task may have several. It returns the task. Every worker runs the schedules
+        (``Worker(periodic=False)``, ``tasks worker --no-periodic``: not this one); see
+        :class:`~tasks_core.periodic.Schedule` and docs/runtime.md, Periodic tasks.
+
+        Args:
+            task: the handler or registered task (or none: a decorator).
+            cron: a cron expression read in ``tz``; or ``every``: seconds between ticks.
+            tz: the IANA time zone of ``cron`` (default UTC).
+            name: the schedule's name (default: the task's name); unique in the app.
+            queue: the queue of the ticks (default: the task's).
+            input: the handler's keyword arguments, the same for every tick (JSON).
+            catch_up: at most this many missed ticks run after a downtime (default 1).
+
+        Raises:
+            InvalidInput: a bad or duplicate schedule (see ``Schedule``), an input that
+                does not bind to the handler, a task of another app; nothing registered.
+        """
+
+        def register(target: TaskDef | Callable[..., Any]) -> TaskDef:
+            existing = target if isinstance(target, TaskDef) else None
+            if existing is not None:
+                self._definition(existing)
+            elif not callable(target):
+                raise InvalidInput("@app.periodic decorates a task handler or a task")
+            fn = existing.fn if existing else target
+            task_name = existing.name if existing else str(getattr(fn, "__name__", ""))
+            task_queue = existing.queue if existing else DEFAULT_QUEUE
+            schedule = Schedule(name=task_name if name is None else name, task=task_name,
+                                cron=cron, every=every, tz=tz, catch_up=catch_up,
+                                queue=task_queue if queue is None else queue,
+                                input=input)
+            if schedule.name in self.schedules:
+                raise InvalidInput(f"a schedule named {schedule.name!r} is already declared")
+            limits = getattr(self, "limits", None)
+            probe = existing or TaskDef(name=task_name or "?", fn=fn, queue=schedule.queue)
+            check_input(schedule.input, probe, limits if isinstance(limits, Limits)
+                        else Limits())
+            definition = existing or self.task(queue=schedule.queue)(fn)
+            if schedule.queue not in self._queues:
+                self.declare_queue(schedule.queue)
+            self.schedules[schedule.name] = schedule
+            return definition
+
+        return register(task) if task is not None else register
 
     def _definition(self, task: TaskDef | str) -> TaskDef | None:
         if isinstance(task, TaskDef):

@@ -1,8 +1,8 @@
 """What a worker needs from its app: the one interface between ``Worker`` and ``App``.
 
 A worker takes its app as a :class:`WorkerHost` (an ``App`` is one) and reads nothing else
-of it: the declared queues and tasks, the policy and limits, the store (opened on demand)
-and the in-process :class:`~tasks_core.runtime._notify.Notices` shared with the app's
+of it: the declared queues, tasks and schedules, the policy and limits, the store (opened on
+demand) and the in-process :class:`~tasks_core.runtime._notify.Notices` shared with the app's
 clients. So the worker depends on this protocol, never on the ``App`` class.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from tasks_core.definitions import Queue, TaskDef
+from tasks_core.periodic import Schedule
 from tasks_core.policy import Limits, Policy
 from tasks_core.runtime._notify import Notices
 from tasks_core.store import TaskStore
@@ -30,6 +31,11 @@ class WorkerHost(Protocol):
     @property
     def tasks(self) -> Mapping[str, TaskDef]:
         """Registered tasks by name (read when each claim starts)."""
+        ...
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]:
+        """Periodic schedules by name (run by the worker's scheduler)."""
         ...
 
     @property

@@ -37,6 +37,7 @@ from tasks_core.runtime._heartbeats import HeartbeatStarts
 from tasks_core.runtime._host import WorkerHost
 from tasks_core.runtime._housekeeping import Reaper
 from tasks_core.runtime._run import RunEnv
+from tasks_core.runtime._scheduler import Scheduler
 from tasks_core.runtime._slots import SHORT_RUN
 from tasks_core.runtime._tally import Tally
 
@@ -75,6 +76,8 @@ class Worker(Claims):
             ``N``); see docs/runtime.md.
         drain_timeout: seconds a drain waits for the runs to end (``async with`` and
             :meth:`shutdown` without an argument).
+        periodic: run the scheduler of the app's schedules (``@app.periodic``) next to the
+            claim loop (default); ``False``: this worker only runs tasks.
 
     Every duration is checked by :func:`~tasks_core.durations.check_duration`: a real
     number, finite; ``lease_for`` at most ``rules.MAX_LEASE_S`` (the stores' cap), the
@@ -105,6 +108,7 @@ class Worker(Claims):
         commit_batch: int = 64,
         prefetch: int | Literal["auto"] = "auto",
         drain_timeout: float = 5.0,
+        periodic: bool = True,
     ) -> None:
         self.app = app
         declared = app.queues
@@ -142,6 +146,9 @@ class Worker(Claims):
         if prefetch != "auto" and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
                                    or not 0 <= prefetch <= MAX_AHEAD):
             raise InvalidInput(f"prefetch must be 'auto' or an integer in 0..{MAX_AHEAD}")
+        if not isinstance(periodic, bool):
+            raise InvalidInput("periodic must be True or False")
+        self.periodic = periodic
         self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
         self.limits: dict[str, int] = {}
         for q in self.queues:
@@ -221,6 +228,11 @@ class Worker(Claims):
             self.reaper = Reaper(store, interval=self.reap_interval)
             reaper_task = asyncio.create_task(self.reaper.run(self._stop))
         summaries = asyncio.create_task(self.tally.run(self._stop), name="tasks:summary")
+        scheduling: asyncio.Task[None] | None = None
+        if self.periodic and self.app.schedules:
+            scheduler = Scheduler(store, self.app.tasks, self.app.schedules,
+                                  notify=self.app.notices.work.notify)
+            scheduling = asyncio.create_task(scheduler.run(self._stop), name="tasks:periodic")
         watching: asyncio.Task[None] | None = None
         if store.capabilities.cancel_wakeups:
             watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
@@ -256,6 +268,8 @@ class Worker(Claims):
                 reaper_task.cancel()
             if watching is not None:
                 watching.cancel()
+            if scheduling is not None:
+                scheduling.cancel()
             summaries.cancel()
             self.tally.flush()
             log.info("worker %s stopped", self.worker_id)

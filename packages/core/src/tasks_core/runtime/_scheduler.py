@@ -1,0 +1,160 @@
+"""The scheduler: the loop in every worker that creates the ticks of the app's schedules.
+
+Rules: ticks are read on the store's clock (``store.now()``), never this process's; a
+tick's task is created with ``store.create`` under its derived id, so ``TaskExists`` means
+another scheduler made it, and any number of schedulers create each tick once. A pass
+probes the ids of the ``catch_up`` latest ticks, newest first, stops at the first that
+exists, and creates the newer ones oldest first (so a tick that exists has every missed
+tick before it created). Between passes it waits, on the local clock, the store-clock time
+to the next tick (at most ``MAX_SLEEP_S``), and wakes at once on stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from tasks_core.authority import DEFAULT_TENANT
+from tasks_core.definitions import TaskDef
+from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskExists, TaskNotFound
+from tasks_core.models import NewTask, Work
+from tasks_core.periodic import Schedule
+from tasks_core.store import TaskStore
+
+__all__ = ["MAX_SLEEP_S", "RETRY_S", "Scheduler"]
+
+log = logging.getLogger("tasks_core.periodic")  # a stable name: logging configs refer to it
+
+MAX_SLEEP_S = 60.0
+"""The longest wait between passes: the store clock is read again at least this often."""
+
+RETRY_S = 1.0
+"""The wait after a failed pass (the store was unavailable) before the next one."""
+
+
+class Scheduler:
+    """Creates the ticks of ``schedules`` in ``store``.
+
+    Args:
+        store: the app's open store.
+        tasks: the app's registered tasks by name (each schedule's task is one of them).
+        schedules: the app's schedules by name.
+        notify: called after a pass created a task (wakes this process's claim loops).
+    """
+
+    def __init__(self, store: TaskStore, tasks: Mapping[str, TaskDef],
+                 schedules: Mapping[str, Schedule], *, notify: Callable[[], None]) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.schedules = dict(schedules)
+        self.notify = notify
+        self._handled: dict[str, datetime] = {}
+        """Per schedule, the latest tick known to exist: no probe until a newer one."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pass, wait for the next tick, pass again… until ``stop`` is set. A failed pass
+        is logged and tried again after ``RETRY_S`` seconds."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            started = loop.time()
+            try:
+                wait = await self.run_once()
+            except Exception:
+                log.exception("periodic: a pass failed; trying again in %gs", RETRY_S)
+                wait = RETRY_S
+            else:
+                wait -= loop.time() - started
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(max(wait, 0.001), MAX_SLEEP_S))
+
+    async def run_once(self) -> float:
+        """One pass at the store's ``now``: create every missed tick of every schedule.
+
+        Returns:
+            Seconds from that ``now`` to the next tick of any schedule (store clock), at
+            most ``MAX_SLEEP_S``.
+
+        Raises:
+            StoreUnavailable: the store failed (ticks created before it stay created).
+        """
+        now = await self.store.now()
+        created = 0
+        for schedule in self.schedules.values():
+            created += await self.catch_up(schedule, now)
+        if created:
+            self.notify()
+        upcoming = [t for s in self.schedules.values() if (t := s.following(now)) is not None]
+        if not upcoming:
+            return MAX_SLEEP_S
+        return min(MAX_SLEEP_S, (min(upcoming) - now).total_seconds())
+
+    async def catch_up(self, schedule: Schedule, now: datetime) -> int:
+        """Create the missed ticks of ``schedule`` at ``now`` (module docstring); how many
+        this call created.
+
+        Raises:
+            StoreUnavailable: the store failed.
+        """
+        ticks = schedule.recent(now, schedule.catch_up)
+        if not ticks or self._handled.get(schedule.name) == ticks[0]:
+            return 0
+        missed: list[datetime] = []
+        for tick in ticks:
+            if await self._exists(schedule.task_id(tick)):
+                break
+            missed.append(tick)
+        created = 0
+        complete = True
+        for tick in reversed(missed):
+            outcome = await self._create(schedule, tick)
+            created += outcome is True
+            complete = complete and outcome is not None
+        if complete:
+            self._handled[schedule.name] = ticks[0]
+        return created
+
+    async def _exists(self, task_id: str) -> bool:
+        try:
+            await self.store.get(task_id, tenant=None)
+        except TaskNotFound:
+            return False
+        except StoreCorrupt:
+            log.warning("periodic: tick %s is unreadable (StoreCorrupt); not recreated",
+                        task_id)
+        return True
+
+    async def _create(self, schedule: Schedule, tick: datetime) -> bool | None:
+        """Create ``tick``'s task: ``True`` created, ``False`` another scheduler did,
+        ``None`` refused (``CapacityExceeded``, logged; tried again at the next pass).
+
+        Raises:
+            StoreUnavailable: the store failed.
+        """
+        definition = self.tasks[schedule.task]
+        task_id = schedule.task_id(tick)
+        new = NewTask(
+            id=task_id,
+            tenant=DEFAULT_TENANT,
+            owner=None,
+            queue=schedule.queue,
+            work=Work(name=definition.name, input=schedule.input, idempotency_key=task_id,
+                      retry_policy=definition.retry, timeout_s=definition.timeout,
+                      max_deliveries=definition.max_deliveries),
+            retention_s=schedule.retention_for(tick, definition.retention),
+        )
+        try:
+            await self.store.create(new)
+        except TaskExists:
+            log.debug("periodic %s: tick %s was created by another scheduler",
+                      schedule.name, task_id)
+            return False
+        except CapacityExceeded as exc:
+            log.warning("periodic %s: tick %s refused by the store (%s); the next pass "
+                        "tries again while it is among the catch_up latest ticks",
+                        schedule.name, task_id, exc)
+            return None
+        log.debug("periodic %s: created %s", schedule.name, task_id)
+        return True
