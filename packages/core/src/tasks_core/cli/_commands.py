@@ -15,6 +15,7 @@ from rich.live import Live
 
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core.authority import Authority, Owner, System
+from tasks_core.cli._periodic import cmd_periodic
 from tasks_core.cli._render import (
     Bars,
     backends_table,
@@ -89,7 +90,7 @@ def _worker_of(app: App, args: argparse.Namespace) -> Worker:
         app, queues=queues, concurrency=args.concurrency, recover=args.recover,
         lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
         reap_interval=None if args.no_reaper else args.reap_interval,
-        drain_timeout=args.drain_timeout,
+        drain_timeout=args.drain_timeout, periodic=not args.no_periodic,
     )
 
 
@@ -357,4 +358,5 @@ COMMANDS: dict[str, Command] = {
     "backends": cmd_backends,
     "demo": cmd_demo,
     "stress": cmd_stress,
+    "periodic": cmd_periodic,
 }

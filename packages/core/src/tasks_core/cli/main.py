@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from tasks_core.cli._commands import COMMANDS
+from tasks_core.cli._periodic import add_periodic_parser
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
@@ -110,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reap-interval", type=float, default=60.0,
                    help="seconds between reaper sweeps (default 60)")
     p.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
+    p.add_argument("--no-periodic", action="store_true",
+                   help="do not run the app's periodic schedules in this worker")
 
     p = sub.add_parser("submit", parents=[common, who], help="submit a task by name")
     p.add_argument("name", help="the registered task name")
@@ -155,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='target revision (default "head"; "base" drops every table)')
     p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
 
+    add_periodic_parser(sub, common)
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (a few seconds)")
 
