@@ -47,6 +47,11 @@ TICK_PREFIX = f"{SEPARATOR}periodic:"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _SECOND = timedelta(seconds=1)
+_YEAR = timedelta(days=366)
+_DST_MARGIN = timedelta(hours=3)
+"""cronsim (like Debian cron) treats time zone shifts under three hours specially."""
+_CRON_HORIZON = timedelta(days=366 * 51)
+"""cronsim looks 50 years ahead for a match; no walk starts further back than this."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,16 @@ class Schedule:
         if period is not None:
             last = (now - _EPOCH) // period
             return [_EPOCH + (last - i) * period for i in range(count)]
+        # cronsim's reverse walk loses a start's DST fold, so it only sizes the span;
+        # the ticks are its forward walk's, which agrees with itself from any start.
         start = now.astimezone(self.zone).replace(microsecond=0) + _SECOND
-        return list(islice(_cron(self, start, reverse=True), count))
+        guess = list(islice(_cron(self, start, reverse=True), count))
+        span = (now - guess[-1] if len(guess) == count else _YEAR) + _DST_MARGIN
+        while True:
+            ticks = list(self._forward(now - span, now))
+            if len(ticks) >= count or span > _CRON_HORIZON:
+                return ticks[::-1][:count]
+            span *= 2
 
     def following(self, now: datetime) -> datetime | None:
         """The first tick after ``now`` (aware UTC); ``None`` when there is none in 50
@@ -149,10 +162,7 @@ class Schedule:
         period = self.period
         if period is not None:
             return _EPOCH + ((now - _EPOCH) // period + 1) * period
-        for tick in _cron(self, now.astimezone(self.zone), reverse=False):
-            if tick > now:
-                return tick
-        return None
+        return next(self._forward(now, None), None)
 
     def task_id(self, tick: datetime) -> str:
         """The id of ``tick``'s task: :data:`TICK_PREFIX`, the name, ``:``, the tick as a
@@ -170,11 +180,18 @@ class Schedule:
         if period is not None:
             needed = (self.catch_up + 1) * period.total_seconds()
         else:
-            later = list(islice(_cron(self, tick.astimezone(self.zone), reverse=False),
-                                self.catch_up + 1))
+            later = list(islice(self._forward(tick, None), self.catch_up + 1))
             short = len(later) <= self.catch_up
             needed = MAX_KEEP_S if short else (later[-1] - tick).total_seconds()
         return float(min(MAX_KEEP_S, max(retention, math.ceil(needed))))
+
+    def _forward(self, after: datetime, until: datetime | None) -> Iterator[datetime]:
+        """The cron ticks after ``after`` up to ``until`` (``None``: no end), in order."""
+        for tick in _cron(self, after.astimezone(self.zone), reverse=False):
+            if until is not None and tick > until:
+                return
+            if tick > after:  # (a start in a DST fold is read an hour early)
+                yield tick
 
     def describe(self) -> str:
         """``cron 0 9 * * mon-fri (Europe/Paris)`` or ``every 300s``."""
