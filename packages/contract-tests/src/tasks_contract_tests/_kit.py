@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import datetime
 from typing import Any
 
 from tasks_core import (
@@ -52,6 +53,8 @@ def new_task(
     ttl_s: float | None = None,
     retention_s: float | None = None,
     name: str = "job",
+    delay_s: float | None = None,
+    run_at: datetime | None = None,
 ) -> NewTask:
     """A ``NewTask`` with sensible defaults for tests."""
     tenant = tenant or (owner.tenant if owner else "default")
@@ -70,6 +73,8 @@ def new_task(
         ),
         ttl_s=ttl_s,
         retention_s=retention_s,
+        delay_s=delay_s,
+        run_at=run_at,
     )
 
 

@@ -11,6 +11,7 @@ from tasks_contract_tests.contract.claims import ClaimContract
 from tasks_contract_tests.contract.clock import RealClockContract
 from tasks_contract_tests.contract.corrupt import CorruptContract
 from tasks_contract_tests.contract.create import CreateContract
+from tasks_contract_tests.contract.delayed import DelayedContract
 from tasks_contract_tests.contract.delete import DeleteContract
 from tasks_contract_tests.contract.fixture import FixtureContract
 from tasks_contract_tests.contract.held_claims import HeldClaimContract
@@ -40,6 +41,7 @@ __all__ = [
     "ClaimRuleContract",
     "CorruptContract",
     "CreateContract",
+    "DelayedContract",
     "DeleteContract",
     "FixtureContract",
     "HeldClaimContract",
@@ -86,6 +88,7 @@ class StoreContract(
     LeaseContract,
     ClaimRuleContract,
     HeldClaimContract,
+    DelayedContract,
     ClaimContract,
     BatchContract,
     RaceContract,

@@ -8,19 +8,21 @@ its bounds (exit 2 on the CLI). The stored models keep the same bounds as strict
 Bounds: a lease at most :data:`tasks_core.rules.MAX_LEASE_S`; timeouts, retry delays and
 waits at most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at most :data:`MAX_KEEP_S`; an
 interval the runtime repeats at least :data:`MIN_INTERVAL_S`, so no setting turns a wait
-into a busy loop.
+into a busy loop. An instant (``run_at``) passes :func:`check_instant`: an aware datetime
+within :data:`MAX_KEEP_S` of the caller's clock.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from datetime import UTC, datetime, timedelta
 from typing import Literal, overload
 
 from tasks_core._errors_base import InvalidInput
 
 __all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
-           "check_duration", "check_wait_timeout"]
+           "check_duration", "check_instant", "check_wait_timeout"]
 
 MAX_WAIT_S = 366 * 86400
 """The longest timeout, retry delay, wait or interval, in seconds (a leap year)."""
@@ -98,3 +100,37 @@ def check_wait_timeout(timeout: object) -> float:
         InvalidInput: anything else (a bool, a string, NaN, an infinity, a negative).
     """
     return check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True)
+
+
+@overload
+def check_instant(value: object, what: str, *,
+                  allow_none: Literal[False] = False) -> datetime: ...
+
+
+@overload
+def check_instant(value: object, what: str, *, allow_none: Literal[True]) -> datetime | None: ...
+
+
+def check_instant(value: object, what: str, *, allow_none: bool = False) -> datetime | None:
+    """``value`` as an aware UTC datetime, once it is a ``datetime`` with a time zone and
+    within :data:`MAX_KEEP_S` of this process's clock (a sanity bound: the store, not the
+    caller, decides when the instant has come). ``None`` passes only with ``allow_none``.
+
+    Raises:
+        InvalidInput: naming ``what``: not a datetime, naive, or out of range.
+    """
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a datetime with a time zone, not "
+                           f"{'None' if value is None else 'a ' + type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be an aware datetime (with a time zone), not naive")
+    try:
+        instant = value.astimezone(UTC)
+        far = abs(instant - datetime.now(UTC)) > timedelta(seconds=MAX_KEEP_S)
+    except (OverflowError, ValueError):
+        far = True
+    if far:
+        raise InvalidInput(f"{what} must lie within {MAX_KEEP_S // 86400} days of now")
+    return instant

@@ -100,12 +100,14 @@ Instant = Annotated[datetime, AfterValidator(utc)]
 class TaskStatus(StrEnum):
     """Where a task stands (persisted values: never rename).
 
-    ``running`` and ``claimed`` are derived, never stored (a store keeps ``pending``): a
-    non-terminal, non-waiting task with a live lease is ``running``, or ``claimed`` while
-    the lease is held ahead of a free slot and its handler has not started.
+    ``running``, ``claimed`` and ``scheduled`` are derived, never stored (a store keeps
+    ``pending``): a non-terminal, non-waiting task with a live lease is ``running``, or
+    ``claimed`` while the lease is held ahead of a free slot and its handler has not
+    started; a pending task whose ``run_at`` lies ahead is ``scheduled``.
     """
 
     PENDING = "pending"
+    SCHEDULED = "scheduled"
     RUNNING = "running"
     CLAIMED = "claimed"
     WAITING_INPUT = "waiting_input"
@@ -125,7 +127,7 @@ class TaskStatus(StrEnum):
 
 
 _TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
-_DERIVED = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED})
+_DERIVED = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.SCHEDULED})
 
 
 class RetryPolicy(Model):
@@ -275,6 +277,9 @@ class Snapshot(Model):
     started_at: Instant | None = None
     finished_at: Instant | None = None
     expires_at: Instant | None = None
+    run_at: Instant | None = Field(default=None, exclude_if=lambda run_at: run_at is None)
+    """When a delayed task becomes available (never earlier than its creation). Written
+    only when set, so an unscheduled task's stored bytes are what they always were."""
 
     @property
     def terminal(self) -> bool:
@@ -311,9 +316,16 @@ class NewTask(Model):
                                 allow_inf_nan=False)
     retention_s: float | None = Field(default=None, ge=0, le=MAX_KEEP_S, strict=True,
                                       allow_inf_nan=False)
+    delay_s: float | None = Field(default=None, ge=0, le=MAX_WAIT_S, strict=True,
+                                  allow_inf_nan=False)
+    """Available this many seconds after the store's ``now`` at creation."""
+    run_at: Instant | None = None
+    """Available from this instant (an earlier one than the creation: at once)."""
 
     @model_validator(mode="after")
     def _same_tenant(self) -> NewTask:
+        if self.delay_s is not None and self.run_at is not None:
+            raise ValueError("give delay_s or run_at, not both")
         if self.owner is not None and self.owner.tenant != self.tenant:
             raise ValueError("owner must belong to the task's tenant")
         if not _in_tenant(self.watchers, self.tenant):

@@ -154,7 +154,8 @@ class TaskStore(Protocol):
             TaskNotFound: unknown task.
             Unavailable: terminal, expired, waiting for input, under a live lease — or
                 just failed for exceeding ``work.max_deliveries``.
-            Deferred: a retry is scheduled later (``.seconds`` until due).
+            Deferred: its available instant (a retry's ``retry_at``, a delayed task's
+                ``run_at``) lies later (``.seconds`` until due).
             InvalidInput: bad ``lease_for``.
             StoreCorrupt, StoreUnavailable: as for :meth:`get`.
         """
@@ -181,6 +182,18 @@ class TaskStore(Protocol):
         Raises:
             CapabilityNotSupported: ``exclusive`` given without ``exclusive_queues``.
             InvalidInput: bad ``lease_for``, ``limit``, ``start`` or queue names.
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def next_available(self, queues: Sequence[str]) -> datetime | None:
+        """The earliest available instant (``rules.available_at``) later than the store's
+        ``now`` of a task of ``queues`` that waits for it — pending, no live lease, a
+        delayed task or a retry — or ``None`` when no task waits. A worker with nothing
+        to claim sleeps until then (at most its poll interval), not a fixed poll.
+
+        Raises:
+            InvalidInput: bad queue names.
             StoreUnavailable: transient failure.
         """
         ...

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -25,11 +25,11 @@ from tasks_core import reports, rules, storekit
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
 from tasks_core.events import EventRecord
-from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits
+from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits, TaskStatus
 
 from tasks_store_memory._rows import OpenTasks, Row, claimable_at
 
-__all__ = ["Records"]
+__all__ = ["Loaded", "Records"]
 
 log = logging.getLogger("tasks_store_memory.store")
 
@@ -163,6 +163,23 @@ class Records:
                 self._track(snapshot)
         return picked
 
+    def _next_available(self, queues: Collection[str], now: datetime) -> datetime | None:
+        """The earliest available instant after ``now`` of a held task of ``queues`` that
+        waits for it (pending, no live lease; a damaged record is left out)."""
+        instants = []
+        for queue in queues:
+            for task_id in self._open.held(queue):
+                try:
+                    snapshot = self._view(task_id, self._rows[task_id])
+                except StoreCorrupt:
+                    continue
+                available = rules.available_at(snapshot)
+                if (available > now and not snapshot.terminal
+                        and snapshot.status == TaskStatus.PENDING
+                        and not snapshot.lease_live(now)):
+                    instants.append(available)
+        return min(instants, default=None)
+
     def _queue_busy(self, queue: str, now: datetime) -> bool:
         """Whether a task of ``queue`` holds a live lease (an exclusive queue is busy); a
         task with a live lease is never claimable, so it is held."""
@@ -228,3 +245,28 @@ class Records:
         require_live: bool = True,
     ) -> None:
         rules.check_lease(snapshot, token, lease, now, require_live=require_live)
+
+
+class Loaded:
+    """A task of the store as ``storekit.plan_transitions`` reads and changes it (the
+    store lock held)."""
+
+    def __init__(self, store: Records, task_id: str, row: Row) -> None:
+        self._store, self._id, self._row = store, task_id, row
+
+    @property
+    def token(self) -> str | None:
+        return self._row.token
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._store._take(self._id, self._row)
+
+    def earlier(self, event_id: str) -> Callable[[], EventRecord] | None:
+        position = self._store._find_event(self._row, event_id)
+        if position is None:
+            return None
+        return lambda: self._store._decode_record(self._id, self._row.history[position])
+
+    def update(self, snapshot: Snapshot, record: EventRecord) -> None:
+        self._store._append(self._row, snapshot, record)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
+from tasks_core import rules
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.storekit import ClaimOrder, claim_order
 
@@ -146,11 +147,12 @@ class OpenTasks:
 
 def claimable_at(snapshot: Snapshot, now: datetime) -> datetime | None:
     """When ``snapshot``, not claimable at ``now``, turns claimable with no write: once its
-    live lease has expired and its retry is due (``None``: never — it is finished,
+    live lease has expired and its available instant has come (``None``: never — it is finished,
     expired or waiting for input; ``now``: look again at the next claim)."""
     if snapshot.terminal or snapshot.expired(now) or snapshot.status == TaskStatus.WAITING_INPUT:
         return None
-    instants = [] if snapshot.retry_at is None else [snapshot.retry_at]
+    available = rules.available_at(snapshot)
+    instants = [available] if available > now else []
     if snapshot.claim is not None and snapshot.lease_live(now):
         instants.append(snapshot.claim.expires_at)
     return max(instants, default=now)

@@ -8,7 +8,7 @@ format and what its atomicity guarantees.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +37,7 @@ from tasks_core.models import (
     TaskQuery,
 )
 
-from tasks_store_memory._records import Records, log
+from tasks_store_memory._records import Loaded, Records, log
 from tasks_store_memory._rows import Row
 from tasks_store_memory._wakeups import Wakeups
 
@@ -233,7 +233,7 @@ class MemoryStore(Records):
     def _plan(self, items: Sequence[rules.BatchItem], now: datetime) -> storekit.TransitionPlan:
         """Decide ``items`` with the store kit (writing each applied event as it is
         decided, under the lock held by the caller) and wake whom the plan names."""
-        loaded = {task_id: _Loaded(self, task_id, row) for task_id, *_ in items
+        loaded = {task_id: Loaded(self, task_id, row) for task_id, *_ in items
                   if (row := self._rows.get(task_id)) is not None}
         plan = storekit.plan_transitions(items, loaded, now, lease_check=self._lease_check,
                                          revision_check=self._check_revision)
@@ -300,6 +300,17 @@ class MemoryStore(Records):
             return
         self._set(row, started.snapshot)
         row.token = started.token
+
+    async def next_available(self, queues: Sequence[str]) -> datetime | None:
+        """The earliest available instant ahead of a waiting task of ``queues`` (see
+        ``TaskStore.next_available``).
+
+        Raises:
+            InvalidInput: bad queue names.
+        """
+        wanted = rules.check_queues(queues)
+        with self._locked() as now:
+            return self._next_available(wanted, now)
 
     async def renew(self, lease: Lease, lease_for: float) -> Claim:
         """Extend a live lease (see ``TaskStore.renew``).
@@ -420,27 +431,3 @@ class MemoryStore(Records):
         """Nothing to release; waiting workers are woken so they can stop."""
         self._wakeups.close()
 
-
-class _Loaded:
-    """A task of the store as ``storekit.plan_transitions`` reads and changes it (the
-    store lock held)."""
-
-    def __init__(self, store: MemoryStore, task_id: str, row: Row) -> None:
-        self._store, self._id, self._row = store, task_id, row
-
-    @property
-    def token(self) -> str | None:
-        return self._row.token
-
-    @property
-    def snapshot(self) -> Snapshot:
-        return self._store._take(self._id, self._row)
-
-    def earlier(self, event_id: str) -> Callable[[], EventRecord] | None:
-        position = self._store._find_event(self._row, event_id)
-        if position is None:
-            return None
-        return lambda: self._store._decode_record(self._id, self._row.history[position])
-
-    def update(self, snapshot: Snapshot, record: EventRecord) -> None:
-        self._store._append(self._row, snapshot, record)

@@ -230,15 +230,17 @@ class ClaimContract(ContractBase):
         ]
         assert [[task_id] for task_id in created] == got
 
-    async def test_claim_next_serves_lapsed_leases_due_retries_and_new_tasks_oldest_first(
+    async def test_claim_next_serves_lapsed_leases_due_retries_and_new_tasks_by_available_instant(
         self, store: TaskStore, clock: ManualClock
     ) -> None:
-        """A lapsed lease, a due retry and never-claimed tasks MUST be served together in
-        creation order, while live leases and retries not yet due are passed over.
+        """A lapsed lease, a due retry and never-claimed tasks MUST be served together by
+        available instant (``rules.available_at``: a due retry's ``retry_at``, else the
+        creation), while live leases and retries not yet due are passed over.
 
         Troubleshooting: whatever the query is built from (one scan, or one per kind of
-        claimable row, merged), order all candidates by ``(created_at, id)`` before
-        applying ``limit``.
+        claimable row, merged), order all candidates by ``(available instant, id)`` before
+        applying ``limit``. Here the retry fell due after ``fresh1`` and ``fresh2`` were
+        created, so it comes after them although it was created before.
         """
         ids = {}
         for name, retry in (("lapsed", None), ("retried", 5), ("running", None),
@@ -256,7 +258,7 @@ class ClaimContract(ContractBase):
 
         got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=10)
 
-        assert [ids[n] for n in ("lapsed", "retried", "fresh1", "fresh2")] == _ids(got)
+        assert [ids[n] for n in ("lapsed", "fresh1", "fresh2", "retried")] == _ids(got)
 
     async def test_claim_next_only_serves_the_given_queues(self, store: TaskStore) -> None:
         """``claim_next`` MUST return tasks of the listed queues only.

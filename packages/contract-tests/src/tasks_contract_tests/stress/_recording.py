@@ -175,6 +175,10 @@ class RecordingStore:
         """See :meth:`TaskStore.reap`."""
         return await self.inner.reap(limit)
 
+    async def next_available(self, queues: Sequence[str]) -> datetime | None:
+        """See :meth:`TaskStore.next_available`."""
+        return await self.inner.next_available(queues)
+
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """See :meth:`TaskStore.wait_for_work`."""
         return await self.inner.wait_for_work(queues, timeout)

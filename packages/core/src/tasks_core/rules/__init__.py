@@ -39,12 +39,14 @@ from tasks_core.rules._leases import (
     start_claim,
 )
 from tasks_core.rules._snapshots import (
+    available_at,
     check_replace,
     counts_as_active,
     matches,
     new_snapshot,
     present,
     tick,
+    ttl_end,
 )
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "Right",
     "apply_event",
     "authorize_event",
+    "available_at",
     "can_see",
     "check_batch",
     "check_claimable",
@@ -83,4 +86,5 @@ __all__ = [
     "report_progress",
     "start_claim",
     "tick",
+    "ttl_end",
 ]

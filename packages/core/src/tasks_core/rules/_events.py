@@ -37,7 +37,7 @@ from tasks_core.models import (
 )
 from tasks_core.reasons import CancelReason, reason_error
 from tasks_core.rules._access import authorize_event
-from tasks_core.rules._snapshots import _expires_at, _stored, present, tick
+from tasks_core.rules._snapshots import _expires_at, _stored, present, tick, ttl_end
 
 
 def check_replay(record: EventRecord, event: Event) -> None:
@@ -125,9 +125,7 @@ def _terminal(
         "finished_at": committed_at,
         "retry_at": None,
         "input_requests": {},
-        "expires_at": _expires_at(
-            snapshot.created_at, snapshot.ttl_s, committed_at, snapshot.retention_s
-        ),
+        "expires_at": _expires_at(ttl_end(snapshot), committed_at, snapshot.retention_s),
     }
     update.update(changes)
     return update

@@ -28,7 +28,7 @@ from tasks_core.models import (
 from tasks_core.reasons import delivery_limit_message
 from tasks_core.rules._access import check_lease
 from tasks_core.rules._events import _end_claim, apply_event, next_commit_time
-from tasks_core.rules._snapshots import _stored, tick
+from tasks_core.rules._snapshots import _stored, available_at, tick
 
 DELIVERY_LIMIT_ERROR = "DeliveryLimitExceeded"
 DELIVERY_LIMIT_EVENT_ID = "store:delivery-limit"
@@ -39,7 +39,8 @@ def check_claimable(snapshot: Snapshot, now: datetime) -> None:
 
     Raises:
         Unavailable: terminal, expired, waiting for input, or under a live lease.
-        Deferred: a retry is scheduled later than ``now``.
+        Deferred: its available instant (a retry, or a delayed task's ``run_at``) lies
+            later than ``now``.
     """
     if snapshot.terminal or snapshot.expired(now):
         raise Unavailable("The task is finished")
@@ -47,8 +48,8 @@ def check_claimable(snapshot: Snapshot, now: datetime) -> None:
         raise Unavailable("The task is waiting for input")
     if snapshot.lease_live(now):
         raise Unavailable("The task is leased by a live worker")
-    if snapshot.retry_at is not None and snapshot.retry_at > now:
-        raise Deferred((snapshot.retry_at - now).total_seconds())
+    if (available := available_at(snapshot)) > now:
+        raise Deferred((available - now).total_seconds())
 
 
 def is_claimable(snapshot: Snapshot, now: datetime) -> bool:
@@ -58,7 +59,7 @@ def is_claimable(snapshot: Snapshot, now: datetime) -> bool:
         and not snapshot.expired(now)
         and snapshot.status != TaskStatus.WAITING_INPUT
         and not snapshot.lease_live(now)
-        and (snapshot.retry_at is None or snapshot.retry_at <= now)
+        and available_at(snapshot) <= now
     )
 
 

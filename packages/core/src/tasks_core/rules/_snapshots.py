@@ -1,10 +1,10 @@
-"""Snapshots as stored and as read: store instants, creation, replacement, the derived
-``pending``/``running`` status and listing matches.
+"""Snapshots as stored and as read: store instants, creation, replacement, the available
+instant, the derived statuses and listing matches.
 
-Stored snapshots carry ``pending`` rather than ``running``; :func:`present` derives
-``running`` (a non-terminal, non-waiting task with a live lease) for the reader. All store
-instants are whole milliseconds (:func:`tick`), so every backend reads back exactly what
-it wrote."""
+Stored snapshots carry ``pending``; :func:`present` derives ``running``/``claimed`` (a
+live lease) and ``scheduled`` (``run_at`` ahead) for the reader. A delay is added to the
+store's ``now`` in :func:`new_snapshot`, never to a client's clock. All store instants are
+whole milliseconds (:func:`tick`), so every backend reads back exactly what it wrote."""
 
 from __future__ import annotations
 
@@ -32,13 +32,25 @@ def tick(now: datetime) -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+def available_at(snapshot: Snapshot) -> datetime:
+    """The task's available instant: from when ``claim_next`` may serve it (a pending task
+    without a live lease), and its place in claim order — its ``retry_at`` while a retry
+    is pending, else its ``run_at`` when it was delayed, else its creation."""
+    return snapshot.retry_at or snapshot.run_at or snapshot.created_at
+
+
 def present(snapshot: Snapshot, now: datetime) -> Snapshot:
     """The snapshot as a reader sees it at ``now``: ``pending``, ``running`` or ``claimed``
-    (a live lease held ahead of a free slot) derived."""
+    (a live lease held ahead of a free slot) or ``scheduled`` (its ``run_at`` ahead)
+    derived."""
     if snapshot.status.stored == TaskStatus.PENDING:
         claim = snapshot.claim
-        status = (TaskStatus.PENDING if claim is None or not snapshot.lease_live(now)
-                  else TaskStatus.CLAIMED if claim.held else TaskStatus.RUNNING)
+        if claim is not None and snapshot.lease_live(now):
+            status = TaskStatus.CLAIMED if claim.held else TaskStatus.RUNNING
+        elif snapshot.run_at is not None and snapshot.run_at > now:
+            status = TaskStatus.SCHEDULED
+        else:
+            status = TaskStatus.PENDING
         if status != snapshot.status:
             return replaced(snapshot, status=status)
     return snapshot
@@ -50,17 +62,25 @@ def _stored(snapshot: Snapshot, **changes: object) -> Snapshot:
     return replaced(snapshot, **changes)
 
 
+def _milliseconds(seconds: float) -> timedelta:
+    return timedelta(milliseconds=round(seconds * 1000))
+
+
+def ttl_end(snapshot: Snapshot) -> datetime | None:
+    """When the task's ``ttl`` ends (``None``: no ttl): it counts from when the task was
+    first available, its ``run_at`` or its creation."""
+    if snapshot.ttl_s is None:
+        return None
+    return (snapshot.run_at or snapshot.created_at) + _milliseconds(snapshot.ttl_s)
+
+
 def _expires_at(
-    created_at: datetime,
-    ttl_s: float | None,
-    finished_at: datetime | None,
-    retention_s: float | None,
+    ttl_ends: datetime | None, finished_at: datetime | None, retention_s: float | None
 ) -> datetime | None:
-    candidates = []
-    if ttl_s is not None:
-        candidates.append(created_at + timedelta(milliseconds=round(ttl_s * 1000)))
+    """The earlier of the ttl's end and the end of retention after the finish."""
+    candidates = [] if ttl_ends is None else [ttl_ends]
     if finished_at is not None and retention_s is not None:
-        candidates.append(finished_at + timedelta(milliseconds=round(retention_s * 1000)))
+        candidates.append(finished_at + _milliseconds(retention_s))
     return min(candidates) if candidates else None
 
 
@@ -70,10 +90,15 @@ def _expires_at(
 def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None) -> Snapshot:
     """The first snapshot (revision 0) of ``new`` created at ``now``.
 
+    A delayed task's ``run_at`` is ``now`` plus ``new.delay_s``, or ``new.run_at`` (an
+    earlier instant than ``now`` becomes ``now``); its ``ttl`` counts from its ``run_at``.
     A replacement keeps the replaced task's lease generation so that every lease of the old
     run stays fenced.
     """
     now = tick(now)
+    run_at = new.run_at if new.delay_s is None else now + _milliseconds(new.delay_s)
+    if run_at is not None:
+        run_at = max(now, tick(run_at))
     return Snapshot(
         id=new.id,
         tenant=new.tenant,
@@ -87,7 +112,9 @@ def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None
         retention_s=new.retention_s,
         created_at=now,
         updated_at=now,
-        expires_at=_expires_at(now, new.ttl_s, None, None),
+        expires_at=(None if new.ttl_s is None
+                    else (run_at or now) + _milliseconds(new.ttl_s)),
+        run_at=run_at,
     )
 
 

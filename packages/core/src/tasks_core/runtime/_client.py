@@ -14,6 +14,7 @@ import builtins
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from tasks_core._json import check_json, json_size
@@ -28,7 +29,7 @@ from tasks_core.authority import (
     scoped_task_key,
 )
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Submitted, TaskDef, _Unset
-from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration, check_instant
 from tasks_core.errors import (
     AuthorizationError,
     CapabilityNotSupported,
@@ -68,6 +69,8 @@ class Client(ClientReads):
         max_deliveries: int | None = None,
         idempotency_key: str | None = None,
         transaction: Any = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
     ) -> Submitted:
         """Submit a task, or join the live run of its key, or start a new run of it.
 
@@ -82,6 +85,10 @@ class Client(ClientReads):
             queue: a declared queue (default: the task's).
             ttl, retention, retry, timeout, max_deliveries: override the task's defaults.
             idempotency_key: handed to the handler for its side effects.
+            delay: seconds (0 to a leap year) after the store's clock reads the submit
+                before any worker may start the task; it reads ``scheduled`` until then.
+            run_at: an aware datetime from which the task may start (an instant already
+                past: at once). Not both; its ``ttl`` counts from then.
             transaction: your own open transaction (stores with capability
                 ``transactional_submit``; SQL: the ``AsyncConnection`` of your
                 transaction): the task is created or replaced inside it, so it exists if
@@ -93,7 +100,8 @@ class Client(ClientReads):
 
         Raises:
             TypeError: a missing or bare-string authority.
-            InvalidInput: bad input, key, queue, option or watcher; nothing written.
+            InvalidInput: bad input, key, queue, option, watcher, ``delay`` or ``run_at``
+                (both given, a naive datetime); nothing written.
             AuthorizationError: the queue authorizer said no; or joining a task you do not
                 own without the watch authorizer's approval.
             CapacityExceeded: a store capacity or ``max_runs_per_owner``.
@@ -105,6 +113,11 @@ class Client(ClientReads):
         ttl = _duration(ttl, "ttl", MAX_KEEP_S)
         retention = _duration(retention, "retention", MAX_KEEP_S, allow_zero=True)
         timeout = _duration(timeout, "timeout", MAX_WAIT_S)
+        delay_s = check_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True,
+                                 allow_none=True)
+        run_at = check_instant(run_at, "run_at", allow_none=True)
+        if delay_s is not None and run_at is not None:
+            raise InvalidInput("give delay or run_at, not both")
         definition = self._definition(task)
         name = definition.name if definition else task
         if not isinstance(name, str):
@@ -142,6 +155,8 @@ class Client(ClientReads):
             work=work,
             ttl_s=_pick(ttl, definition.ttl if definition else None),
             retention_s=_pick(retention, definition.retention if definition else self.retention),
+            delay_s=delay_s,
+            run_at=run_at,
         )
         store = await self.open()
         if transaction is not None and not store.capabilities.transactional_submit:

@@ -22,7 +22,7 @@ from tasks_core.arguments import (
 from tasks_core.errors import InvalidInput, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot
-from tasks_core.rules import check_claimable, is_claimable, present, start_claim
+from tasks_core.rules import available_at, check_claimable, is_claimable, present, start_claim
 
 __all__ = [
     "ClaimOrder",
@@ -116,7 +116,7 @@ def check_claim_next(
 
 def is_candidate(snapshot: Snapshot, now: datetime) -> bool:
     """Whether ``claim_next`` may take the task at ``now``: pending, not expired, no live
-    lease, no retry still ahead (:func:`tasks_core.rules.is_claimable`)."""
+    lease, its available instant come (:func:`tasks_core.rules.is_claimable`)."""
     return is_claimable(snapshot, now)
 
 
@@ -132,9 +132,11 @@ ClaimOrder = tuple[datetime, str]
 
 
 def claim_order(snapshot: Snapshot) -> ClaimOrder:
-    """The order ``claim_next`` serves candidates in: oldest first, then by id. A store's
-    candidate query and index serve exactly this order."""
-    return snapshot.created_at, snapshot.id
+    """The order ``claim_next`` serves candidates in: the earliest available instant first
+    (:func:`tasks_core.rules.available_at`: a retry's ``retry_at``, a delayed task's
+    ``run_at``, else its creation), then by id. A store's candidate query and index serve
+    exactly this order."""
+    return available_at(snapshot), snapshot.id
 
 
 class Started(NamedTuple):
@@ -185,7 +187,7 @@ def claim_one(
 
     Raises:
         Unavailable: terminal, expired, waiting for input, or under a live lease.
-        Deferred: a retry is scheduled later than ``now``.
+        Deferred: its available instant lies later than ``now``.
     """
     check_claimable(snapshot, now)
     return started(snapshot, worker_id, lease_for, now, start=start)
