@@ -164,3 +164,63 @@ async def test_one_line_results_never_wrap_whatever_the_width() -> None:
     assert (0, [f"{task_id}: cancelled"]) == (cancelled[0], cancelled[1].splitlines())
     assert (1, ["no outstanding question matched; nothing changed"]) == (
         unchanged[0], unchanged[1].splitlines())
+
+
+@pytest.mark.parametrize(("flag", "seconds"), [("90", 90.0), ("90s", 90.0), ("1.5m", 90.0),
+                                               ("2h", 7200.0), ("1d", 86400.0)])
+async def test_submit_delay_schedules_the_task(
+    monkeypatch: pytest.MonkeyPatch, flag: str, seconds: float
+) -> None:
+    """``tasks submit --delay D`` MUST schedule the task ``D`` after its creation on the
+    store clock (a unit of s, m, h or d, or plain seconds); ``tasks ls`` shows it as
+    ``scheduled`` with its time and ``--status scheduled`` lists it."""
+    app = _reports_app()
+    code, _ = await _run(*SUBMIT, "--app", _module(monkeypatch, app), "--delay", flag)
+    snapshot = await app.get("alice::r-11", ALICE)
+    assert 0 == code
+    assert snapshot.run_at is not None
+    assert seconds == (snapshot.run_at - snapshot.created_at).total_seconds()
+    code, listed = await _run("ls", "--system", "--status", "scheduled", app=app)
+    _, pending = await _run("ls", "--system", "--status", "pending", app=app)
+    await app.aclose()
+    assert "alice::r-11" in listed
+    assert "runs at " + snapshot.run_at.strftime("%Y-%m-%d %H:%M:%S") in listed
+    assert "alice::r-11" not in pending
+
+
+async def test_submit_at_schedules_the_task_at_that_instant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tasks submit --at INSTANT`` MUST schedule the task at that ISO 8601 instant
+    (any offset, stored in UTC)."""
+    app = _reports_app()
+    code, _ = await _run(*SUBMIT, "--app", _module(monkeypatch, app),
+                         "--at", "2031-12-24T10:00+01:00")
+    snapshot = await app.get("alice::r-11", ALICE)
+    await app.aclose()
+    assert 0 == code
+    assert snapshot.run_at is not None
+    assert "2031-12-24T09:00:00+00:00" == snapshot.run_at.isoformat()
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--delay=-5s"], "--delay"),
+    (["--delay", "soon"], "--delay"),
+    (["--delay", "nan"], "--delay"),
+    (["--delay", "400d"], "--delay"),
+    (["--at", "2031-12-24T09:00"], "time zone"),
+    (["--at", "tomorrow"], "--at"),
+])
+async def test_submit_refuses_a_bad_delay_or_instant_writing_nothing(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str], says: str
+) -> None:
+    """A bad ``--delay`` or ``--at`` MUST be refused with ``InvalidInput`` naming the
+    option before anything is written; giving both is a usage error."""
+    app = _reports_app()
+    spec = _module(monkeypatch, app)
+    with pytest.raises(InvalidInput, match=says):
+        await _run(*SUBMIT, "--app", spec, *flags)
+    assert [] == list(await app.list(System()))
+    await app.aclose()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*SUBMIT, "--delay", "5", "--at", "2031-12-24T09:00Z"])

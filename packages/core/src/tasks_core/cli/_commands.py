@@ -28,7 +28,7 @@ from tasks_core.cli._render import (
 )
 from tasks_core.cli._signals import Interrupts
 from tasks_core.definitions import TaskDef
-from tasks_core.durations import MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, check_duration, parse_duration, parse_instant
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.runtime._defaults import default_store_url
 from tasks_core.runtime._worker_gc import tune_for_serving
@@ -200,8 +200,8 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     """Submit a task by name (see :func:`_task_of`); ``--wait`` follows it to its end.
 
     Raises:
-        InvalidInput: bad ``--input``, key or queue, or a task ``--app`` does not register;
-            nothing written.
+        InvalidInput: bad ``--input``, key, queue, ``--delay`` or ``--at``, or a task
+            ``--app`` does not register; nothing written.
         AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit``.
     """
     try:
@@ -210,9 +210,13 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
     task = _task_of(app, args)
     authority = authority_of(args)
+    delay = (None if args.delay is None
+             else parse_duration(args.delay, "--delay", high=MAX_WAIT_S, allow_zero=True))
+    run_at = None if args.at is None else parse_instant(args.at, "--at")
     submitted = await app.submit(
         task, data, authority, key=args.key,
         dedup="global" if args.global_key else "owner", queue=args.queue,
+        delay=delay, run_at=run_at,
     )
     one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     if args.wait:

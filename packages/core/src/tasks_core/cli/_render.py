@@ -35,6 +35,7 @@ __all__ = [
 
 STATUS_STYLE = {
     TaskStatus.PENDING: "white",
+    TaskStatus.SCHEDULED: "bright_black",
     TaskStatus.RUNNING: "cyan",
     TaskStatus.CLAIMED: "blue",
     TaskStatus.WAITING_INPUT: "magenta",
@@ -131,6 +132,8 @@ def _outcome(snapshot: Snapshot) -> str:
         return short(f"{snapshot.error.type}: {snapshot.error.message}")
     if snapshot.input_requests:
         return "asks: " + ", ".join(snapshot.input_requests)
+    if snapshot.status == TaskStatus.SCHEDULED and snapshot.run_at is not None:
+        return f"runs at {_when(snapshot.run_at)} UTC"
     if snapshot.retry_at is not None and snapshot.last_failure is not None:
         return short(f"retry after {snapshot.last_failure.type}")
     if snapshot.progress is not None and snapshot.progress.message:
@@ -192,6 +195,8 @@ def snapshot_table(s: Snapshot) -> Table:
         rows.append(("error", f"{s.error.type}: {s.error.message}"))
     if s.cancel_reason is not None:
         rows.append(("cancel reason", s.cancel_reason.value))
+    if s.run_at is not None:
+        rows.append(("run at", _when(s.run_at)))
     if s.retry_at is not None:
         rows.append(("retry at", _when(s.retry_at)))
     if s.last_failure is not None and s.error is None:

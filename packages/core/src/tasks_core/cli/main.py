@@ -125,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the key is global (not scoped to the owner)")
     p.add_argument("--queue", help="queue (default: the task's with --app, else 'default')")
     p.add_argument("--wait", action="store_true", help="follow the task until it ends")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", metavar="DURATION",
+                      help="start no sooner than this after the store's clock reads the "
+                           "submit: 30, 30s, 5m, 2h or 1d")
+    when.add_argument("--at", metavar="INSTANT",
+                      help="start no sooner than this ISO 8601 instant with a time zone, "
+                           "e.g. 2026-12-24T09:00Z")
 
     p = sub.add_parser("ls", parents=[common, who], help="list tasks")
     p.add_argument("--status", action="append",

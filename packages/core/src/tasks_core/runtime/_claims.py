@@ -6,8 +6,8 @@ one call at a time. ``prefetch`` holds claims beyond the free slots only while r
 short (``"auto"``); a claim held for ``lease_for / 3`` is released instead of started. A
 cancel always wins before the start: one recorded through the same app drops a held claim
 or one still on its way back. When every claim came back empty the loop waits for work:
-the store's wakeups, else polling with backoff. docs/runtime.md, "What a worker does",
-explains each rule.
+the store's wakeups, else polling with backoff — never past the next available instant
+the store knows of. docs/runtime.md, "What a worker does", explains each rule.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any, Literal
 
+from tasks_core.durations import MIN_INTERVAL_S
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import CancelReason
 from tasks_core.rules import MAX_BATCH
 from tasks_core.runtime._failures import log_failure
 from tasks_core.runtime._outage import Outage
 from tasks_core.runtime._slots import Slots
+from tasks_core.store import TaskStore
 
 __all__ = ["AUTO_AHEAD", "CLAIMS_IN_FLIGHT", "MAX_AHEAD", "Claims"]
 
@@ -263,9 +265,10 @@ class Claims(Slots):
             await _wait_for(self._wake, remaining)
 
     async def _idle(self, store: Any, backoff: float, *, wakeups: bool) -> None:
-        """Wait for work: store wakeups (unless the store just failed) or the backoff; local
-        work, freed slots and a shutdown wake it early. A failing wakeup falls back to the
-        backoff, so an outage never turns into a busy loop."""
+        """Wait for work: store wakeups (unless the store just failed) or the backoff, and
+        never past the next available instant the store knows of (a delayed task, a
+        retry); local work, freed slots and a shutdown wake it early. A failing wakeup
+        falls back to the backoff, so an outage never turns into a busy loop."""
         waits: list[Coroutine[Any, Any, object]] = [
             self._stop.wait(), self._wake.wait(),
             self.app.notices.work.wait(self._work_seen, self.poll_interval)]
@@ -274,6 +277,8 @@ class Claims(Slots):
             waits.append(_wakeup_or_backoff(store, list(self.queues), self.poll_interval,
                                             backoff, self._wakeups))
             timeout = self.poll_interval
+        if wakeups and (due := await _due_in(store, self.queues)) is not None:
+            timeout = min(timeout, due)
         await _first(*waits, timeout=timeout)
         self._work_seen = self.app.notices.work.version
 
@@ -332,6 +337,21 @@ async def _wakeup_or_backoff(
         await asyncio.sleep(backoff)  # the backoff itself, not a stand-in for an event
     else:
         outage.worked()
+
+
+async def _due_in(store: TaskStore, queues: tuple[str, ...]) -> float | None:
+    """Seconds on the store clock until the next available instant of ``queues``
+    (``store.next_available``; at least :data:`~tasks_core.durations.MIN_INTERVAL_S`), or
+    ``None``: nothing waits, or the store could not say (the wait is then the usual one)."""
+    try:
+        due = await store.next_available(list(queues))
+        if due is None:
+            return None
+        now = await store.now()
+    except Exception as exc:  # the claim loop reports outages; this only shortens a wait
+        log.debug("next_available failed: %r", exc)
+        return None
+    return max(MIN_INTERVAL_S, (due - now).total_seconds())
 
 
 async def _wait_for(event: asyncio.Event, timeout: float | None) -> None:
