@@ -248,7 +248,8 @@ async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
     text = out.getvalue()
     assert 0 == code, text
     assert "every task ended as expected" in text
-    for word in ("TaskTimeout", "Cancelled by user", "completed", "summary"):
+    for word in ("TaskTimeout", "Cancelled by user", "completed", "summary",
+                 'reminder (delayed 3s)'):
         assert word in text
     sql = installed(EMBEDDED_STORE_URL)  # the hint never asks to install what is there
     assert (sql, not sql) == ("Run it on sqlite:///tasks.db" in text,

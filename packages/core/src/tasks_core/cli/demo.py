@@ -4,8 +4,9 @@ In a few seconds: three reports with progress bars (``async def``, side by side)
 sync handler retried by the store's ``retry_at`` until it completes; an export that
 exceeds its ``timeout`` (``failed``/``TaskTimeout``); an import cancelled halfway; a payout
 that asks for approval, is parked, answered, and re-run with the stored answer (2
-deliveries). It ends with a summary table and leaves its tasks in the store (kept a day)
-for ``tasks ls`` and ``tasks show`` when the store is durable.
+deliveries); a reminder delayed 3 s (``scheduled`` until the store's clock reaches it).
+It ends with a summary table and leaves its tasks in the store (kept a day) for ``tasks
+ls`` and ``tasks show`` when the store is durable.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def build_demo_app(url: str) -> App:
             ctx.progress(10 * step, "paying")
         return {"paid": amount, "approved_by": answer.get("by")}
 
+    @app.task(queue="demo")
+    async def send_reminder(ctx: TaskContext, to: str) -> dict[str, Any]:
+        ctx.progress(100, f"reminded {to}")
+        return {"reminded": to}
+
     return app
 
 
@@ -89,6 +95,7 @@ class _Item:
     task: str
     input: dict[str, Any]
     expect: TaskStatus
+    delay: float | None = None
     id: str = ""
 
 
@@ -111,6 +118,8 @@ async def run_demo(url: str | None = None, *, console: Console | None = None) ->
         _Item("import (cancelled)", "long_import", {"batches": 30}, TaskStatus.CANCELLED),
         _Item("payout (asks approval)", "approve_payout", {"amount": 120},
               TaskStatus.COMPLETED),
+        _Item("reminder (delayed 3s)", "send_reminder", {"to": "ops"}, TaskStatus.COMPLETED,
+              delay=3.0),
     ]
     console.print(f"[bold]tasks demo[/] — store [cyan]{plain(shown_url(url))}[/] ({why})",
                   highlight=False)
@@ -120,7 +129,7 @@ async def run_demo(url: str | None = None, *, console: Console | None = None) ->
         tasks: dict[str, TaskDef] = app.tasks
         for number, item in enumerate(items, 1):
             submitted = await app.submit(tasks[item.task], item.input, DEMO_OWNER,
-                                         key=f"demo-{batch}-{number}")
+                                         key=f"demo-{batch}-{number}", delay=item.delay)
             item.id = submitted.id
         labels = {item.id: item.label for item in items}
         worker = Worker(app, concurrency=8, lease_for=10.0, input_park=0.8,
@@ -180,4 +189,5 @@ def _hints(console: Console, url: str, items: list[_Item]) -> None:
     store = f" --store {plain(shown_url(url))}" if url != default_store_url()[0] else ""
     console.print("Inspect them:", highlight=False)
     console.print(f"  tasks ls --system{store}", highlight=False)
-    console.print(f"  tasks show --system {items[-1].id}{store}", highlight=False)
+    payout = next(item.id for item in items if item.task == "approve_payout")
+    console.print(f"  tasks show --system {payout}{store}", highlight=False)
