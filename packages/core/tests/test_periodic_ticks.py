@@ -164,6 +164,19 @@ def test_tick_ids_are_valid_task_ids_named_by_schedule_and_instant() -> None:
     assert task_id != other.task_id(tick)
 
 
+def test_tick_of_reads_a_tick_id_back() -> None:
+    """``tick_of`` MUST give back the tick of the schedule's own ids, and ``None`` for an
+    id of another schedule or any other id."""
+    schedule, other = _every(1.5), Schedule(name="s:x", task="t", every=1.5)
+    for tick in schedule.recent(NOW, 3):
+        assert tick == schedule.tick_of(schedule.task_id(tick))
+        assert other.tick_of(schedule.task_id(tick)) is None
+        assert schedule.tick_of(other.task_id(tick)) is None
+    for task_id in ("alice::k", random_task_id(), f"{TICK_PREFIX}s:2030-01-01T00:00:00Z",
+                    f"{TICK_PREFIX}s:2030-01-01T00:00:00.5Z"):
+        assert schedule.tick_of(task_id) is None
+
+
 @given(key=st.text(min_size=1, max_size=40), user=st.text(min_size=1, max_size=10),
        tenant=st.sampled_from(["default", "acme"]), dedup=st.sampled_from(["owner", "global"]))
 def test_no_keyed_submit_can_name_a_tick(key: str, user: str, tenant: str, dedup: str) -> None:

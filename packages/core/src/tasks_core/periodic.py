@@ -169,6 +169,19 @@ class Schedule:
         UTC ISO instant with milliseconds (``2030-01-01T09:00:00.000Z``)."""
         return f"{TICK_PREFIX}{self.name}:{_iso(tick)}"
 
+    def tick_of(self, task_id: str) -> datetime | None:
+        """The tick whose task id is ``task_id`` (a handler reads its own with
+        ``app.schedules[name].tick_of(ctx.task_id)``); ``None`` for any other id."""
+        prefix = f"{TICK_PREFIX}{self.name}:"
+        if not task_id.startswith(prefix) or not task_id.endswith("Z"):
+            return None
+        try:
+            tick = datetime.strptime(task_id[len(prefix):], "%Y-%m-%dT%H:%M:%S.%fZ")
+        except ValueError:
+            return None
+        tick = tick.replace(tzinfo=UTC)
+        return tick if self.task_id(tick) == task_id else None
+
     def retention_for(self, tick: datetime, retention: float | None) -> float | None:
         """The retention of ``tick``'s task: the task's own (``retention``), but at least
         until ``catch_up + 1`` ticks after it, at most ``MAX_KEEP_S`` — so a finished tick

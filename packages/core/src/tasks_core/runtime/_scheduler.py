@@ -81,6 +81,7 @@ class Scheduler:
             StoreUnavailable: the store failed (ticks created before it stay created).
         """
         now = await self.store.now()
+        log.debug("periodic: pass at %s", now.isoformat())
         created = 0
         for schedule in self.schedules.values():
             created += await self.catch_up(schedule, now)
