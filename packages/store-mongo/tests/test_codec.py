@@ -88,6 +88,22 @@ async def test_instants_are_bson_dates_and_queried_fields_are_native(
     assert ("default", "mail", "pending") == (raw["tenant"], raw["queue"], raw["status"])
     assert {"user_id": "alice", "tenant": "default"} == raw["owner"]
     assert (True, task.created_at, []) == (raw["_ready"], raw["_ready_at"], raw["_history"])
+    assert task.created_at == raw["_avail"]
+    assert "run_at" not in raw  # written only when set
+
+
+async def test_a_delayed_task_stores_run_at_as_a_date_and_is_ready_from_it(
+    open_store: Opener,
+) -> None:
+    """A delayed task's ``run_at`` MUST be a BSON date, and both its available instant
+    (``_avail``, the claim order) and the earliest instant a claim may succeed
+    (``_ready_at``) MUST be that ``run_at``."""
+    store = await open_store(clock=ManualClock())
+    task = await store.create(new_task(delay_s=30))
+    raw = await store._tasks.find_one({"_id": task.id})
+    assert isinstance(raw["run_at"], datetime)
+    assert (task.run_at, task.run_at, task.run_at) == (
+        raw["run_at"], raw["_avail"], raw["_ready_at"])
 
 
 async def test_text_mongodb_cannot_store_is_refused_before_anything_is_written(

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from pymongo.errors import OperationFailure
 from tasks_core import reports, rules
 from tasks_core.clock import Clock, utc
 from tasks_core.errors import CapacityExceeded, InvalidInput, StoreCorrupt, StoreUnavailable
@@ -41,6 +42,9 @@ CAS_ATTEMPTS = 100
 KEEP: Any = object()
 """Leave the lease token as it is."""
 NO_HISTORY = {"_history": 0}
+LAYOUT = 2
+"""The document layout and indexes of this version (2: ``_avail``, the claim index by
+available instant); ``_setup`` upgrades a namespace of an earlier one."""
 
 S = TypeVar("S", bound="MongoBase")
 P = ParamSpec("P")
@@ -150,10 +154,7 @@ class MongoBase:
         for collection in (self._tasks, self._counters, self._queues):
             if collection.name not in existing:
                 await self._create_collection(collection.name)
-        await self._tasks.create_index(
-            [("queue", 1), ("_ready", 1), ("created_at", 1), ("_id", 1), ("_ready_at", 1)],
-            name="claim_next",
-        )
+        await self._upgrade_layout()
         await self._tasks.create_index(
             [("queue", 1), ("claim.expires_at", 1)], name="live_leases_by_queue"
         )
@@ -167,6 +168,47 @@ class MongoBase:
             await self._counters.update_one(
                 {"_id": "tasks"}, {"$setOnInsert": {"n": count}}, upsert=True
             )
+
+    async def _upgrade_layout(self) -> None:
+        """Bring documents and the ``claim_next`` index to this version's layout, once
+        per namespace (the ``layout`` counter document records it): documents written
+        before ``_avail`` existed get it from their stored fields (one server-side update,
+        each document atomically), then an index of another key named ``claim_next`` (by
+        creation: this store's earlier versions) is replaced."""
+        upgraded = await self._counters.find_one({"_id": "layout", "v": {"$gte": LAYOUT}})
+        if upgraded is None:
+            await self._tasks.update_many(
+                {"_avail": {"$exists": False}},
+                [{"$set": {"_avail": _codec.AVAILABLE_FROM_FIELDS}}],
+            )
+        try:
+            await self._create_claim_index()
+        except OperationFailure as exc:
+            if exc.code not in (85, 86):  # IndexOptionsConflict, IndexKeySpecsConflict
+                raise
+            log.info("replacing the claim_next index of an earlier version in %s",
+                     self.namespace)
+            await self._drop_index("claim_next")
+            await self._create_claim_index()
+        if upgraded is None:
+            await self._counters.update_one(
+                {"_id": "layout"}, {"$max": {"v": LAYOUT}}, upsert=True
+            )
+
+    async def _create_claim_index(self) -> None:
+        """The ``claim_next`` index: equality on queue and availability, then claim order
+        (``storekit.claim_order``: available instant, id), then ``_ready_at``."""
+        await self._tasks.create_index(
+            [("queue", 1), ("_ready", 1), ("_avail", 1), ("_id", 1), ("_ready_at", 1)],
+            name="claim_next",
+        )
+
+    async def _drop_index(self, name: str) -> None:
+        try:
+            await self._tasks.drop_index(name)
+        except OperationFailure as exc:
+            if exc.code != 27:  # IndexNotFound: another process dropped it first
+                raise
 
     async def _create_collection(self, name: str) -> None:
         from pymongo.errors import CollectionInvalid, OperationFailure

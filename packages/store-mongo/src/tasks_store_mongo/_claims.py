@@ -1,4 +1,5 @@
-"""Claims (private): ``claim`` and ``claim_next``, exclusive queues included.
+"""Claims (private): ``claim``, ``claim_next`` (exclusive queues included) and
+``next_available``.
 
 The decisions are :mod:`tasks_core.storekit`'s; this module fetches and writes. A claim
 is a compare-and-set on the task document like every other write (see ``_base``).
@@ -17,9 +18,9 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tasks_core import storekit
+from tasks_core import rules, storekit
 from tasks_core.errors import CapabilityNotSupported, TaskNotFound
-from tasks_core.models import Claim
+from tasks_core.models import Claim, TaskStatus
 from tasks_core.storekit import ClaimScan, Started
 
 from tasks_store_mongo import _codec
@@ -34,7 +35,7 @@ _BUSY = "busy"  # an exclusive queue already has a live lease
 
 
 class MongoClaims(MongoBase):
-    """``claim`` and ``claim_next``."""
+    """``claim``, ``claim_next`` and ``next_available``."""
 
     @operation
     async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
@@ -96,11 +97,12 @@ class MongoClaims(MongoBase):
             {
                 "queue": {"$in": open_queues},
                 "_ready": True,
+                "_avail": {"$lte": now},  # implied by _ready_at: bounds the index scan
                 "_ready_at": {"$lte": now},
                 "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
             },
             NO_HISTORY,
-            sort=[("created_at", 1), ("_id", 1)],  # storekit.claim_order
+            sort=[("_avail", 1), ("_id", 1)],  # storekit.claim_order
         )
         cursor.batch_size(limit * 2 + 8)
         try:
@@ -117,6 +119,45 @@ class MongoClaims(MongoBase):
             await settle(cursor.close())
             scan.report()  # the failures past their delivery limit, all written
         return scan.claims
+
+    @operation
+    async def next_available(self, queues: Sequence[str]) -> datetime | None:
+        """The earliest available instant after the store's ``now`` of a task of
+        ``queues`` that waits for it (see ``TaskStore.next_available``): the first
+        document past ``now`` in the ``claim_next`` index's order that is pending, not
+        expired and not under a live lease (a damaged one is skipped).
+
+        Raises:
+            InvalidInput: bad queue names.
+            StoreUnavailable: transient failure.
+        """
+        wanted = sorted(rules.check_queues(queues))
+        now = await self._now()
+        cursor = self._tasks.find(
+            {
+                "queue": {"$in": wanted},
+                "_ready": True,
+                "_avail": {"$gt": now},
+                "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
+                "$nor": [{"claim.ended": False, "claim.expires_at": {"$gt": now}}],
+            },
+            NO_HISTORY,
+            sort=[("_avail", 1), ("_id", 1)],
+        )
+        cursor.batch_size(8)
+        try:
+            async for doc in cursor:
+                snapshot = self._decoded_or_none(doc, "next_available")
+                if snapshot is None:
+                    continue
+                available = rules.available_at(snapshot)
+                if (available > now and not snapshot.expired(now)
+                        and snapshot.status == TaskStatus.PENDING
+                        and not snapshot.lease_live(now)):
+                    return available
+        finally:
+            await settle(cursor.close())
+        return None
 
     def _started_update(self, started: Started) -> dict[str, Any]:
         """The update writing a decided claim, or its failure past the delivery limit

@@ -18,12 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
+from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskStatus
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AVAILABLE_FROM_FIELDS",
     "decode_record",
     "decode_task",
     "encode_fields",
@@ -46,7 +48,9 @@ __all__ = [
 #     "_token":    the lease token (never part of a returned snapshot) or null,
 #     "_w":        a random write tag, new on every write: the compare-and-set version,
 #     "_ready":    stored status is pending (neither terminal nor waiting for input),
-#     "_ready_at": the earliest instant a claim may succeed (lease end, retry due),
+#     "_ready_at": the earliest instant a claim may succeed (lease end, available),
+#     "_avail":    the available instant (``rules.available_at``: retry due, run_at,
+#                  creation): the claim order is (_avail, _id), see ``storekit.claim_order``
 #     "_wake":     changed by writes that may make work claimable (change-stream filter),
 #     "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
 #                    "retry_at", "error", "accepted"}, ...]  # this run's applied events
@@ -55,7 +59,7 @@ __all__ = [
 _PAYLOADS = ("result", "input_requests", "accepted_input_responses")
 _INSTANTS = ("retry_at", "created_at", "updated_at", "started_at", "finished_at", "expires_at")
 _PAYLOAD_FIELDS: Any = {"work": {"input"}, **dict.fromkeys(_PAYLOADS, True)}
-_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_wake", "_history")
+_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_avail", "_wake", "_history")
 _DECODE_ERRORS = (ValidationError, ValueError, TypeError, KeyError, AttributeError)
 
 ACTIVE_STATUSES = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
@@ -89,22 +93,30 @@ def encode_fields(snapshot: Snapshot) -> dict[str, Any]:
         data[key] = _dump(getattr(snapshot, key))
     for key in _INSTANTS:
         data[key] = getattr(snapshot, key)
+    if snapshot.run_at is not None:  # written only when set, like the snapshot's JSON
+        data["run_at"] = snapshot.run_at
     claim = snapshot.claim
     if claim is not None:
         data["claim"]["expires_at"] = claim.expires_at
     ready = snapshot.status.stored == TaskStatus.PENDING
     data["_ready"] = ready
+    data["_avail"] = rules.available_at(snapshot)
     data["_ready_at"] = _ready_at(snapshot) if ready else None
     return data
 
 
 def _ready_at(snapshot: Snapshot) -> datetime:
-    moments = [snapshot.created_at]
+    """The available instant, or the end of a lease not ended if later: a claim can
+    succeed from then on and not before (``rules.is_claimable``)."""
+    moments = [snapshot.created_at, rules.available_at(snapshot)]
     if snapshot.claim is not None and not snapshot.claim.ended:
         moments.append(snapshot.claim.expires_at)
-    if snapshot.retry_at is not None:
-        moments.append(snapshot.retry_at)
     return max(moments)
+
+
+AVAILABLE_FROM_FIELDS: Any = {"$ifNull": ["$retry_at", {"$ifNull": ["$run_at", "$created_at"]}]}
+"""``_avail`` computed by the server from a document's stored fields (an aggregation
+expression: ``rules.available_at``), to fill it in on documents written before it."""
 
 
 def new_document(snapshot: Snapshot) -> dict[str, Any]:
