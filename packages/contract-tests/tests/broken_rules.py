@@ -34,6 +34,7 @@ from tasks_core import (
     rules,
     storekit,
 )
+from tasks_core._model import replaced
 from tasks_core.clock import Clock
 from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
@@ -43,6 +44,7 @@ __all__ = [
     "BusyExclusiveQueueBlocksTheCall",
     "ClaimNextAliasesStoredData",
     "ClaimNextServesCancelledPendingTasks",
+    "ClaimNextServesDelayedTasksEarly",
     "ClaimNextServesLapsedCancelledTasks",
     "CorruptSkipNotReported",
     "InstantsRoundedToTheMillisecond",
@@ -112,6 +114,14 @@ class ClaimNextServesLapsedCancelledTasks(_ServesCancelledTasks):
     def _candidate(self, snapshot: Snapshot, now: datetime) -> bool:
         claim = snapshot.claim
         return claim is not None and not claim.ended and now >= claim.expires_at
+
+
+class ClaimNextServesDelayedTasksEarly(MemoryStore):
+    """Its candidates ignore a delayed task's ``run_at`` (a filter on ``retry_at`` only,
+    as before delayed tasks): a scheduled task is served at once."""
+
+    def _claimable(self, snapshot: Snapshot, now: datetime) -> bool:
+        return rules.is_claimable(replaced(snapshot, run_at=None), now)
 
 
 class BusyExclusiveQueueBlocksTheCall(MemoryStore):
