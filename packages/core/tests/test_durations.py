@@ -44,6 +44,7 @@ from tasks_core.durations import (
     MIN_INTERVAL_S,
     check_duration,
 )
+from tasks_core.periodic import MIN_EVERY_S
 from tasks_core.rules import MAX_LEASE_S
 from tasks_store_memory import MemoryStore
 
@@ -106,6 +107,10 @@ def _registered(option: str) -> Callable[[App, Any], Awaitable[object]]:
     return apply
 
 
+async def _periodic(app: App, value: Any) -> object:
+    return app.periodic(every=value)(lambda ctx: None)
+
+
 def _submitted(option: str) -> Callable[[App, Any], Awaitable[object]]:
     async def apply(app: App, value: Any) -> object:
         return await app.submit("job", None, ALICE, **{option: value})
@@ -146,6 +151,7 @@ OPTIONS = [
     Option("app.task(ttl)", "ttl", _registered("ttl"), MAX_KEEP_S, none=True),
     Option("app.task(retention)", "retention", _registered("retention"), MAX_KEEP_S,
            zero=True, none=True),
+    Option("app.periodic(every)", "every", _periodic, MAX_WAIT_S, low=MIN_EVERY_S),
     Option("submit(timeout)", "timeout", _submitted("timeout"), MAX_WAIT_S, none=True),
     Option("submit(ttl)", "ttl", _submitted("ttl"), MAX_KEEP_S, none=True),
     Option("submit(retention)", "retention", _submitted("retention"), MAX_KEEP_S,
