@@ -221,21 +221,26 @@ class FlakyStore(DelegatingStore):
 async def test_a_failed_pass_is_logged_and_tried_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A pass that fails (the store unavailable) MUST be logged and tried again after
-    ``RETRY_S``, the loop going on."""
-    monkeypatch.setattr(_scheduler, "RETRY_S", 0.01)
+    """A pass that fails (the store unavailable) MUST be logged — a warning, no traceback
+    — and tried again after ``RETRY_S`` (doubled for each further failure), the loop
+    going on."""
+    retry = 0.01
+    monkeypatch.setattr(_scheduler, "RETRY_S", retry)
     clock = ManualClock()
     store = FlakyStore(MemoryStore(clock=clock), failures=2)
     app = _app(clock, store=store)
     async with app:
         stop = asyncio.Event()
-        with caplog.at_level(logging.ERROR, logger="tasks_core.periodic"):
+        with caplog.at_level(logging.WARNING, logger="tasks_core.periodic"):
             loop = asyncio.create_task(_scheduler_of(app).run(stop))
             await asyncio.wait_for(store.answered.wait(), TIMEOUT)
             await _created(app, lambda: _tick_ids(app))
             stop.set()
             await asyncio.wait_for(loop, TIMEOUT)
-        assert 2 == sum("a pass failed" in r.getMessage() for r in caplog.records)
+        failed = [r for r in caplog.records if "a pass failed" in r.getMessage()]
+        assert [(logging.WARNING, None)] * 2 == [(r.levelno, r.exc_info) for r in failed]
+        assert [f"{retry:g}s", f"{retry * 2:g}s"] == [r.getMessage().rsplit(" ", 1)[1]
+                                                       for r in failed]
 
 
 async def test_a_tick_refused_for_capacity_is_created_by_a_later_pass() -> None:

@@ -19,7 +19,13 @@ from datetime import datetime
 
 from tasks_core.authority import DEFAULT_TENANT
 from tasks_core.definitions import TaskDef
-from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskExists, TaskNotFound
+from tasks_core.errors import (
+    CapacityExceeded,
+    StoreCorrupt,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+)
 from tasks_core.models import NewTask, Work
 from tasks_core.periodic import Schedule
 from tasks_core.store import TaskStore
@@ -32,7 +38,8 @@ MAX_SLEEP_S = 60.0
 """The longest wait between passes: the store clock is read again at least this often."""
 
 RETRY_S = 1.0
-"""The wait after a failed pass (the store was unavailable) before the next one."""
+"""The wait after a failed pass before the next one (doubled for each further failure in a
+row, at most ``MAX_SLEEP_S``)."""
 
 
 class Scheduler:
@@ -56,16 +63,25 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pass, wait for the next tick, pass again… until ``stop`` is set. A failed pass
-        is logged and tried again after ``RETRY_S`` seconds."""
+        is logged and tried again after ``RETRY_S`` seconds, twice that after a second
+        failure in a row, and so on up to ``MAX_SLEEP_S``."""
         loop = asyncio.get_running_loop()
+        log.info("periodic: scheduling %s", ", ".join(
+            f"{s.name} ({s.describe()})" for s in self.schedules.values()))
+        failures = 0
         while not stop.is_set():
             started = loop.time()
             try:
                 wait = await self.run_once()
-            except Exception:
-                log.exception("periodic: a pass failed; trying again in %gs", RETRY_S)
-                wait = RETRY_S
+            except Exception as exc:
+                failures += 1
+                wait = min(RETRY_S * 2 ** min(failures - 1, 16), MAX_SLEEP_S)
+                if isinstance(exc, StoreUnavailable):
+                    log.warning("periodic: a pass failed (%s); trying again in %gs", exc, wait)
+                else:
+                    log.exception("periodic: a pass failed; trying again in %gs", wait)
             else:
+                failures = 0
                 wait -= loop.time() - started
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), min(max(wait, 0.001), MAX_SLEEP_S))
