@@ -141,6 +141,8 @@ class Schedule:
 
     def recent(self, now: datetime, count: int) -> list[datetime]:
         """Up to ``count`` ticks at or before ``now``, the latest first (aware UTC)."""
+        if count < 1:
+            return []
         period = self.period
         if period is not None:
             last = (now - _EPOCH) // period
