@@ -20,7 +20,7 @@ def snapshot(task_id: str, *, queue: str = "default", at: float = 0.0) -> Snapsh
 
 
 def ready_ids(index: OpenTasks, queues: list[str]) -> list[str]:
-    return [task_id for _, task_id in index.in_order(queues)]
+    return [order[-1] for order in index.in_order(queues)]
 
 
 def test_ready_tasks_come_oldest_first_across_queues() -> None:
@@ -36,7 +36,7 @@ def test_a_queue_closed_meanwhile_is_left_out() -> None:
         index.add(snapshot(f"t{n}", queue=queue, at=n))
     closed: set[str] = set()
     seen = []
-    for _, task_id in index.in_order(["x", "y"], closed):
+    for *_, task_id in index.in_order(["x", "y"], closed):
         seen.append(task_id)
         if task_id == "t0":
             closed.add("x")

@@ -55,6 +55,7 @@ def new_task(
     name: str = "job",
     delay_s: float | None = None,
     run_at: datetime | None = None,
+    priority: int = 0,
 ) -> NewTask:
     """A ``NewTask`` with sensible defaults for tests."""
     tenant = tenant or (owner.tenant if owner else "default")
@@ -75,6 +76,7 @@ def new_task(
         retention_s=retention_s,
         delay_s=delay_s,
         run_at=run_at,
+        priority=priority,
     )
 
 

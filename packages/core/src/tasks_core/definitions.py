@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal, Protocol
 
+from tasks_core.arguments import check_priority
 from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
@@ -118,10 +119,11 @@ class TaskDef:
         max_deliveries: default delivery limit.
         ttl: default time to live in seconds from creation (``None``: none).
         retention: seconds a finished task is kept (``None``: the app default).
+        priority: default priority, -100..100 (``claim_next`` serves higher first).
 
     Raises:
-        InvalidInput: a handler that is not callable, a bad queue name, retry policy or
-            duration (:func:`~tasks_core.durations.check_duration`).
+        InvalidInput: a handler that is not callable, a bad queue name, retry policy,
+            duration (:func:`~tasks_core.durations.check_duration`) or priority.
     """
 
     name: str
@@ -132,6 +134,7 @@ class TaskDef:
     max_deliveries: int = 25
     ttl: float | None = None
     retention: float | None = None
+    priority: int = 0
     app: Submitter | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +147,7 @@ class TaskDef:
         check_duration(self.ttl, "ttl", high=MAX_KEEP_S, allow_none=True)
         check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
                        allow_none=True)
+        check_priority(self.priority)
 
     @functools.cached_property
     def is_async(self) -> bool:

@@ -95,6 +95,9 @@ QueueName = Annotated[str, _named("queue")]
 TaskId = Annotated[str, AfterValidator(_task_id)]
 Key = Annotated[str, AfterValidator(_key)]
 Instant = Annotated[datetime, AfterValidator(utc)]
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+Priority = Annotated[int, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)]
+"""A task's priority: an integer in [-100, 100], 0 by default."""
 
 
 class TaskStatus(StrEnum):
@@ -280,6 +283,8 @@ class Snapshot(Model):
     run_at: Instant | None = Field(default=None, exclude_if=lambda run_at: run_at is None)
     """When a delayed task becomes available (never earlier than its creation). Written
     only when set, so an unscheduled task's stored bytes are what they always were."""
+    priority: Priority = Field(default=0, exclude_if=lambda priority: priority == 0)
+    """Served before every task of a lower priority (written only when not 0)."""
 
     @property
     def terminal(self) -> bool:
@@ -321,6 +326,8 @@ class NewTask(Model):
     """Available this many seconds after the store's ``now`` at creation."""
     run_at: Instant | None = None
     """Available from this instant (an earlier one than the creation: at once)."""
+    priority: Priority = 0
+    """``claim_next`` serves higher priorities first."""
 
     @model_validator(mode="after")
     def _same_tenant(self) -> NewTask:

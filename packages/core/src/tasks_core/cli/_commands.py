@@ -216,7 +216,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     submitted = await app.submit(
         task, data, authority, key=args.key,
         dedup="global" if args.global_key else "owner", queue=args.queue,
-        delay=delay, run_at=run_at,
+        delay=delay, run_at=run_at, priority=args.priority,
     )
     one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     if args.wait:

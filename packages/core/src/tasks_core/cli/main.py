@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the key is global (not scoped to the owner)")
     p.add_argument("--queue", help="queue (default: the task's with --app, else 'default')")
     p.add_argument("--wait", action="store_true", help="follow the task until it ends")
+    p.add_argument("--priority", type=int, metavar="N",
+                   help="-100..100; higher is served first (default: the task's, else 0)")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", metavar="DURATION",
                       help="start no sooner than this after the store's clock reads the "

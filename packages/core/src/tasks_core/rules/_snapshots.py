@@ -115,6 +115,7 @@ def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None
         expires_at=(None if new.ttl_s is None
                     else (run_at or now) + _milliseconds(new.ttl_s)),
         run_at=run_at,
+        priority=new.priority,
     )
 
 

@@ -73,6 +73,7 @@ class Registry:
         max_deliveries: int = 25,
         ttl: float | None = None,
         retention: float | _Unset | None = UNSET,
+        priority: int = 0,
     ) -> Callable[[Callable[..., Any]], TaskDef]: ...
 
     def task(
@@ -87,8 +88,10 @@ class Registry:
         max_deliveries: int = 25,
         ttl: float | None = None,
         retention: float | _Unset | None = UNSET,
+        priority: int = 0,
     ) -> TaskDef | Callable[[Callable[..., Any]], TaskDef]:
-        """Register a handler: ``@app.task`` or ``@app.task(queue=…, retry=…, timeout=…)``.
+        """Register a handler: ``@app.task`` or ``@app.task(queue=…, retry=…, timeout=…,
+        priority=…)``.
 
         The registered name defaults to the function's ``__name__``; registering a second
         task under one name is refused (no silent override).
@@ -107,6 +110,7 @@ class Registry:
                 max_deliveries=max_deliveries,
                 ttl=ttl,
                 retention=self.retention if retention is UNSET else retention,
+                priority=priority,
                 app=self,  # type: ignore[arg-type]
             )
             Work(name=definition.name, timeout_s=timeout, max_deliveries=max_deliveries)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tasks_core._json import check_json, json_size
+from tasks_core.arguments import check_priority
 from tasks_core.authority import (
     DEFAULT_TENANT,
     Authority,
@@ -71,6 +72,7 @@ class Client(ClientReads):
         transaction: Any = None,
         delay: float | None = None,
         run_at: datetime | None = None,
+        priority: int | None = None,
     ) -> Submitted:
         """Submit a task, or join the live run of its key, or start a new run of it.
 
@@ -89,6 +91,8 @@ class Client(ClientReads):
                 before any worker may start the task; it reads ``scheduled`` until then.
             run_at: an aware datetime from which the task may start (an instant already
                 past: at once). Not both; its ``ttl`` counts from then.
+            priority: -100..100 (default: the task's, else 0); ``claim_next`` serves the
+                highest first, then the earliest available instant, then the id.
             transaction: your own open transaction (stores with capability
                 ``transactional_submit``; SQL: the ``AsyncConnection`` of your
                 transaction): the task is created or replaced inside it, so it exists if
@@ -101,7 +105,7 @@ class Client(ClientReads):
         Raises:
             TypeError: a missing or bare-string authority.
             InvalidInput: bad input, key, queue, option, watcher, ``delay`` or ``run_at``
-                (both given, a naive datetime); nothing written.
+                (both given, a naive datetime) or ``priority``; nothing written.
             AuthorizationError: the queue authorizer said no; or joining a task you do not
                 own without the watch authorizer's approval.
             CapacityExceeded: a store capacity or ``max_runs_per_owner``.
@@ -118,6 +122,8 @@ class Client(ClientReads):
         run_at = check_instant(run_at, "run_at", allow_none=True)
         if delay_s is not None and run_at is not None:
             raise InvalidInput("give delay or run_at, not both")
+        if priority is not None:
+            check_priority(priority)
         definition = self._definition(task)
         name = definition.name if definition else task
         if not isinstance(name, str):
@@ -157,6 +163,8 @@ class Client(ClientReads):
             retention_s=_pick(retention, definition.retention if definition else self.retention),
             delay_s=delay_s,
             run_at=run_at,
+            priority=(priority if priority is not None
+                      else definition.priority if definition else 0),
         )
         store = await self.open()
         if transaction is not None and not store.capabilities.transactional_submit:

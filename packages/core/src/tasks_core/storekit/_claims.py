@@ -127,16 +127,16 @@ def holds_queue(snapshot: Snapshot, now: datetime) -> bool:
     return snapshot.lease_live(now)
 
 
-ClaimOrder = tuple[datetime, str]
+ClaimOrder = tuple[int, datetime, str]
 """A task's place in claim order (:func:`claim_order`); its last item is the task id."""
 
 
 def claim_order(snapshot: Snapshot) -> ClaimOrder:
-    """The order ``claim_next`` serves candidates in: the earliest available instant first
-    (:func:`tasks_core.rules.available_at`: a retry's ``retry_at``, a delayed task's
-    ``run_at``, else its creation), then by id. A store's candidate query and index serve
-    exactly this order."""
-    return available_at(snapshot), snapshot.id
+    """The order ``claim_next`` serves candidates in: the highest ``priority`` first, then
+    the earliest available instant (:func:`tasks_core.rules.available_at`: a retry's
+    ``retry_at``, a delayed task's ``run_at``, else its creation), then by id. A store's
+    candidate query and index serve exactly this order."""
+    return -snapshot.priority, available_at(snapshot), snapshot.id
 
 
 class Started(NamedTuple):
