@@ -101,7 +101,8 @@ async def test_creates_stop_on_the_far_side_of_the_bounds_migration(
 
         await migrate(db_url, namespace=ns, to="0004")
         assert await _lock_rows(store) == ["tasks"]
-        with pytest.raises(StoreError, match="creators' lock row is missing"):
+        # (this code also writes columns of 0006, which PostgreSQL refuses at once)
+        with pytest.raises(StoreError, match=r"creators' lock row is missing|refused"):
             await store.create(_new("during"))
 
         await migrate(db_url, namespace=ns)

@@ -130,11 +130,12 @@ async def test_a_due_retry_clears_retry_at(store: SQLStore, clock: ManualClock) 
     await _claim_matches_the_rules(store, clock, task.id)
 
 
-async def _fresh(store: SQLStore) -> dict[str, bool]:
-    """Which claimable rows the claim statement would claim by the fresh form (by id)."""
+async def _fresh(store: SQLStore, clock: ManualClock) -> dict[str, bool]:
+    """Which claimable rows the claim statement would claim by the fresh form (by id) at
+    the store clock."""
     locked = _pg_claim._locked(store.tables, one_queue(store.tables.tasks))
     query = sa.select(locked.c.id, _pg_claim._fresh(locked)).params(
-        now=None, limit=100, queue="default")
+        now=rules.tick(clock.now()), limit=100, queue="default")
     async with store._db.engine.begin() as conn:
         rows = (await conn.execute(query)).all()
         await conn.rollback()  # the candidates' locks
@@ -153,7 +154,7 @@ async def test_a_new_task_is_claimed_by_the_fresh_form_exactly_as_the_rules_say(
     clock.advance(1)
     timed = await store.create(new_task(ttl_s=3600, retention_s=60, input=spelling))
     clock.advance(1)
-    assert await _fresh(store) == {plain.id: True, timed.id: True}
+    assert await _fresh(store, clock) == {plain.id: True, timed.id: True}
     _python_claims_refused(store, monkeypatch)
 
     await _claim_matches_the_rules(store, clock, plain.id)
@@ -180,7 +181,7 @@ async def test_a_claimed_released_or_replaced_task_is_not_fresh(
     assert again.lease_generation == 1
     clock.advance(1)
 
-    assert await _fresh(store) == {released.id: False, finished.id: False}
+    assert await _fresh(store, clock) == {released.id: False, finished.id: False}
     await _claim_matches_the_rules(store, clock, released.id)
     await _claim_matches_the_rules(store, clock, finished.id)
 
@@ -225,7 +226,7 @@ async def test_a_fresh_head_with_a_key_between_its_instants_is_taken_apart(
     assert (await _before(store, task.id)).lease_generation == 7
     clock.advance(1)
 
-    assert await _fresh(store) == {task.id: False}
+    assert await _fresh(store, clock) == {task.id: False}
     await _claim_matches_the_rules(store, clock, task.id)
     assert (await store.get(task.id, tenant=None)).lease_generation == 8
 

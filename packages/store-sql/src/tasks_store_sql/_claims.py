@@ -2,7 +2,7 @@
 ``report_progress``, ``release`` and ``worker_snapshot``.
 
 The claim is decided by :mod:`tasks_core.storekit`; this module fetches and writes.
-``claim_next`` reads the clock, then locks the oldest claimable rows per
+``claim_next`` reads the clock, then locks the first claimable rows per
 ``ClaimScan.fetches()`` group with ``FOR UPDATE SKIP LOCKED`` (never waiting for another
 claimer; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), offers them to the scan
 in claim order and writes its decisions in the same transaction. An exclusive queue is
@@ -37,9 +37,12 @@ from tasks_core.storekit import (
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._reads import ReadOps
 
-__all__ = ["ClaimOps"]
+__all__ = ["ClaimOps", "ClaimOrder"]
 
 log = logging.getLogger("tasks_store_sql")
+
+ClaimOrder = tuple[datetime, str]
+"""A candidate's place in the order the SQL store serves them: ``(available_at, id)``."""
 
 
 class ClaimOps(ReadOps):
@@ -87,7 +90,7 @@ class ClaimOps(ReadOps):
         exclusive: Collection[str] = (),
         start: int | None = None,
     ) -> builtins.list[Claim]:
-        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``);
+        """Claim up to ``limit`` first claimable tasks (see ``TaskStore.claim_next``);
         those past the first ``start`` are held ahead of a free slot.
 
         Raises:
@@ -102,26 +105,34 @@ class ClaimOps(ReadOps):
     async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
         """``claim_next`` of checked arguments, in one transaction; the failures past the
         delivery limit reported once committed (PostgreSQL overrides, and falls back to
-        this)."""
+        :meth:`_claim_keyed`)."""
+        return [claim for _, claim in await self._claim_keyed(request)]
+
+    async def _claim_keyed(
+        self, request: ClaimRequest
+    ) -> builtins.list[tuple[ClaimOrder, Claim]]:
+        """The claims of :meth:`_claim_next`, each with the claim order of its task as it
+        was a candidate (a claim clears ``retry_at``: its snapshot no longer tells)."""
         guarded = sorted(request.exclusive)
         if guarded and self._db.kind != "sqlite":
             await self._ensure_queue_locks(guarded)
 
-        async def op(conn: AsyncConnection) -> ClaimScan:
+        async def op(conn: AsyncConnection) -> tuple[ClaimScan, dict[str, ClaimOrder]]:
             now = await self._now(conn)
             busy = [q for q in guarded if not await self._queue_is_free(conn, q, now)]
             scan = ClaimScan(request, now, busy)
-            await self._scan(conn, scan)
-            return scan
+            return scan, await self._scan(conn, scan)
 
-        scan = await self._db.run(op, write=True)
+        scan, keys = await self._db.run(op, write=True)
         scan.report()
-        return scan.claims
+        return [(keys[claim.snapshot.id], claim) for claim in scan.claims]
 
-    async def _scan(self, conn: AsyncConnection, scan: ClaimScan) -> None:
-        """Offer the oldest candidates to ``scan`` until it is done or none are left, then
-        write its decisions (corrupt records are skipped, nothing written to them)."""
+    async def _scan(self, conn: AsyncConnection, scan: ClaimScan) -> dict[str, ClaimOrder]:
+        """Offer the first candidates to ``scan`` until it is done or none are left, then
+        write its decisions (corrupt records are skipped, nothing written to them); the
+        claim order of each task offered."""
         seen: set[str] = set()
+        keys: dict[str, ClaimOrder] = {}
         saves: list[tuple[str, int, Snapshot, str | None]] = []
         failures: list[Started] = []
         while not scan.done:
@@ -140,6 +151,7 @@ class ClaimOps(ReadOps):
                 except StoreCorrupt:
                     reports.corrupt_skipped(log, row.id, "claim_next")
                     continue
+                keys[row.id] = (rules.available_at(snapshot), row.id)
                 started = scan.offer(snapshot)
                 if started is None:
                     continue
@@ -151,6 +163,7 @@ class ClaimOps(ReadOps):
         for failed in failures:
             assert failed.failure is not None
             await self._record(conn, failed.snapshot.id, failed.failure)
+        return keys
 
     async def _candidates(
         self,
@@ -160,12 +173,33 @@ class ClaimOps(ReadOps):
         limit: int,
         seen: set[str],
     ) -> list[tuple[Any, TaskRow]]:
-        """Up to ``limit`` oldest claimable rows of ``queues``, locked, skipping rows
-        other sessions hold; keyed by ``(created_at, id)``."""
+        """Up to ``limit`` first claimable rows of ``queues``, locked, skipping rows
+        other sessions hold; keyed by ``(available_at, id)`` (as stored)."""
         stmt = self._statements.candidates
         params = {"b_queues": queues, "b_now": now, "b_seen": sorted(seen), "b_limit": limit}
         rows = (await conn.execute(stmt, params)).all()
         return [((r[5], r[0]), TaskRow(*r[:5])) for r in rows]
+
+    async def next_available(self, queues: Sequence[str]) -> datetime | None:
+        """The earliest available instant after the store's ``now`` of a task of
+        ``queues`` that waits for it (see ``TaskStore.next_available``): one read of the
+        claim index, a range per queue.
+
+        Raises:
+            InvalidInput: bad queue names.
+            StoreUnavailable: transient database failure.
+        """
+        wanted = sorted(rules.check_queues(queues))
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> datetime | None:
+            now = await self._now(conn)
+            params = {"b_queues": wanted, "b_now": now}
+            found: datetime | None = (
+                await conn.execute(self._statements.next_available, params)).scalar()
+            return found
+
+        return await self._db.run(op, write=False)
 
     async def _queue_is_free(self, conn: AsyncConnection, queue: str, now: datetime) -> bool:
         """Take the exclusive queue's lock row (without waiting) and check that no task

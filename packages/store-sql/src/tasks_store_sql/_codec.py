@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, TypeAdapter
+from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
 from tasks_core.models import Instant, Snapshot, TaskStatus, replaced
@@ -237,7 +238,9 @@ def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
 
     ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL`` once the
     holder released it or wrote its last event), so "live lease" is
-    ``claim_expires_at > now`` in SQL, exactly :meth:`Snapshot.lease_live`.
+    ``claim_expires_at > now`` in SQL, exactly :meth:`Snapshot.lease_live`;
+    ``available_at`` is ``rules.available_at`` (claim order, and when a task waiting for
+    a retry or its ``run_at`` becomes claimable).
     """
     claim = snapshot.claim
     return {
@@ -251,6 +254,8 @@ def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
         "claim_expires_at": claim.expires_at if claim and not claim.ended else None,
         "retry_at": snapshot.retry_at,
         "created_at": snapshot.created_at,
+        "run_at": snapshot.run_at,
+        "available_at": rules.available_at(snapshot),
         "updated_at": snapshot.updated_at,
         "expires_at": snapshot.expires_at,
         "max_deliveries": snapshot.work.max_deliveries,

@@ -14,15 +14,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tasks_store_sql._candidates import claimable_rows
+from tasks_store_sql._candidates import claimable_rows, waiting_rows
 from tasks_store_sql._schema import Tables
 
 __all__ = ["Prebuilt"]
 
 _PROJECTION = (
     "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
-    "claim_expires_at", "retry_at", "created_at", "updated_at", "expires_at", "snapshot",
-    "max_deliveries",
+    "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "updated_at",
+    "expires_at", "snapshot", "max_deliveries",
 )
 """The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
 
@@ -43,9 +43,12 @@ class Prebuilt:
     """Every projection column (bound as ``p_<column>``), ``row_version = b_next``, where
     ``id = b_id`` and ``row_version = b_version``."""
     candidates: sa.Select[Any]
-    """The oldest claimable rows of queues ``b_queues`` at ``b_now``, but ``b_seen``, at
-    most ``b_limit``, with ``created_at`` (locked, skipping locked rows, where the
-    dialect can)."""
+    """The first claimable rows by ``(available_at, id)`` of queues ``b_queues`` at
+    ``b_now``, but ``b_seen``, at most ``b_limit``, with ``available_at`` as stored
+    (locked, skipping locked rows, where the dialect can)."""
+    next_available: sa.Select[Any]
+    """The earliest ``available_at`` after ``b_now`` of a task of ``b_queues`` waiting
+    for it (``_candidates.waiting_rows``)."""
 
     @classmethod
     def build(
@@ -63,17 +66,17 @@ class Prebuilt:
         now = sa.bindparam("b_now", type_=t.c.created_at.type)
         # The sort key as stored, not through ``Instant``: a hand-damaged value must cost
         # only its own record (SQLite keeps text: its order is the time order).
-        created_key = sa.type_coerce(t.c.created_at, sa.String).label("created_key")
+        available_key = sa.type_coerce(t.c.available_at, sa.String).label("available_key")
         limit = sa.bindparam("b_limit", type_=sa.Integer)
+        queues = t.c.queue.in_(sa.bindparam("b_queues", expanding=True))
         rows = claimable_rows(
-            [*columns, created_key, t.c.created_at], t,
-            [t.c.queue.in_(sa.bindparam("b_queues", expanding=True)),
-             t.c.id.not_in(sa.bindparam("b_seen", expanding=True))],
+            [*columns, available_key, t.c.available_at], t,
+            [queues, t.c.id.not_in(sa.bindparam("b_seen", expanding=True))],
             now, limit, lock=lock,
         )
         candidates = (
-            sa.select(*list(rows.c)[: len(columns) + 1])  # the columns, then created_key
-            .order_by(rows.c.created_at, rows.c.id)
+            sa.select(*list(rows.c)[: len(columns) + 1])  # the columns, then available_key
+            .order_by(rows.c.available_at, rows.c.id)
             .limit(limit)
         )
         return cls(
@@ -92,4 +95,5 @@ class Prebuilt:
                         **{name: sa.bindparam("p_" + name) for name in _PROJECTION})
             ),
             candidates=candidates,
+            next_available=waiting_rows(t, [queues], now),
         )

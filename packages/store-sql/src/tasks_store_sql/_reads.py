@@ -144,14 +144,18 @@ class ReadOps(StoreBase):
         return stmt.order_by(t.c.id).limit(limit)
 
     def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
+        """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells:
+        the derived statuses are stored ``pending``)."""
         t = self.tables.tasks
-        if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):  # (rules.matches tells)
-            return sa.and_(t.c.status == TaskStatus.PENDING.value, t.c.claim_expires_at > now)
+        stored_pending = t.c.status == TaskStatus.PENDING.value
+        unleased = sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now)
+        if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):
+            return sa.and_(stored_pending, t.c.claim_expires_at > now)
+        if status == TaskStatus.SCHEDULED:
+            return sa.and_(stored_pending, unleased, t.c.run_at > now)
         if status == TaskStatus.PENDING:
-            return sa.and_(
-                t.c.status == TaskStatus.PENDING.value,
-                sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now),
-            )
+            return sa.and_(stored_pending, unleased,
+                           sa.or_(t.c.run_at.is_(None), t.c.run_at <= now))
         return t.c.status == status.value
 
     # -- administration ------------------------------------------------------------------

@@ -85,9 +85,9 @@ def pending(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
 
 
 def unclaimed(c: sa.ColumnCollection[str, sa.ColumnClause[Any]]) -> sa.ColumnElement[bool]:
-    """A pending task with no lease and no retry pending: claimable now (unless expired)
-    and the rows of the claim index."""
-    return sa.and_(pending(c.status), c.claim_expires_at.is_(None), c.retry_at.is_(None))
+    """A pending task with no lease (fresh, a retry, a delayed task): the rows of the claim
+    index, claimable once their ``available_at`` has come (unless expired)."""
+    return sa.and_(pending(c.status), c.claim_expires_at.is_(None))
 
 
 def active(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
@@ -101,14 +101,16 @@ def task_indexes(
 ) -> list[tuple[str, list[sa.ColumnClause[Any]], sa.ColumnElement[bool]]]:
     """The partial indexes of ``tasks`` (name without prefix, columns, predicate), each
     holding only the rows its queries look for, so an update that leaves a row's set
-    inserts nothing into it (a completion touches three of the table's seven indexes, not
-    all of them) and a claim reads unclaimed rows only (:mod:`tasks_store_sql._candidates`).
+    inserts nothing into it (a completion touches few of the table's indexes, not all of
+    them) and a claim reads unclaimed rows only (:mod:`tasks_store_sql._candidates`).
     PostgreSQL and SQLite use the predicates; MariaDB has no partial indexes and indexes
-    every row. The queries state the same predicates with constants (:func:`inline`)."""
+    every row. The queries state the same predicates with constants (:func:`inline`).
+    The claim index is in claim order, ``(available_at, id)`` within a queue: one range
+    ``available_at <= now`` serves fresh tasks, due retries and due delayed tasks, and
+    the range past ``now`` the next to fall due (``next_available``)."""
     return [
-        ("ix_tasks_claim", [c.queue, c.status, c.created_at, c.id], unclaimed(c)),
+        ("ix_tasks_claim", [c.queue, c.status, c.available_at, c.id], unclaimed(c)),
         ("ix_tasks_lease", [c.queue, c.claim_expires_at], c.claim_expires_at.is_not(None)),
-        ("ix_tasks_retry", [c.queue, c.retry_at], c.retry_at.is_not(None)),
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
     ]
@@ -126,8 +128,10 @@ class Tables:
     ``tasks``: one row per task, the JSON snapshot (``snapshot``) beside projection
     columns for every query. ``claim_token`` lives only here, never in the JSON;
     ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL``
-    otherwise); ``row_version`` grows on every write (claims and progress included),
-    ``revision`` only with applied events. ``task_events``: the applied events of the
+    otherwise); ``available_at`` is ``rules.available_at`` of the snapshot, the claim
+    order (``run_at`` beside it, for statements that clear ``retry_at`` in SQL);
+    ``row_version`` grows on every write (claims and progress included), ``revision``
+    only with applied events. ``task_events``: the applied events of the
     current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
     revision)``. ``task_members``: owner and watchers of each task, so listings by
     principal are a join. ``task_locks``: lock rows — ``creators`` (serializes creators;
@@ -179,6 +183,8 @@ class Tables:
             sa.Column("claim_expires_at", Instant(), nullable=True),
             sa.Column("retry_at", Instant(), nullable=True),
             sa.Column("created_at", Instant(), nullable=False),
+            sa.Column("run_at", Instant(), nullable=True),
+            sa.Column("available_at", Instant(), nullable=False),
             sa.Column("updated_at", Instant(), nullable=False),
             sa.Column("expires_at", Instant(), nullable=True),
             sa.Column("snapshot", Document(), nullable=False),

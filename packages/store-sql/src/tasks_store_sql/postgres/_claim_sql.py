@@ -1,6 +1,6 @@
 """PostgreSQL's ``claim_next`` as one statement: ``rules.start_claim`` in SQL.
 
-The statement locks the oldest claimable rows (``SKIP LOCKED``), reads the store clock
+The statement locks the first claimable rows (claim order) (``SKIP LOCKED``), reads the store clock
 over the locked rows, and writes each claim ``rules.start_claim`` would decide, in one
 statement that is its own transaction. It rewrites only the head of the stored text
 (:data:`tasks_store_sql._codec.HEAD_KEYS`) in the codec's spelling and copies the rest
@@ -82,16 +82,17 @@ def _fresh_head() -> tuple[str, dict[str, str]]:
 
 def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
     """The candidates, locked; ``now`` read after the locks (milliseconds), ``rank`` in
-    claim order and ``cut``, where the head of the stored text ends (``0``: the text is
-    not laid out with a head)."""
+    claim order (``available_at``, ``id``), ``available_at`` as it was (the claim order
+    the caller merges tiers by) and ``cut``, where the head of the stored text ends
+    (``0``: the text is not laid out with a head)."""
     t = tables.tasks
     found = oldest_claimable(
         [t.c.id, t.c.snapshot, t.c.claim_expires_at, t.c.updated_at, t.c.expires_at,
-         t.c.max_deliveries, t.c.created_at],
+         t.c.max_deliveries, t.c.available_at],
         t, queue,
     )
     now = sa.func.date_trunc(_text("unit", "milliseconds"), store_clock())
-    rank = sa.func.row_number().over(order_by=(found.c.created_at, found.c.id))
+    rank = sa.func.row_number().over(order_by=(found.c.available_at, found.c.id))
     laid_out = sa.func.left(found.c.snapshot, len(_HEAD_START)) == _text(
         "head_start", _HEAD_START)
     cut = sa.case((laid_out, sa.func.strpos(found.c.snapshot, _text("head_end", _HEAD_END))),
@@ -104,8 +105,8 @@ def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
     )  # where a fresh head's null `started_at` is (0: not a fresh head)
     return sa.select(
         found.c.id, found.c.snapshot, found.c.claim_expires_at, found.c.updated_at,
-        found.c.expires_at, found.c.max_deliveries, now.label("now"), rank.label("rank"),
-        cut.label("cut"), started.label("fresh_at"),
+        found.c.expires_at, found.c.max_deliveries, found.c.available_at, now.label("now"),
+        rank.label("rank"), cut.label("cut"), started.label("fresh_at"),
     ).cte("c").prefix_with("MATERIALIZED")
 
 
@@ -275,7 +276,9 @@ def _tokens() -> Any:
 def _update(tables: Tables, decided: Any, new_snapshot: sa.ColumnElement[str],
             generation: Any, where: sa.ColumnElement[bool], name: str) -> sa.CTE:
     """The claim's write of the rows of ``decided`` that meet ``where``, returning
-    ``rank``, ``id``, ``now``, the new text, the token and the row's new version."""
+    ``rank``, ``id``, ``now``, the new text, the token, the row's new version and its
+    ``available_at`` before the claim. A claim clears ``retry_at``: ``available_at``
+    becomes ``run_at``, else the creation (``rules.available_at``)."""
     t = tables.tasks
     return (
         sa.update(t)
@@ -286,20 +289,22 @@ def _update(tables: Tables, decided: Any, new_snapshot: sa.ColumnElement[str],
             claim_generation=generation,
             claim_expires_at=decided.c.lease_expires_at,
             retry_at=sa.null(),
+            available_at=sa.func.coalesce(t.c.run_at, t.c.created_at),
             updated_at=decided.c.touched,
             snapshot=new_snapshot,
         )
         .returning(decided.c.rank, t.c.id, decided.c.now, t.c.snapshot, t.c.claim_token,
-                   t.c.row_version)
+                   t.c.row_version, decided.c.available_at)
         .cte(name)
     )
 
 
 def _left_alone(decided: Any, claimed: sa.ColumnElement[bool]) -> sa.Select[Any]:
     """The rows of ``decided`` the claim leaves alone (``claimed`` not true: false, or
-    ``NULL`` for a row without a delivery limit): rank, id and ``now``, no text."""
+    ``NULL`` for a row without a delivery limit): rank, id, ``now``, no text, and its
+    ``available_at``."""
     return sa.select(decided.c.rank, decided.c.id, decided.c.now, sa.null(), sa.null(),
-                     sa.null()).where(claimed.is_not(sa.true()))
+                     sa.null(), decided.c.available_at).where(claimed.is_not(sa.true()))
 
 
 def _fresh_claims(tables: Tables, locked: sa.CTE) -> tuple[sa.CTE, sa.Subquery,
@@ -358,8 +363,9 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
     rows: only the others pass through the reading of a head (:func:`_read`).
 
     Returns one row per locked candidate, in no order: ``rank`` (claim order, from 1),
-    ``id``, ``now`` and, for the rows claimed, the new ``snapshot`` text, ``claim_token``
-    and ``row_version`` (``NULL`` for a row left alone). A head that is not a JSON object,
+    ``id``, ``now``, for the rows claimed the new ``snapshot`` text, ``claim_token`` and
+    ``row_version`` (``NULL`` for a row left alone), and ``available_at`` before the
+    claim. A head that is not a JSON object,
     or a counter in it that is not an integer, fails the statement before it writes
     anything (``DataError``).
     """

@@ -27,6 +27,7 @@ from tasks_core.storekit import ClaimRequest, Started, claim_one
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
+from tasks_store_sql._claims import ClaimOrder
 from tasks_store_sql.postgres._base import PostgresBase
 from tasks_store_sql.postgres._statements import MILLISECOND, join_list
 
@@ -60,22 +61,24 @@ class PostgresClaims(PostgresBase):
             if left_alone is None or (left_alone and len(claims) < limit):
                 claims += await self._claim_locked(dataclasses.replace(
                     request, limit=limit - len(claims), start=_unstarted(start, claims)))
-            claims.sort(key=lambda c: (c.snapshot.created_at, c.snapshot.id))
-        return claims
+            claims.sort(key=lambda keyed: keyed[0])  # claim order as they were candidates
+        return [claim for _, claim in claims]
 
-    async def _claim_locked(self, request: ClaimRequest) -> builtins.list[Claim]:
+    async def _claim_locked(
+        self, request: ClaimRequest
+    ) -> builtins.list[tuple[ClaimOrder, Claim]]:
         """The third tier: the SQL store's ``claim_next`` (:mod:`tasks_core.storekit`
         decides; failures past the delivery limit reported once committed)."""
-        return await super()._claim_next(request)
+        return await self._claim_keyed(request)
 
     async def _claim_statement(
         self, worker_id: str, lease_for: float, names: list[str], limit: int, start: int,
         *, fresh: bool,
-    ) -> tuple[list[Claim], bool | None]:
+    ) -> tuple[list[tuple[ClaimOrder, Claim]], bool | None]:
         """The claims one claim statement writes (``fresh``: the one that claims new
-        tasks only; candidates ranked past ``start`` held) and whether it left a
-        candidate alone (``None``: the statement failed on a record that is not JSON,
-        before it wrote anything)."""
+        tasks only; candidates ranked past ``start`` held), each with its claim order as
+        a candidate, and whether it left a candidate alone (``None``: the statement
+        failed on a record that is not JSON, before it wrote anything)."""
         one = len(names) == 1
         statement = self.claim_sql(one=one, fresh=fresh)
         args = statement.args(
@@ -97,15 +100,15 @@ class PostgresClaims(PostgresBase):
         records = await self._db.run_driver(op, single_statement=True)
         if records is None:
             return [], None
-        claims: list[Claim] = []
+        claims: list[tuple[ClaimOrder, Claim]] = []
         left_alone = False
-        for _, task_id, now, text, token, version in sorted(records):  # by rank
+        for _, task_id, now, text, token, version, available in sorted(records):  # by rank
             if text is None:
                 left_alone = True
                 continue
             claim = self._claimed(task_id, now, text, token, version, worker_id)
             if claim is not None:
-                claims.append(claim)
+                claims.append(((available, task_id), claim))
         return claims, left_alone
 
     def _claimed(
@@ -199,9 +202,9 @@ class PostgresClaims(PostgresBase):
         return await self._db.run_driver(op)
 
 
-def _unstarted(start: int, claims: list[Claim]) -> int:
+def _unstarted(start: int, claims: list[tuple[ClaimOrder, Claim]]) -> int:
     """How many of ``start`` the claims of an earlier tier left to start: a tier ranks
-    the candidates it leaves alone too, so those older than its claims keep a start."""
-    started = sum(1 for claim in claims if claim.snapshot.claim is not None
+    the candidates it leaves alone too, so those before its claims keep a start."""
+    started = sum(1 for _, claim in claims if claim.snapshot.claim is not None
                   and not claim.snapshot.claim.held)
     return max(0, start - started)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -134,9 +134,7 @@ class Completions:
         if made is None:
             return False
         head, cut = made
-        ttl_end = None
-        if snapshot.ttl_s is not None:
-            ttl_end = snapshot.created_at + timedelta(milliseconds=round(snapshot.ttl_s * 1000))
+        ttl_end = rules.ttl_end(snapshot)
         retention = None
         if snapshot.retention_s is not None:
             retention = round(snapshot.retention_s * 1000)
@@ -201,7 +199,8 @@ def completion_statement(tables: Tables) -> Statement:
     database knows the instant (:data:`MARK_AT`: the commit instant; :data:`MARK_LEASE`:
     the lease's end, ``min(expiry, commit)``); the statement spells them in
     (:func:`~tasks_store_sql.postgres._statements.instant_text`) and the expiry
-    ``min(created_at + ttl, commit + retention)`` after them; the history record is made
+    ``min(ttl_end, commit + retention)`` after them (``rules.ttl_end``: the TTL counts
+    from ``run_at``, else the creation); the history record is made
     the same way. A JSON text never holds a raw control character, so the marks cannot be
     confused with any value.
 

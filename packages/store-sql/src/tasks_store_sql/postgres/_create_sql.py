@@ -241,11 +241,13 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     transaction); the tenants' bounds are stored with the tasks.
 
     The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
-    the columns :data:`NEW_COLUMNS`, ``ttl`` (milliseconds, or ``null``) and ``pieces``,
-    their snapshot text cut at its instants — ``[part, shift]`` pairs, each part followed
-    by the clock's instant plus ``shift`` milliseconds (``created_at``, ``updated_at``:
-    ``0``; ``expires_at``: the TTL; ``null`` after the last part). The ``created_at``,
-    ``updated_at`` and ``expires_at`` columns are the clock's too; their members come as
+    the columns :data:`NEW_COLUMNS`, ``ttl`` and ``delay`` (milliseconds after the
+    clock of the expiry and of ``run_at``, or ``null``) and ``pieces``, their snapshot
+    text cut at its instants — ``[part, shift]`` pairs, each part followed by the clock's
+    instant plus ``shift`` milliseconds (``created_at``, ``updated_at``: ``0``;
+    ``expires_at``: ``ttl``; ``run_at``: ``delay``; ``null`` after the last part). The
+    ``created_at``, ``updated_at``, ``run_at``, ``available_at`` (``run_at``, else the
+    creation) and ``expires_at`` columns are the clock's too; their members come as
     :func:`_inserted` takes them.
 
     Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
@@ -262,7 +264,8 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
         .prefix_with("MATERIALIZED")
     )  # evaluated once, after the lock
     rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
-                               ("ttl", sa.BigInteger()), ("pieces", postgresql.JSON())])
+                               ("ttl", sa.BigInteger()), ("delay", sa.BigInteger()),
+                               ("pieces", postgresql.JSON())])
     scopes = _scopes(tables, rows, locked)
     full = sa.exists(sa.select(scopes.c.tenant).where(
         scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
@@ -280,12 +283,14 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
         ))
         .scalar_subquery()
     )
+    run_at = later(clocked.c.now, rows.c.delay)  # NULL without a delay
     values = sa.select(
         rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in NEW_COLUMNS),
-        clocked.c.now, clocked.c.now, later(clocked.c.now, rows.c.ttl), text,
+        clocked.c.now, clocked.c.now, run_at, sa.func.coalesce(run_at, clocked.c.now),
+        later(clocked.c.now, rows.c.ttl), text,
     ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
     names = ["id", "row_version", *(name for name, _ in NEW_COLUMNS),
-             "created_at", "updated_at", "expires_at", "snapshot"]
+             "created_at", "updated_at", "run_at", "available_at", "expires_at", "snapshot"]
     inserted, *rest = _inserted(tables, channel, names, values)
     return sa.select(
         sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),

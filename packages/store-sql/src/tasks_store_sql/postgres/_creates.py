@@ -163,14 +163,15 @@ class PostgresCreates(PostgresTransitions):
         transaction that decides (:meth:`_create`).
 
         Each snapshot is made in Python at a stand-in instant, its text cut where it
-        spells that instant (and the TTL's expiry), and the statement spells in the clock
-        it reads after the creators' lock: what is stored is exactly the snapshot made at
-        that clock, which is returned.
+        spells that instant (and a delay's ``run_at``, the TTL's expiry), and the
+        statement spells in the clock it reads after the creators' lock: what is stored is
+        exactly the snapshot made at that clock, which is returned. A task given an
+        instant ``run_at`` (clamped to the clock) goes to the transaction.
 
         Raises:
             StoreUnavailable: transient failure; nothing was written.
         """
-        made: dict[str, tuple[Snapshot, timedelta | None]] = {}
+        made: dict[str, tuple[Snapshot, datetime]] = {}
         rows: list[dict[str, Any]] = []
         members: list[dict[str, Any]] = []
         seen: set[str] = set()
@@ -178,24 +179,28 @@ class PostgresCreates(PostgresTransitions):
             if new.id in seen:  # an id that comes twice is tried once, for its first caller
                 continue
             seen.add(new.id)
+            if new.run_at is not None:  # clamped to the clock: decide in a transaction
+                continue
             stand_in = _stand_in()
             snapshot = rules.new_snapshot(new, stand_in)
-            instants = {stand_in: (2, 0)}  # created_at, updated_at: no shift
-            ttl = None
-            if snapshot.expires_at is not None:
-                ttl = snapshot.expires_at - stand_in
-                instants[snapshot.expires_at] = (1, ttl // MILLISECOND)
+            shifts = {name: None if at is None else (at - stand_in) // MILLISECOND
+                      for name, at in _clocked(snapshot).items()}
+            instants: dict[datetime, tuple[int, int]] = {}  # {instant: (times, shift)}
+            for name, at in _clocked(snapshot).items():
+                if at is not None:  # (created_at and updated_at: one instant, no shift)
+                    times, _ = instants.get(at, (0, 0))
+                    instants[at] = (times + 1, shifts[name] or 0)
             columns = _codec.projection(snapshot, None)
             cut = _codec.cut_at_instants(columns["snapshot"], instants)
             if cut is None:  # the user's values spell the stand-in: decide in a transaction
                 continue
-            made[new.id] = (snapshot, ttl)
-            parts, shifts = cut
+            made[new.id] = (snapshot, stand_in)
+            parts, cuts = cut
             rows.append({
                 "n": len(rows), "id": new.id,
                 **{name: columns[name] for name, _ in NEW_COLUMNS},
-                "ttl": None if ttl is None else ttl // MILLISECOND,
-                "pieces": list(zip(parts, [*shifts, None], strict=True)),
+                "ttl": shifts["expires_at"], "delay": shifts["run_at"],
+                "pieces": list(zip(parts, [*cuts, None], strict=True)),
             })
             members += _codec.member_rows(snapshot)
         if not made:
@@ -213,11 +218,10 @@ class PostgresCreates(PostgresTransitions):
         if ids:
             now = rules.tick(clock)
             for task_id in ids:
-                snapshot, ttl = made[task_id]
+                snapshot, stand_in = made[task_id]
                 created[task_id] = snapshot.model_copy(update={
-                    "created_at": now, "updated_at": now,
-                    "expires_at": None if ttl is None else now + ttl,
-                })
+                    name: None if at is None else now + (at - stand_in)
+                    for name, at in _clocked(snapshot).items()})
         outcomes: list[Snapshot | None] = []
         for new in news:
             outcomes.append(created.pop(new.id, None))  # a second caller of an id: None
@@ -241,6 +245,12 @@ class PostgresCreates(PostgresTransitions):
         if tuple(counts[:3]) != (1, 1, len(members)):
             raise StoreUnavailable("The creators' lock row is missing: nothing was written")
         return True
+
+
+def _clocked(snapshot: Snapshot) -> dict[str, datetime | None]:
+    """The instants of a new task's snapshot that the clock gives (``None``: not set)."""
+    return {"created_at": snapshot.created_at, "updated_at": snapshot.updated_at,
+            "run_at": snapshot.run_at, "expires_at": snapshot.expires_at}
 
 
 _STAND_IN_FROM = datetime(1100, 1, 1, tzinfo=UTC)
