@@ -16,6 +16,7 @@ generic plan.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -139,43 +140,150 @@ async def _postgres_uses(
     return f"no scan of {', '.join(unused)} (generic plan)" if unused else None
 
 
+async def _mariadb_uses(
+    store: SQLStore, names: list[str], sql: str, params: Any
+) -> str | None:
+    """``None`` when MariaDB's plan of ``sql`` reads every index of ``names``."""
+    async with store.engine.connect() as conn:
+        rows = (await conn.exec_driver_sql("EXPLAIN " + sql, params)).mappings().all()
+    keys = {row["key"] for row in rows}
+    return None if set(names) <= keys else "\n".join(str(dict(row)) for row in rows)
+
+
 async def _assert_uses(
     store: SQLStore, indexes: str | list[str], statements: list[tuple[str, Any]]
 ) -> None:
     wanted = [indexes] if isinstance(indexes, str) else indexes
     names = [store.tables.prefix + index for index in wanted]
-    uses = _sqlite_uses if store.engine.dialect.name == "sqlite" else _postgres_uses
+    uses = {"sqlite": _sqlite_uses, "postgresql": _postgres_uses}.get(
+        store.engine.dialect.name, _mariadb_uses)
     for sql, params in statements:
         problem = await uses(store, names, sql, params)
         assert problem is None, f"{', '.join(wanted)} not all used by:\n{sql}\n{problem}"
 
 
-CLAIM_INDEXES = ["ix_tasks_claim", "ix_tasks_lease", "ix_tasks_retry"]
-"""Fresh tasks, lapsed leases, due retries (``_candidates``)."""
+CLAIM_INDEXES = ["ix_tasks_claim", "ix_tasks_lease"]
+"""Unleased tasks (fresh, due retries, due delayed tasks), lapsed leases (``_candidates``)."""
 
 
-async def test_claims_read_the_unclaimed_lease_and_retry_indexes(store: SQLStore) -> None:
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
+def every_opener(request: pytest.FixtureRequest) -> Opener:
+    found: Opener = request.getfixturevalue(f"{request.param}_opener")
+    return found
+
+
+async def _crowded(store: SQLStore, clock: ManualClock) -> None:
+    """Tasks of another queue and tenant, enough that a scan in claim order is the plan to
+    pick, and of the claimed queue delayed tasks, a retry pending and running tasks."""
     for _ in range(3):
         await store.create(new_task(queue="other"))
-    for _ in range(CLAIMABLE):  # enough that a scan in claim order is the plan to pick
+    for _ in range(CLAIMABLE):
         await store.create(new_task(owner=None, tenant="other"))
+    for n in range(5):
+        await store.create(new_task(delay_s=60 + n))
+    await store.create(new_task())
+    await store.claim_next("w0", LEASE_S, queues=["default"], limit=1)
+    clock.advance(1)
+
+
+async def test_claims_read_the_claim_index_in_claim_order_and_the_lease_index(
+    every_opener: Opener, closing: Callable[[SQLStore], SQLStore]
+) -> None:
+    """The claim's candidates come from the claim index in ``(available_at, id)`` order
+    (no sort of what it holds) and from the lease index."""
+    clock = ManualClock()
+    store = closing(await every_opener(clock=clock))
+    await _crowded(store, clock)
     if not isinstance(store, PostgresStore):
         with captured(store) as sent:
             await store.claim_next("w1", LEASE_S, queues=["default"], limit=2)
-        await _assert_uses(store, CLAIM_INDEXES, _reading(sent, store, "status = 'pending'"))
+        reads = _reading(sent, store, "status = 'pending'")
+        await _assert_uses(store, CLAIM_INDEXES, reads)
+        await _assert_in_order(store, "ix_tasks_claim", reads)
         return
     fast = store
     tokens = join_list([rules.new_lease_token()])
     claims = [fast.claim_sql(one=True, fresh=fresh) for fresh in (True, False)]
     with captured(store) as sent:  # the third tier: the SQL store's claim
         await fast._claim_locked(check_claim_next("w1", LEASE_S, ["default"], 1, ()))
-    await _assert_uses(store, CLAIM_INDEXES, [
+    reads = [
         *((claim.sql, tuple(claim.args(
-            now=None, queue="default", limit=1, worker="w1",
+            now=rules.tick(clock.now()), queue="default", limit=1, worker="w1",
             lease=rules.check_lease_for(LEASE_S) // MILLISECOND, tokens=tokens)))
           for claim in claims),
         *_reading(sent, store, "status = 'pending'"),
-    ])
+    ]
+    await _assert_uses(store, CLAIM_INDEXES, reads)
+    await _assert_in_order(store, "ix_tasks_claim", reads)
+
+
+async def test_next_available_reads_the_claim_index_past_now(
+    every_opener: Opener, closing: Callable[[SQLStore], SQLStore]
+) -> None:
+    clock = ManualClock()
+    store = closing(await every_opener(clock=clock))
+    await _crowded(store, clock)
+    with captured(store) as sent:
+        assert await store.next_available(["default"]) is not None
+    reads = _reading(sent, store, "min(")
+    await _assert_uses(store, "ix_tasks_claim", reads)
+    await _assert_in_order(store, "ix_tasks_claim", reads)
+
+
+async def _assert_in_order(
+    store: SQLStore, index: str, statements: list[tuple[str, Any]]
+) -> None:
+    """Each statement reads ``index`` in its order: no sort of the rows it reads there
+    (a sort of a branch's first ``limit`` rows, above its limit, is no sort of the
+    table)."""
+    name = store.tables.prefix + index
+    check = {"sqlite": _sqlite_sorts, "postgresql": _postgres_sorts}.get(
+        store.engine.dialect.name, _mariadb_sorts)
+    for sql, params in statements:
+        problem = await check(store, name, sql, params)
+        assert problem is None, f"{index} read out of order by:\n{sql}\n{problem}"
+
+
+async def _sqlite_sorts(store: SQLStore, name: str, _: str, sent: Any) -> str | None:
+    statement, values = sent
+    async with store.engine.connect() as conn:
+        rows = [tuple(row) for row in await conn.execute(QueryPlan(statement), values)]
+    plan = "\n".join(str(row[-1]) for row in rows)
+    reads = [row[1] for row in rows if f"INDEX {name} " in str(row[-1])]
+    sorted_there = [row for row in rows if row[1] in reads and "TEMP B-TREE" in str(row[-1])]
+    return None if reads and not sorted_there else plan
+
+
+async def _postgres_sorts(store: SQLStore, name: str, sql: str, params: Any) -> str | None:
+    async with store.engine.connect() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+        transaction = driver.transaction()
+        await transaction.start()
+        try:
+            await driver.execute("SET LOCAL enable_seqscan = off")
+            found = await driver.fetchval("EXPLAIN (FORMAT JSON) " + sql, *params)
+        finally:
+            await transaction.rollback()
+    plan = (found if isinstance(found, list) else json.loads(found))[0]["Plan"]
+
+    def sorted_reads(node: dict[str, Any], sorting: bool) -> tuple[bool, bool]:
+        kind = node["Node Type"]
+        sorting = "Sort" in kind or (sorting and kind != "Limit")
+        read = node.get("Index Name") == name
+        below = [sorted_reads(child, sorting) for child in node.get("Plans", [])]
+        return (read or any(r for r, _ in below),
+                (read and sorting) or any(s for _, s in below))
+
+    read, sorted_ = sorted_reads(plan, False)
+    return None if read and not sorted_ else json.dumps(plan, indent=1)
+
+
+async def _mariadb_sorts(store: SQLStore, name: str, sql: str, params: Any) -> str | None:
+    async with store.engine.connect() as conn:
+        rows = (await conn.exec_driver_sql("EXPLAIN " + sql, params)).mappings().all()
+    mine = [row for row in rows if row["key"] == name]
+    sorted_ = [row for row in mine if "filesort" in str(row["Extra"] or "")]
+    return None if mine and not sorted_ else "\n".join(str(dict(row)) for row in rows)
 
 
 async def test_the_capacity_count_reads_the_active_index(

@@ -441,3 +441,44 @@ async def test_claims_past_start_are_held_by_the_statements_as_the_rules_say(
         assert await _before(store, task_id) == expected[task_id]
         assert _split(await _stored_text(store, task_id)) == _split(
             _codec.encode_snapshot(expected[task_id]))
+
+
+async def test_a_scheduled_task_is_claimed_by_the_statements_at_its_run_at(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delayed task's text ends with ``,"run_at":"…"``, past the head: its first claim is
+    the fresh statement's once ``run_at`` has come (not a moment before), and a due retry
+    of it the statement's that takes heads apart, which sets ``available_at`` back to
+    ``run_at`` — each stored byte for byte as ``rules.start_claim`` decides."""
+    task = await store.create(new_task(delay_s=5, retry=RetryPolicy.fixed(5.0, attempts=3)))
+    clock.advance(4.999)
+    assert await _fresh(store, clock) == {}
+    assert await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1) == []
+    clock.advance(0.001)
+    assert await _fresh(store, clock) == {task.id: True}
+    _python_claims_refused(store, monkeypatch)
+    await _claim_matches_the_rules_then_retry(store, clock, task.id)
+    clock.advance(6)
+    assert await _fresh(store, clock) == {task.id: False}
+    await _claim_matches_the_rules(store, clock, task.id)
+    t = store.tables.tasks
+    async with store._db.engine.connect() as conn:
+        available = (await conn.execute(
+            sa.select(t.c.available_at).where(t.c.id == task.id))).scalar()
+    assert available == task.run_at
+
+
+async def _claim_matches_the_rules_then_retry(
+    store: SQLStore, clock: ManualClock, task_id: str
+) -> None:
+    """The claim is the rules' (as :func:`_claim_matches_the_rules` checks), then its
+    holder asks for a retry."""
+    before = await _before(store, task_id)
+    now = rules.tick(clock.now())
+    expected, _, _, _ = rules.start_claim(before, WORKER, LEASE_S, now)
+    [claim] = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1)
+    assert await _before(store, task_id) == expected
+    assert _split(await _stored_text(store, task_id)) == _split(_codec.encode_snapshot(expected))
+    retried = await store.transition(task_id, claim.snapshot.revision,
+                                     RetryRequested(event_id="r1", error="Boom"), claim.lease)
+    assert retried.snapshot.retry_at is not None

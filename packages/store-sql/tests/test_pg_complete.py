@@ -348,3 +348,31 @@ async def test_a_held_claims_completion_is_the_statements_and_ends_the_hold(
     assert done.snapshot.claim is not None
     assert not done.snapshot.claim.held
     await _stored_as_decided(store, before, done, clock.now())
+
+
+@pytest.mark.parametrize("lifetime", [(None, None), (30.0, None), (30.0, 600.0)],
+                         ids=["forever", "ttl", "ttl-first"])
+async def test_a_scheduled_tasks_completion_is_the_statements_and_its_ttl_counts_from_run_at(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch,
+    lifetime: tuple[float | None, float | None],
+) -> None:
+    """A delayed task's stored text ends with its ``run_at``, past the head the statement
+    rewrites: its completion is the statement's alone, its expiry ``rules.ttl_end`` (from
+    ``run_at``), every column as the rules decide."""
+    ttl_s, retention_s = lifetime
+    task = await store.create(new_task(delay_s=20, ttl_s=ttl_s, retention_s=retention_s))
+    clock.advance(21)
+    [claim] = await _claim(store)
+    before = _codec.decode_snapshot(task.id, (await _row(store, task.id))["snapshot"])
+    assert before.run_at is not None
+    clock.advance(0.25)
+    _statement_only(store, monkeypatch)
+
+    done = await store.transition(
+        task.id, claim.snapshot.revision, Completed(event_id="done", result=1), claim.lease
+    )
+
+    assert done.outcome == "applied"
+    await _stored_as_decided(store, before, done, clock.now())
+    if ttl_s is not None:
+        assert done.snapshot.expires_at == rules.ttl_end(before)

@@ -32,6 +32,7 @@ from tasks_core import (
     Snapshot,
     TaskExists,
     TaskQuery,
+    rules,
 )
 from tasks_store_sql import SQLStore, _codec
 from tasks_store_sql.postgres import _creates as _pg
@@ -69,7 +70,8 @@ async def _row(store: SQLStore, task_id: str) -> Any:
     async with store.engine.connect() as conn:
         found = await conn.execute(
             sa.select(t.c.snapshot, t.c.created_at, t.c.updated_at, t.c.expires_at,
-                      t.c.status, t.c.row_version).where(t.c.id == task_id)
+                      t.c.status, t.c.row_version, t.c.run_at, t.c.available_at)
+            .where(t.c.id == task_id)
         )
         return found.one()
 
@@ -80,6 +82,7 @@ async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
     assert row.snapshot == _codec.encode_snapshot(created)
     assert (row.created_at, row.updated_at, row.expires_at) == (
         created.created_at, created.updated_at, created.expires_at)
+    assert (row.run_at, row.available_at) == (created.run_at, rules.available_at(created))
     assert (row.status, row.row_version) == ("pending", 0)
 
 
@@ -309,3 +312,22 @@ async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_tra
     for created in made:
         assert await store.get(created.id, tenant="default") == created
     await _stored_as_returned(store, made[2])
+
+
+async def test_delayed_tasks_of_a_group_are_made_by_the_statement_at_its_clock(
+    postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
+    statements: Statements,
+) -> None:
+    """A delay is a shift after the clock the statement reads (``run_at``, ``available_at``
+    and a TTL counted from ``run_at``), a delay of 0 spells the creation once more; a task
+    given an instant ``run_at`` (clamped to that clock) is left to the transaction."""
+    store = closing(await postgres_opener(clock=clock))
+    news = [new_task("t0", delay_s=0), new_task("t1", delay_s=2.5, ttl_s=60),
+            new_task("t2", delay_s=1), new_task("t3", run_at=clock.now())]
+    made = await _gathered(store, news)
+
+    assert [s is not None for s in statements.outcomes()[1:]] == [True, True, True, False]
+    for created, delay in zip(made, (0, 2.5, 1, 0), strict=True):
+        assert created.run_at == created.created_at + timedelta(seconds=delay)
+        await _stored_as_returned(store, created)
+    assert made[1].expires_at == made[1].created_at + timedelta(seconds=62.5)
