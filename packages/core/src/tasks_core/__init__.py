@@ -53,6 +53,7 @@ from tasks_core.events import (
     Transition,
     WatcherAdded,
 )
+from tasks_core.items import SubmitItem
 from tasks_core.models import (
     Claim,
     ClaimInfo,
@@ -123,6 +124,7 @@ __all__ = [
     "StoreLimits",
     "StoreSpec",
     "StoreUnavailable",
+    "SubmitItem",
     "Submitted",
     "System",
     "SystemClock",

@@ -1,5 +1,5 @@
-"""The calls of an ``App`` that change tasks: ``submit``, ``cancel``, ``respond``, and the
-admin calls ``release`` and ``reap``.
+"""The calls of an ``App`` that change tasks: ``submit``, ``submit_many``, ``cancel``,
+``respond``, and the admin calls ``release`` and ``reap``.
 
 Every client call takes the caller's authority (``Owner(...)`` or ``System(...)``)
 positionally, with no default: leaving it out is a ``TypeError``, and so is a bare string.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -38,10 +38,15 @@ from tasks_core.errors import (
     RevisionConflict,
 )
 from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
+from tasks_core.items import SubmitItem
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work
+from tasks_core.runtime._bulk import refused
+from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
 from tasks_core.runtime._submit import MAX_RACES, check_input, check_watchers
 from tasks_core.runtime._submit import submit as _submit
+from tasks_core.store import TaskStore
+from tasks_core.storekit import MAX_BATCH
 
 __all__ = ["Client"]
 
@@ -114,6 +119,125 @@ class Client(ClientReads):
             StoreUnavailable: the store failed.
         """
         authority = require_authority(authority)
+        new = self._new_task(
+            task, input, authority, key=key, dedup=dedup, watchers=watchers, queue=queue,
+            ttl=ttl, retention=retention, retry=retry, timeout=timeout,
+            max_deliveries=max_deliveries, idempotency_key=idempotency_key, delay=delay,
+            run_at=run_at, priority=priority,
+        )
+        store = await self._submit_store(transaction)
+        submitted = await _submit(store, self.policy, self.limits, new, authority,
+                                  keyed=key is not None, transaction=transaction)
+        self.notices.work.notify()
+        self.notices.changes.notify()
+        return submitted
+
+    async def submit_many(
+        self,
+        items: Iterable[SubmitItem | Mapping[str, Any]],
+        authority: Authority,
+        /,
+        *,
+        transaction: Any = None,
+    ) -> builtins.list[Submitted]:
+        """Submit several tasks, each decided exactly as :meth:`submit` would, in order.
+
+        Every item is checked first, as ``submit`` checks its arguments; a refused item
+        refuses the batch, naming the item (``"item 3: ..."``), before anything is
+        written. On a store with capability ``batch_create`` the new tasks are written in
+        one atomic step and one commit, ``max_runs_per_owner`` and the store's capacity
+        limits held for the batch as a whole: a refused batch writes nothing. A key whose
+        task exists joins or re-runs it as ``submit`` would, written after the new tasks,
+        each on its own (an id given twice: the later item joins the earlier one's task).
+        Without the capability each item is submitted in turn (a refusal stops the loop;
+        the earlier items stay written).
+
+        Args:
+            items: :class:`~tasks_core.SubmitItem` (or dicts of its fields), at most
+                1000: split a longer list (each call is its own batch).
+            authority: the submitter of every item.
+            transaction: as for :meth:`submit`: the new tasks (and re-runs) are written
+                inside it.
+
+        Returns:
+            One ``Submitted`` per item, in order.
+
+        Raises:
+            TypeError: a missing or bare-string authority.
+            InvalidInput: not a list of items, more than 1000, or an item ``submit``
+                would refuse (the message names its index); nothing written.
+            AuthorizationError: an item's queue, or joining a task you may not join;
+                nothing written (unless a race made the task appear meanwhile).
+            CapacityExceeded: a store capacity or ``max_runs_per_owner`` for the batch;
+                nothing written.
+            CapabilityNotSupported: as for :meth:`submit`; nothing written.
+            StoreUnavailable: the store failed; with ``batch_create``, nothing of the
+                new tasks written.
+        """
+        authority = require_authority(authority)
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise InvalidInput("items must be a list of SubmitItem (or dicts of its fields)")
+        given = list(items)
+        if len(given) > MAX_BATCH:
+            raise InvalidInput(f"submit_many takes at most {MAX_BATCH} items; split the list")
+        checked = []
+        for index, value in enumerate(given):
+            try:
+                item = SubmitItem.of(value)
+                new = self._new_task(item.task, item.input, authority, **item.options())
+            except (InvalidInput, AuthorizationError) as exc:
+                raise refused(index, exc) from None
+            except TypeError as exc:  # a field of the wrong type that nothing checks
+                raise InvalidInput(f"item {index}: {exc}") from None
+            checked.append((new, item.key is not None))
+        store = await self._submit_store(transaction)
+        submitted = await _submit_many(store, self.policy, self.limits, checked, authority,
+                                      transaction=transaction)
+        if submitted:
+            self.notices.work.notify()
+            self.notices.changes.notify()
+        return submitted
+
+    async def _submit_store(self, transaction: Any) -> TaskStore:
+        """The store, opened, once it can take ``transaction``.
+
+        Raises:
+            CapabilityNotSupported: ``transaction`` given to a store without
+                ``transactional_submit``.
+        """
+        store = await self.open()
+        if transaction is not None and not store.capabilities.transactional_submit:
+            raise CapabilityNotSupported(
+                "This store cannot create a task inside your transaction (capability "
+                "'transactional_submit' is off); submit after your commit instead")
+        return store
+
+    def _new_task(
+        self,
+        task: TaskDef | str,
+        input: Mapping[str, Any] | None,
+        authority: Authority,
+        *,
+        key: str | None,
+        dedup: Literal["owner", "global"],
+        watchers: Sequence[Owner],
+        queue: str | None,
+        ttl: float | _Unset | None,
+        retention: float | _Unset | None,
+        retry: RetryPolicy | None,
+        timeout: float | _Unset | None,
+        max_deliveries: int | None,
+        idempotency_key: str | None,
+        delay: float | None,
+        run_at: datetime | None,
+        priority: int | None,
+    ) -> NewTask:
+        """The task one ``submit`` call asks for (the one path from arguments to a
+        ``NewTask``, of ``submit`` and ``submit_many``); nothing is read or written.
+
+        Raises:
+            InvalidInput, AuthorizationError: as :meth:`submit`.
+        """
         ttl = _duration(ttl, "ttl", MAX_KEEP_S)
         retention = _duration(retention, "retention", MAX_KEEP_S, allow_zero=True)
         timeout = _duration(timeout, "timeout", MAX_WAIT_S)
@@ -152,7 +276,7 @@ class Client(ClientReads):
             max_deliveries=(max_deliveries if max_deliveries is not None
                             else definition.max_deliveries if definition else 25),
         )
-        new = NewTask(
+        return NewTask(
             id=task_id,
             tenant=tenant,
             owner=owner,
@@ -166,16 +290,6 @@ class Client(ClientReads):
             priority=(priority if priority is not None
                       else definition.priority if definition else 0),
         )
-        store = await self.open()
-        if transaction is not None and not store.capabilities.transactional_submit:
-            raise CapabilityNotSupported(
-                "This store cannot create a task inside your transaction (capability "
-                "'transactional_submit' is off); submit after your commit instead")
-        submitted = await _submit(store, self.policy, self.limits, new, authority,
-                                  keyed=key is not None, transaction=transaction)
-        self.notices.work.notify()
-        self.notices.changes.notify()
-        return submitted
 
     # -- request transitions -------------------------------------------------------------
 

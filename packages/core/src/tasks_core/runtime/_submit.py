@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from tasks_core._json import check_json, json_size
@@ -35,7 +35,16 @@ from tasks_core.models import NewTask, Snapshot, TaskQuery, TaskStatus
 from tasks_core.policy import Limits, Policy
 from tasks_core.store import TaskStore
 
-__all__ = ["MAX_RACES", "Submitted", "check_input", "check_watchers", "grant_watcher", "submit"]
+__all__ = [
+    "MAX_RACES",
+    "Submitted",
+    "check_input",
+    "check_join",
+    "check_owner_runs",
+    "check_watchers",
+    "grant_watcher",
+    "submit",
+]
 
 log = logging.getLogger("tasks_core._submit")  # a stable name: logging configs refer to it
 
@@ -54,9 +63,11 @@ async def submit(
     *,
     keyed: bool,
     transaction: Any = None,
+    known: Snapshot | None = None,
 ) -> Submitted:
     """Create ``new``, or join/replace the task that holds its id (module docstring); a
-    create or replace is written inside ``transaction`` when one is given.
+    create or replace is written inside ``transaction`` when one is given. ``known``: the
+    task already read at that id (the first try joins or replaces it, creating nothing).
 
     Raises:
         AuthorizationError: joining a task the submitter may not join.
@@ -65,14 +76,17 @@ async def submit(
     """
     for _ in range(MAX_RACES):
         await _check_owner_runs(store, limits, new)
-        try:
-            snapshot = await _create(store, new, transaction=transaction)
-        except TaskExists as exc:
-            if not keyed:
-                raise
-            current = exc.current
-        else:
-            return Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
+        current = known
+        known = None
+        if current is None:
+            try:
+                snapshot = await _create(store, new, transaction=transaction)
+            except TaskExists as exc:
+                if not keyed:
+                    raise
+                current = exc.current
+            else:
+                return Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
         done = await _existing(store, policy, limits, new, authority, current, transaction)
         if done is not None:
             return done
@@ -89,16 +103,7 @@ async def _existing(
     transaction: Any,
 ) -> Submitted | None:
     """Join or replace ``current``; ``None`` when a race means: start over."""
-    if current.tenant != new.tenant:
-        raise AuthorizationError("This key is taken")
-    newcomers = _newcomers(current, authority, new.watchers)
-    if (
-        isinstance(authority, Owner)
-        and authority != current.owner
-        and newcomers
-        and not policy.allows_watch(current.id, newcomers, authority)
-    ):
-        raise AuthorizationError("Not authorized to join this task")
+    newcomers = check_join(policy, new, authority, current)
     now = await store.now()
     if current.status in _LIVE and not current.expired(now):
         snapshot = current
@@ -120,6 +125,31 @@ async def _existing(
         log.debug("submit of %r raced (%s); re-reading", new.id, type(exc).__name__)
         return None
     return Submitted(snapshot.id, snapshot.run_id, "replaced", snapshot)
+
+
+def check_join(
+    policy: Policy, new: NewTask, authority: Authority, current: Snapshot
+) -> tuple[Owner, ...]:
+    """Whether ``authority`` may join (or re-run) ``current``, the task holding
+    ``new.id``; nothing is read or written.
+
+    Returns:
+        The principals the join grants (the submitter and the watchers it names).
+
+    Raises:
+        AuthorizationError: another tenant's task, or the watch authorizer said no.
+    """
+    if current.tenant != new.tenant:
+        raise AuthorizationError("This key is taken")
+    newcomers = _newcomers(current, authority, new.watchers)
+    if (
+        isinstance(authority, Owner)
+        and authority != current.owner
+        and newcomers
+        and not policy.allows_watch(current.id, newcomers, authority)
+    ):
+        raise AuthorizationError("Not authorized to join this task")
+    return newcomers
 
 
 async def _create(
@@ -178,16 +208,27 @@ async def _check_owner_runs(store: TaskStore, limits: Limits, new: NewTask) -> N
     Raises:
         CapacityExceeded: ``max_runs_per_owner``.
     """
+    await check_owner_runs(store, limits, new.owner, new.tenant, {new.id})
+
+
+async def check_owner_runs(
+    store: TaskStore, limits: Limits, owner: Owner | None, tenant: str, ids: Collection[str]
+) -> None:
+    """Refuse runs of ``ids`` (each a live run afterwards) when ``owner``'s other live
+    tasks and they would pass ``limits.max_runs_per_owner``.
+
+    Raises:
+        CapacityExceeded: ``max_runs_per_owner``.
+    """
     cap = limits.max_runs_per_owner
-    owner = new.owner
     if cap is None or owner is None:
         return
-    query = TaskQuery(tenant=new.tenant, principal=owner, statuses=_LIVE, limit=1000)
-    count = 0
+    query = TaskQuery(tenant=tenant, principal=owner, statuses=_LIVE, limit=1000)
+    count = len(ids)
     while True:
         page = await store.list(query)
-        count += sum(1 for s in page if s.owner == owner and s.id != new.id)
-        if count >= cap:
+        count += sum(1 for s in page if s.owner == owner and s.id not in ids)
+        if count > cap:
             raise CapacityExceeded("max_runs_per_owner")
         if len(page) < query.limit:
             return

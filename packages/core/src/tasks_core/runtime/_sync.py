@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted, TaskDef
 from tasks_core.events import EventRecord, Transition
+from tasks_core.items import SubmitItem
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.runtime._client import Client
 from tasks_core.runtime._client_reads import Page
@@ -102,6 +103,16 @@ class SyncApp:
     ) -> Submitted:
         """Blocking :meth:`App.submit`."""
         return self._run(self._app.submit(task, input, authority, **options))
+
+    def submit_many(
+        self,
+        items: Iterable[SubmitItem | Mapping[str, Any]],
+        authority: Authority,
+        /,
+        **options: Any,
+    ) -> builtins.list[Submitted]:
+        """Blocking :meth:`App.submit_many`."""
+        return self._run(self._app.submit_many(items, authority, **options))
 
     def get(self, task_id: str, authority: Authority, /) -> Snapshot:
         """Blocking :meth:`App.get`."""

@@ -1,0 +1,147 @@
+"""Bulk submit: the checked items of ``submit_many`` decided as ``submit`` decides each,
+in order (the App has validated every item before this module runs).
+
+With capability ``batch_create`` the new tasks are one ``create_many``: one atomic step,
+all or nothing, capacity held for the batch as a whole. A keyed id that is taken joins or
+re-runs its task as ``submit`` would; those writes (and the joins of an id given twice)
+come after the creates, each on its own. Whom a taken id lets join is checked before the
+creates, so such a refusal writes nothing. A race (an id taken after it was read) is
+decided again. Without the capability: a loop of ``submit``, each item on its own, in
+order — a refusal stops it with the earlier items written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tasks_core.authority import Authority
+from tasks_core.definitions import Submitted
+from tasks_core.errors import StoreUnavailable, TaskExists, TaskNotFound
+from tasks_core.models import NewTask, Snapshot
+from tasks_core.policy import Limits, Policy
+from tasks_core.runtime._submit import MAX_RACES, check_join, check_owner_runs, submit
+from tasks_core.store import TaskStore
+
+__all__ = ["submit_many"]
+
+Item = tuple[NewTask, bool]
+"""A checked item: the task to create and whether its id comes from a key."""
+
+
+async def submit_many(
+    store: TaskStore,
+    policy: Policy,
+    limits: Limits,
+    items: Sequence[Item],
+    authority: Authority,
+    *,
+    transaction: Any = None,
+) -> list[Submitted]:
+    """Submit every item (module docstring); the outcomes in the order of ``items``.
+
+    Raises:
+        AuthorizationError: joining a task the submitter may not join.
+        CapacityExceeded: a store capacity or ``max_runs_per_owner`` for the batch as a
+            whole; nothing written.
+        TaskExists: a random id is taken; nothing written.
+        StoreUnavailable: the store failed, or the batch lost ``MAX_RACES`` races.
+    """
+    if not items:
+        return []
+    first: dict[str, int] = {}
+    for index, (new, _) in enumerate(items):
+        first.setdefault(new.id, index)
+    owners = {new.owner for new, _ in items}
+    for owner in owners:
+        ids = {new.id for new, _ in items if new.owner == owner}
+        await check_owner_runs(store, limits, owner, items[0][0].tenant, ids)
+    if not store.capabilities.batch_create:
+        return [await submit(store, policy, limits, new, authority, keyed=keyed,
+                             transaction=transaction) for new, keyed in items]
+    taken = await _create_batch(store, policy, items, authority, list(first.values()),
+                                transaction)
+    results: list[Submitted] = []
+    for index, (new, keyed) in enumerate(items):
+        done = taken.get(index)
+        if isinstance(done, Submitted):
+            results.append(done)
+            continue
+        results.append(await submit(store, policy, limits, new, authority, keyed=keyed,
+                                    transaction=transaction, known=done))
+    return results
+
+
+async def _create_batch(
+    store: TaskStore,
+    policy: Policy,
+    items: Sequence[Item],
+    authority: Authority,
+    batch: list[int],
+    transaction: Any,
+) -> dict[int, Submitted | Snapshot | None]:
+    """Create the items at ``batch`` (indexes of distinct ids) in one ``create_many``,
+    less those whose id is taken. Every other index maps to ``None`` (an id given
+    again: decided after) or to the task that holds its id (joined or re-run after).
+
+    Raises:
+        AuthorizationError, TaskExists, CapacityExceeded, StoreUnavailable: as
+            :func:`submit_many`; nothing written.
+    """
+    outcome: dict[int, Submitted | Snapshot | None] = {
+        index: None for index in range(len(items)) if index not in set(batch)}
+    probed = False
+    for _ in range(len(batch) + MAX_RACES):
+        left = [index for index in batch if index not in outcome]
+        if not left:
+            return outcome
+        try:
+            created = await _create_many(store, [items[i][0] for i in left], transaction)
+        except TaskExists as exc:
+            index = next((i for i in left if items[i][0].id == exc.current.id), None)
+            if index is None or not items[index][1]:
+                raise  # a random id taken (or a store naming another id): as submit
+            outcome[index] = exc.current
+            if not probed:  # every keyed id that is taken, read once
+                probed = True
+                outcome.update(await _probe(store, items, left, outcome))
+            for i, current in outcome.items():
+                if isinstance(current, Snapshot):
+                    check_join(policy, items[i][0], authority, current)
+            continue
+        for index, snapshot in zip(left, created, strict=True):
+            outcome[index] = Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
+        return outcome
+    raise StoreUnavailable("submit_many kept losing races; try again")
+
+
+async def _probe(
+    store: TaskStore, items: Sequence[Item], left: list[int],
+    outcome: dict[int, Submitted | Snapshot | None],
+) -> dict[int, Snapshot]:
+    """The tasks found at the keyed ids of ``left`` not yet known to be taken (an expired
+    one reads as free: its ``create_many`` refusal names it next)."""
+    found: dict[int, Snapshot] = {}
+    for index in left:
+        new, keyed = items[index]
+        if not keyed or index in outcome:
+            continue
+        try:
+            found[index] = await store.get(new.id, tenant=None)
+        except TaskNotFound:
+            continue
+    return found
+
+
+async def _create_many(
+    store: TaskStore, news: list[NewTask], transaction: Any
+) -> list[Snapshot]:
+    """``store.create_many``, naming ``transaction`` only when there is one."""
+    if transaction is None:
+        return await store.create_many(news)
+    return await store.create_many(news, transaction=transaction)
+
+
+def refused(index: int, exc: Exception) -> Exception:
+    """The refusal of item ``index``: ``exc``'s type, its message naming the item."""
+    return type(exc)(f"item {index}: {exc}")
