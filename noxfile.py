@@ -277,7 +277,9 @@ PGQUEUER = "pgqueuer==1.6.0"
 def bench(session: nox.Session) -> None:
     """The hot-path benchmark (packages/store-sql/bench): burn-down, enqueue, enqueue→start
     latency and commits per task on memory, SQLite and PostgreSQL, as ratios to baselines
-    measured in the same run. A benchmark, not a test: tagged `bench`, never `all` (CI).
+    measured in the same run; on PostgreSQL also the ratio to pgqueuer and how late delayed
+    tasks start past their `run_at` (bench/delay_latency.py). A benchmark, not a test:
+    tagged `bench`, never `all` (CI).
     PostgreSQL is a database of its own (`TASKS_BENCH_POSTGRES_URL`, created if missing);
     unreachable, the session skips. `nox -s bench -- --tasks 20000 --stores postgresql`."""
     url = os.environ.get("TASKS_BENCH_POSTGRES_URL", BENCH_POSTGRES)

@@ -45,8 +45,10 @@ about two to three minutes; the issue's figures are for ``--tasks 10000``. The i
 printed beside them: burn-down at least pgqueuer's (4,200/s where the bare ``UPDATE`` did
 7,300/s: a ratio of 0.575), at most 0.5 commits per task, and an idle worker starting a
 task within 3 ms (p50) of its submit.
-``--cancel-latency`` measures instead how soon a running handler learns of a cancel made
-by another process (``cancel_latency.py``).
+After the rounds, on PostgreSQL: how late an idle worker starts delayed tasks past their
+``run_at``, and fresh ones past their creation, submitted among them (``delay_latency.py``;
+``--delay-latency``: only that). ``--cancel-latency`` measures instead how soon a running
+handler learns of a cancel made by another process (``cancel_latency.py``).
 A benchmark, never a test: nothing here asserts a speed.
 """
 
@@ -489,6 +491,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     report["peer"] = await _peer(dsn, args.tasks)
                     report["rounds"] = await _rounds(args, dsn, result.burn_down,
                                                      report["peer"].get("pgqueuer"))
+                    report["delayed"] = await _delayed(target, args)
         report["runtime_alone"] = await _runtime_alone(args)
     return report
 
@@ -503,6 +506,15 @@ async def _runtime_alone(args: argparse.Namespace) -> dict[str, Any]:
         rate = await burn_down(app, probe, args.tasks, args.concurrency, args.prefetch)
         return {"burn_down": round(rate, 1),
                 "cpu_per_task": cpu.per_task(spent, cpu.sample(), args.tasks)}
+
+
+async def _delayed(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    """The start delay of delayed and fresh tasks on ``target`` (``delay_latency.py``)."""
+    import delay_latency  # (here: it imports this module)
+
+    return {"delayed": args.delayed, "spread_s": args.delay_spread,
+            "concurrency": args.concurrency,
+            "stores": {target.name: await delay_latency.measure(target, args)}}
 
 
 async def _rounds(args: argparse.Namespace, dsn: str | None, ours: float,
@@ -632,6 +644,11 @@ def render(report: dict[str, Any]) -> str:
                 f"{' '.join(f'{r:.2f}' for r in ratios)}; median "
                 f"{statistics.median(ratios):.2f} (target >= 1)"
             )
+    delayed = report.get("delayed")
+    if delayed:
+        import delay_latency  # (here: it imports this module)
+
+        lines += ["", *delay_latency.table(delayed, delayed["stores"])]
     return "\n".join(lines)
 
 
@@ -657,7 +674,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cancel-latency", action="store_true",
                         help="only cancel → handler latency from another process")
     parser.add_argument("--cancels", type=int, default=200, help="--cancel-latency: per store")
-    parser.add_argument("--seed", type=int, default=31, help="--cancel-latency: the pauses")
+    parser.add_argument("--delay-latency", action="store_true",
+                        help="only the start delay of delayed (and fresh) tasks")
+    parser.add_argument("--delayed", type=int, default=300,
+                        help="start delay: delayed tasks per store (and a third as many fresh)")
+    parser.add_argument("--delay-spread", type=float, default=3.0,
+                        help="start delay: seconds over which every task is submitted")
+    parser.add_argument("--seed", type=int, default=31,
+                        help="--cancel-latency: the pauses; start delay: the delays")
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
@@ -667,11 +691,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--tasks and --samples must be at least 10")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.delayed < 10 or args.delay_spread <= 0:
+        parser.error("--delayed must be at least 10 and --delay-spread above 0")
     if args.cancel_latency:
         import cancel_latency  # (here: it imports this module)
 
         report = asyncio.run(cancel_latency.run(args))
         print(cancel_latency.render(report))
+    elif args.delay_latency:
+        import delay_latency  # (here: it imports this module)
+
+        report = asyncio.run(delay_latency.run(args))
+        print(delay_latency.render(report))
     else:
         report = asyncio.run(run(args))
         print(render(report))
