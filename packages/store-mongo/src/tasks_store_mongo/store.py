@@ -1,11 +1,12 @@
 """``MongoStore``: the MongoDB store, on PyMongo's ``AsyncMongoClient`` or motor.
 
 One class of one private module per group of operations, all on ``_base``'s plumbing:
-``_records`` (create, read, delete, reap), ``_claims``, ``_transitions``, ``_leases``,
-``_wakeups`` and ``_cancels``. Every single-task operation is a compare-and-set on the
-task's one document; capacity counters, exclusive claims and ``transition_many`` use a
-multi-document transaction on a replica set. Every write is ``{w: "majority", j: true}``
-unless the client's own write concern says otherwise (``_driver.write_concern_for``).
+``_records`` (create, read, delete, reap), ``_bulk`` (create_many), ``_claims``,
+``_transitions``, ``_leases``, ``_wakeups`` and ``_cancels``. Every single-task operation
+is a compare-and-set on the task's one document; capacity counters, exclusive claims,
+``create_many`` and ``transition_many`` use a multi-document transaction on a replica set.
+Every write is ``{w: "majority", j: true}`` unless the client's own write concern says
+otherwise (``_driver.write_concern_for``).
 Time is the server's (``hello.localTime``, sampled per operation) unless a ``clock`` is
 injected. docs/mongodb.md has the capability matrix per deployment, the URL format, the
 write concern and why each operation is atomic.
@@ -17,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tasks_store_mongo._base import operation
+from tasks_store_mongo._bulk import MongoBulk
 from tasks_store_mongo._cancels import MongoCancels
 from tasks_store_mongo._capabilities import MAX_CAPABILITIES
 from tasks_store_mongo._claims import MongoClaims
@@ -29,7 +31,8 @@ __all__ = ["MongoStore"]
 
 
 class MongoStore(
-    MongoRecords, MongoClaims, MongoTransitions, MongoLeases, MongoWakeups, MongoCancels
+    MongoRecords, MongoBulk, MongoClaims, MongoTransitions, MongoLeases, MongoWakeups,
+    MongoCancels,
 ):
     """The MongoDB store. Open it with :meth:`open` (or ``tasks_core.open_store(url)``).
 
@@ -50,6 +53,8 @@ class MongoStore(
                                     server raises ``CapabilityNotSupported``
     batch_transitions  replica set  one transaction, each item by its own
                                     compare-and-set; a standalone server raises
+    batch_create       replica set  ``create_many``: one transaction, one
+                                    ``insert_many``; a standalone server raises
     transactional_     replica set  ``create(transaction=session)``: the application's
     submit                          ``ClientSession`` (of the store's client, in a
                                     transaction it started); the task exists iff it

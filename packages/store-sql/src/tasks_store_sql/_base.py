@@ -162,6 +162,7 @@ class StoreBase:
             wakeups=self._wakeups_supported(),
             exclusive_queues=True,
             batch_transitions=True,
+            batch_create=True,
             transactional_submit=True,
             cancel_wakeups=self._wakeups_supported(),  # the same databases
         )
@@ -355,14 +356,17 @@ class StoreBase:
         value = (await conn.execute(stmt)).scalar()
         return None if value is None else int(value)
 
-    async def _keep_scope_bound(self, conn: AsyncConnection, tenant: str, room: Room) -> None:
-        """Store ``tenant``'s bound after a create (:class:`~tasks_store_sql._scopes.Room`):
-        insert or replace its row, or raise the row there is by one."""
+    async def _keep_scope_bound(
+        self, conn: AsyncConnection, tenant: str, room: Room, created: int = 1
+    ) -> None:
+        """Store ``tenant``'s bound after a create of ``created`` tasks
+        (:class:`~tasks_store_sql._scopes.Room`): insert or replace its row, or raise the
+        row there is by ``created``."""
         locks = self.tables.locks
         name = scope_lock(tenant)
         if room.bound is None:
             await conn.execute(sa.update(locks).where(locks.c.name == name)
-                               .values(value=locks.c.value + 1))
+                               .values(value=locks.c.value + created))
             return
         row = {"name": name, "value": room.bound}
         if self._db.kind == "mysql":

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from tasks_store_sql._schema import SCOPE_PREFIX
 
-__all__ = ["Room", "room_for_one", "scope_lock"]
+__all__ = ["Room", "room_for", "room_for_one", "scope_lock"]
 
 
 def scope_lock(tenant: str) -> str:
@@ -32,7 +32,8 @@ class Room(NamedTuple):
     Attributes:
         full: the tenant has no room: refuse the create.
         bound: the bound to store with the task; ``None``: raise a stored bound by one
-            (the stored tasks alone showed room, and nothing was read).
+            (by the tasks created, :func:`room_for`: the stored tasks alone showed room,
+            and nothing was read).
     """
 
     full: bool
@@ -59,10 +60,23 @@ async def room_for_one(
         read_bound: reads the tenant's stored bound (``None``: none stored).
         count: counts the tenant's active tasks now, up to ``limit``.
     """
-    if stored < limit:
+    return await room_for(stored, limit, 1, read_bound, count)
+
+
+async def room_for(
+    stored: int,
+    limit: int,
+    tasks: int,
+    read_bound: Callable[[], Awaitable[int | None]],
+    count: Callable[[], Awaitable[int]],
+) -> Room:
+    """Whether ``tasks`` more active tasks fit in a tenant, as :func:`room_for_one`
+    decides for one (a batch of ``create_many``: ``stored`` counts the tasks stored
+    before it)."""
+    if stored + tasks <= limit:
         return Room(False, None)
     bound = await read_bound()
     known = stored if bound is None else min(bound, stored)
-    if known >= limit:
+    if known + tasks > limit:
         known = await count()
-    return Room(known >= limit, known + 1)
+    return Room(known + tasks > limit, known + tasks)

@@ -12,23 +12,23 @@ concurrent creators. The reference (capabilities, URLs, options) is :class:`SQLS
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from tasks_core import rules
+from tasks_core import rules, storekit
 from tasks_core.errors import CapacityExceeded, InvalidInput, TaskExists, TaskNotFound
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
+from tasks_store_sql._bulk import BulkCreates
 from tasks_store_sql._dialect import kind_of
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import room_for_one
 from tasks_store_sql._url import parse_url
-from tasks_store_sql._waits import WaitOps
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
@@ -38,7 +38,7 @@ CREATOR_WAIT = 30.0
 checkout may wait) before it fails with ``StoreUnavailable``, nothing written."""
 
 
-class SQLStore(WaitOps):
+class SQLStore(BulkCreates):
     """The SQL store. Create with a URL or an engine; nothing touches the database until
     the first operation (or :meth:`open`). PostgreSQL on asyncpg gives the subclass
     :class:`~tasks_store_sql.postgres.PostgresStore`.
@@ -63,6 +63,8 @@ class SQLStore(WaitOps):
                        change                   psycopg)
     exclusive_queues   yes          yes         yes            yes
     batch_transitions  yes          yes         yes            yes
+    batch_create       yes          yes         yes (a few     yes
+                                                statements)
     transactional_     yes          yes         yes            yes
     submit
     =================  ===========  ==========  =============  ============================
@@ -115,6 +117,7 @@ class SQLStore(WaitOps):
         batch_transitions=True,
         transactional_submit=True,
         cancel_wakeups=True,
+        batch_create=True,
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
@@ -221,6 +224,32 @@ class SQLStore(WaitOps):
             return await self._create(new, replace, transaction)
         await self._ensure_ready()
         return await self._create_own(new, replace)
+
+    async def create_many(
+        self, news: Sequence[NewTask], *, transaction: AsyncConnection | None = None
+    ) -> list[Snapshot]:
+        """Store every task of ``news`` at one instant in one transaction, or none (see
+        ``TaskStore.create_many``); ``transaction`` as for :meth:`create`.
+
+        Raises:
+            InvalidInput: a bad batch; ``transaction`` is not an ``AsyncConnection``.
+            TaskExists, CapacityExceeded: nothing stored.
+            SchemaMismatch: as for :meth:`create`.
+            StoreCorrupt: a row holding one of the ids fails validation.
+            StoreUnavailable: transient failure; nothing stored.
+        """
+        batch = storekit.check_create_many(news)
+        if transaction is not None:
+            if not isinstance(transaction, AsyncConnection):
+                raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
+                                   "transaction runs on")
+            await self._check_ready_on(transaction)
+            return await self._create_batch(batch, transaction) if batch else []
+        await self._ensure_ready()
+        if not batch:
+            return []
+        async with self._creator_turn():
+            return await self._create_batch(batch, None)
 
     async def _create_own(self, new: NewTask, replace: Snapshot | None) -> Snapshot:
         """``create`` in a transaction of the store's own, in the creators' turn

@@ -10,17 +10,17 @@ in SQL are held to them byte for byte by their tests.
 
 from __future__ import annotations
 
-from tasks_store_sql.postgres._creates import PostgresCreates
+from tasks_store_sql.postgres._bulk import PostgresBulk
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(PostgresCreates, on_asyncpg=True):
+class PostgresStore(PostgresBulk, on_asyncpg=True):
     """The SQL store on PostgreSQL with asyncpg (see ``SQLStore`` for URLs and options).
 
     Its hot path runs prebuilt statements on the driver's connection: ``claim_next`` in
     up to three tiers (:mod:`._claims`), ``claim``/``renew``/``report_progress``/
     ``release`` in one lock and one write, ``transition_many`` with the completions of
     claimed runs in one statement (:mod:`._transitions`), and creates of one event loop
-    together in one statement (:mod:`._creates`).
+    together in one statement (:mod:`._creates`), ``create_many`` in a few (:mod:`._bulk`).
     """

@@ -1,0 +1,98 @@
+"""``create_many`` on the SQL path (capability ``batch_create``): a batch of new tasks in
+one transaction, all or nothing, in the creators' turn.
+
+The creators' lock row is taken first (it counts the stored tasks), the clock read after
+it, then the rows holding any of the batch's ids (a locking read), each tenant's room by
+its bound (:func:`~tasks_store_sql._scopes.room_for`); ``storekit`` decides. The tasks go
+in with one multi-row insert, their members with another; the count and each tenant's
+bound are written once per batch.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from functools import partial
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import storekit
+from tasks_core.errors import CapacityExceeded
+from tasks_core.models import NewTask, Snapshot
+
+from tasks_store_sql import _codec
+from tasks_store_sql._base import TaskRow
+from tasks_store_sql._scopes import Room, room_for
+from tasks_store_sql._waits import WaitOps
+
+__all__ = ["BulkCreates"]
+
+
+class BulkCreates(WaitOps):
+    """The batch creates of the SQL path (``SQLStore`` adds the public ``create_many``)."""
+
+    def _creator_turn(self) -> AbstractAsyncContextManager[None]:
+        """This store's turn among its creators (``SQLStore``'s)."""
+        raise NotImplementedError
+
+    async def _count_active(
+        self, conn: AsyncConnection, tenant: str, other_than: str, now: datetime
+    ) -> int:
+        """Active tasks of ``tenant`` counted up to the limit (``SQLStore``'s)."""
+        raise NotImplementedError
+
+    async def _create_batch(
+        self, batch: Sequence[NewTask], connection: AsyncConnection | None
+    ) -> builtins.list[Snapshot]:
+        """Create the checked ``batch`` in one transaction (``connection``: the
+        application's) or nothing.
+
+        Raises:
+            TaskExists, CapacityExceeded: nothing written.
+            StoreCorrupt: a row holding one of the ids fails validation.
+            StoreUnavailable: transient failure; nothing written.
+        """
+        async def op(conn: AsyncConnection) -> list[Snapshot]:
+            total = await self._lock_counter(conn)
+            now = await self._now(conn)
+            taken = {row.id: row.decode() for row in await self._rows_of(conn, batch)}
+            storekit.refuse_taken(batch, taken, now)
+            storekit.check_stored_room(len(batch), total, self.limits)
+            rooms: dict[str, tuple[Room, int]] = {}
+            for tenant, count in storekit.tenant_counts(batch).items():
+                room = await room_for(
+                    total, self.limits.scope_cap, count,
+                    partial(self._scope_bound, conn, tenant),
+                    partial(self._count_active, conn, tenant, "", now),
+                )
+                if room.full:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
+                rooms[tenant] = (room, count)
+            snapshots = storekit.new_snapshots(batch, now)
+            t = self.tables
+            await conn.execute(sa.insert(t.tasks), [
+                {"id": s.id, "row_version": 0, **_codec.projection(s, None)} for s in snapshots
+            ])
+            await self._add_to_counter(conn, len(snapshots))
+            members = [m for s in snapshots for m in _codec.member_rows(s)]
+            if members:
+                await conn.execute(sa.insert(t.members), members)
+            for tenant, (room, count) in rooms.items():
+                await self._keep_scope_bound(conn, tenant, room, count)
+            for queue in dict.fromkeys(s.queue for s in snapshots):
+                await self._notify(conn, queue)
+            return snapshots
+
+        return await self._db.run(op, write=True, connection=connection)
+
+    async def _rows_of(self, conn: AsyncConnection, batch: Sequence[NewTask]) -> list[TaskRow]:
+        """The stored rows holding any id of ``batch`` (locked, but on SQLite, whose
+        writers are serialized)."""
+        t = self.tables.tasks
+        stmt = sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version,
+                         t.c.revision).where(t.c.id.in_([new.id for new in batch]))
+        if self._db.kind != "sqlite":
+            stmt = stmt.with_for_update()
+        return [TaskRow(*row) for row in await conn.execute(stmt)]

@@ -1,0 +1,153 @@
+"""PostgreSQL's ``create_many`` on asyncpg: a batch of new tasks in one transaction of a
+few prepared statements, however many tasks it holds.
+
+The creators' lock with the clock (``counter``), the rows holding any of the batch's ids
+(one ``= ANY`` read, locked), each tenant's room by its bound (``bound``/``active`` only
+when the stored tasks alone do not show room), then one statement inserts every task
+from arrays of its columns with its members, the count and the ``NOTIFY``; each tenant's
+bound is written once. ``storekit`` decides; a refusal rolls everything back. In the
+application's transaction: the SQL path's.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import rules, storekit
+from tasks_core.errors import CapacityExceeded, StoreError, StoreUnavailable
+from tasks_core.models import NewTask, Snapshot
+
+from tasks_store_sql import _codec
+from tasks_store_sql._batch import Loaded
+from tasks_store_sql._schema import MISSING_COUNTER
+from tasks_store_sql._scopes import Room, room_for, scope_lock
+from tasks_store_sql.postgres._create_sql import _inserted
+from tasks_store_sql.postgres._creates import PostgresCreates
+from tasks_store_sql.postgres._statements import ROW_COLUMNS, Statement, _counts
+
+__all__ = ["PostgresBulk"]
+
+_TEXT = postgresql.ARRAY(sa.Text)
+
+
+class PostgresBulk(PostgresCreates):
+    """``create_many`` on the driver (see the module docstring)."""
+
+    @functools.cached_property
+    def _taken_sql(self) -> Statement:
+        """The rows of the ids of array ``ids``, locked."""
+        t = self.tables.tasks
+        return Statement.of(
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            .where(t.c.id == sa.func.any(sa.bindparam("ids", type_=_TEXT)))
+            .with_for_update()
+        )
+
+    @functools.cached_property
+    def _insert_many_sql(self) -> Statement:
+        """Insert the tasks of arrays ``ids`` and :data:`ROW_COLUMNS` with their members
+        (JSON ``members``), count them and wake their queues; the counts of tasks,
+        counter rows, members and notifications written."""
+        names = [name for name, _ in ROW_COLUMNS]
+        rows = sa.func.unnest(
+            sa.bindparam("ids", type_=_TEXT),
+            *(sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, type_ in ROW_COLUMNS),
+        ).table_valued("id", *names).render_derived()
+        values = sa.select(rows.c.id, sa.literal(0, sa.Integer), *(rows.c[n] for n in names))
+        return Statement.of(sa.select(*_counts(*_inserted(
+            self.tables, self.sql.channel, ["id", "row_version", *names], values))))
+
+    @functools.cached_property
+    def _raise_bound_sql(self) -> Statement:
+        """Raise the bound row ``name`` by ``by``, if there is one."""
+        locks = self.tables.locks
+        return Statement.of(
+            sa.update(locks)
+            .where(locks.c.name == sa.bindparam("name", type_=sa.Text))
+            .values(value=locks.c.value + sa.bindparam("by", type_=sa.BigInteger))
+        )
+
+    async def _create_batch(
+        self, batch: Sequence[NewTask], connection: AsyncConnection | None
+    ) -> builtins.list[Snapshot]:
+        """The checked ``batch`` in one transaction on the driver (``connection``: the
+        application's, on the SQL path).
+
+        Raises:
+            TaskExists, CapacityExceeded: nothing written.
+            StoreCorrupt: a row holding one of the ids fails validation.
+            StoreUnavailable: transient failure, or the creators' row is missing.
+        """
+        if connection is not None:
+            return await super()._create_batch(batch, connection)
+        sql, limits = self.sql, self.limits
+
+        async def op(driver: Any) -> list[Snapshot]:
+            locked = await driver.fetchrow(
+                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=batch[0].id))
+            if locked is None:
+                raise StoreError(MISSING_COUNTER)
+            total, clock, _ = locked
+            now = rules.tick(clock)
+            found = await driver.fetch(self._taken_sql.sql, *self._taken_sql.args(
+                ids=[new.id for new in batch]))
+            taken = {row[0]: Loaded(*row).snapshot for row in found}
+            storekit.refuse_taken(batch, taken, now)
+            storekit.check_stored_room(len(batch), total, limits)
+            rooms: dict[str, tuple[Room, int]] = {}
+            for tenant, count in storekit.tenant_counts(batch).items():
+                room = await room_for(total, limits.scope_cap, count,
+                                      functools.partial(self._bound, driver, tenant),
+                                      functools.partial(self._active, driver, tenant, now))
+                if room.full:
+                    raise CapacityExceeded("max_active_tasks_per_scope")
+                rooms[tenant] = (room, count)
+            snapshots = storekit.new_snapshots(batch, now)
+            await self._insert_many(driver, snapshots)
+            for tenant, (room, count) in rooms.items():
+                name = scope_lock(tenant)
+                if room.bound is None:
+                    statement = self._raise_bound_sql
+                    await driver.execute(statement.sql, *statement.args(name=name, by=count))
+                else:
+                    await driver.execute(sql.store_bound.sql,
+                                         *sql.store_bound.args(name=name, value=room.bound))
+            return snapshots
+
+        return await self._db.run_driver(op)
+
+    async def _insert_many(self, driver: Any, snapshots: Sequence[Snapshot]) -> None:
+        """Insert ``snapshots`` (their ids free under the creators' lock) in one statement.
+
+        Raises:
+            StoreUnavailable: fewer rows written than asked (nothing is committed).
+        """
+        values: dict[str, Any] = {"ids": [s.id for s in snapshots]}
+        projected = [_codec.projection(s, None) for s in snapshots]
+        for name, _ in ROW_COLUMNS:
+            values[name] = [p[name] for p in projected]
+        members = [m for s in snapshots for m in _codec.member_rows(s)]
+        statement = self._insert_many_sql
+        counts = await driver.fetchrow(statement.sql, *statement.args(
+            members=_codec.encode(members), **values))
+        if tuple(counts[:3]) != (len(snapshots), 1, len(members)):
+            raise StoreUnavailable("A task of the batch was created concurrently, or the "
+                                   "creators' lock row is missing: nothing was written")
+
+    async def _bound(self, driver: Any, tenant: str) -> int | None:
+        """The stored bound of ``tenant`` (:mod:`tasks_store_sql._scopes`)."""
+        statement = self.sql.bound
+        value = await driver.fetchval(statement.sql, *statement.args(name=scope_lock(tenant)))
+        return None if value is None else int(value)
+
+    async def _active(self, driver: Any, tenant: str, now: Any) -> int:
+        """The active tasks of ``tenant`` at ``now``, counted up to the limit."""
+        statement = self.sql.active
+        return int(await driver.fetchval(statement.sql, *statement.args(
+            tenant=tenant, now=now, id="", cap=self.limits.scope_cap)))
