@@ -15,6 +15,7 @@ from rich.live import Live
 
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core.authority import Authority, Owner, System
+from tasks_core.cli._many import read_items
 from tasks_core.cli._periodic import cmd_periodic
 from tasks_core.cli._render import (
     Bars,
@@ -186,13 +187,24 @@ def _task_of(app: App, args: argparse.Namespace) -> TaskDef | str:
     Raises:
         InvalidInput: with ``--app``, a name the app does not register; a bad queue name.
     """
+    return _task_named(app, args, args.name, args.queue)
+
+
+def _task_named(
+    app: App, args: argparse.Namespace, name: str, queue: str | None
+) -> TaskDef | str:
+    """:func:`_task_of` for task ``name`` on ``queue`` (a line of ``--many``, too).
+
+    Raises:
+        InvalidInput: as :func:`_task_of`.
+    """
     if args.app is None:
-        if args.queue:
-            app.declare_queue(args.queue)
-        return str(args.name)
-    definition = app.tasks.get(args.name)
+        if queue:
+            app.declare_queue(queue)
+        return name
+    definition = app.tasks.get(name)
     if definition is None:
-        raise InvalidInput(f"task {args.name!r} is not registered in {args.app}")
+        raise InvalidInput(f"task {name!r} is not registered in {args.app}")
     return definition
 
 
@@ -204,6 +216,10 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
             ``--app`` does not register; nothing written.
         AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit``.
     """
+    if args.many is not None:
+        return await _submit_many(app, args, console)
+    if args.name is None:
+        raise InvalidInput("name the task to submit, or give --many FILE")
     try:
         data = _json_value(args.input, "--input") if args.input else None
     except json.JSONDecodeError as exc:
@@ -221,6 +237,28 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     if args.wait:
         return await _follow(app, submitted.id, authority, console)
+    return 0
+
+
+async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> int:
+    """``tasks submit [NAME] --many FILE``: every line of FILE in one ``submit_many``
+    (:mod:`tasks_core.cli._many`); one line per item, in order.
+
+    Raises:
+        InvalidInput: an option that a line gives instead, or a bad line (named by its
+            number) or item (named by its index, from 0); nothing written.
+        AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit_many``.
+    """
+    given = [option for option, value in (
+        ("--input", args.input), ("--key", args.key), ("--global", args.global_key),
+        ("--queue", args.queue), ("--wait", args.wait), ("--priority", args.priority),
+        ("--delay", args.delay), ("--at", args.at)) if value not in (None, False)]
+    if given:
+        raise InvalidInput(f"--many takes every option from its lines, not {given[0]}")
+    items = read_items(args.many, args.name,
+                       lambda name, queue: _task_named(app, args, name, queue))
+    for submitted in await app.submit_many(items, authority_of(args)):
+        one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     return 0
 
 

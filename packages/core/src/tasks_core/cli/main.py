@@ -115,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not run the app's periodic schedules in this worker")
 
     p = sub.add_parser("submit", parents=[common, who], help="submit a task by name")
-    p.add_argument("name", help="the registered task name")
+    p.add_argument("name", nargs="?",
+                   help="the registered task name (with --many: of lines without 'task')")
+    p.add_argument("--many", metavar="FILE.jsonl",
+                   help="submit every line of FILE ('-': stdin) in one batch: a JSON object "
+                        "of task, input, key, global, queue, delay, at, priority")
     p.add_argument("--app", metavar="MODULE:ATTR",
                    help="your App, e.g. myapp:app: the task's registered queue, retry, "
                         "timeout and delivery limit apply (without it: the defaults)")

@@ -1,0 +1,94 @@
+"""``tasks submit --many FILE.jsonl``: one bulk submit (``App.submit_many``) of a JSON
+object per line — ``task`` (default: the command's NAME), ``input``, ``key``, ``global``,
+``queue``, ``delay`` (seconds, or ``"30s"``/``"5m"``…), ``at`` (an ISO 8601 instant with
+a time zone) and ``priority``; blank lines are skipped. ``-`` reads standard input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tasks_core.definitions import TaskDef
+from tasks_core.durations import MAX_WAIT_S, parse_duration, parse_instant
+from tasks_core.errors import InvalidInput
+from tasks_core.items import SubmitItem
+
+__all__ = ["LINE_KEYS", "read_items"]
+
+LINE_KEYS = frozenset({"task", "input", "key", "global", "queue", "delay", "at", "priority"})
+"""What a line may hold."""
+
+
+def read_items(
+    path: str, default: str | None, task_of: Callable[[str, str | None], TaskDef | str]
+) -> list[SubmitItem]:
+    """The items of the file at ``path`` (``-``: standard input).
+
+    Args:
+        path: the file.
+        default: the task of a line without ``task``.
+        task_of: what to submit for a task name and the line's queue (the command's
+            ``--app`` rules).
+
+    Raises:
+        InvalidInput: a file that cannot be read, or a bad line (named by its number);
+            nothing written.
+    """
+    try:
+        if path == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            with open(path, encoding="utf-8") as file:
+                lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"--many: cannot read {path!r}: {exc}") from None
+    return list(_items(enumerate(lines, 1), default, task_of))
+
+
+def _items(
+    lines: Iterable[tuple[int, str]], default: str | None,
+    task_of: Callable[[str, str | None], TaskDef | str],
+) -> Iterable[SubmitItem]:
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            yield _item(json.loads(line), default, task_of)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and InvalidInput too
+            message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InvalidInput(f"line {number}: {message}") from None
+
+
+def _item(
+    value: Any, default: str | None, task_of: Callable[[str, str | None], TaskDef | str]
+) -> SubmitItem:
+    """One line as an item.
+
+    Raises:
+        InvalidInput: not an object, an unknown key, no task, a bad delay or instant.
+    """
+    if not isinstance(value, dict):
+        raise InvalidInput("each line must be a JSON object")
+    unknown = sorted(set(value) - LINE_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown key(s) {', '.join(unknown)}; a line may hold "
+                           f"{', '.join(sorted(LINE_KEYS))}")
+    name = value.get("task", default)
+    if not isinstance(name, str):
+        raise InvalidInput("name the task: a 'task' key, or the command's NAME")
+    queue = value.get("queue")
+    delay = value.get("delay")
+    if isinstance(delay, str):
+        delay = parse_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
+    at = value.get("at")
+    if at is not None and not isinstance(at, str):
+        raise InvalidInput("at must be an ISO 8601 instant with a time zone")
+    return SubmitItem(
+        task_of(name, queue), value.get("input"), key=value.get("key"),
+        dedup="global" if value.get("global") is True else "owner", queue=queue,
+        delay=delay, run_at=None if at is None else parse_instant(at, "at"),
+        priority=value.get("priority"),
+    )
