@@ -66,10 +66,18 @@ def _query_plan(element: QueryPlan, compiler: SQLCompiler, **kw: Any) -> str:
     return "EXPLAIN QUERY PLAN " + compiler.process(element.statement, **kw)
 
 
+@compiles(QueryPlan, "mysql")
+@compiles(QueryPlan, "mariadb")
+def _explain(element: QueryPlan, compiler: SQLCompiler, **kw: Any) -> str:
+    """MariaDB's ``EXPLAIN`` of a statement, compiled with it."""
+    return "EXPLAIN " + compiler.process(element.statement, **kw)
+
+
 @contextmanager
 def captured(store: SQLStore) -> Iterator[Captured]:
-    """What ``store`` sends through SQLAlchemy meanwhile: on SQLite the statements (as
-    SQLAlchemy elements, to be explained), elsewhere their SQL and parameters."""
+    """What ``store`` sends through SQLAlchemy meanwhile: on SQLite and MariaDB the
+    statements (as SQLAlchemy elements, to be explained), on PostgreSQL their SQL and
+    parameters."""
     sent: Captured = []
     engine = store.engine.sync_engine
 
@@ -84,7 +92,7 @@ def captured(store: SQLStore) -> Iterator[Captured]:
     def cursor(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
         sent.append((statement, params))
 
-    event, hook = (("before_execute", element) if engine.dialect.name == "sqlite"
+    event, hook = (("before_execute", element) if engine.dialect.name != "postgresql"
                    else ("before_cursor_execute", cursor))
     sa.event.listen(engine, event, hook)
     try:
@@ -140,12 +148,20 @@ async def _postgres_uses(
     return f"no scan of {', '.join(unused)} (generic plan)" if unused else None
 
 
-async def _mariadb_uses(
-    store: SQLStore, names: list[str], sql: str, params: Any
-) -> str | None:
-    """``None`` when MariaDB's plan of ``sql`` reads every index of ``names``."""
+async def _mariadb_plan(store: SQLStore, sent: Any) -> list[dict[str, Any]]:
+    """MariaDB's ``EXPLAIN`` rows of the statement ``sent`` (with its values)."""
+    statement, values = sent
     async with store.engine.connect() as conn:
-        rows = (await conn.exec_driver_sql("EXPLAIN " + sql, params)).mappings().all()
+        return [dict(row) for row in
+                (await conn.execute(QueryPlan(statement), values)).mappings()]
+
+
+async def _mariadb_uses(
+    store: SQLStore, names: list[str], _: str, sent: Any
+) -> str | None:
+    """``None`` when MariaDB's plan of the statement ``sent`` reads every index of
+    ``names``."""
+    rows = await _mariadb_plan(store, sent)
     keys = {row["key"] for row in rows}
     return None if set(names) <= keys else "\n".join(str(dict(row)) for row in rows)
 
@@ -278,9 +294,8 @@ async def _postgres_sorts(store: SQLStore, name: str, sql: str, params: Any) -> 
     return None if read and not sorted_ else json.dumps(plan, indent=1)
 
 
-async def _mariadb_sorts(store: SQLStore, name: str, sql: str, params: Any) -> str | None:
-    async with store.engine.connect() as conn:
-        rows = (await conn.exec_driver_sql("EXPLAIN " + sql, params)).mappings().all()
+async def _mariadb_sorts(store: SQLStore, name: str, _: str, sent: Any) -> str | None:
+    rows = await _mariadb_plan(store, sent)
     mine = [row for row in rows if row["key"] == name]
     sorted_ = [row for row in mine if "filesort" in str(row["Extra"] or "")]
     return None if mine and not sorted_ else "\n".join(str(dict(row)) for row in rows)
