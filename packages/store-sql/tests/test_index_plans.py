@@ -190,14 +190,17 @@ def every_opener(request: pytest.FixtureRequest) -> Opener:
 
 async def _crowded(store: SQLStore, clock: ManualClock) -> None:
     """Tasks of another queue and tenant, enough that a scan in claim order is the plan to
-    pick, and of the claimed queue delayed tasks, a retry pending and running tasks."""
+    pick, and of the claimed queue tasks of three priorities, delayed tasks (one of them
+    urgent), a retry pending and running tasks."""
     for _ in range(3):
         await store.create(new_task(queue="other"))
     for _ in range(CLAIMABLE):
         await store.create(new_task(owner=None, tenant="other"))
     for n in range(5):
-        await store.create(new_task(delay_s=60 + n))
+        await store.create(new_task(delay_s=60 + n, priority=9 if n == 2 else 0))
     await store.create(new_task())
+    for priority in (-3, 5, 5):
+        await store.create(new_task(priority=priority))
     await store.claim_next("w0", LEASE_S, queues=["default"], limit=1)
     clock.advance(1)
 
@@ -205,8 +208,9 @@ async def _crowded(store: SQLStore, clock: ManualClock) -> None:
 async def test_claims_read_the_claim_index_in_claim_order_and_the_lease_index(
     every_opener: Opener, closing: Callable[[SQLStore], SQLStore]
 ) -> None:
-    """The claim's candidates come from the claim index in ``(available_at, id)`` order
-    (no sort of what it holds) and from the lease index."""
+    """The claim's candidates come from the claim index in claim order, ``(neg_priority,
+    available_at, id)`` (no sort of what it holds: every key ascending, on MariaDB too),
+    and from the lease index."""
     clock = ManualClock()
     store = closing(await every_opener(clock=clock))
     await _crowded(store, clock)
@@ -233,17 +237,22 @@ async def test_claims_read_the_claim_index_in_claim_order_and_the_lease_index(
     await _assert_in_order(store, "ix_tasks_claim", reads)
 
 
-async def test_next_available_reads_the_claim_index_past_now(
+async def test_next_available_reads_the_waiting_index_past_now(
     every_opener: Opener, closing: Callable[[SQLStore], SQLStore]
 ) -> None:
+    """``next_available`` reads the waiting index (retries and delayed tasks, by
+    ``available_at`` whatever the priority) past ``now``, in its order: the earliest of
+    the delayed tasks, not the urgent one."""
     clock = ManualClock()
     store = closing(await every_opener(clock=clock))
     await _crowded(store, clock)
     with captured(store) as sent:
-        assert await store.next_available(["default"]) is not None
+        found = await store.next_available(["default"])
+    assert found is not None
+    assert 59 <= (found - clock.now()).total_seconds() <= 60
     reads = _reading(sent, store, "min(")
-    await _assert_uses(store, "ix_tasks_claim", reads)
-    await _assert_in_order(store, "ix_tasks_claim", reads)
+    await _assert_uses(store, "ix_tasks_waiting", reads)
+    await _assert_in_order(store, "ix_tasks_waiting", reads)
 
 
 async def _assert_in_order(

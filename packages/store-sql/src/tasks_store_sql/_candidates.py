@@ -1,5 +1,5 @@
-"""The claimable rows of a queue in claim order, ``(available_at, id)``: two disjoint
-branches, each read through the partial index made for it.
+"""The claimable rows of a queue in claim order, ``(neg_priority, available_at, id)``:
+two disjoint branches, each read through the partial index made for it.
 
 A claimable row is ``pending``, not expired, its ``available_at`` (``rules.available_at``:
 a retry's ``retry_at``, a delayed task's ``run_at``, else its creation) come, and either
@@ -7,8 +7,9 @@ a retry's ``retry_at``, a delayed task's ``run_at``, else its creation) come, an
 due delayed tasks in one range) — or **lapsed** — a lease that expired without ending
 (``ix_tasks_lease``). Each branch takes its ``limit`` first rows (locked, skipping rows
 other sessions hold, where the dialect locks rows) and the caller keeps the ``limit``
-first of their union by ``(available_at, id)``: the rows, in the order, of one scan of
-every pending row — without walking past a queue's running tasks or waiting ones.
+first of their union in claim order: the rows, in the order, of one scan of every pending
+row — without walking past a queue's running tasks (``neg_priority`` is minus the
+priority, ``storekit.claim_order``'s first key).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tasks_store_sql._schema import pending, unclaimed
+from tasks_store_sql._schema import pending, unclaimed, waiting
 
 __all__ = ["claimable_rows", "waiting_rows"]
 
@@ -33,8 +34,8 @@ def claimable_rows(
     lock: bool,
 ) -> sa.Subquery:
     """``columns`` of up to ``2 * limit`` claimable rows (at ``now``, also meeting
-    ``where``): each branch's ``limit`` first. The caller orders by ``(available_at, id)``
-    and keeps ``limit``; ``columns`` must carry what it orders by."""
+    ``where``): each branch's ``limit`` first. The caller orders by ``(neg_priority,
+    available_at, id)`` and keeps ``limit``; ``columns`` must carry what it orders by."""
     c = t.c
     branches = (
         unclaimed(c),
@@ -46,7 +47,7 @@ def claimable_rows(
             sa.select(*columns)
             .where(claimable, c.available_at <= now,
                    sa.or_(c.expires_at.is_(None), c.expires_at > now), *where)
-            .order_by(c.available_at, c.id)
+            .order_by(c.neg_priority, c.available_at, c.id)
             .limit(limit)
         )
         if lock:
@@ -60,7 +61,8 @@ def waiting_rows(
 ) -> sa.Select[Any]:
     """The earliest ``available_at`` after ``now`` of a row that waits for it (pending, no
     lease: a delayed task or a retry; also meeting ``where``), ``NULL`` for none — read in
-    the claim index, one range per queue past ``now``."""
+    the waiting index (``_schema.waiting``), one range per queue past ``now``, whatever
+    the priority."""
     c = t.c
     return sa.select(sa.func.min(c.available_at)).where(
-        unclaimed(c), c.available_at > now, *where)
+        waiting(c), c.available_at > now, *where)

@@ -41,8 +41,9 @@ __all__ = ["ClaimOps", "ClaimOrder"]
 
 log = logging.getLogger("tasks_store_sql")
 
-ClaimOrder = tuple[datetime, str]
-"""A candidate's place in the order the SQL store serves them: ``(available_at, id)``."""
+ClaimOrder = tuple[int, datetime, str]
+"""A candidate's place in the order the SQL store serves them: ``(neg_priority,
+available_at, id)`` (``storekit.claim_order``)."""
 
 
 class ClaimOps(ReadOps):
@@ -151,7 +152,7 @@ class ClaimOps(ReadOps):
                 except StoreCorrupt:
                     reports.corrupt_skipped(log, row.id, "claim_next")
                     continue
-                keys[row.id] = (rules.available_at(snapshot), row.id)
+                keys[row.id] = (-snapshot.priority, rules.available_at(snapshot), row.id)
                 started = scan.offer(snapshot)
                 if started is None:
                     continue
@@ -174,16 +175,16 @@ class ClaimOps(ReadOps):
         seen: set[str],
     ) -> list[tuple[Any, TaskRow]]:
         """Up to ``limit`` first claimable rows of ``queues``, locked, skipping rows
-        other sessions hold; keyed by ``(available_at, id)`` (as stored)."""
+        other sessions hold; keyed by ``(neg_priority, available_at, id)`` (as stored)."""
         stmt = self._statements.candidates
         params = {"b_queues": queues, "b_now": now, "b_seen": sorted(seen), "b_limit": limit}
         rows = (await conn.execute(stmt, params)).all()
-        return [((r[5], r[0]), TaskRow(*r[:5])) for r in rows]
+        return [((r[5], r[6], r[0]), TaskRow(*r[:5])) for r in rows]
 
     async def next_available(self, queues: Sequence[str]) -> datetime | None:
         """The earliest available instant after the store's ``now`` of a task of
         ``queues`` that waits for it (see ``TaskStore.next_available``): one read of the
-        claim index, a range per queue.
+        waiting index, a range per queue.
 
         Raises:
             InvalidInput: bad queue names.

@@ -240,7 +240,8 @@ def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
     holder released it or wrote its last event), so "live lease" is
     ``claim_expires_at > now`` in SQL, exactly :meth:`Snapshot.lease_live`;
     ``available_at`` is ``rules.available_at`` (claim order, and when a task waiting for
-    a retry or its ``run_at`` becomes claimable).
+    a retry or its ``run_at`` becomes claimable), after ``neg_priority``, minus the
+    priority (so that claim order is ascending in every key).
     """
     claim = snapshot.claim
     return {
@@ -256,6 +257,7 @@ def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
         "created_at": snapshot.created_at,
         "run_at": snapshot.run_at,
         "available_at": rules.available_at(snapshot),
+        "neg_priority": -snapshot.priority,
         "updated_at": snapshot.updated_at,
         "expires_at": snapshot.expires_at,
         "max_deliveries": snapshot.work.max_deliveries,

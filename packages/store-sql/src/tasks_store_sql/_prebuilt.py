@@ -21,8 +21,8 @@ __all__ = ["Prebuilt"]
 
 _PROJECTION = (
     "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
-    "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "updated_at",
-    "expires_at", "snapshot", "max_deliveries",
+    "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "neg_priority",
+    "updated_at", "expires_at", "snapshot", "max_deliveries",
 )
 """The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
 
@@ -43,9 +43,10 @@ class Prebuilt:
     """Every projection column (bound as ``p_<column>``), ``row_version = b_next``, where
     ``id = b_id`` and ``row_version = b_version``."""
     candidates: sa.Select[Any]
-    """The first claimable rows by ``(available_at, id)`` of queues ``b_queues`` at
-    ``b_now``, but ``b_seen``, at most ``b_limit``, with ``available_at`` as stored
-    (locked, skipping locked rows, where the dialect can)."""
+    """The first claimable rows in claim order, ``(neg_priority, available_at, id)``, of
+    queues ``b_queues`` at ``b_now``, but ``b_seen``, at most ``b_limit``, with
+    ``neg_priority`` and ``available_at`` as stored (locked, skipping locked rows, where
+    the dialect can)."""
     next_available: sa.Select[Any]
     """The earliest ``available_at`` after ``b_now`` of a task of ``b_queues`` waiting
     for it (``_candidates.waiting_rows``)."""
@@ -70,13 +71,14 @@ class Prebuilt:
         limit = sa.bindparam("b_limit", type_=sa.Integer)
         queues = t.c.queue.in_(sa.bindparam("b_queues", expanding=True))
         rows = claimable_rows(
-            [*columns, available_key, t.c.available_at], t,
+            [*columns, t.c.neg_priority, available_key, t.c.available_at], t,
             [queues, t.c.id.not_in(sa.bindparam("b_seen", expanding=True))],
             now, limit, lock=lock,
         )
         candidates = (
-            sa.select(*list(rows.c)[: len(columns) + 1])  # the columns, then available_key
-            .order_by(rows.c.available_at, rows.c.id)
+            # the columns, then neg_priority and available_key
+            sa.select(*list(rows.c)[: len(columns) + 2])
+            .order_by(rows.c.neg_priority, rows.c.available_at, rows.c.id)
             .limit(limit)
         )
         return cls(

@@ -32,6 +32,7 @@ __all__ = [
     "prefix_of",
     "task_indexes",
     "unclaimed",
+    "waiting",
 ]
 
 ID_BYTES = 1024
@@ -90,6 +91,13 @@ def unclaimed(c: sa.ColumnCollection[str, sa.ColumnClause[Any]]) -> sa.ColumnEle
     return sa.and_(pending(c.status), c.claim_expires_at.is_(None))
 
 
+def waiting(c: sa.ColumnCollection[str, sa.ColumnClause[Any]]) -> sa.ColumnElement[bool]:
+    """An unleased pending task that may wait for its ``available_at``: a retry pending or
+    a delayed task (a task without either is available from its creation on) — the rows
+    of the waiting index, which serves ``next_available``."""
+    return sa.and_(unclaimed(c), sa.or_(c.retry_at.is_not(None), c.run_at.is_not(None)))
+
+
 def active(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     """``status`` counts against ``max_active_tasks_per_scope`` (pending or waiting)."""
     return status.in_([inline(TaskStatus.PENDING.value),
@@ -105,11 +113,17 @@ def task_indexes(
     them) and a claim reads unclaimed rows only (:mod:`tasks_store_sql._candidates`).
     PostgreSQL and SQLite use the predicates; MariaDB has no partial indexes and indexes
     every row. The queries state the same predicates with constants (:func:`inline`).
-    The claim index is in claim order, ``(available_at, id)`` within a queue: one range
-    ``available_at <= now`` serves fresh tasks, due retries and due delayed tasks, and
-    the range past ``now`` the next to fall due (``next_available``)."""
+    The claim index is in claim order, ``(neg_priority, available_at, id)`` within a
+    queue, every key ascending (``neg_priority`` is minus the priority: no descending key,
+    which MariaDB before 10.8 ignores): fresh tasks, due retries and due delayed tasks of
+    one priority in one range ``available_at <= now``. The waiting index, ``(queue,
+    available_at)`` over retries and delayed tasks only, serves ``next_available`` (the
+    first past ``now`` whatever the priority, which the claim index holds in one range
+    per priority)."""
     return [
-        ("ix_tasks_claim", [c.queue, c.status, c.available_at, c.id], unclaimed(c)),
+        ("ix_tasks_claim", [c.queue, c.status, c.neg_priority, c.available_at, c.id],
+         unclaimed(c)),
+        ("ix_tasks_waiting", [c.queue, c.available_at], waiting(c)),
         ("ix_tasks_lease", [c.queue, c.claim_expires_at], c.claim_expires_at.is_not(None)),
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
@@ -129,7 +143,8 @@ class Tables:
     columns for every query. ``claim_token`` lives only here, never in the JSON;
     ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL``
     otherwise); ``available_at`` is ``rules.available_at`` of the snapshot, the claim
-    order (``run_at`` beside it, for statements that clear ``retry_at`` in SQL);
+    order (``run_at`` beside it, for statements that clear ``retry_at`` in SQL), after
+    ``neg_priority``, minus the task's priority (ascending in claim order);
     ``row_version`` grows on every write (claims and progress included), ``revision``
     only with applied events. ``task_events``: the applied events of the
     current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
@@ -185,6 +200,7 @@ class Tables:
             sa.Column("created_at", Instant(), nullable=False),
             sa.Column("run_at", Instant(), nullable=True),
             sa.Column("available_at", Instant(), nullable=False),
+            sa.Column("neg_priority", sa.SmallInteger, nullable=False, server_default="0"),
             sa.Column("updated_at", Instant(), nullable=False),
             sa.Column("expires_at", Instant(), nullable=True),
             sa.Column("snapshot", Document(), nullable=False),

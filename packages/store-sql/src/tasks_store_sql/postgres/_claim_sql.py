@@ -82,17 +82,19 @@ def _fresh_head() -> tuple[str, dict[str, str]]:
 
 def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
     """The candidates, locked; ``now`` read after the locks (milliseconds), ``rank`` in
-    claim order (``available_at``, ``id``), ``available_at`` as it was (the claim order
-    the caller merges tiers by) and ``cut``, where the head of the stored text ends
-    (``0``: the text is not laid out with a head)."""
+    claim order (``neg_priority``, ``available_at``, ``id``), ``neg_priority`` and
+    ``available_at`` as they were (the claim order the caller merges tiers by) and
+    ``cut``, where the head of the stored text ends (``0``: the text is not laid out with
+    a head)."""
     t = tables.tasks
     found = oldest_claimable(
         [t.c.id, t.c.snapshot, t.c.claim_expires_at, t.c.updated_at, t.c.expires_at,
-         t.c.max_deliveries, t.c.available_at],
+         t.c.max_deliveries, t.c.neg_priority, t.c.available_at],
         t, queue,
     )
     now = sa.func.date_trunc(_text("unit", "milliseconds"), store_clock())
-    rank = sa.func.row_number().over(order_by=(found.c.available_at, found.c.id))
+    rank = sa.func.row_number().over(
+        order_by=(found.c.neg_priority, found.c.available_at, found.c.id))
     laid_out = sa.func.left(found.c.snapshot, len(_HEAD_START)) == _text(
         "head_start", _HEAD_START)
     cut = sa.case((laid_out, sa.func.strpos(found.c.snapshot, _text("head_end", _HEAD_END))),
@@ -105,7 +107,8 @@ def _locked(tables: Tables, queue: sa.ColumnElement[bool]) -> sa.CTE:
     )  # where a fresh head's null `started_at` is (0: not a fresh head)
     return sa.select(
         found.c.id, found.c.snapshot, found.c.claim_expires_at, found.c.updated_at,
-        found.c.expires_at, found.c.max_deliveries, found.c.available_at, now.label("now"),
+        found.c.expires_at, found.c.max_deliveries, found.c.neg_priority,
+        found.c.available_at, now.label("now"),
         rank.label("rank"), cut.label("cut"), started.label("fresh_at"),
     ).cte("c").prefix_with("MATERIALIZED")
 
@@ -276,9 +279,10 @@ def _tokens() -> Any:
 def _update(tables: Tables, decided: Any, new_snapshot: sa.ColumnElement[str],
             generation: Any, where: sa.ColumnElement[bool], name: str) -> sa.CTE:
     """The claim's write of the rows of ``decided`` that meet ``where``, returning
-    ``rank``, ``id``, ``now``, the new text, the token, the row's new version and its
-    ``available_at`` before the claim. A claim clears ``retry_at``: ``available_at``
-    becomes ``run_at``, else the creation (``rules.available_at``)."""
+    ``rank``, ``id``, ``now``, the new text, the token, the row's new version, its
+    ``neg_priority`` and its ``available_at`` before the claim. A claim clears
+    ``retry_at``: ``available_at`` becomes ``run_at``, else the creation
+    (``rules.available_at``)."""
     t = tables.tasks
     return (
         sa.update(t)
@@ -294,7 +298,7 @@ def _update(tables: Tables, decided: Any, new_snapshot: sa.ColumnElement[str],
             snapshot=new_snapshot,
         )
         .returning(decided.c.rank, t.c.id, decided.c.now, t.c.snapshot, t.c.claim_token,
-                   t.c.row_version, decided.c.available_at)
+                   t.c.row_version, decided.c.neg_priority, decided.c.available_at)
         .cte(name)
     )
 
@@ -302,9 +306,10 @@ def _update(tables: Tables, decided: Any, new_snapshot: sa.ColumnElement[str],
 def _left_alone(decided: Any, claimed: sa.ColumnElement[bool]) -> sa.Select[Any]:
     """The rows of ``decided`` the claim leaves alone (``claimed`` not true: false, or
     ``NULL`` for a row without a delivery limit): rank, id, ``now``, no text, and its
-    ``available_at``."""
+    ``neg_priority`` and ``available_at``."""
     return sa.select(decided.c.rank, decided.c.id, decided.c.now, sa.null(), sa.null(),
-                     sa.null(), decided.c.available_at).where(claimed.is_not(sa.true()))
+                     sa.null(), decided.c.neg_priority, decided.c.available_at,
+                     ).where(claimed.is_not(sa.true()))
 
 
 def _fresh_claims(tables: Tables, locked: sa.CTE) -> tuple[sa.CTE, sa.Subquery,
@@ -364,8 +369,8 @@ def claim_statement(tables: Tables, queue: sa.ColumnElement[bool]) -> Statement:
 
     Returns one row per locked candidate, in no order: ``rank`` (claim order, from 1),
     ``id``, ``now``, for the rows claimed the new ``snapshot`` text, ``claim_token`` and
-    ``row_version`` (``NULL`` for a row left alone), and ``available_at`` before the
-    claim. A head that is not a JSON object,
+    ``row_version`` (``NULL`` for a row left alone), and ``neg_priority`` and
+    ``available_at`` before the claim. A head that is not a JSON object,
     or a counter in it that is not an integer, fails the statement before it writes
     anything (``DataError``).
     """

@@ -102,13 +102,14 @@ class PostgresClaims(PostgresBase):
             return [], None
         claims: list[tuple[ClaimOrder, Claim]] = []
         left_alone = False
-        for _, task_id, now, text, token, version, available in sorted(records):  # by rank
+        for record in sorted(records):  # by rank
+            _, task_id, now, text, token, version, neg_priority, available = record
             if text is None:
                 left_alone = True
                 continue
             claim = self._claimed(task_id, now, text, token, version, worker_id)
             if claim is not None:
-                claims.append(((available, task_id), claim))
+                claims.append(((neg_priority, available, task_id), claim))
         return claims, left_alone
 
     def _claimed(

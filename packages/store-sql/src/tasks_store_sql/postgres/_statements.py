@@ -48,7 +48,8 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("revision", sa.Integer()), ("run_id", sa.Text()), ("claim_token", sa.Text()),
     ("claim_generation", sa.Integer()), ("claim_expires_at", _TIMESTAMP),
     ("retry_at", _TIMESTAMP), ("created_at", _TIMESTAMP), ("run_at", _TIMESTAMP),
-    ("available_at", _TIMESTAMP), ("updated_at", _TIMESTAMP),
+    ("available_at", _TIMESTAMP), ("neg_priority", sa.SmallInteger()),
+    ("updated_at", _TIMESTAMP),
     ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
 )
 """The projection columns (``_codec.projection``) and their types."""
@@ -145,15 +146,18 @@ def oldest_claimable(
     columns: list[sa.ColumnElement[Any]], t: sa.Table, queue: sa.ColumnElement[bool],
     *where: sa.ColumnElement[bool],
 ) -> sa.Subquery:
-    """``columns`` (with ``available_at`` and ``id``) of the ``limit`` first claimable
-    rows of ``queue`` in claim order (as of the statement's start: the caller decides
-    after the lock), locked, skipping rows other sessions hold
+    """``columns`` (with ``neg_priority``, ``available_at`` and ``id``) of the ``limit``
+    first claimable rows of ``queue`` in claim order (as of the statement's start: the
+    caller decides after the lock), locked, skipping rows other sessions hold
     (:func:`tasks_store_sql._candidates.claimable_rows`)."""
     start = sa.func.coalesce(_now_param(), sa.func.now())
     limit = sa.bindparam("limit", type_=sa.Integer)
     rows = claimable_rows(columns, t, [queue, *where], start, limit, lock=True)
     return (
-        sa.select(rows).order_by(rows.c.available_at, rows.c.id).limit(limit).subquery("o")
+        sa.select(rows)
+        .order_by(rows.c.neg_priority, rows.c.available_at, rows.c.id)
+        .limit(limit)
+        .subquery("o")
     )
 
 
