@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from tasks_core import Access, Claim, Event, Lease, Snapshot, Transition, rules, storekit
 from tasks_store_memory import MemoryStore
+from tasks_store_memory._rows import ClaimLog
 
 __all__ = [
     "ClaimNextChecksBeforeClaiming",
     "ExclusiveQueueCheckedBeforeClaiming",
+    "QueueLimitsCheckedBeforeClaiming",
     "RevisionCheckedBeforeWriting",
 ]
 
@@ -52,7 +55,7 @@ class ExclusiveQueueCheckedBeforeClaiming(MemoryStore):
         wanted = rules.check_queues(queues)
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
         with self._locked() as now:
-            busy = {queue for queue in exclusive_set & wanted if self._queue_busy(queue, now)}
+            busy = {queue for queue in exclusive_set & wanted if self._queue_running(queue, now)}
         await asyncio.sleep(0)  # the window: another worker claims from the queue here
         free = [queue for queue in queues if queue not in busy]
         if not free:
@@ -61,8 +64,54 @@ class ExclusiveQueueCheckedBeforeClaiming(MemoryStore):
             return await super().claim_next(worker_id, lease_for, queues=free, limit=limit,
                                             exclusive=exclusive, start=start)
 
-    def _queue_busy(self, queue: str, now: datetime) -> bool:
-        return False if _acting.get() else super()._queue_busy(queue, now)
+    def _queue_running(self, queue: str, now: datetime) -> int:
+        return 0 if _acting.get() else super()._queue_running(queue, now)
+
+
+class _UncheckedLog(ClaimLog):
+    """A claim log whose counts read nothing while the store acts."""
+
+    def count(self, queue: str, window: timedelta, now: datetime) -> int:
+        return 0 if _acting.get() else super().count(queue, window, now)
+
+
+class QueueLimitsCheckedBeforeClaiming(MemoryStore):
+    """Counts a limited queue's live leases and recent claims, yields, then claims up to
+    the room it found without counting again: racing workers each take the whole room."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._claim_log = _UncheckedLog()
+
+    def _queue_running(self, queue: str, now: datetime) -> int:
+        return 0 if _acting.get() else super()._queue_running(queue, now)
+
+    async def claim_next(
+        self,
+        worker_id: str,
+        lease_for: float,
+        *,
+        queues: Sequence[str],
+        limit: int = 1,
+        exclusive: Collection[str] = (),
+        start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
+    ) -> builtins.list[Claim]:
+        request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
+                                            start, limits)
+        with self._locked() as now:
+            running = {q: self._queue_running(q, now) for q in request.limited}
+            recent = {q: self._claim_log.count(q, bounds.window, now)
+                      for q, bounds in request.limits.items() if bounds.window}
+            room = storekit.ClaimScan(request, now, running=running, recent=recent)
+            allowed = min([room.room(q) for q in request.limited] or [limit])
+        await asyncio.sleep(0)  # the window: another worker claims from the queue here
+        if allowed <= 0:
+            return []
+        with _without_checking():
+            return await super().claim_next(worker_id, lease_for, queues=queues,
+                                             limit=allowed, exclusive=exclusive,
+                                             start=start, limits=limits)
 
 
 class ClaimNextChecksBeforeClaiming(MemoryStore):

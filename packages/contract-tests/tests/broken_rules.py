@@ -143,7 +143,7 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
         wanted = rules.check_queues(queues)
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
         with self._locked() as now:
-            if any(self._queue_busy(queue, now) for queue in exclusive_set & wanted):
+            if any(self._queue_running(queue, now) for queue in exclusive_set & wanted):
                 return []
         return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
                                         exclusive=exclusive, start=start)

@@ -71,6 +71,9 @@ BROKEN: list[tuple[type, str]] = [
     (races.ExclusiveQueueCheckedBeforeClaiming,
      "test_racing_exclusive_claims_hold_one_lease[warm]"),
     (races.ClaimNextChecksBeforeClaiming, "test_racing_claim_next_never_shares_a_task[warm]"),
+    (races.QueueLimitsCheckedBeforeClaiming,
+     "test_racing_claims_never_pass_max_running[warm]"),
+    (races.QueueLimitsCheckedBeforeClaiming, "test_racing_claims_never_pass_the_rate[warm]"),
     (
         broken.CapacityCheckedOutsideTheAtomicStep,
         "test_racing_creators_stay_within_the_capacity[warm-max_tasks]",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "BatchContract",
+    "BulkContract",
     "CancelDeliveryContract",
     "CapabilityContract",
     "CapacityContract",
@@ -33,7 +34,9 @@ __all__ = [
     "LimitContract",
     "ListingContract",
     "ModelContract",
+    "PriorityContract",
     "ProgressContract",
+    "QueueLimitContract",
     "RaceContract",
     "RealClockContract",
     "ReplayContract",
@@ -51,6 +54,7 @@ __all__ = [
 if TYPE_CHECKING:
     from tasks_contract_tests._suite import (
         BatchContract,
+        BulkContract,
         CancelDeliveryContract,
         CapabilityContract,
         CapacityContract,
@@ -67,7 +71,9 @@ if TYPE_CHECKING:
         LimitContract,
         ListingContract,
         ModelContract,
+        PriorityContract,
         ProgressContract,
+        QueueLimitContract,
         RaceContract,
         RealClockContract,
         ReplayContract,

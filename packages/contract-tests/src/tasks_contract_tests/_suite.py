@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tasks_contract_tests.contract.batch import BatchContract
+from tasks_contract_tests.contract.bulk import BulkContract
 from tasks_contract_tests.contract.cancel_delivery import CancelDeliveryContract
 from tasks_contract_tests.contract.capabilities import CapabilityContract
 from tasks_contract_tests.contract.capacity import CapacityContract
@@ -20,7 +21,9 @@ from tasks_contract_tests.contract.leases import LeaseContract
 from tasks_contract_tests.contract.limits import LimitContract
 from tasks_contract_tests.contract.listing import ListingContract
 from tasks_contract_tests.contract.model import ModelContract
+from tasks_contract_tests.contract.priorities import PriorityContract
 from tasks_contract_tests.contract.progress import ProgressContract
+from tasks_contract_tests.contract.queue_limits import QueueLimitContract
 from tasks_contract_tests.contract.races import RaceContract
 from tasks_contract_tests.contract.replay import ReplayContract
 from tasks_contract_tests.contract.retry import RetryContract
@@ -34,6 +37,7 @@ from tasks_contract_tests.contract.worker import WorkerContract
 
 __all__ = [
     "BatchContract",
+    "BulkContract",
     "CancelDeliveryContract",
     "CapabilityContract",
     "CapacityContract",
@@ -50,7 +54,9 @@ __all__ = [
     "LimitContract",
     "ListingContract",
     "ModelContract",
+    "PriorityContract",
     "ProgressContract",
+    "QueueLimitContract",
     "RaceContract",
     "RealClockContract",
     "ReplayContract",
@@ -88,9 +94,12 @@ class StoreContract(
     LeaseContract,
     ClaimRuleContract,
     HeldClaimContract,
+    PriorityContract,
+    QueueLimitContract,
     DelayedContract,
     ClaimContract,
     BatchContract,
+    BulkContract,
     RaceContract,
     ReplayContract,
     TransitionContract,

@@ -20,6 +20,7 @@ from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy, Snapshot
+from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef"]
 
@@ -86,14 +87,26 @@ class Queue:
         name: the queue name (validated like a user id).
         concurrency: at most this many runs of the queue at once in one worker (``1`` =
             sequential, FIFO in that worker); ``None``: only the worker's total applies.
-        exclusive: at most one run of the queue at once across *every* worker (needs a
-            store with the ``exclusive_queues`` capability; the worker refuses to start
-            otherwise).
+        max_running: at most this many runs of the queue at once across *every* worker
+            and process (live leases, counted in the claim's atomic step).
+        rate: ``(claims, seconds)``: at most ``claims`` starts of the queue in any window
+            of ``seconds`` across every worker, on the store clock.
+        exclusive: the old spelling of ``max_running=1`` (kept: both mean the same).
+
+    A worker serving a queue with ``max_running`` or ``rate`` needs a store with the
+    ``queue_limits`` capability (``exclusive`` alone: ``exclusive_queues``); it refuses to
+    start otherwise.
+
+    Raises:
+        InvalidInput: a bad name, concurrency or limit, or ``exclusive`` with another
+            ``max_running``.
     """
 
     name: str
     concurrency: int | None = None
     exclusive: bool = False
+    max_running: int | None = None
+    rate: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, what="queue")
@@ -103,6 +116,25 @@ class Queue:
             or self.concurrency < 1
         ):
             raise InvalidInput("queue concurrency must be a positive integer or None")
+        if not isinstance(self.exclusive, bool):
+            raise InvalidInput("exclusive must be True or False")
+        if self.exclusive:
+            if self.max_running not in (None, 1):
+                raise InvalidInput("an exclusive queue is max_running=1; give one of them")
+            object.__setattr__(self, "max_running", 1)
+        elif self.max_running == 1 and not isinstance(self.max_running, bool):
+            object.__setattr__(self, "exclusive", True)
+        limits = self.limits
+        if limits is not None:
+            object.__setattr__(self, "max_running", limits.max_running)
+            object.__setattr__(self, "rate", limits.rate)
+
+    @property
+    def limits(self) -> QueueLimits | None:
+        """The fleet-wide limits the store keeps for this queue (``None``: none)."""
+        if self.max_running is None and self.rate is None:
+            return None
+        return QueueLimits(max_running=self.max_running, rate=self.rate)
 
 
 @dataclass(frozen=True)

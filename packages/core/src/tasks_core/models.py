@@ -280,11 +280,9 @@ class Snapshot(Model):
     started_at: Instant | None = None
     finished_at: Instant | None = None
     expires_at: Instant | None = None
+    # Written only when set, so other tasks' stored bytes are what they always were:
     run_at: Instant | None = Field(default=None, exclude_if=lambda run_at: run_at is None)
-    """When a delayed task becomes available (never earlier than its creation). Written
-    only when set, so an unscheduled task's stored bytes are what they always were."""
     priority: Priority = Field(default=0, exclude_if=lambda priority: priority == 0)
-    """Served before every task of a lower priority (written only when not 0)."""
 
     @property
     def terminal(self) -> bool:
@@ -327,7 +325,6 @@ class NewTask(Model):
     run_at: Instant | None = None
     """Available from this instant (an earlier one than the creation: at once)."""
     priority: Priority = 0
-    """``claim_next`` serves higher priorities first."""
 
     @model_validator(mode="after")
     def _same_tenant(self) -> NewTask:
@@ -379,6 +376,10 @@ class StoreCapabilities(Model):
         cancel_wakeups: ``wait_for_cancels`` reports a cancel committed by any process
             while it waits, so a worker stops a run (or drops a held claim) at once
             instead of at its next heartbeat.
+        queue_limits: ``claim_next(..., limits={queue: QueueLimits(...)})`` keeps each
+            queue's fleet-wide ``max_running`` and ``rate`` in the claim's atomic step.
+        batch_create: ``create_many`` stores a batch of new tasks in one atomic step, all or
+            nothing, capacity held for the batch as a whole (else the runtime loops).
     """
 
     durable: bool
@@ -388,6 +389,8 @@ class StoreCapabilities(Model):
     batch_transitions: bool = False
     transactional_submit: bool = False
     cancel_wakeups: bool = False
+    queue_limits: bool = False
+    batch_create: bool = False
 
 
 NO_LIMIT = 2**62
@@ -433,13 +436,9 @@ class StoreLimits(Model):
         Raises:
             InvalidInput: a limit below 1.
         """
+        given = {"max_tasks": max_tasks, "max_active_tasks_per_scope": max_active_tasks_per_scope}
         base = (limits or cls()).model_dump()
-        for name, value in (
-            ("max_tasks", max_tasks),
-            ("max_active_tasks_per_scope", max_active_tasks_per_scope),
-        ):
-            if value is not None:
-                base[name] = value
+        base.update({name: value for name, value in given.items() if value is not None})
         return cls(**base)
 
 

@@ -13,7 +13,7 @@ rules"); each method's docstring states its own.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,6 +28,7 @@ from tasks_core.models import (
     StoreCapabilities,
     TaskQuery,
 )
+from tasks_core.storekit import QueueLimits
 
 __all__ = ["TaskStore"]
 
@@ -70,6 +71,28 @@ class TaskStore(Protocol):
             CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``; nothing stored.
             CapabilityNotSupported: ``transaction`` given to a store without
                 ``transactional_submit``; nothing stored.
+            StoreUnavailable: transient failure; nothing stored.
+        """
+        ...
+
+    async def create_many(
+        self, news: Sequence[NewTask], *, transaction: Any = None
+    ) -> builtins.list[Snapshot]:
+        """Store new tasks at revision 0 in one atomic step, all or nothing (capability
+        ``batch_create``), as ``storekit.check_create_many`` and ``check_batch_room``
+        decide: every task at the same instant, the capacity limits held for the batch as
+        a whole. No replacements: a taken id refuses the batch.
+
+        Returns:
+            The snapshots created, in the order of ``news`` (an empty batch: ``[]``).
+
+        Raises:
+            CapabilityNotSupported: the store has no ``batch_create`` (or ``transaction``
+                given without ``transactional_submit``); nothing stored.
+            InvalidInput: not a sequence of ``NewTask``, more than 1000, or an id twice.
+            TaskExists: an id is taken (the first in order); nothing stored.
+            CapacityExceeded: the batch would pass ``max_tasks`` or a tenant's
+                ``max_active_tasks_per_scope``; nothing stored.
             StoreUnavailable: transient failure; nothing stored.
         """
         ...
@@ -170,18 +193,23 @@ class TaskStore(Protocol):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` claimable tasks of ``queues`` in claim order
         (``storekit.claim_order``), as ``storekit.ClaimScan`` decides.
 
         Never blocks on another claimer. Tasks past their delivery limit are failed, not
-        returned. A queue in ``exclusive`` yields nothing while any of its tasks holds a
-        live lease, and at most one task per call. Claims past the first ``start`` (``None``:
-        all start) are held ahead of a free slot: they read ``claimed`` until renewed.
+        returned. A queue in ``limits`` (``storekit.QueueLimits``) never has more live
+        leases than its ``max_running``, nor more claims than its ``rate`` allows in any
+        window, counted in the claim's atomic step; a queue in ``exclusive`` is
+        ``max_running=1``. Claims past the first ``start`` (``None``: all start) are held
+        ahead of a free slot: they read ``claimed`` until renewed.
 
         Raises:
-            CapabilityNotSupported: ``exclusive`` given without ``exclusive_queues``.
-            InvalidInput: bad ``lease_for``, ``limit``, ``start`` or queue names.
+            CapabilityNotSupported: ``exclusive`` given without ``exclusive_queues``,
+                ``limits`` without ``queue_limits``.
+            InvalidInput: bad ``lease_for``, ``limit``, ``start``, ``limits`` or queue
+                names.
             StoreUnavailable: transient failure.
         """
         ...

@@ -27,7 +27,7 @@ from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
 from tasks_core.events import EventRecord
 from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits, TaskStatus
 
-from tasks_store_memory._rows import OpenTasks, Row, claimable_at
+from tasks_store_memory._rows import ClaimLog, OpenTasks, Row, claimable_at
 
 __all__ = ["Loaded", "Records"]
 
@@ -45,6 +45,8 @@ class Records:
         self._rows: dict[str, Row] = {}
         self._open = OpenTasks()
         """Tasks that may be claimable or hold a lease (see :meth:`_track`)."""
+        self._claim_log = ClaimLog()
+        """The claim instants of rate-limited queues."""
 
     @contextmanager
     def _locked(self) -> Iterator[datetime]:
@@ -133,15 +135,16 @@ class Records:
             self._open.hold(snapshot, claimable_at(snapshot, now))
 
     def _pick(
-        self, queues: Collection[str], limit: int, exclusive: Collection[str], now: datetime
+        self, queues: Collection[str], limit: int, room: Callable[[str], int], now: datetime
     ) -> list[tuple[str, Row]]:
-        """Up to ``limit`` claimable tasks of ``queues``, oldest first, at most one of each
-        ``exclusive`` queue. A ready task found not claimable after all (it expired, or
-        its record is damaged) is held instead."""
+        """Up to ``limit`` claimable tasks of ``queues`` in claim order, at most
+        ``room(queue)`` of each. A ready task found not claimable after all (it expired,
+        or its record is damaged) is held instead."""
         picked: list[tuple[str, Row]] = []
-        taken: set[str] = set()
+        taken: dict[str, int] = {}
+        full: set[str] = set()
         unclaimable: list[tuple[str, Snapshot | None]] = []
-        for *_, task_id in self._open.in_order(queues, taken):
+        for *_, task_id in self._open.in_order(queues, full):
             if len(picked) >= limit:
                 break
             row = self._rows[task_id]
@@ -153,8 +156,9 @@ class Records:
                 unclaimable.append((task_id, snapshot))
                 continue
             picked.append((task_id, row))
-            if snapshot.queue in exclusive:
-                taken.add(snapshot.queue)
+            taken[snapshot.queue] = taken.get(snapshot.queue, 0) + 1
+            if taken[snapshot.queue] >= room(snapshot.queue):
+                full.add(snapshot.queue)
         for task_id, snapshot in unclaimable:
             if snapshot is None:
                 reports.corrupt_skipped(log, task_id, "claim_next")
@@ -180,16 +184,16 @@ class Records:
                     instants.append(available)
         return min(instants, default=None)
 
-    def _queue_busy(self, queue: str, now: datetime) -> bool:
-        """Whether a task of ``queue`` holds a live lease (an exclusive queue is busy); a
-        task with a live lease is never claimable, so it is held."""
+    def _queue_running(self, queue: str, now: datetime) -> int:
+        """How many tasks of ``queue`` hold a live lease (``storekit.holds_queue``); a task
+        with a live lease is never claimable, so it is held."""
+        running = 0
         for task_id in self._open.held(queue):
             try:
-                if storekit.holds_queue(self._view(task_id, self._rows[task_id]), now):
-                    return True
+                running += storekit.holds_queue(self._view(task_id, self._rows[task_id]), now)
             except StoreCorrupt:
                 continue
-        return False
+        return running
 
     def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
         if not replacing and len(self._rows) >= self.limits.tasks_cap:

@@ -1,5 +1,6 @@
-"""What ``MemoryStore`` keeps: a :class:`Row` per task, and :class:`OpenTasks`, the index
-``claim_next`` reads instead of every task. Both are used with the store lock held.
+"""What ``MemoryStore`` keeps: a :class:`Row` per task, :class:`OpenTasks`, the index
+``claim_next`` reads instead of every task, and :class:`ClaimLog`, the claims of
+rate-limited queues. All are used with the store lock held.
 """
 
 from __future__ import annotations
@@ -8,14 +9,14 @@ import bisect
 import heapq
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from tasks_core import rules
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.storekit import ClaimOrder, claim_order
 
-__all__ = ["OpenTasks", "Row", "claimable_at"]
+__all__ = ["ClaimLog", "OpenTasks", "Row", "claimable_at"]
 
 
 @dataclass
@@ -156,3 +157,25 @@ def claimable_at(snapshot: Snapshot, now: datetime) -> datetime | None:
     if snapshot.claim is not None and snapshot.lease_live(now):
         instants.append(snapshot.claim.expires_at)
     return max(instants, default=now)
+
+
+class ClaimLog:
+    """The claim instants of each rate-limited queue, oldest first, kept as long as the
+    longest window any claimer asked for (``storekit.QueueLimits.rate``)."""
+
+    def __init__(self) -> None:
+        self._instants: dict[str, list[datetime]] = {}
+        self._kept: dict[str, timedelta] = {}
+
+    def count(self, queue: str, window: timedelta, now: datetime) -> int:
+        """The claims of ``queue`` in the window of length ``window`` ending at ``now``
+        (made after ``now - window``)."""
+        instants = self._instants.get(queue, [])
+        return len(instants) - bisect.bisect_right(instants, now - window)
+
+    def add(self, queue: str, now: datetime, claims: int, window: timedelta) -> None:
+        """Log ``claims`` claims of ``queue`` at ``now``; forget what no window reaches."""
+        kept = self._kept[queue] = max(window, self._kept.get(queue, window))
+        instants = self._instants.setdefault(queue, [])
+        instants.extend([now] * claims)
+        del instants[:bisect.bisect_right(instants, now - kept)]

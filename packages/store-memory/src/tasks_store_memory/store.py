@@ -8,7 +8,7 @@ format and what its atomicity guarantees.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +37,8 @@ from tasks_core.models import (
     TaskQuery,
 )
 
-from tasks_store_memory._records import Loaded, Records, log
+from tasks_store_memory._creates import Creates
+from tasks_store_memory._records import Loaded, log
 from tasks_store_memory._rows import Row
 from tasks_store_memory._wakeups import Wakeups
 
@@ -46,7 +47,7 @@ __all__ = ["MemoryStore"]
 _Row = Row  # (the name the contract suite's broken stores import)
 
 
-class MemoryStore(Records):
+class MemoryStore(Creates):
     """The reference store. Thread- and task-safe.
 
     Capabilities:
@@ -60,6 +61,7 @@ class MemoryStore(Records):
     cancel_wakeups     yes    in-process, as ``wakeups``
     exclusive_queues   yes    checked under the store lock
     batch_transitions  yes    ``transition_many``: every item under one hold of the lock
+    batch_create       yes    ``create_many``: the whole batch under one hold of the lock
     transactional_     no     there are no application transactions to join
     submit
     =================  =====  ==========================================================
@@ -84,6 +86,8 @@ class MemoryStore(Records):
         exclusive_queues=True,
         batch_transitions=True,
         cancel_wakeups=True,
+        queue_limits=True,
+        batch_create=True,
     )
 
     def __init__(
@@ -268,28 +272,35 @@ class MemoryStore(Records):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` tasks in claim order (see ``TaskStore.claim_next``): the
-        index offers the heads of the open queues to ``storekit.ClaimScan``.
+        index offers the heads of the open queues to ``storekit.ClaimScan``, within the
+        room the limited queues' live leases and claim logs leave.
 
         Raises:
             InvalidInput: bad arguments.
         """
         request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
-                                            start)
+                                            start, limits)
         with self._locked() as now:
             self._open.wake(now)
-            busy = [queue for queue in request.exclusive if self._queue_busy(queue, now)]
-            scan = storekit.ClaimScan(request, now, busy, candidate=self._claimable,
-                                      start=self._start_claim)
+            running = {queue: self._queue_running(queue, now) for queue in request.limited}
+            recent = {queue: self._claim_log.count(queue, bounds.window, now)
+                      for queue, bounds in request.limits.items() if bounds.window}
+            scan = storekit.ClaimScan(request, now, running=running, recent=recent,
+                                      candidate=self._claimable, start=self._start_claim)
             while not scan.done:  # again only when a task failed past its delivery limit
-                picked = self._pick(scan.open_queues(), scan.remaining, request.exclusive, now)
+                picked = self._pick(scan.open_queues(), scan.remaining, scan.room, now)
                 if not picked:
                     break
                 for task_id, row in picked:
                     started = scan.offer(self._take(task_id, row))
                     if started is not None:
                         self._write(row, started)
+            for queue, bounds in request.limits.items():
+                if bounds.window:
+                    self._claim_log.add(queue, now, scan.claimed(queue), bounds.window)
         scan.report()
         return scan.claims
 

@@ -9,7 +9,7 @@ wait for conditions (polling the store, bounded), never for a fixed time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -25,6 +25,7 @@ from tasks_core import (
     TaskStatus,
     TaskStore,
 )
+from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import ALICE, submitted_in_order
@@ -49,9 +50,11 @@ class _LateClaims:
 
     async def claim_next(self, worker_id: str, lease_for: float, *, queues: Sequence[str],
                          limit: int = 1, exclusive: Collection[str] = (),
-                         start: int | None = None) -> list[Claim]:
+                         start: int | None = None,
+                         limits: Mapping[str, QueueLimits] | None = None) -> list[Claim]:
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues,
-                                             limit=limit, exclusive=exclusive, start=start)
+                                             limit=limit, exclusive=exclusive, start=start,
+                                             limits=limits)
         if claims and not self.gate.is_set():
             self.claimed.set()
             await self.gate.wait()

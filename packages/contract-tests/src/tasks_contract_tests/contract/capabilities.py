@@ -23,6 +23,7 @@ from tasks_core import (
     TaskNotFound,
     TaskStore,
 )
+from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (
@@ -43,6 +44,11 @@ async def _probe_exclusive(store: TaskStore) -> object:
     return await store.claim_next("w1", LEASE_S, queues=["default"], exclusive=["default"])
 
 
+async def _probe_queue_limits(store: TaskStore) -> object:
+    return await store.claim_next("w1", LEASE_S, queues=["default"],
+                                  limits={"default": QueueLimits(max_running=1)})
+
+
 async def _probe_wakeups(store: TaskStore) -> object:
     return await store.wait_for_work(["default"], 0.01)
 
@@ -55,15 +61,21 @@ async def _probe_batches(store: TaskStore) -> object:
     return await store.transition_many([])
 
 
+async def _probe_batch_create(store: TaskStore) -> object:
+    return await store.create_many([])
+
+
 async def _probe_transactions(store: TaskStore) -> object:
     return await store.create(new_task("in-a-transaction"), transaction=object())
 
 
 PROBES: dict[str, Probe] = {
     "exclusive_queues": _probe_exclusive,
+    "queue_limits": _probe_queue_limits,
     "wakeups": _probe_wakeups,
     "cancel_wakeups": _probe_cancel_wakeups,
     "batch_transitions": _probe_batches,
+    "batch_create": _probe_batch_create,
     "transactional_submit": _probe_transactions,
 }
 """The feature each optional flag stands for."""
@@ -146,9 +158,10 @@ class CapabilityContract(ContractBase):
     ) -> None:
         """Every capability flag that is off MUST make its feature raise
         ``CapabilityNotSupported`` (``exclusive_queues``: ``claim_next(exclusive=…)``;
-        ``wakeups``: ``wait_for_work``; ``batch_transitions``: ``transition_many``;
-        ``transactional_submit``: ``create(…, transaction=…)``, storing nothing), and a
-        flag that is on MUST NOT.
+        ``queue_limits``: ``claim_next(limits=…)``; ``wakeups``: ``wait_for_work``;
+        ``batch_transitions``: ``transition_many``; ``batch_create``: ``create_many``;
+        ``transactional_submit``:
+        ``create(…, transaction=…)``, storing nothing), and a flag that is on MUST NOT.
 
         Troubleshooting: check the flag at the top of the optional operation. A flag that
         says "on" while the feature refuses (or "off" while it silently does something

@@ -10,7 +10,7 @@ checker compares that with what the store kept.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from tasks_core import (
     TaskStore,
     Transition,
 )
+from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests.stress._ledger import Ledger
 
@@ -69,6 +70,14 @@ class RecordingStore:
         if transaction is None:
             return await self.inner.create(new, replace=replace)
         return await self.inner.create(new, replace=replace, transaction=transaction)
+
+    async def create_many(
+        self, news: Sequence[NewTask], *, transaction: Any = None
+    ) -> builtins.list[Snapshot]:
+        """See :meth:`TaskStore.create_many`."""
+        if transaction is None:
+            return await self.inner.create_many(news)
+        return await self.inner.create_many(news, transaction=transaction)
 
     async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
         """See :meth:`TaskStore.get`."""
@@ -137,10 +146,11 @@ class RecordingStore:
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """See :meth:`TaskStore.claim_next`."""
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive, start=start)
+                                             exclusive=exclusive, start=start, limits=limits)
         self._claimed(claims)
         return claims
 

@@ -57,6 +57,24 @@ class Registry:
             raise InvalidInput(f"queue {spec.name!r} is declared twice, differently")
         return self._queues[spec.name]
 
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        max_running: int | None = None,
+        rate: tuple[int, float] | None = None,
+        exclusive: bool = False,
+    ) -> Queue:
+        """Declare a queue with options: ``app.queue("emails", max_running=5)``,
+        ``app.queue("partner-api", rate=(100, 60))`` (see :class:`Queue`).
+
+        Raises:
+            InvalidInput: a bad name or option, or a conflicting second declaration.
+        """
+        return self.declare_queue(Queue(name, concurrency=concurrency, exclusive=exclusive,
+                                        max_running=max_running, rate=rate))
+
     @overload
     def task(self, fn: Callable[..., Any], /) -> TaskDef: ...
 

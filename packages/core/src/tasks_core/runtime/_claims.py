@@ -27,6 +27,7 @@ from tasks_core.runtime._failures import log_failure
 from tasks_core.runtime._outage import Outage
 from tasks_core.runtime._slots import Slots
 from tasks_core.store import TaskStore
+from tasks_core.storekit import QueueLimits
 
 __all__ = ["AUTO_AHEAD", "CLAIMS_IN_FLIGHT", "MAX_AHEAD", "Claims"]
 
@@ -52,6 +53,7 @@ class Claims(Slots):
     queues: tuple[str, ...]
     limits: dict[str, int]
     exclusive: frozenset[str]
+    fleet: dict[str, QueueLimits]
     prefetch: int | Literal["auto"]
     lease_for: float
     min_poll: float
@@ -79,9 +81,9 @@ class Claims(Slots):
     # -- what to claim -------------------------------------------------------------------
 
     def _plan(self) -> list[tuple[list[str], int, tuple[str, ...]]]:
-        """Claim calls for now: ``(queues, limit, exclusive)``, limited queues first (never
-        more than the free slots); the others last, up to :meth:`_ahead` beyond them; no
-        call for more than a store takes at once (``rules.MAX_BATCH``)."""
+        """Claim calls for now: ``(queues, limit, limited)``, limited queues first, each on
+        its own (never more than the free slots); the others last, up to :meth:`_ahead`
+        beyond them; no call for more than a store takes at once (``rules.MAX_BATCH``)."""
         free = self._free()
         plan: list[tuple[list[str], int, tuple[str, ...]]] = []
         open_queues: list[str] = []
@@ -90,8 +92,7 @@ class Claims(Slots):
             if limit is None:
                 open_queues.append(q)
             elif self._active[q] < limit and free > 0:
-                exclusive = (q,) if q in self.exclusive else ()
-                plan.append(([q], min(free, limit - self._active[q], MAX_BATCH), exclusive))
+                plan.append(([q], min(free, limit - self._active[q], MAX_BATCH), (q,)))
         room = self._room()
         if open_queues and (room >= self._claim_at or (room > 0 and free > 0)):
             plan.append((open_queues, min(room, MAX_BATCH), ()))
@@ -165,13 +166,13 @@ class Claims(Slots):
             self._start_held(loop.time())
             if 0 < self._free() < self._claim_at and self._handlers_busy() and not self._held:
                 await self._more_slots()
-            for queues, limit, exclusive in [] if dry else self._plan():
+            for queues, limit, guarded in [] if dry else self._plan():
                 if self.stopping:  # a drain began during a claim of a limited queue
                     break
                 if queues[0] in self.limits:
                     if not self._asking:  # see the module docstring
                         self._answers.append(await self._claim(
-                            store, queues, min(limit, self._free()), exclusive, limited=True))
+                            store, queues, min(limit, self._free()), guarded, limited=True))
                 elif len(self._asking) < self._claims_in_flight():
                     self._ask(store, queues, min(limit, self._room()))
             if not self._answers:  # an answer, a freed slot, a held claim's turn, a shutdown
@@ -196,18 +197,22 @@ class Claims(Slots):
         self._asking[asking] = limit
 
     async def _claim(self, store: Any, queues: list[str], limit: int,
-                     exclusive: tuple[str, ...], *, limited: bool) -> tuple[int, bool]:
+                     guarded: tuple[str, ...], *, limited: bool) -> tuple[int, bool]:
         """Claim up to ``limit`` tasks of ``queues``: start each in a free slot or hold it
         (open queues only); ``(tasks claimed, whether the store failed)``."""
         if limit <= 0:
             return 0, False
         asked = asyncio.get_running_loop().time()
         starting = limit if limited else self._starting(limit)
-        held = {"start": starting} if starting < limit else {}
+        options: dict[str, Any] = {"start": starting} if starting < limit else {}
+        if exclusive := tuple(q for q in guarded if q in self.exclusive):
+            options["exclusive"] = exclusive
+        if fleet := {q: self.fleet[q] for q in guarded if q in self.fleet}:
+            options["limits"] = fleet
         self._claims_out += 1
         try:
             claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
-                                            limit=limit, exclusive=exclusive, **held)
+                                            limit=limit, **options)
         except Exception:  # a store outage (or a store bug) must not kill the worker
             log_failure(log, "worker %s: claim failed; backing off", self.worker_id)
             return 0, True

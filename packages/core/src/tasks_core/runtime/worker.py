@@ -149,12 +149,18 @@ class Worker(Claims):
         if not isinstance(periodic, bool):
             raise InvalidInput("periodic must be True or False")
         self.periodic = periodic
-        self.exclusive = frozenset(q for q in self.queues if declared[q].exclusive)
+        # Fleet-wide limits: an exclusive queue without a rate is claimed the old way
+        # (exclusive=...); every other limited queue passes its QueueLimits.
+        self.exclusive = frozenset(q for q in self.queues
+                                   if declared[q].exclusive and declared[q].rate is None)
+        self.fleet = {q: limits for q in self.queues if q not in self.exclusive
+                      and (limits := declared[q].limits) is not None}
         self.limits: dict[str, int] = {}
         for q in self.queues:
             limit = (queue_concurrency or {}).get(q, declared[q].concurrency)
-            if q in self.exclusive:
-                limit = 1
+            running = declared[q].max_running
+            if q in self.exclusive or q in self.fleet:  # claimed on its own, never more
+                limit = min(limit or self.concurrency, running or self.concurrency)
             if limit is not None:
                 self.limits[q] = limit
         self.worker_id = worker_id or _default_worker_id()
@@ -193,13 +199,19 @@ class Worker(Claims):
         every run is abandoned without a write, like a killed process).
 
         Raises:
-            CapabilityNotSupported: exclusive queues on a store without them.
+            CapabilityNotSupported: exclusive queues, or queues with fleet-wide limits, on
+                a store without them.
         """
         store = await self.app.open()
         if self.exclusive and not store.capabilities.exclusive_queues:
             raise CapabilityNotSupported(
                 f"queue(s) {', '.join(sorted(self.exclusive))} are exclusive, but this store "
                 "has no exclusive_queues capability"
+            )
+        if self.fleet and not store.capabilities.queue_limits:
+            raise CapabilityNotSupported(
+                f"queue(s) {', '.join(sorted(self.fleet))} have fleet-wide limits "
+                "(max_running, rate), but this store has no queue_limits capability"
             )
         if store.capabilities.batch_transitions and callable(
             getattr(store, "transition_many", None)

@@ -1,12 +1,13 @@
 """The claim decision: the checked arguments of ``claim``/``claim_next``, which tasks are
-candidates, which keep an exclusive queue busy, the order claims are served in, and the
-scan that turns ordered candidates into claims. A store fetches candidates in
-:func:`claim_order` and writes what :class:`ClaimScan` decides, in one atomic step.
+candidates, which hold a place in a limited queue, the order claims are served in, and the
+scan that turns ordered candidates into claims within each queue's room. A store fetches
+candidates in :func:`claim_order` and writes what :class:`ClaimScan` decides, in one
+atomic step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple, Protocol
@@ -23,8 +24,10 @@ from tasks_core.errors import InvalidInput, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot
 from tasks_core.rules import available_at, check_claimable, is_claimable, present, start_claim
+from tasks_core.storekit._limits import QueueLimits, QueueRoom
 
 __all__ = [
+    "EXCLUSIVE",
     "ClaimOrder",
     "ClaimRequest",
     "ClaimScan",
@@ -62,7 +65,8 @@ class ClaimRequest:
     Attributes:
         worker_id, lease_for: the claimer and its lease duration (seconds).
         queues: every queue asked for.
-        exclusive: the queues asked for that are exclusive (at most one live lease).
+        limits: the fleet-wide limits of the queues asked for that have any — an
+            ``exclusive`` queue is ``max_running=1`` (:class:`QueueLimits`).
         limit: the most tasks to claim.
         start: how many of the claims start at once (``None``: all); the others are
             held ahead of a free slot (``ClaimInfo.held``: they read ``claimed``).
@@ -71,9 +75,20 @@ class ClaimRequest:
     worker_id: str
     lease_for: float
     queues: frozenset[str]
-    exclusive: frozenset[str]
+    limits: Mapping[str, QueueLimits]
     limit: int
     start: int | None = None
+
+    @property
+    def limited(self) -> frozenset[str]:
+        """The queues asked for with limits: their claims are guarded (serialized with
+        every other claimer of the queue) and counted in the claim's atomic step."""
+        return frozenset(self.limits)
+
+    @property
+    def exclusive(self) -> frozenset[str]:
+        """:attr:`limited` (its name before limits other than ``max_running=1``)."""
+        return self.limited
 
 
 def check_claim(task_id: str, worker_id: str, lease_for: float) -> None:
@@ -88,6 +103,10 @@ def check_claim(task_id: str, worker_id: str, lease_for: float) -> None:
         raise InvalidInput("task_id must be a string")
 
 
+EXCLUSIVE = QueueLimits(max_running=1)
+"""The limits of an ``exclusive`` queue."""
+
+
 def check_claim_next(
     worker_id: str,
     lease_for: float,
@@ -95,13 +114,16 @@ def check_claim_next(
     limit: int,
     exclusive: Collection[str],
     start: int | None = None,
+    limits: Mapping[str, QueueLimits] | None = None,
 ) -> ClaimRequest:
-    """Check the arguments of ``claim_next`` before anything is read.
+    """Check the arguments of ``claim_next`` before anything is read; a queue both
+    ``exclusive`` and in ``limits`` takes ``max_running=1`` with the rate of ``limits``.
 
     Raises:
         InvalidInput: a bad ``worker_id``, ``lease_for``, queue name, ``limit``
-            (1..:data:`~tasks_core.arguments.MAX_BATCH`) or ``start`` (``None`` or an
-            integer from 0).
+            (1..:data:`~tasks_core.arguments.MAX_BATCH`), ``start`` (``None`` or an
+            integer from 0) or ``limits`` (a mapping of queue names to
+            :class:`QueueLimits`).
     """
     check_lease_for(lease_for)
     check_worker_id(worker_id)
@@ -111,7 +133,16 @@ def check_claim_next(
     if start is not None and (isinstance(start, bool) or not isinstance(start, int)
                               or start < 0):
         raise InvalidInput("start must be None or an integer of at least 0")
-    return ClaimRequest(worker_id, lease_for, wanted, exclusive_set & wanted, limit, start)
+    given = {} if limits is None else limits
+    if not isinstance(given, Mapping) or not all(
+            isinstance(value, QueueLimits) for value in given.values()):
+        raise InvalidInput("limits must map queue names to QueueLimits")
+    check_queues(list(given), allow_empty=True)
+    kept: dict[str, QueueLimits] = {q: given[q] for q in sorted(wanted & set(given))}
+    for queue in sorted(exclusive_set & wanted):
+        rate = kept[queue].rate if queue in kept else None
+        kept[queue] = EXCLUSIVE if rate is None else QueueLimits(max_running=1, rate=rate)
+    return ClaimRequest(worker_id, lease_for, wanted, kept, limit, start)
 
 
 def is_candidate(snapshot: Snapshot, now: datetime) -> bool:
@@ -121,9 +152,9 @@ def is_candidate(snapshot: Snapshot, now: datetime) -> bool:
 
 
 def holds_queue(snapshot: Snapshot, now: datetime) -> bool:
-    """Whether the task keeps its exclusive queue busy at ``now``: it holds a lease that
-    has neither ended nor expired — whatever its status (a cancelled task's holder keeps
-    the queue until it learns of the cancel)."""
+    """Whether the task counts toward its queue's ``max_running`` at ``now`` (an exclusive
+    queue is busy): it holds a lease that has neither ended nor expired — whatever its
+    status (a cancelled task's holder keeps its place until it learns of the cancel)."""
     return snapshot.lease_live(now)
 
 
@@ -211,13 +242,16 @@ def claim_result(started: Started) -> Claim:
 class ClaimScan:
     """One ``claim_next`` decided over candidates offered in :func:`claim_order`.
 
-    ``busy`` are the exclusive queues asked for that a task already holds
-    (:func:`holds_queue`). Offer candidates until :attr:`done`; each decision is
-    returned to be written, and kept: :attr:`claims` in order, :attr:`failures` (tasks
-    past their delivery limit, failed instead of served; call :meth:`report` once they
-    are committed). A store that may lose a write to another claimer calls
-    :meth:`withdraw` for it. ``candidate`` and ``start`` replace :func:`is_candidate`
-    and :func:`tasks_core.rules.start_claim` (the contract suite's broken stores).
+    A limited queue (:attr:`ClaimRequest.limits`) allows as many claims as its limits
+    leave room for, from what the store counted in its atomic step: ``running``, the
+    live leases of each (:func:`holds_queue`); ``recent``, the claims of each in its
+    rate's window; ``busy``, those found full outright (an exclusive queue with a live
+    lease). Offer candidates until :attr:`done`; each decision is returned to be
+    written, and kept: :attr:`claims` in order, :attr:`failures` (tasks past their
+    delivery limit, failed instead of served; call :meth:`report` once they are
+    committed). A store that may lose a write to another claimer calls :meth:`withdraw`
+    for it. ``candidate`` and ``start`` replace :func:`is_candidate` and
+    :func:`tasks_core.rules.start_claim` (the contract suite's broken stores).
     """
 
     def __init__(
@@ -226,6 +260,8 @@ class ClaimScan:
         now: datetime,
         busy: Iterable[str] = (),
         *,
+        running: Mapping[str, int] | None = None,
+        recent: Mapping[str, int] | None = None,
         candidate: Candidate = is_candidate,
         start: StartClaim = start_claim,
     ) -> None:
@@ -233,7 +269,7 @@ class ClaimScan:
         self.now = now
         self._candidate = candidate
         self._start = start
-        self._closed = set(busy) & request.exclusive
+        self._room = QueueRoom(request.limits, running or {}, recent or {}, set(busy))
         self.claims: list[Claim] = []
         self.failures: list[Started] = []
 
@@ -242,19 +278,25 @@ class ClaimScan:
         """How many more tasks this call may claim."""
         return self.request.limit - len(self.claims)
 
+    def room(self, queue: str) -> int:
+        """How many more tasks of ``queue`` this call may claim."""
+        left = self._room.left(queue)
+        return self.remaining if left is None else min(left, self.remaining)
+
     def open_queues(self) -> list[str]:
         """The queues that may still yield a claim, sorted: every queue asked for but
-        the exclusive ones busy or already served by this call."""
-        return sorted(self.request.queues - self._closed)
+        the limited ones without room."""
+        return sorted(q for q in self.request.queues if self._room.left(q) != 0)
 
     def fetches(self) -> list[tuple[list[str], int]]:
         """What to fetch next as ``(queues, at most)`` groups, for a store that reads per
-        group: the shared queues together, each open exclusive queue for one task."""
-        shared = sorted(self.request.queues - self.request.exclusive)
-        groups = [(shared, self.remaining)] if shared and self.remaining else []
-        if self.remaining:
-            groups += [([q], 1) for q in sorted(self.request.exclusive - self._closed)]
-        return groups
+        group: the unlimited queues together, each limited queue with room for its room."""
+        if not self.remaining:
+            return []
+        limited = self.request.limited
+        shared = sorted(self.request.queues - limited)
+        groups = [(shared, self.remaining)] if shared else []
+        return groups + [([q], self.room(q)) for q in sorted(limited) if self.room(q) > 0]
 
     @property
     def done(self) -> bool:
@@ -262,16 +304,16 @@ class ClaimScan:
         return self.remaining <= 0 or not self.open_queues()
 
     def close(self, queue: str) -> None:
-        """An exclusive queue found busy meanwhile (e.g. inside the store's transaction)."""
-        if queue in self.request.exclusive:
-            self._closed.add(queue)
+        """A limited queue found full meanwhile (e.g. inside the store's transaction)."""
+        while self._room.left(queue):
+            self._room.take(queue)
 
     def offer(self, snapshot: Snapshot) -> Started | None:
         """Decide the next candidate (in :func:`claim_order`): ``None`` to skip it (not a
-        candidate at :attr:`now`, its queue closed, or nothing more to claim), else the
-        claim or the failure to write."""
+        candidate at :attr:`now`, its queue without room, or nothing more to claim), else
+        the claim or the failure to write."""
         queue = snapshot.queue
-        if self.remaining <= 0 or queue not in self.request.queues or queue in self._closed:
+        if self.remaining <= 0 or queue not in self.request.queues or self.room(queue) <= 0:
             return None
         if not self._candidate(snapshot, self.now):
             return None
@@ -282,18 +324,21 @@ class ClaimScan:
             self.failures.append(decided)
             return decided
         self.claims.append(decided.claim)
-        if queue in self.request.exclusive:
-            self._closed.add(queue)
+        self._room.take(queue)
         return decided
 
     def withdraw(self, started: Started) -> None:
-        """Forget a decision whose write was lost to another writer (its queue reopens)."""
+        """Forget a decision whose write was lost to another writer (its room returns)."""
         if started.claim is None:
             self.failures.remove(started)
             return
         self.claims.remove(started.claim)
-        if started.snapshot.queue in self.request.exclusive:
-            self._closed.discard(started.snapshot.queue)
+        self._room.give_back(started.snapshot.queue)
+
+    def claimed(self, queue: str) -> int:
+        """How many claims of ``queue`` this call decided (a store with a rate log writes
+        one entry per claim of a rate-limited queue)."""
+        return sum(1 for claim in self.claims if claim.snapshot.queue == queue)
 
     def report(self) -> None:
         """Report the tasks failed past their delivery limit; call once committed."""

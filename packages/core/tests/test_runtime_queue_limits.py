@@ -1,0 +1,128 @@
+"""Fleet-wide queue limits through the App and workers: ``app.queue(name, max_running=N,
+rate=(N, S))`` declared once, kept across several workers sharing one store, refused
+before anything starts when bad, and ``exclusive`` as ``max_running=1``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from tasks_core import (
+    App,
+    CapabilityNotSupported,
+    InvalidInput,
+    ManualClock,
+    Queue,
+    StoreCapabilities,
+    TaskContext,
+    TaskQuery,
+    TaskStatus,
+)
+from tasks_store_memory import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("options", [
+    {"max_running": 0}, {"max_running": True}, {"max_running": 2.0},
+    {"rate": (0, 60)}, {"rate": (5, 0)}, {"rate": (5, float("nan"))}, {"rate": 5},
+    {"rate": (5, "60")}, {"exclusive": True, "max_running": 2},
+])
+def test_bad_queue_limits_are_refused_when_declared(options: dict[str, Any]) -> None:
+    """A ``max_running`` or ``rate`` that is not a positive integer (a window not a real
+    number of seconds), or ``exclusive`` with another ``max_running``: ``InvalidInput``,
+    and the queue is not declared."""
+    app = make_app()
+    with pytest.raises(InvalidInput):
+        app.queue("limited", **options)
+    assert "limited" not in app.queues
+
+
+def test_exclusive_and_max_running_one_are_the_same_queue() -> None:
+    """The old spelling ``exclusive=True`` is ``max_running=1``; both declare one queue."""
+    app = make_app()
+    declared = app.queue("serial", exclusive=True)
+    assert declared == Queue("serial", max_running=1)
+    assert declared is app.queue("serial", max_running=1)
+
+
+async def test_workers_together_never_run_more_than_max_running() -> None:
+    """Three workers of concurrency 4 sharing one store run a queue of ``max_running=2``
+    at most two at a time between them, and run every task."""
+    store = MemoryStore()
+    apps = [make_app(store=store) for _ in range(3)]
+    running: list[int] = [0]
+    peak: list[int] = [0]
+    release, two_running = asyncio.Event(), asyncio.Event()
+
+    for app in apps:
+        app.queue("emails", max_running=2)
+
+        @app.task(queue="emails")
+        async def send(ctx: TaskContext) -> None:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            if running[0] == 2:
+                two_running.set()
+            await release.wait()
+            running[0] -= 1
+
+    async with apps[0], apps[1], apps[2]:
+        ids = [(await apps[0].submit("send", None, ALICE)).id for _ in range(8)]
+        async with fast_worker(apps[0], concurrency=4), fast_worker(apps[1], concurrency=4), \
+                fast_worker(apps[2], concurrency=4):
+            await asyncio.wait_for(two_running.wait(), TIMEOUT)
+            release.set()
+            done = [await apps[0].wait(i, ALICE, timeout=TIMEOUT) for i in ids]
+    assert 2 == peak[0]
+    assert {TaskStatus.COMPLETED} == {snapshot.status for snapshot in done}
+
+
+async def test_a_rate_limited_queue_starts_no_more_than_its_rate_per_window() -> None:
+    """With ``rate=(2, 60)`` on the store clock, a worker starts two tasks and leaves the
+    rest pending until the clock moves past the window."""
+    clock = ManualClock()
+    app = make_app(clock)
+    app.queue("partner", rate=(2, 60))
+    started: list[str] = []
+
+    @app.task(queue="partner")
+    async def call(ctx: TaskContext) -> None:
+        started.append(ctx.task_id)
+
+    async with app:
+        ids = []
+        for _ in range(3):
+            ids.append((await call.submit(None, ALICE)).id)
+            clock.advance(0.001)
+        async with fast_worker(app):
+            for task_id in ids[:2]:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)
+            assert TaskStatus.PENDING == (await app.get(ids[2], ALICE)).status
+            clock.advance(60)
+            await app.wait(ids[2], ALICE, timeout=TIMEOUT)
+    assert ids == started
+
+
+async def test_a_worker_refuses_limits_its_store_cannot_keep() -> None:
+    """A worker serving a queue with ``max_running`` (other than 1) or ``rate`` on a store
+    without ``queue_limits`` refuses to start: ``CapabilityNotSupported``."""
+
+    class NoLimits(MemoryStore):
+        CAPABILITIES = StoreCapabilities(durable=False, multi_process=False, wakeups=True,
+                                         exclusive_queues=True)
+
+    app = App(store=NoLimits())
+    app.queue("emails", max_running=3)
+
+    @app.task(queue="emails")
+    async def send(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        with pytest.raises(CapabilityNotSupported, match="queue_limits"):
+            async with fast_worker(app):
+                pass
+        assert [] == await (await app.open()).list(TaskQuery(tenant=None))
