@@ -88,8 +88,9 @@ async def test_instants_are_bson_dates_and_queried_fields_are_native(
     assert ("default", "mail", "pending") == (raw["tenant"], raw["queue"], raw["status"])
     assert {"user_id": "alice", "tenant": "default"} == raw["owner"]
     assert (True, task.created_at, []) == (raw["_ready"], raw["_ready_at"], raw["_history"])
-    assert task.created_at == raw["_avail"]
+    assert (task.created_at, 0) == (raw["_avail"], raw["_prio"])
     assert "run_at" not in raw  # written only when set
+    assert "priority" not in raw  # written only when not 0
 
 
 async def test_a_delayed_task_stores_run_at_as_a_date_and_is_ready_from_it(
@@ -104,6 +105,24 @@ async def test_a_delayed_task_stores_run_at_as_a_date_and_is_ready_from_it(
     assert isinstance(raw["run_at"], datetime)
     assert (task.run_at, task.run_at, task.run_at) == (
         raw["run_at"], raw["_avail"], raw["_ready_at"])
+
+
+@pytest.mark.parametrize("priority", [100, 1, -1, -100])
+async def test_a_priority_is_stored_and_its_negation_orders_claims(
+    open_store: Opener, priority: int
+) -> None:
+    """A task's ``priority`` MUST be stored as an int, and ``_prio`` (the claim order's
+    first key, ascending) MUST be its negation — kept by every later write."""
+    store = await open_store(clock=ManualClock())
+    task = await store.create(new_task(priority=priority))
+    raw = await store._tasks.find_one({"_id": task.id})
+    assert (priority, -priority) == (raw["priority"], raw["_prio"])
+    assert isinstance(raw["_prio"], int)
+    claimed, lease = await store.claim(task.id, "w1", LEASE_S)
+    await store.transition(task.id, claimed.revision, Completed(event_id="done"), lease)
+    raw = await store._tasks.find_one({"_id": task.id})
+    assert (priority, -priority) == (raw["priority"], raw["_prio"])
+    assert priority == (await store.get(task.id, tenant=None)).priority
 
 
 async def test_text_mongodb_cannot_store_is_refused_before_anything_is_written(

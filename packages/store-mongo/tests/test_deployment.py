@@ -89,13 +89,16 @@ async def test_indexes_are_created_once_whatever_the_number_of_opens(
     open_store: Opener,
 ) -> None:
     """Opening a namespace again MUST leave the same indexes, the ``claim_next`` order
-    (queue, availability, available instant, id) among them."""
+    (queue, availability, minus the priority, available instant, id) and the
+    ``next_available`` one (queue, availability, available instant, id) among them."""
     first = await open_store()
     indexes = await first._tasks.index_information()
     await open_store()
     assert indexes == await first._tasks.index_information()
     keys = [k for k, _ in indexes["claim_next"]["key"]]
-    assert ["queue", "_ready", "_avail", "_id", "_ready_at"] == keys
+    assert ["queue", "_ready", "_prio", "_avail", "_id", "_ready_at"] == keys
+    keys = [k for k, _ in indexes["next_available"]["key"]]
+    assert ["queue", "_ready", "_avail", "_id"] == keys
 
 
 async def test_store_time_is_the_server_clock(open_store: Opener, mongo_base_url: str) -> None:

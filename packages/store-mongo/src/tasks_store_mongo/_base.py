@@ -42,9 +42,10 @@ CAS_ATTEMPTS = 100
 KEEP: Any = object()
 """Leave the lease token as it is."""
 NO_HISTORY = {"_history": 0}
-LAYOUT = 2
+LAYOUT = 3
 """The document layout and indexes of this version (2: ``_avail``, the claim index by
-available instant); ``_setup`` upgrades a namespace of an earlier one."""
+available instant; 3: ``_prio``, the claim index by priority first, the
+``next_available`` index); ``_setup`` upgrades a namespace of an earlier one."""
 
 S = TypeVar("S", bound="MongoBase")
 P = ParamSpec("P")
@@ -155,6 +156,11 @@ class MongoBase:
             if collection.name not in existing:
                 await self._create_collection(collection.name)
         await self._upgrade_layout()
+        # next_available wants the earliest _avail past now whatever the priority, an
+        # order the claim_next index (priority first) cannot give without a sort
+        await self._tasks.create_index(
+            [("queue", 1), ("_ready", 1), ("_avail", 1), ("_id", 1)], name="next_available"
+        )
         await self._tasks.create_index(
             [("queue", 1), ("claim.expires_at", 1)], name="live_leases_by_queue"
         )
@@ -172,14 +178,19 @@ class MongoBase:
     async def _upgrade_layout(self) -> None:
         """Bring documents and the ``claim_next`` index to this version's layout, once
         per namespace (the ``layout`` counter document records it): documents written
-        before ``_avail`` existed get it from their stored fields (one server-side update,
-        each document atomically), then an index of another key named ``claim_next`` (by
-        creation: this store's earlier versions) is replaced."""
+        before ``_avail`` or ``_prio`` existed get them from their stored fields (one
+        server-side update each, each document atomically), then an index of another key
+        named ``claim_next`` (by creation, or by available instant without the priority:
+        this store's earlier versions) is replaced."""
         upgraded = await self._counters.find_one({"_id": "layout", "v": {"$gte": LAYOUT}})
         if upgraded is None:
             await self._tasks.update_many(
                 {"_avail": {"$exists": False}},
                 [{"$set": {"_avail": _codec.AVAILABLE_FROM_FIELDS}}],
+            )
+            await self._tasks.update_many(
+                {"_prio": {"$exists": False}},
+                [{"$set": {"_prio": _codec.PRIORITY_FROM_FIELDS}}],
             )
         try:
             await self._create_claim_index()
@@ -197,9 +208,12 @@ class MongoBase:
 
     async def _create_claim_index(self) -> None:
         """The ``claim_next`` index: equality on queue and availability, then claim order
-        (``storekit.claim_order``: available instant, id), then ``_ready_at``."""
+        (``storekit.claim_order``: minus the priority, available instant, id), then
+        ``_ready_at``. With ``_avail <= now`` the scan of a queue skips, per priority
+        value, the tasks not yet available: it reads the head of each queue."""
         await self._tasks.create_index(
-            [("queue", 1), ("_ready", 1), ("_avail", 1), ("_id", 1), ("_ready_at", 1)],
+            [("queue", 1), ("_ready", 1), ("_prio", 1), ("_avail", 1), ("_id", 1),
+             ("_ready_at", 1)],
             name="claim_next",
         )
 

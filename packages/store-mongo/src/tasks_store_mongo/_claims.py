@@ -70,7 +70,8 @@ class MongoClaims(MongoBase):
         exclusive: Collection[str] = (),
         start: int | None = None,
     ) -> builtins.list[Claim]:
-        """Claim up to ``limit`` oldest claimable tasks (see ``TaskStore.claim_next``).
+        """Claim up to ``limit`` claimable tasks, the first in claim order (see
+        ``TaskStore.claim_next``).
 
         Candidates stream in claim order from the ``claim_next`` index; each decision of
         the scan is written by compare-and-set, and one lost to another writer is
@@ -97,12 +98,14 @@ class MongoClaims(MongoBase):
             {
                 "queue": {"$in": open_queues},
                 "_ready": True,
-                "_avail": {"$lte": now},  # implied by _ready_at: bounds the index scan
+                # implied by _ready_at; bounds the index scan of each priority value
+                # of a queue at now, so the tasks not yet available are skipped
+                "_avail": {"$lte": now},
                 "_ready_at": {"$lte": now},
                 "$or": [{"expires_at": None}, {"expires_at": {"$gt": now}}],
             },
             NO_HISTORY,
-            sort=[("_avail", 1), ("_id", 1)],  # storekit.claim_order
+            sort=[("_prio", 1), ("_avail", 1), ("_id", 1)],  # storekit.claim_order
         )
         cursor.batch_size(limit * 2 + 8)
         try:
@@ -124,8 +127,9 @@ class MongoClaims(MongoBase):
     async def next_available(self, queues: Sequence[str]) -> datetime | None:
         """The earliest available instant after the store's ``now`` of a task of
         ``queues`` that waits for it (see ``TaskStore.next_available``): the first
-        document past ``now`` in the ``claim_next`` index's order that is pending, not
-        expired and not under a live lease (a damaged one is skipped).
+        document past ``now`` in the ``next_available`` index's order (by available
+        instant, whatever the priority) that is pending, not expired and not under a live
+        lease (a damaged one is skipped).
 
         Raises:
             InvalidInput: bad queue names.

@@ -26,6 +26,7 @@ from tasks_core.models import Snapshot, TaskStatus
 __all__ = [
     "ACTIVE_STATUSES",
     "AVAILABLE_FROM_FIELDS",
+    "PRIORITY_FROM_FIELDS",
     "decode_record",
     "decode_task",
     "encode_fields",
@@ -49,8 +50,10 @@ __all__ = [
 #     "_w":        a random write tag, new on every write: the compare-and-set version,
 #     "_ready":    stored status is pending (neither terminal nor waiting for input),
 #     "_ready_at": the earliest instant a claim may succeed (lease end, available),
+#     "_prio":     minus the priority (an int, 0 when none is stored): ascending like the
+#                  claim order, which is (_prio, _avail, _id), see ``storekit.claim_order``
 #     "_avail":    the available instant (``rules.available_at``: retry due, run_at,
-#                  creation): the claim order is (_avail, _id), see ``storekit.claim_order``
+#                  creation)
 #     "_wake":     changed by writes that may make work claimable (change-stream filter),
 #     "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
 #                    "retry_at", "error", "accepted"}, ...]  # this run's applied events
@@ -59,7 +62,7 @@ __all__ = [
 _PAYLOADS = ("result", "input_requests", "accepted_input_responses")
 _INSTANTS = ("retry_at", "created_at", "updated_at", "started_at", "finished_at", "expires_at")
 _PAYLOAD_FIELDS: Any = {"work": {"input"}, **dict.fromkeys(_PAYLOADS, True)}
-_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_avail", "_wake", "_history")
+_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_prio", "_avail", "_wake", "_history")
 _DECODE_ERRORS = (ValidationError, ValueError, TypeError, KeyError, AttributeError)
 
 ACTIVE_STATUSES = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)
@@ -100,6 +103,7 @@ def encode_fields(snapshot: Snapshot) -> dict[str, Any]:
         data["claim"]["expires_at"] = claim.expires_at
     ready = snapshot.status.stored == TaskStatus.PENDING
     data["_ready"] = ready
+    data["_prio"] = -snapshot.priority
     data["_avail"] = rules.available_at(snapshot)
     data["_ready_at"] = _ready_at(snapshot) if ready else None
     return data
@@ -117,6 +121,10 @@ def _ready_at(snapshot: Snapshot) -> datetime:
 AVAILABLE_FROM_FIELDS: Any = {"$ifNull": ["$retry_at", {"$ifNull": ["$run_at", "$created_at"]}]}
 """``_avail`` computed by the server from a document's stored fields (an aggregation
 expression: ``rules.available_at``), to fill it in on documents written before it."""
+
+PRIORITY_FROM_FIELDS: Any = {"$subtract": [0, {"$ifNull": ["$priority", 0]}]}
+"""``_prio`` computed by the server from a document's stored fields (minus ``priority``,
+which is stored only when not 0), to fill it in on documents written before it."""
 
 
 def new_document(snapshot: Snapshot) -> dict[str, Any]:
