@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, model_va
 from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json, check_text
 from tasks_core._model import Model, built, replaced
+from tasks_core._store_models import StoreCapabilities, StoreLimits
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
@@ -78,6 +79,17 @@ def _printable(value: str) -> str:
 def _task_id(value: str) -> str:
     if not value or len(value.encode()) > MAX_ID_BYTES or not value.isprintable():
         raise ValueError(f"task id must be 1..{MAX_ID_BYTES} printable bytes")
+    return value
+
+
+TRACE_KEYS = frozenset({"traceparent", "tracestate"})
+
+
+def _trace_context(value: dict[str, str] | None) -> dict[str, str] | None:
+    if value is not None and any(k not in TRACE_KEYS or len(v) > 512 or not v.isprintable()
+                                 for k, v in value.items()):
+        raise ValueError("trace_context holds traceparent and tracestate, printable, "
+                         "at most 512 characters each")
     return value
 
 
@@ -201,6 +213,10 @@ class Work(Model):
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
                                     allow_inf_nan=False)
     max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
+    trace_context: Annotated[dict[str, str] | None, AfterValidator(_trace_context)] = Field(
+        default=None, exclude_if=lambda carrier: carrier is None)
+    """The W3C trace context of the submit (``traceparent``, ``tracestate``), set only
+    while telemetry is enabled (:mod:`tasks_core.telemetry`); written only when set."""
 
 
 class ErrorInfo(Model):
@@ -357,89 +373,6 @@ class Claim(NamedTuple):
 
     snapshot: Snapshot
     lease: Lease
-
-
-class StoreCapabilities(Model):
-    """What a store offers beyond the required contract; declared once, in code.
-
-    Attributes:
-        durable: data survives a process restart.
-        multi_process: several processes may share the store safely.
-        wakeups: ``wait_for_work`` returns early when work may be claimable.
-        exclusive_queues: ``claim_next(..., exclusive=...)`` runs a queue one task at a time
-            across every worker.
-        batch_transitions: ``transition_many`` applies several transitions in one atomic
-            step (group commit); the runtime then writes terminal events together.
-        transactional_submit: ``create(new, *, replace=None, transaction=handle)`` writes
-            inside the application's own open transaction (SQL: its ``AsyncConnection``),
-            so the task exists if and only if that transaction commits.
-        cancel_wakeups: ``wait_for_cancels`` reports a cancel committed by any process
-            while it waits, so a worker stops a run (or drops a held claim) at once
-            instead of at its next heartbeat.
-        queue_limits: ``claim_next(..., limits={queue: QueueLimits(...)})`` keeps each
-            queue's fleet-wide ``max_running`` and ``rate`` in the claim's atomic step.
-        batch_create: ``create_many`` stores a batch of new tasks in one atomic step, all or
-            nothing, capacity held for the batch as a whole (else the runtime loops).
-    """
-
-    durable: bool
-    multi_process: bool
-    wakeups: bool
-    exclusive_queues: bool
-    batch_transitions: bool = False
-    transactional_submit: bool = False
-    cancel_wakeups: bool = False
-    queue_limits: bool = False
-    batch_create: bool = False
-
-
-NO_LIMIT = 2**62
-"""What an unset limit compares as: more tasks than any store holds (an SQL bigint)."""
-
-
-class StoreLimits(Model):
-    """Capacity limits enforced by the store inside the creating atomic step; each is off
-    (``None``) unless set: opt-in protections, never a default refusal of ordinary work.
-
-    Attributes:
-        max_tasks: stored tasks of every status, finished ones kept for their retention
-            included: protects the database's size.
-        max_active_tasks_per_scope: live tasks (not finished, not expired) of one tenant:
-            keeps one tenant's backlog from crowding out the others.
-    """
-
-    max_tasks: int | None = Field(default=None, ge=1, le=NO_LIMIT)
-    max_active_tasks_per_scope: int | None = Field(default=None, ge=1, le=NO_LIMIT)
-
-    @property
-    def tasks_cap(self) -> int:
-        """``max_tasks``, or :data:`NO_LIMIT` when off (for comparisons and SQL)."""
-        return NO_LIMIT if self.max_tasks is None else self.max_tasks
-
-    @property
-    def scope_cap(self) -> int:
-        """``max_active_tasks_per_scope``, or :data:`NO_LIMIT` when off."""
-        cap = self.max_active_tasks_per_scope
-        return NO_LIMIT if cap is None else cap
-
-    @classmethod
-    def resolve(
-        cls,
-        limits: StoreLimits | None = None,
-        *,
-        max_tasks: int | None = None,
-        max_active_tasks_per_scope: int | None = None,
-    ) -> StoreLimits:
-        """``limits`` (default: the defaults) with any limit given by keyword replaced: the
-        way every store factory reads its ``max_tasks``/``max_active_tasks_per_scope``.
-
-        Raises:
-            InvalidInput: a limit below 1.
-        """
-        given = {"max_tasks": max_tasks, "max_active_tasks_per_scope": max_active_tasks_per_scope}
-        base = (limits or cls()).model_dump()
-        base.update({name: value for name, value in given.items() if value is not None})
-        return cls(**base)
 
 
 def new_run_id() -> str:

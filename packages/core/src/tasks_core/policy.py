@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from tasks_core._store_models import NO_LIMIT
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import AuthorizationError, InvalidInput
-from tasks_core.models import MAX_MESSAGE_CHARS, NO_LIMIT
+from tasks_core.models import MAX_MESSAGE_CHARS
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

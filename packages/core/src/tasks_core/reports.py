@@ -18,7 +18,9 @@ import logging
 import threading
 from collections import OrderedDict
 
+from tasks_core import telemetry
 from tasks_core.events import EventRecord
+from tasks_core.models import Snapshot
 from tasks_core.rules import DELIVERY_LIMIT_ERROR
 
 __all__ = ["corrupt_skipped", "delivery_limit"]
@@ -30,9 +32,13 @@ _skips: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 _skips_lock = threading.Lock()
 
 
-def delivery_limit(task_id: str, record: EventRecord) -> None:
+def delivery_limit(task_id: str, record: EventRecord, *, snapshot: Snapshot | None = None
+                   ) -> None:
     """Log that a claim failed ``task_id`` past its delivery limit; ``record`` is the
-    failure ``rules.start_claim`` returned. Call it once that failure is written."""
+    failure ``rules.start_claim`` returned, ``snapshot`` the failed task (counted by
+    telemetry when enabled and given). Call it once that failure is written."""
+    if snapshot is not None and telemetry.active is not None:
+        telemetry.active.delivery_limit(snapshot)
     why = record.error.message if record.error is not None else DELIVERY_LIMIT_ERROR
     _worker_log.warning("task %r failed instead of running again: %s (its earlier runs "
                         "ended without an outcome: a crash or a lost lease each time)",

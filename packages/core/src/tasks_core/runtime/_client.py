@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from tasks_core import telemetry
 from tasks_core._json import check_json, json_size
 from tasks_core.arguments import check_priority
 from tasks_core.authority import (
@@ -126,8 +127,17 @@ class Client(ClientReads):
             run_at=run_at, priority=priority,
         )
         store = await self._submit_store(transaction)
-        submitted = await _submit(store, self.policy, self.limits, new, authority,
-                                  keyed=key is not None, transaction=transaction)
+        span = None if telemetry.active is None else telemetry.active.submit(new)
+        try:
+            submitted = await _submit(store, self.policy, self.limits,
+                                      new if span is None else span.new, authority,
+                                      keyed=key is not None, transaction=transaction)
+        except BaseException as exc:
+            if span is not None:
+                span.end(None, exc)
+            raise
+        if span is not None:
+            span.end(submitted.outcome)
         self.notices.work.notify()
         self.notices.changes.notify()
         return submitted
@@ -191,8 +201,19 @@ class Client(ClientReads):
                 raise InvalidInput(f"item {index}: {exc}") from None
             checked.append((new, item.key is not None))
         store = await self._submit_store(transaction)
-        submitted = await _submit_many(store, self.policy, self.limits, checked, authority,
-                                      transaction=transaction)
+        spans = [] if telemetry.active is None else [telemetry.active.submit(new)
+                                                     for new, _ in checked]
+        if spans:
+            checked = [(span.new, keyed) for span, (_, keyed) in zip(spans, checked, strict=True)]
+        try:
+            submitted = await _submit_many(store, self.policy, self.limits, checked, authority,
+                                          transaction=transaction)
+        except BaseException as exc:
+            for span in spans:
+                span.end(None, exc)
+            raise
+        for span, done in zip(spans, submitted if spans else (), strict=True):
+            span.end(done.outcome)
         if submitted:
             self.notices.work.notify()
             self.notices.changes.notify()
@@ -315,6 +336,8 @@ class Client(ClientReads):
                 continue
             if result.outcome != "unchanged":
                 self.notices.changes.cancelled(snapshot.id, snapshot.run_id)
+                if result.outcome == "applied" and telemetry.active is not None:
+                    telemetry.active.cancelled_task(result.snapshot)
             return result.snapshot
         raise RevisionConflict(snapshot)
 

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tasks_core import telemetry
 from tasks_core.cancel import RunCancelled
 from tasks_core.context import TaskContext
 from tasks_core.definitions import TaskDef
@@ -59,6 +60,9 @@ class Run(RunInput):
         except asyncio.CancelledError:
             self.abandon()
             raise
+        finally:
+            if self._span is not None:
+                self._span.end(self._ran_for)
 
     async def _execute(self) -> None:
         claim = self.snapshot.claim
@@ -129,6 +133,10 @@ class Run(RunInput):
         ctx = TaskContext(self.snapshot, self.token, self)
         args, kwargs = _arguments(self.snapshot.work.input)
         self.started = True
+        if telemetry.active is not None:
+            self._span = telemetry.active.run(self.snapshot)
+            if task.is_async:
+                self._span.activate()  # in the run's own task and context
         self._started_at = self.loop.time()
         self._in_handler = True
         self._arm()
@@ -137,10 +145,12 @@ class Run(RunInput):
                 outcome = await _call_async(task.fn, ctx, args, kwargs)
             else:
                 future: asyncio.Future[_Outcome] = self.loop.create_future()
+                fresh = contextvars.Context()
+                if self._span is not None:
+                    self._span.activate_in(fresh)
                 thread = threading.Thread(
                     target=_thread_main,
-                    args=(self.loop, future, contextvars.Context(), task.fn, ctx, args,
-                          kwargs),
+                    args=(self.loop, future, fresh, task.fn, ctx, args, kwargs),
                     name=f"tasks:{task.name}:{self.task_id}",
                     daemon=True,
                 )

@@ -26,6 +26,7 @@ from tasks_core.runtime._lease import LeaseCell
 from tasks_core.runtime._tally import Tally
 
 if TYPE_CHECKING:
+    from tasks_core._otel import RunSpan
     from tasks_core.policy import Limits, Policy
     from tasks_core.runtime._notify import Changes
     from tasks_core.store import TaskStore
@@ -84,6 +85,9 @@ class _Outcome:
 class RunBase:
     """One claim being executed: its state, identity and stop cause (see
     :class:`~tasks_core.runtime._run.Run`)."""
+
+    _span: RunSpan | None = None
+    """The run's telemetry span, made when the handler starts (telemetry enabled only)."""
 
     def __init__(
         self, env: RunEnv, claim: Claim, task: TaskDef | None, *, recheck: bool = False

@@ -14,6 +14,7 @@ import logging
 import traceback
 from typing import Any
 
+from tasks_core import telemetry
 from tasks_core._json import check_json, json_size
 from tasks_core.definitions import Retry
 from tasks_core.errors import InvalidInput, LeaseLost, TasksError
@@ -137,8 +138,13 @@ class RunWrites(RunBase):
         self.observe(transition.snapshot)
         self.env.changes.notify()
         _log_written(self.task_id, event, transition)
-        if self.env.tally is not None and transition.outcome == "applied":
-            self.env.tally.count(event.kind)
+        if transition.outcome == "applied":
+            if self.env.tally is not None:
+                self.env.tally.count(event.kind)
+            if telemetry.active is not None:
+                telemetry.active.written(event, transition)
+                if self._span is not None:
+                    self._span.written(event, transition)
         return transition
 
     def _unwritten(self) -> None:

@@ -234,7 +234,8 @@ def claim_result(started: Started) -> Claim:
     if started.claim is not None:
         return started.claim
     assert started.failure is not None
-    reports.delivery_limit(started.snapshot.id, started.failure)
+    reports.delivery_limit(started.snapshot.id, started.failure,
+                           snapshot=started.snapshot)
     limit = started.snapshot.work.max_deliveries
     raise Unavailable(f"The task exceeded {limit} deliveries")
 
@@ -344,4 +345,5 @@ class ClaimScan:
         """Report the tasks failed past their delivery limit; call once committed."""
         for started in self.failures:
             assert started.failure is not None
-            reports.delivery_limit(started.snapshot.id, started.failure)
+            reports.delivery_limit(started.snapshot.id, started.failure,
+                                   snapshot=started.snapshot)

@@ -1,0 +1,163 @@
+"""The OpenTelemetry side of :mod:`tasks_core.telemetry`; imported only by ``enable``.
+
+Spans: ``submit`` (PRODUCER), whose W3C trace context is stored with the task
+(``Work.trace_context``), and ``run`` (CONSUMER), one per run of a handler, a child of
+that context (one trace per task: its submit and every attempt). Counters by ``queue`` and
+``task``: submitted (new runs: ``created`` or ``replaced``), started, completed, failed
+(also by ``error``, the error type), cancelled, retried. Histograms, in seconds: run
+duration (the handler's own time) and queue lag (from the available instant to the claim
+that starts a task's first run, both by the store's clock).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from tasks_core._model import replaced
+from tasks_core.events import Event, Transition
+from tasks_core.models import NewTask, Snapshot, TaskStatus
+from tasks_core.rules import available_at
+
+__all__ = ["SCOPE", "SECONDS_BUCKETS", "RunSpan", "SubmitSpan", "Telemetry"]
+
+SCOPE = "tasks_core"
+"""The instrumentation scope of every span and instrument."""
+
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                   60.0, 300.0, 900.0, 3600.0)
+"""The histograms' bucket boundaries (an advisory: a view of the SDK may replace them)."""
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _labels(snapshot: Snapshot | NewTask) -> dict[str, str]:
+    return {"queue": snapshot.queue, "task": snapshot.work.name}
+
+
+class SubmitSpan:
+    """The ``submit`` span of one task being submitted."""
+
+    def __init__(self, telemetry: Telemetry, new: NewTask) -> None:
+        self.telemetry = telemetry
+        self.labels = _labels(new)
+        self.span: Span = telemetry.tracer.start_span(
+            "submit", kind=SpanKind.PRODUCER,
+            attributes={"tasks.queue": new.queue, "tasks.task": new.work.name,
+                        "tasks.id": new.id, "messaging.system": "tasks",
+                        "messaging.destination.name": new.queue})
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self.span))
+        self.new = replaced(new, work=replaced(new.work, trace_context=carrier or None))
+        """``new`` carrying the span's trace context (unchanged when the span records
+        nothing: a no-op tracer provider)."""
+
+    def end(self, outcome: str | None, error: BaseException | None = None) -> None:
+        """End the span with the submit's outcome (``created``, ``joined``, ``replaced``)
+        or its refusal; a new run counts."""
+        if outcome is not None:
+            self.span.set_attribute("tasks.outcome", outcome)
+            if outcome != "joined":
+                self.telemetry.submitted.add(1, self.labels)
+        if error is not None:
+            self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        self.span.end()
+
+
+class RunSpan:
+    """The ``run`` span of one run of a handler, current while the handler runs."""
+
+    def __init__(self, telemetry: Telemetry, snapshot: Snapshot) -> None:
+        self.telemetry = telemetry
+        self.labels = _labels(snapshot)
+        parent = (_PROPAGATOR.extract(snapshot.work.trace_context)
+                  if snapshot.work.trace_context else None)
+        self.span: Span = telemetry.tracer.start_span(
+            "run", context=parent, kind=SpanKind.CONSUMER,
+            attributes={"tasks.queue": snapshot.queue, "tasks.task": snapshot.work.name,
+                        "tasks.id": snapshot.id, "tasks.attempt": snapshot.retry_count + 1,
+                        "tasks.delivery": snapshot.deliveries, "messaging.system": "tasks",
+                        "messaging.destination.name": snapshot.queue})
+        telemetry.started.add(1, self.labels)
+        if snapshot.retry_count == 0 and snapshot.deliveries == 1 \
+                and snapshot.started_at is not None:
+            # The first claim of a task: started_at is its instant (the store's clock).
+            lag = (snapshot.started_at - available_at(snapshot)).total_seconds()
+            telemetry.queue_lag.record(max(lag, 0.0), self.labels)
+
+    def activate(self) -> None:
+        """Make the span current in the calling context (the run's own task, or the
+        fresh context of a sync handler's thread): the handler's spans are its children."""
+        otel_context.attach(trace.set_span_in_context(self.span))
+
+    def activate_in(self, fresh: contextvars.Context) -> None:
+        """:meth:`activate` inside ``fresh`` (a sync handler's context, before its thread)."""
+        fresh.run(self.activate)
+
+    def written(self, event: Event, transition: Transition) -> None:
+        """The run wrote ``event``, applied: its outcome on the span."""
+        self.span.set_attribute("tasks.outcome", event.kind)
+        if transition.snapshot.status == TaskStatus.FAILED:
+            self.span.set_status(Status(StatusCode.ERROR, transition.snapshot.error.type
+                                        if transition.snapshot.error else "failed"))
+
+    def end(self, duration: float) -> None:
+        """The run's slot is over: record the handler's time, end the span."""
+        self.telemetry.run_duration.record(duration, self.labels)
+        self.span.end()
+
+
+class Telemetry:
+    """The tracer and instruments (see the module docstring)."""
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = (meter_provider.get_meter(SCOPE) if meter_provider is not None
+                 else metrics.get_meter(SCOPE))
+        counter = meter.create_counter
+        self.submitted = counter("tasks.submitted", "{task}", "Tasks submitted (new runs)")
+        self.started = counter("tasks.started", "{task}", "Runs whose handler started")
+        self.completed = counter("tasks.completed", "{task}", "Tasks completed")
+        self.failed = counter("tasks.failed", "{task}", "Tasks failed, by error type")
+        self.cancelled = counter("tasks.cancelled", "{task}", "Tasks cancelled")
+        self.retried = counter("tasks.retried", "{task}", "Retries scheduled")
+        self.run_duration = meter.create_histogram(
+            "tasks.run.duration", "s", "The handler's own time per run (input waits left "
+            "out)", explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
+        self.queue_lag = meter.create_histogram(
+            "tasks.queue.lag", "s", "From a task's available instant to the claim that "
+            "starts its first run", explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
+
+    def submit(self, new: NewTask) -> SubmitSpan:
+        """Start the ``submit`` span of ``new`` (``.new`` carries its trace context)."""
+        return SubmitSpan(self, new)
+
+    def run(self, snapshot: Snapshot) -> RunSpan:
+        """Start the ``run`` span of the claimed ``snapshot``; count the start."""
+        return RunSpan(self, snapshot)
+
+    def written(self, event: Event, transition: Transition) -> None:
+        """Count what an applied worker event did: completed, failed or retried."""
+        snapshot = transition.snapshot
+        labels = _labels(snapshot)
+        if snapshot.status == TaskStatus.COMPLETED:
+            self.completed.add(1, labels)
+        elif snapshot.status == TaskStatus.FAILED:
+            error = snapshot.error.type if snapshot.error is not None else "unknown"
+            self.failed.add(1, {**labels, "error": error})
+        elif event.kind == "retry_requested":
+            self.retried.add(1, labels)
+
+    def cancelled_task(self, snapshot: Snapshot) -> None:
+        """Count a cancel that this process recorded."""
+        self.cancelled.add(1, _labels(snapshot))
+
+    def delivery_limit(self, snapshot: Snapshot) -> None:
+        """Count a task a claim failed past its delivery limit (a dead letter)."""
+        error = snapshot.error.type if snapshot.error is not None else "DeliveryLimitExceeded"
+        self.failed.add(1, {**_labels(snapshot), "error": error})

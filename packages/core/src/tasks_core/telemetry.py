@@ -1,0 +1,78 @@
+"""Telemetry: OpenTelemetry spans and metrics of submits and runs — off unless enabled.
+
+The runtime reads :data:`active` at each hook site: ``None`` until :func:`enable`, so
+without the extra (``tasks-core[otel]``), or with it and not enabled, nothing from
+opentelemetry is imported and a hook site costs one module attribute read. :func:`enable`
+builds the spans and instruments (:mod:`tasks_core._otel`) on the given providers, else
+the global ones; :func:`serve_prometheus` starts a worker's Prometheus endpoint
+(``tasks-core[prometheus]``). docs/operations.md names every span, metric and label.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tasks_core.errors import CapabilityNotSupported
+
+if TYPE_CHECKING:
+    from tasks_core._otel import Telemetry
+    from tasks_core._prometheus import PrometheusEndpoint
+
+__all__ = ["active", "disable", "enable", "serve_prometheus"]
+
+active: Telemetry | None = None
+"""The enabled telemetry, or ``None`` (off: every hook site skips)."""
+
+OTEL_HINT = "pip install 'tasks-core[otel]'"
+PROMETHEUS_HINT = "pip install 'tasks-core[prometheus]'"
+
+
+def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> Telemetry:
+    """Turn telemetry on in this process: spans ``submit`` and ``run``, and the task
+    metrics, on ``tracer_provider`` and ``meter_provider`` (default: OpenTelemetry's
+    global providers, which are no-ops until the application configures an SDK).
+    Calling it again replaces the instruments.
+
+    Returns:
+        The telemetry now active.
+
+    Raises:
+        CapabilityNotSupported: opentelemetry-api is not installed (the message says how
+            to install it).
+    """
+    global active
+    try:
+        from tasks_core._otel import Telemetry
+    except ImportError:
+        raise CapabilityNotSupported(f"telemetry needs OpenTelemetry: {OTEL_HINT}") from None
+    active = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    return active
+
+
+def disable() -> None:
+    """Turn telemetry off: hook sites skip again (the instruments stay imported)."""
+    global active
+    active = None
+
+
+def serve_prometheus(port: int, host: str = "127.0.0.1") -> PrometheusEndpoint:
+    """Serve the task metrics for Prometheus at ``http://HOST:PORT/metrics`` from a thread,
+    and enable telemetry with a meter provider that feeds it (the tracer provider stays
+    the global one). ``port=0`` picks a free port (``endpoint.port`` says which).
+
+    Returns:
+        The endpoint (``close()`` stops serving and turns telemetry off).
+
+    Raises:
+        CapabilityNotSupported: the Prometheus extra is not installed.
+        OSError: the address cannot be bound (in use, or not an address of this host).
+    """
+    try:
+        from tasks_core._prometheus import PrometheusEndpoint
+    except ImportError:
+        raise CapabilityNotSupported(
+            f"the metrics endpoint needs OpenTelemetry's SDK and Prometheus exporter: "
+            f"{PROMETHEUS_HINT}") from None
+    endpoint = PrometheusEndpoint(port, host, on_close=disable)
+    enable(meter_provider=endpoint.meter_provider)
+    return endpoint
