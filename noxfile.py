@@ -87,6 +87,7 @@ PACKAGES = {
     "store-mongo": Package("packages/store-mongo", "tasks_store_mongo", SUITE),
     "contract-tests": Package("packages/contract-tests", "tasks_contract_tests",
                               (*SUITE, "store-sql")),
+    "dashboard": Package("packages/dashboard", "tasks_dashboard", (*SUITE, "store-sql")),
 }
 EXAMPLES = {
     "acme": Package("examples/acme-store", "tasks_store_acme", SUITE),
@@ -125,6 +126,7 @@ nox.options.sessions = [
     "tests(store-memory)",
     "tests(contract-tests)",
     "tests(store-mongo)",
+    "tests(dashboard)",
     *(f"contract({name})" for name, store in STORES.items() if not store.server),
     "acme",
     "mutants-sample",

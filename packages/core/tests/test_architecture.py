@@ -104,7 +104,7 @@ def _docstring_lines(path: Path) -> int:
 def test_every_package_is_found() -> None:
     """The check below sees every distribution's package, the example store's too."""
     assert {"tasks_core", "tasks_store_memory", "tasks_store_sql", "tasks_store_mongo",
-            "tasks_contract_tests", "tasks_store_acme"} <= set(PACKAGES)
+            "tasks_contract_tests", "tasks_store_acme", "tasks_dashboard"} <= set(PACKAGES)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -15,6 +15,7 @@ from rich.live import Live
 
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core.authority import Authority, Owner, System
+from tasks_core.cli._dashboard import cmd_dashboard
 from tasks_core.cli._many import read_items
 from tasks_core.cli._periodic import cmd_periodic
 from tasks_core.cli._render import (
@@ -401,4 +402,5 @@ COMMANDS: dict[str, Command] = {
     "demo": cmd_demo,
     "stress": cmd_stress,
     "periodic": cmd_periodic,
+    "dashboard": cmd_dashboard,
 }

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from tasks_core.cli._commands import COMMANDS
+from tasks_core.cli._dashboard import add_dashboard_parser
 from tasks_core.cli._periodic import add_periodic_parser
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
 
     add_periodic_parser(sub, common)
+    add_dashboard_parser(sub, common)
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (a few seconds)")
 

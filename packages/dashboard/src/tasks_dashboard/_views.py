@@ -1,0 +1,233 @@
+"""The pages and actions of the dashboard, each ``async (request) -> Response``.
+
+Views run behind :class:`~tasks_dashboard._security.Gate` and act as ``System()``; every
+POST reads its form through :meth:`Guard.form` (the CSRF check) and answers with a
+redirect. Templates autoescape everything: stored data is always shown as text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from tasks_core import App, InvalidInput, Snapshot, System, TaskStatus
+
+from tasks_dashboard import _reads
+from tasks_dashboard._security import AUTH_COOKIE, CSRF_FIELD, SESSION_S, Guard, cookie
+
+__all__ = ["Views"]
+
+SYSTEM = System()
+PAGE_SIZE = 50
+
+
+def _age(instant: datetime | None, now: datetime | None = None) -> str:
+    if instant is None:
+        return "–"
+    seconds = int(((now or datetime.now(UTC)) - instant).total_seconds())
+    sign, s = ("in ", -seconds) if seconds < 0 else ("", seconds)
+    if s < 60:
+        return f"{sign}{s}s"
+    if s < 3600:
+        return f"{sign}{s // 60}m {s % 60}s"
+    if s < 86400:
+        return f"{sign}{s // 3600}h {s % 3600 // 60}m"
+    return f"{sign}{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _when(instant: datetime | None) -> str:
+    return "–" if instant is None else instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+class Views:
+    """The dashboard's views over one App, with the guard that signs its forms."""
+
+    def __init__(self, app: App, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+        self.env = Environment(loader=PackageLoader("tasks_dashboard", "templates"),
+                               autoescape=select_autoescape(default=True,
+                                                            default_for_string=True))
+        self.env.filters.update(age=_age, when=_when, pretty=_pretty)
+
+    def render(self, request: Request, template: str, status: int = 200,
+               **context: Any) -> HTMLResponse:
+        """``template`` rendered with the page's links, CSRF token and ``context``."""
+
+        def link(name: str, **params: Any) -> str:
+            query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+            return request.url_for(name).path + (f"?{query}" if query else "")
+
+        def static(path: str) -> str:
+            return request.url_for("static", path=path).path
+
+        html = self.env.get_template(template).render(
+            link=link, static=static, csrf_field=CSRF_FIELD, csrf=self.guard.csrf_token(request),
+            login=self.guard.login_enabled, now=datetime.now(UTC), **context)
+        return HTMLResponse(html, status)
+
+    # -- pages ---------------------------------------------------------------------------
+
+    async def queues(self, request: Request) -> Response:
+        """Counts by status per queue, oldest pending age, finished in the last hour."""
+        overview = await _reads.overview(self.app, SYSTEM, self.app.queues)
+        return self.render(request, "queues.html", overview=overview,
+                           statuses=[s.value for s in _reads.STATUSES], cap=_reads.COUNT_CAP)
+
+    async def tasks(self, request: Request) -> Response:
+        """Tasks newest first (random ids) or keyed tasks in id order, filtered.
+
+        Raises:
+            InvalidInput: an unknown status.
+        """
+        q = request.query_params
+        status = q.get("status") or None
+        statuses = [TaskStatus(status)] if status in {s.value for s in TaskStatus} else None
+        if status and statuses is None:
+            raise InvalidInput(f"unknown status {status!r}")
+        queue, owner, key = q.get("queue") or None, q.get("owner") or None, q.get("key") or None
+        tenant = q.get("tenant") or None
+        authority = System(tenant) if tenant else SYSTEM
+        view = "keyed" if key or q.get("view") == "keyed" else "recent"
+
+        def keep(task: Snapshot) -> bool:
+            if owner is not None and (task.owner is None or task.owner.user_id != owner):
+                return False
+            return key is None or task.id == key or task.id.endswith(f"::{key}")
+
+        wanted = keep if owner or key else None
+        if view == "keyed":
+            listing = await _reads.keyed(self.app, authority, statuses=statuses, queue=queue,
+                                         after=q.get("after") or None, limit=PAGE_SIZE,
+                                         keep=wanted)
+        else:
+            listing = await _reads.newest(self.app, authority, statuses=statuses,
+                                          queue=queue, before=q.get("before") or None,
+                                          limit=PAGE_SIZE, keep=wanted)
+        filters = {"status": status, "queue": queue, "owner": owner, "tenant": tenant,
+                   "key": key}
+        return self.render(request, "tasks.html", listing=listing, view=view,
+                           filters=filters, statuses=[s.value for s in TaskStatus],
+                           queues=sorted(self.app.queues))
+
+    async def task(self, request: Request) -> Response:
+        """A task: its snapshot, history, live progress, input request and actions.
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        task_id = request.query_params.get("id", "")
+        snapshot = await self.app.get(task_id, SYSTEM)
+        history = await self.app.history(task_id, SYSTEM)
+        return self.render(request, "task.html", task=snapshot, history=history)
+
+    async def task_events(self, request: Request) -> Response:
+        """Server-sent events: the task's status and progress after every change, until it
+        ends (``event: end``).
+
+        Raises:
+            TaskNotFound: no such task.
+        """
+        task_id = request.query_params.get("id", "")
+        await self.app.get(task_id, SYSTEM)
+
+        async def stream() -> AsyncIterator[str]:
+            async for snapshot in self.app.watch(task_id, SYSTEM):
+                progress = snapshot.progress
+                data = {"status": snapshot.status.value, "revision": snapshot.revision,
+                        "progress": progress.value if progress else None,
+                        "message": progress.message if progress else None}
+                yield f"data: {json.dumps(data)}\n\n"
+            yield "event: end\ndata: {}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"x-accel-buffering": "no"})
+
+    async def workers(self, request: Request) -> Response:
+        """Workers by their live leases, with their last heartbeat."""
+        rows, capped = await _reads.workers(self.app, SYSTEM)
+        return self.render(request, "workers.html", workers=rows, capped=capped,
+                           budget=_reads.SCAN_BUDGET)
+
+    # -- actions -------------------------------------------------------------------------
+
+    def _back(self, request: Request, task_id: str) -> Response:
+        target = request.url_for("task").path + "?" + urlencode({"id": task_id})
+        return RedirectResponse(target, status_code=303)
+
+    async def cancel(self, request: Request) -> Response:
+        """Cancel the task named by the form.
+
+        Raises:
+            HTTPException: 403 without the CSRF token.
+            TaskNotFound: no such task.
+        """
+        form = await self.guard.form(request)
+        task_id = str(form.get("id", ""))
+        await self.app.cancel(task_id, SYSTEM)
+        return self._back(request, task_id)
+
+    async def respond(self, request: Request) -> Response:
+        """Answer one input request of the task: the answer is JSON, else text.
+
+        Raises:
+            HTTPException: 403 without the CSRF token.
+            TaskNotFound: no such task.
+            InvalidInput: a bad key or answer.
+        """
+        form = await self.guard.form(request)
+        task_id, key = str(form.get("id", "")), str(form.get("key", ""))
+        text = str(form.get("answer", ""))
+        try:
+            answer: Any = json.loads(text)
+        except ValueError:
+            answer = text
+        await self.app.respond(task_id, {key: answer}, SYSTEM)
+        return self._back(request, task_id)
+
+    # -- login ---------------------------------------------------------------------------
+
+    def login_page(self, request: Request, status: int = 200, error: str = "") -> Response:
+        """The token form (also the answer to a request without credentials)."""
+        return self.render(request, "login.html", status, error=error)
+
+    async def login(self, request: Request) -> Response:
+        """GET: the form. POST: compare the token; on a match set the session cookie.
+
+        Raises:
+            HTTPException: 403 without the CSRF token.
+        """
+        if request.method != "POST":
+            return self.login_page(request)
+        form = await self.guard.form(request)
+        if not self.guard.token_matches(str(form.get("token", ""))):
+            return self.login_page(request, 401, "That is not the operator token.")
+        response = RedirectResponse(request.url_for("queues").path, status_code=303)
+        path = request.scope.get("root_path") or "/"
+        response.headers.append("set-cookie", cookie(
+            AUTH_COOKIE, self.guard.session_cookie(), path, max_age=SESSION_S,
+            secure=request.url.scheme == "https"))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        """End the session (its cookie is dropped).
+
+        Raises:
+            HTTPException: 403 without the CSRF token.
+        """
+        await self.guard.form(request)
+        response = RedirectResponse(request.url_for("login").path, status_code=303)
+        path = request.scope.get("root_path") or "/"
+        response.headers.append("set-cookie", cookie(AUTH_COOKIE, "", path, max_age=0))
+        return response
+
