@@ -41,7 +41,7 @@ LOGIN_PATH = "/login"
 
 SECURITY_HEADERS = {
     "content-security-policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",

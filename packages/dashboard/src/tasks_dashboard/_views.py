@@ -199,7 +199,7 @@ class Views:
 
     def login_page(self, request: Request, status: int = 200, error: str = "") -> Response:
         """The token form (also the answer to a request without credentials)."""
-        return self.render(request, "login.html", status, error=error)
+        return self.render(request, "login.html", status, error=error, login_page=True)
 
     async def login(self, request: Request) -> Response:
         """GET: the form. POST: compare the token; on a match set the session cookie.

@@ -1,0 +1,214 @@
+"""The dashboard in a real headless Chromium (Playwright): every page, a task followed
+live from submitted to completed, an input answered through the form, a running task
+cancelled, and requests refused without the token or the CSRF token.
+
+The dashboard, an App on a SQLite file and a worker run in one event loop on a thread of
+the test process (uvicorn on a free port). Chromium is Debian's (``CHROMIUM`` or
+/usr/bin/chromium): missing, these tests skip — and fail under CI (``CI`` set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TOKEN, build_app
+from tasks_core import App, Owner, System, Worker
+from tasks_dashboard import create_app
+
+pytestmark = pytest.mark.browser
+
+SHOTS = os.environ.get("TASKS_DASHBOARD_SCREENSHOTS")  # a folder: save the main pages
+
+
+def chromium() -> str:
+    """Debian's Chromium; missing: skip here, fail under CI."""
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(path):
+        message = "no Chromium (apt-get install -y chromium, or set CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: CI must run the browser tests")
+        pytest.skip(message)
+    return path
+
+
+class Served:
+    """The dashboard, its App and a worker, served on a thread's event loop."""
+
+    def __init__(self, db: Path) -> None:
+        import uvicorn
+
+        self.app: App = build_app(f"sqlite:///{db}")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(self.app, token=TOKEN), host="127.0.0.1",
+                                port=self.port, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_until_complete,
+                                       args=(self._main(),), daemon=True)
+
+    async def _main(self) -> None:
+        async with self.app:
+            worker = Worker(self.app, concurrency=4, lease_for=5.0, input_park=30.0,
+                            poll_interval=0.2, progress_interval=0.1, reap_interval=None)
+            async with worker:
+                await self.server.serve()
+
+    def call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coroutine`` on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
+
+    def submit(self, task: str, data: dict[str, Any] | None) -> str:
+        return str(self.call(self.app.submit(task, data, Owner("alice"))).id)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            self.thread.join(0.05)
+        raise RuntimeError("the dashboard did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with Served(tmp_path_factory.mktemp("dashboard") / "tasks.db") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    path = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=path,
+                                              args=["--no-sandbox", "--disable-gpu"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, served: Served) -> Iterator[Any]:
+    """A logged-in page; console errors (a CSP violation among them) fail the test."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(served.url + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("text=Log in")
+    page.wait_for_url(served.url + "/")
+    yield page
+    context.close()
+    assert [] == errors
+
+
+def status_is(page: Any, status: str) -> None:
+    """Wait until the page shows ``status`` (no script evaluated: the CSP forbids eval)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#status")).to_have_text(status, timeout=15000)
+
+
+def progress_at_least(page: Any, value: float) -> None:
+    """Wait until the progress bar, updated live, reaches ``value``."""
+    for _ in range(300):
+        if float(page.locator("#progress").get_attribute("value") or 0) >= value:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"the progress bar did not reach {value}")
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"dashboard-{name}.png"), full_page=True)
+
+
+def test_every_page_opens(page: Any, served: Served) -> None:
+    for count in (2, 3):
+        served.submit("steps", {"count": count, "pause": 0.05})
+    waiting = served.submit("ask", {"question": "Ship release 1.4?"})
+    busy = served.submit("steps", {"count": 100, "pause": 0.2})
+    page.goto(f"{served.url}/task?id={busy}")
+    progress_at_least(page, 1)
+    page.goto(served.url + "/")
+    assert "Queues" == page.inner_text("h1")
+    assert page.locator("text=web").count() >= 1
+    shot(page, "queues")
+    page.click("nav >> text=Tasks")
+    assert page.locator("#tasks tbody tr").count() >= 4
+    shot(page, "tasks")
+    page.click("nav >> text=Workers")
+    page.wait_for_selector("text=steps")
+    shot(page, "workers")
+    page.goto(f"{served.url}/task?id={waiting}")
+    page.wait_for_selector("text=Input requested")
+    shot(page, "input")
+    page.goto(f"{served.url}/task?id={busy}")
+    progress_at_least(page, 6)
+    shot(page, "task")
+    served.call(served.app.cancel(busy, System()))
+
+
+def test_a_task_is_followed_live_until_it_completes(page: Any, served: Served) -> None:
+    task_id = served.submit("steps", {"count": 6, "pause": 0.4})
+    page.goto(f"{served.url}/task?id={task_id}")
+    # The bar moves without a reload, then the page redraws itself as completed.
+    progress_at_least(page, 30)
+    assert "running" == page.inner_text("#status")
+    status_is(page, "completed")
+    assert '"steps": 6' in page.inner_text("#result")
+    assert "completed" in page.inner_text("ol.timeline")
+
+
+def test_an_input_request_is_answered_through_the_form(page: Any, served: Served) -> None:
+    task_id = served.submit("ask", {"question": "<b>Pay</b> 40 EUR?"})
+    page.goto(f"{served.url}/task?id={task_id}")
+    page.wait_for_selector("text=Input requested", timeout=15000)
+    assert "<b>Pay</b> 40 EUR?" in page.inner_text(".input-request pre")  # as text
+    page.fill("textarea[name=answer]", '{"ok": true}')
+    page.click("text=Send answer")
+    status_is(page, "completed")
+    assert '"ok": true' in page.inner_text("#result")
+
+
+def test_a_running_task_is_cancelled(page: Any, served: Served) -> None:
+    task_id = served.submit("forever", None)
+    page.goto(f"{served.url}/task?id={task_id}")
+    status_is(page, "running")
+    page.click("text=Cancel task")
+    status_is(page, "cancelled")
+    assert "cancelled" == served.call(served.app.get(task_id, System())).status
+
+
+def test_requests_without_the_token_or_csrf_token_are_refused(
+        browser: Any, page: Any, served: Served) -> None:
+    task_id = served.submit("forever", None)
+    stranger = browser.new_context()
+    response = stranger.new_page().goto(served.url + "/tasks")
+    assert response is not None
+    assert 401 == response.status
+    stranger.close()
+    # Logged in, a POST without the form's CSRF token is refused and changes nothing.
+    refused = page.request.post(served.url + "/task/cancel", form={"id": task_id})
+    assert 403 == refused.status
+    assert "cancelled" != served.call(served.app.get(task_id, System())).status
+    served.call(served.app.cancel(task_id, System()))

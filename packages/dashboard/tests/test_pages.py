@@ -1,0 +1,140 @@
+"""What the pages show: counts by queue, tasks newest first with filters and paging, a
+task with its history and event stream, workers by their leases; the CLI command."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from conftest import BEARER, TOKEN
+from tasks_core import App, Owner, SubmitItem, System, TaskStatus
+from tasks_core.cli.main import run
+from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_dashboard import _reads
+
+pytestmark = pytest.mark.anyio
+
+
+def ids_on(html: str) -> list[str]:
+    return [i.replace("%3A", ":") for i in re.findall(r'href="/task\?id=([^"]+)"', html)]
+
+
+async def test_tasks_are_listed_newest_first_and_paged(
+        client: httpx.AsyncClient, app: App) -> None:
+    """120 random-id tasks: three pages of at most 50, newest first, each task once."""
+    submitted = [s.id for s in await app.submit_many(
+        [SubmitItem(task="steps", input={"count": 1}) for _ in range(120)], Owner("bob"))]
+    seen: list[str] = []
+    url = "/tasks"
+    for _ in range(5):
+        page = await client.get(url, headers=BEARER)
+        assert 200 == page.status_code
+        seen += ids_on(page.text)
+        found = re.search(r'rel="next" href="([^"]+)"', page.text)
+        if found is None:
+            break
+        url = found.group(1).replace("&amp;", "&")
+    assert sorted(submitted, reverse=True) == seen
+
+
+async def test_newest_finds_old_tasks_past_an_empty_window(app: App) -> None:
+    """Tasks submitted long ago (ids stamped a day back) are found by widening."""
+    old = _reads.stamp_id(int((datetime.now(UTC) - timedelta(days=3)).timestamp() * 1000))
+    listing = await _reads.newest(app, System(), limit=10)
+    assert [] == listing.items
+    assert listing.next is None
+    await app.submit("steps", {"count": 1}, Owner("bob"))
+    listing = await _reads.newest(app, System(), before=old, limit=10)
+    assert [] == listing.items
+
+
+async def test_filters_by_status_queue_owner_tenant_and_key(
+        client: httpx.AsyncClient, app: App) -> None:
+    alice = await app.submit("steps", {"count": 1}, Owner("alice"))
+    bob = await app.submit("steps", {"count": 1}, Owner("bob"), key="report-7")
+    acme = await app.submit("steps", {"count": 1}, Owner("carol", "acme"))
+    await app.cancel(alice.id, System())
+    async def shown(query: str) -> list[str]:
+        page = await client.get(f"/tasks?{query}", headers=BEARER)
+        assert 200 == page.status_code, query
+        return ids_on(page.text)
+    assert [alice.id] == await shown("status=cancelled")
+    assert [acme.id] == await shown("tenant=acme")
+    assert [alice.id] == await shown("owner=alice")
+    assert [bob.id] == await shown("key=report-7")
+    assert [bob.id] == await shown("view=keyed&owner=bob")
+    assert [] == await shown("queue=default")
+    assert {alice.id, acme.id} == set(await shown("queue=web"))
+    assert 400 == (await client.get("/tasks?status=bogus", headers=BEARER)).status_code
+
+
+async def test_queues_page_counts_by_status(client: httpx.AsyncClient, app: App) -> None:
+    for _ in range(3):
+        await app.submit("steps", {"count": 1}, Owner("bob"))
+    later = await app.submit("steps", {"count": 1}, Owner("bob"), delay=3600)
+    done = await app.submit("steps", {"count": 1}, Owner("bob"))
+    await app.cancel(done.id, System())
+    page = await client.get("/", headers=BEARER)
+    assert 200 == page.status_code
+    assert "scheduled" == (await app.get(later.id, System())).status
+    assert 'status=pending">3<' in page.text
+    assert 'status=scheduled">1<' in page.text
+    assert 'status=cancelled">1<' in page.text
+    row = re.search(r"<td><a href=\"/tasks\?queue=web\">web</a></td>(.*?)</tr>", page.text,
+                    re.S)
+    assert row is not None
+    assert "s ago" not in row.group(1)
+
+
+async def test_task_page_shows_history_and_input_request(
+        client: httpx.AsyncClient, app: App) -> None:
+    submitted = await app.submit("steps", {"count": 2}, Owner("alice"))
+    await app.cancel(submitted.id, System())
+    page = await client.get(f"/task?id={submitted.id}", headers=BEARER)
+    assert 200 == page.status_code
+    assert "cancelled" in page.text
+    assert "Cancel task" not in page.text
+    assert "<strong>cancelled</strong>" in page.text  # the history's event
+    events = await client.get(f"/task/events?id={submitted.id}", headers=BEARER)
+    assert events.headers["content-type"].startswith("text/event-stream")
+    assert '"status": "cancelled"' in events.text
+    assert "event: end" in events.text
+    missing = await client.get("/task?id=nope", headers=BEARER)
+    assert 404 == missing.status_code
+
+
+async def test_workers_are_seen_through_their_leases(
+        client: httpx.AsyncClient, app: App) -> None:
+    submitted = await app.submit("forever", None, Owner("alice"))
+    claims = await app.store.claim_next("worker-7", 30.0, queues=["web"])
+    assert [submitted.id] == [c.snapshot.id for c in claims]
+    assert TaskStatus.RUNNING == (await app.get(submitted.id, System())).status
+    page = await client.get("/workers", headers=BEARER)
+    assert "worker-7" in page.text
+    assert "forever" in page.text
+
+
+async def test_cli_refuses_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TASKS_DASHBOARD_TOKEN", raising=False)
+    with pytest.raises(InvalidInput, match="TASKS_DASHBOARD_TOKEN"):
+        await run(["dashboard", "--store", "memory://"])
+    with pytest.raises(InvalidInput, match="at least 8"):
+        await run(["dashboard", "--store", "memory://", "--token", "short"])
+
+
+async def test_cli_says_to_install_the_dashboard_when_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+    real = builtins.__import__
+
+    def without_dashboard(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("tasks_dashboard"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", without_dashboard)
+    monkeypatch.delitem(__import__("sys").modules, "tasks_dashboard")
+    with pytest.raises(CapabilityNotSupported, match="pip install tasks-dashboard"):
+        await run(["dashboard", "--store", "memory://", "--token", TOKEN])

@@ -1,0 +1,145 @@
+"""The dashboard lets in operators only, protects its actions against cross-site
+requests, and shows stored data as text."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from conftest import BEARER, TOKEN
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount
+from tasks_core import App, Owner, System
+from tasks_dashboard import DashboardConfigError, create_app
+
+pytestmark = pytest.mark.anyio
+
+PAGES = ("/", "/tasks", "/tasks?view=keyed", "/workers", "/static/dashboard.css",
+         "/static/live.js")
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_no_token_and_no_callback_is_refused(app: App) -> None:
+    """There is no open dashboard: neither a token nor a callback is a named error."""
+    with pytest.raises(DashboardConfigError, match="operator token"):
+        create_app(app)
+    with pytest.raises(DashboardConfigError, match="at least 8"):
+        create_app(app, token="short")
+
+
+async def test_every_page_refuses_a_request_without_the_token(
+        client: httpx.AsyncClient, app: App) -> None:
+    """Pages, static files, the event stream and actions all answer 401."""
+    submitted = await app.submit("steps", {"count": 1}, Owner("alice"))
+    for path in (*PAGES, f"/task?id={submitted.id}", f"/task/events?id={submitted.id}"):
+        response = await client.get(path)
+        assert 401 == response.status_code, path
+        assert TOKEN not in response.text
+    response = await client.post("/task/cancel", data={"id": submitted.id})
+    assert 401 == response.status_code
+    assert "pending" == (await app.get(submitted.id, System())).status
+    wrong = await client.get("/", headers={"authorization": "Bearer not-the-token"})
+    assert 401 == wrong.status_code
+
+
+async def test_a_browser_without_the_token_gets_the_login_form(
+        client: httpx.AsyncClient) -> None:
+    response = await client.get("/", headers={"accept": "text/html"})
+    assert 401 == response.status_code
+    assert 'name="token"' in response.text
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_login_sets_a_strict_httponly_session_cookie(client: httpx.AsyncClient) -> None:
+    form = await client.get("/login")
+    csrf = csrf_of(form.text)
+    bad = await client.post("/login", data={"token": "nope-nope", "csrf_token": csrf})
+    assert 401 == bad.status_code
+    no_csrf = await client.post("/login", data={"token": TOKEN})
+    assert 403 == no_csrf.status_code
+    good = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf})
+    assert 303 == good.status_code
+    cookie = good.headers["set-cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
+    assert TOKEN not in cookie
+    assert 200 == (await client.get("/")).status_code
+    logout = await client.post("/logout", data={"csrf_token": csrf})
+    assert 303 == logout.status_code
+    client.cookies.delete("tasks_dashboard_auth")
+    assert 401 == (await client.get("/")).status_code
+
+
+async def test_a_post_without_the_csrf_token_is_refused(
+        client: httpx.AsyncClient, app: App) -> None:
+    """With the session cookie, cancel and respond need the form's CSRF token."""
+    submitted = await app.submit("steps", {"count": 1}, Owner("alice"))
+    page = await client.get("/login")
+    await client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page.text)})
+    for action in ("/task/cancel", "/task/respond"):
+        for data in ({"id": submitted.id}, {"id": submitted.id, "csrf_token": "forged"}):
+            response = await client.post(action, data={**data, "key": "k", "answer": "1"})
+            assert 403 == response.status_code, action
+    assert "pending" == (await app.get(submitted.id, System())).status
+    task_page = await client.get(f"/task?id={submitted.id}")
+    ok = await client.post("/task/cancel",
+                           data={"id": submitted.id, "csrf_token": csrf_of(task_page.text)})
+    assert 303 == ok.status_code
+    assert "cancelled" == (await app.get(submitted.id, System())).status
+
+
+async def test_stored_markup_is_shown_as_text(client: httpx.AsyncClient, app: App) -> None:
+    """A task input holding <script> is escaped on every page that shows it."""
+    evil = "<script>alert('owned')</script>"
+    submitted = await app.submit("ask", {"question": evil}, Owner("alice"))
+    page = await client.get(f"/task?id={submitted.id}", headers=BEARER)
+    assert 200 == page.status_code
+    assert evil not in page.text
+    assert "&lt;script&gt;alert(" in page.text
+    assert "<script>" not in page.text.replace(
+        '<script src="/static/live.js" defer></script>', "")
+
+
+async def test_every_response_carries_the_security_headers(client: httpx.AsyncClient) -> None:
+    for path in PAGES:
+        response = await client.get(path, headers=BEARER)
+        assert 200 == response.status_code, path
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp
+        assert "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert "nosniff" == response.headers["x-content-type-options"]
+        assert "no-store" == response.headers["cache-control"]
+
+
+async def test_the_authorize_callback_decides_every_request(app: App) -> None:
+    """Mounted in the user's app: the callback is asked for pages and static files; its
+    exception refuses; links carry the mount path."""
+    asked: list[str] = []
+
+    async def authorize(request: Request) -> bool:
+        asked.append(request.url.path)
+        if request.headers.get("x-user") == "boom":
+            raise RuntimeError("broken")
+        return request.headers.get("x-user") == "ops"
+
+    outer = Starlette(routes=[Mount("/ops", create_app(app, authorize=authorize))])
+    transport = httpx.ASGITransport(app=outer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        assert 403 == (await c.get("/ops/")).status_code
+        assert 403 == (await c.get("/ops/static/live.js")).status_code
+        assert 403 == (await c.get("/ops/", headers={"x-user": "boom"})).status_code
+        page = await c.get("/ops/", headers={"x-user": "ops"})
+        assert 200 == page.status_code
+        assert 'href="/ops/tasks"' in page.text
+        assert 'src="/ops/static/live.js"' in page.text
+        login = await c.get("/ops/login", headers={"x-user": "nobody"})
+        assert 403 == login.status_code  # no login form without a token
+    assert {"/ops/", "/ops/static/live.js"} <= set(asked)
