@@ -57,12 +57,15 @@ async def _run(*argv: str, app: App | None = None, width: int = 200) -> tuple[in
     return code, out.getvalue()
 
 
-def test_app_is_an_option_of_submit_only() -> None:
-    """``--app MODULE:ATTR`` MUST be accepted by ``submit`` (default: none)."""
-    assert build_parser().parse_args([*SUBMIT, "--app", "m:app"]).app == "m:app"
-    assert build_parser().parse_args(SUBMIT).app is None
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["ls", "--system", "--app", "m:app"])
+@pytest.mark.parametrize("argv", [SUBMIT, ["ls", "--system"], ["show", "x", "--system"],
+                                  ["workers", "--system"], ["cancel", "x", "--system"],
+                                  ["worker"], ["reap"], ["migrate"]])
+def test_app_is_an_option_of_every_command_on_tasks(argv: list[str]) -> None:
+    """``--app MODULE:ATTR`` MUST be accepted by every command on tasks, after the command
+    or before it (default: none)."""
+    assert build_parser().parse_args([*argv, "--app", "m:app"]).app == "m:app"
+    assert build_parser().parse_args(["--app", "m:app", *argv]).app == "m:app"
+    assert build_parser().parse_args(argv).app is None
 
 
 async def test_submit_with_app_applies_the_registration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -251,6 +251,8 @@ async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
     for word in ("TaskTimeout", "Cancelled by user", "completed", "summary",
                  'reminder (delayed 3s)'):
         assert word in text
+    # Into a pipe, the summary's title is a line of its own (not glued to the last bar).
+    assert "summary" in [line.strip() for line in text.splitlines()], text
     sql = installed(EMBEDDED_STORE_URL)  # the hint never asks to install what is there
     assert (sql, not sql) == ("Run it on sqlite:///tasks.db" in text,
                               "Install tasks-store-sql" in text)

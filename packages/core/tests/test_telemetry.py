@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
-from tasks_core import NewTask, RetryPolicy, TaskContext, Work, reports, rules, telemetry
+from tasks_core import (
+    InvalidInput,
+    NewTask,
+    RetryPolicy,
+    TaskContext,
+    Work,
+    reports,
+    rules,
+    telemetry,
+)
 from tasks_store_memory import MemoryStore
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk")
@@ -252,3 +261,22 @@ async def test_submit_many_makes_a_submit_span_per_item(recorded: Recorded) -> N
     assert ["created", "created", "joined"] == [s.attributes["tasks.outcome"] for s in submits]
     assert all(carrier and "traceparent" in carrier for carrier in stored)
     assert 2 == recorded.count("tasks.submitted", task="job")
+
+
+async def test_tasks_worker_metrics_port_serves_on_localhost_by_default() -> None:
+    """``tasks worker --metrics-port`` MUST serve on 127.0.0.1 unless ``--metrics-host``
+    says otherwise; a port out of range is refused."""
+    from tasks_core.cli import _worker_cmd
+    from tasks_core.cli.main import build_parser
+
+    args = build_parser().parse_args(["worker", "m:app", "--metrics-port", "0"])
+    endpoint = _worker_cmd._metrics(args)
+    assert endpoint is not None
+    try:
+        assert endpoint.url.startswith("http://127.0.0.1:")
+        await asyncio.to_thread(_scrape, endpoint.url)  # answers (nothing recorded yet)
+    finally:
+        endpoint.close()
+    bad = build_parser().parse_args(["worker", "m:app", "--metrics-port", "70000"])
+    with pytest.raises(InvalidInput):
+        _worker_cmd._metrics(bad)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 import logging
@@ -11,31 +10,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._dashboard import cmd_dashboard
 from tasks_core.cli._many import read_items
 from tasks_core.cli._periodic import cmd_periodic
+from tasks_core.cli._reads import follow, list_newest_first, live_leases, print_ls, workers_table
 from tasks_core.cli._render import (
-    Bars,
     backends_table,
     history_table,
     one_line,
     plain,
     shown_url,
     snapshot_table,
-    tasks_table,
 )
-from tasks_core.cli._signals import Interrupts
+from tasks_core.cli._worker_cmd import cmd_worker
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, check_duration, parse_duration, parse_instant
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.runtime._defaults import default_store_url
-from tasks_core.runtime._worker_gc import tune_for_serving
 from tasks_core.runtime.app import App
-from tasks_core.runtime.worker import Worker
 
 __all__ = ["COMMANDS", "authority_of"]
 
@@ -74,109 +69,6 @@ def _json_value(text: str, what: str) -> Any:
     except (ValueError, RecursionError):
         raise InvalidInput(f"{what} cannot be read: nested too deeply or a number too "
                            "long") from None
-
-
-def _worker_of(app: App, args: argparse.Namespace) -> Worker:
-    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app. Its
-    durations (``--lease``, ``--input-park``, ``--reap-interval``, ``--drain-timeout``)
-    are checked by the worker, before the store is opened.
-
-    Raises:
-        InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…) or
-            queue name.
-    """
-    queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
-    for queue in queues or ():
-        app.declare_queue(queue)
-    return Worker(
-        app, queues=queues, concurrency=args.concurrency, recover=args.recover,
-        lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
-        reap_interval=None if args.no_reaper else args.reap_interval,
-        drain_timeout=args.drain_timeout, periodic=not args.no_periodic,
-    )
-
-
-class _Drain:
-    """The worker's drain, started by the first signal, cut short by a second."""
-
-    def __init__(self, worker: Worker, interrupts: Interrupts) -> None:
-        self.worker = worker
-        self.interrupts = interrupts
-        self.task: asyncio.Task[bool] | None = None
-
-    def start(self) -> None:
-        """Begin the drain (``Worker.shutdown``, for the worker's ``drain_timeout``) in a
-        task of its own."""
-        self.task = asyncio.get_running_loop().create_task(
-            self.worker.shutdown(), name="tasks:cli-drain")
-        # Cancelled by the second signal's handler itself: the drain cannot finish (and log
-        # "drain settled") in the loop step before the command sees that signal.
-        self.interrupts.cut_short(self.task)
-
-    async def end(self) -> bool:
-        """Wait for the drain to end, cancelling it if it still runs (the worker stopped
-        some other way); whether everything settled. With no drain, the worker stopped
-        without one (an error): True, nothing is left to settle. A drain that did not
-        finish settled nothing, and the log says so: the worker never logs it settled.
-        """
-        task = self.task
-        if task is None:
-            return True
-        task.cancel()  # a no-op once it has finished
-        await asyncio.wait({task})
-        if task.cancelled():
-            log.warning("worker %s: drain cut short; running tasks keep their leases until "
-                        "they expire", self.worker.worker_id)
-            return False
-        return task.result()
-
-
-async def _serve(worker: Worker) -> int:
-    """Run ``worker`` until its drain finishes: exit code 0 (the drain decides later).
-
-    Raises:
-        CapabilityNotSupported: exclusive queues on a store without them.
-    """
-    await worker.run()
-    return 0
-
-
-async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Run a worker until SIGTERM/SIGINT, then drain: exit 0 when everything settled, 1
-    when runs outlived the drain, 130 when a second signal cut it short. The signals are
-    handled until the command returns (see ``_cli_signals``).
-
-    Raises:
-        InvalidInput: a bad option.
-        CapabilityNotSupported: exclusive queues on a store without them.
-        UnknownStore, StoreUnavailable: the store cannot be opened.
-    """
-    worker = _worker_of(app, args)
-    with Interrupts.installed() as interrupts:
-        await app.open()
-        # Everything loaded so far lives as long as the process: out of the collector's
-        # scans, and young collections far apart (see _worker_gc); undone when serving
-        # ends, for a caller that goes on in the same process.
-        untune = tune_for_serving()
-        drain = _Drain(worker, interrupts)
-        interrupts.on_first(drain.start)
-        try:
-            ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
-            where = shown_url(app.url or "")
-            one_line(console, f"worker {plain(worker.worker_id)} on {plain(where)}: queues "
-                              f"{plain(', '.join(worker.queues))}, concurrency "
-                              f"{worker.concurrency}{ahead}")
-            code = await interrupts.exit_code(_serve(worker))
-        finally:
-            interrupts.on_first(None)
-            untune()
-            settled = await drain.end()
-    if code != 0:
-        return code
-    if not settled:
-        one_line(console, f"[yellow]{len(worker.running)} run(s) outlived the drain; their "
-                          "leases expire and another worker recovers them[/]")
-    return 0 if settled else 1
 
 
 def _task_of(app: App, args: argparse.Namespace) -> TaskDef | str:
@@ -237,7 +129,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     )
     one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     if args.wait:
-        return await _follow(app, submitted.id, authority, console)
+        return await follow(app, submitted.id, authority, console, hint=True)
     return 0
 
 
@@ -264,12 +156,13 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
 
 
 async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
-    """List tasks (one page; ``--after`` for the next)."""
-    page = await app.list(authority_of(args), status=args.status or None, queue=args.queue,
-                          after=args.after, limit=args.limit)
-    console.print(tasks_table(page.items, wide=args.wide))
-    if page.next_after:
-        one_line(console, f"more: tasks ls … --after {plain(repr(page.next_after))}")
+    """List tasks newest first, one page (``--after`` for the next; see ``_reads``).
+
+    Raises:
+        InvalidInput: ``--after`` names no listed task.
+    """
+    rows, next_after, capped = await list_newest_first(app, authority_of(args), args)
+    print_ls(console, rows, next_after, capped, wide=args.wide, scan=args.scan)
     return 0
 
 
@@ -277,7 +170,7 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
     """Show one task and its history; ``--follow`` draws its progress until it ends."""
     authority = authority_of(args)
     if args.follow:
-        await _follow(app, args.id, authority, console)
+        await follow(app, args.id, authority, console)
     snapshot = await app.get(args.id, authority)
     history = await app.history(args.id, authority)  # read both first: all or nothing
     console.print(snapshot_table(snapshot))
@@ -285,17 +178,15 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-async def _follow(app: App, task_id: str, authority: Authority, console: Console) -> int:
-    bars = Bars(console)
-    with Live(bars.renderable(), console=console, refresh_per_second=10,
-              transient=False) as live:
-        async for snapshot in app.watch(task_id, authority, poll_interval=0.2):
-            bars.update(snapshot)
-            live.update(bars.renderable(), refresh=True)
-            last = snapshot
-    if not console.is_terminal:
-        console.line()  # off a terminal the last frame ends without one
-    return 0 if last.status == "completed" else 1
+async def cmd_workers(app: App, args: argparse.Namespace, console: Console) -> int:
+    """The workers holding live leases: their task counts and last heartbeat."""
+    tenant = getattr(args, "tenant", None)
+    leased, now = await live_leases(app, tenant, args.queue)
+    if not leased:
+        one_line(console, "no live worker: no task holds a live lease")
+        return 0
+    console.print(workers_table(leased, now, args.lease))
+    return 0
 
 
 async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> int:
@@ -391,6 +282,7 @@ async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> in
 
 COMMANDS: dict[str, Command] = {
     "worker": cmd_worker,
+    "workers": cmd_workers,
     "submit": cmd_submit,
     "ls": cmd_ls,
     "show": cmd_show,

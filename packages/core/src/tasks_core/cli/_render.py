@@ -142,24 +142,34 @@ def _outcome(snapshot: Snapshot) -> str:
 
 
 def tasks_table(
-    snapshots: Sequence[Snapshot], *, title: str | None = None, wide: bool = False
+    snapshots: Sequence[Snapshot], *, title: str | None = None, wide: bool = False,
+    width: int | None = None,
 ) -> Table:
-    """The ``tasks ls`` table (``wide``: owner, deliveries and update time too)."""
+    """The ``tasks ls`` table (``wide``: owner, deliveries and update time too), one line
+    per task: ids whole, never wrapped or cut (scripts read them); within ``width``
+    columns the outcome is cut with an ellipsis (folding a JSON result cut it mid-word)."""
     table = Table(title=title, header_style="bold", show_lines=False)
     columns = ["ID", "TASK", "QUEUE", "STATUS", "PROGRESS", "TRY"]
     if wide:
         columns += ["DELIVERIES", "OWNER", "UPDATED"]
     columns.append("OUTCOME")
-    for column in columns:
-        table.add_column(column, no_wrap=column in ("STATUS", "PROGRESS", "TRY"),
-                         overflow="fold" if column in ("ID", "OUTCOME") else "ellipsis")
+    rows: list[list[Any]] = []
     for s in snapshots:
         row: list[Any] = [s.id, s.work.name, s.queue, status_text(s.status), _progress(s),
                           str(s.retry_count + 1)]
         if wide:
             row += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
         row.append(_outcome(s))
-        table.add_row(*(cell(value) for value in row))
+        rows.append([cell(value) for value in row])
+    natural = [max([len(column), *(len(row[i].plain) for row in rows)])
+               for i, column in enumerate(columns)]
+    room = None if width is None else max(12, width - sum(natural[:-1]) - 3 * len(columns) - 1)
+    for i, column in enumerate(columns):
+        table.add_column(column, no_wrap=True, overflow="ellipsis",
+                         min_width=natural[i] if column == "ID" else None,
+                         max_width=room if column == "OUTCOME" else None)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 

@@ -136,6 +136,8 @@ async def run_demo(url: str | None = None, *, console: Console | None = None) ->
                         poll_interval=0.2, progress_interval=0.1, reap_interval=None)
         async with worker:
             snapshots = await _drive(app, items, labels, console)
+    if not console.is_terminal:
+        console.line()  # off a terminal the last frame ends without one
     console.print(summary_table(snapshots, labels))
     ok = all(s.status == item.expect for s, item in zip(snapshots, items, strict=True))
     console.print(f"finished in {time.monotonic() - started:.1f}s — "

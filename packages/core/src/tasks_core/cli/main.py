@@ -23,6 +23,7 @@ from rich.console import Console
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._dashboard import add_dashboard_parser
 from tasks_core.cli._periodic import add_periodic_parser
+from tasks_core.cli._reads import check_readable
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
@@ -30,7 +31,10 @@ from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.runtime.app import App
 
-__all__ = ["build_parser", "load_app", "main", "run"]
+__all__ = ["READS", "build_parser", "load_app", "main", "run"]
+
+READS = frozenset({"ls", "show", "workers", "cancel", "respond"})
+"""Commands on tasks that exist: they never create a store (``_reads.check_readable``)."""
 
 
 def load_app(spec: str) -> App:
@@ -54,18 +58,30 @@ def load_app(spec: str) -> App:
 
 
 def _common(*, top: bool) -> argparse.ArgumentParser:
-    """``--store`` and ``--verbose``, accepted before and after the command. After it they
-    default to "not given" (``SUPPRESS``): a subcommand's default must never overwrite a
-    value given before the command (``tasks --store URL ls``)."""
+    """``--store`` and ``--verbose`` (``--app`` too before the command), accepted before
+    and after the command. After it they default to "not given" (``SUPPRESS``): a
+    subcommand's default must never overwrite a value given before the command (``tasks
+    --store URL ls``)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", metavar="URL",
                         default=None if top else argparse.SUPPRESS,
                         help=f"store URL (default ${ENV_VAR}, else sqlite:///tasks.db when "
                              "tasks-store-sql is installed, else memory:// when "
                              "tasks-store-memory is installed)")
+    if top:
+        _app_option(common, top=True)
     common.add_argument("-v", "--verbose", action="store_true",
                         default=False if top else argparse.SUPPRESS, help="debug logging")
     return common
+
+
+def _app_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--app MODULE:ATTR`` (``periodic`` and ``dashboard`` declare their own)."""
+    parser.add_argument("--app", metavar="MODULE:ATTR",
+                        default=None if top else argparse.SUPPRESS,
+                        help="your App, e.g. myapp:app: its store (unless --store), queues "
+                             "and registered tasks (their queue, retry, timeout, delivery "
+                             "limit)")
 
 
 def _prefetch(text: str) -> int | str:
@@ -80,6 +96,8 @@ def _prefetch(text: str) -> int | str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tasks``."""
     common = _common(top=False)
+    withapp = argparse.ArgumentParser(add_help=False)
+    _app_option(withapp)
     who = argparse.ArgumentParser(add_help=False)
     # No defaulted authority: every command that reads or acts says whom it acts as.
     acting = who.add_argument_group("who acts (one is required)").add_mutually_exclusive_group(
@@ -94,14 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Durable background tasks.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("worker", parents=[common], help="run a worker for APP (module:attr)")
-    p.add_argument("app", metavar="APP", help="module:attribute of your App, e.g. myapp:app")
+    p = sub.add_parser("worker", parents=[common, withapp],
+                       help="run a worker for APP (module:attr)")
+    p.add_argument("worker_app", nargs="?", metavar="APP",
+                   help="module:attribute of your App, e.g. myapp:app (or --app)")
     p.add_argument("--queues", help="comma-separated queues (default: every declared queue)")
     p.add_argument("--concurrency", type=int, help="runs at once (default 8)")
     p.add_argument("--prefetch", type=_prefetch, default="auto", metavar="auto|N",
                    help="tasks claimed beyond the free slots, for queues without a "
-                        "concurrency limit (default auto: up to --concurrency while runs "
-                        "are short; 0: none waits holding a lease)")
+                        "concurrency limit (default auto: up to 16 x --concurrency, at "
+                        "most 1000, while runs are short; 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
@@ -114,22 +134,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
     p.add_argument("--no-periodic", action="store_true",
                    help="do not run the app's periodic schedules in this worker")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve the task metrics for Prometheus at http://HOST:PORT/metrics "
+                        "(e.g. 9464; needs tasks-core[prometheus])")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address of --metrics-port (default 127.0.0.1)")
 
-    p = sub.add_parser("submit", parents=[common, who], help="submit a task by name")
+    p = sub.add_parser("submit", parents=[common, withapp, who], help="submit a task by name")
     p.add_argument("name", nargs="?",
                    help="the registered task name (with --many: of lines without 'task')")
     p.add_argument("--many", metavar="FILE.jsonl",
                    help="submit every line of FILE ('-': stdin) in one batch: a JSON object "
                         "of task, input, key, global, queue, delay, at, priority")
-    p.add_argument("--app", metavar="MODULE:ATTR",
-                   help="your App, e.g. myapp:app: the task's registered queue, retry, "
-                        "timeout and delivery limit apply (without it: the defaults)")
     p.add_argument("--input", help="JSON object of keyword arguments")
     p.add_argument("--key", help="dedup key")
     p.add_argument("--global", dest="global_key", action="store_true",
                    help="the key is global (not scoped to the owner)")
     p.add_argument("--queue", help="queue (default: the task's with --app, else 'default')")
-    p.add_argument("--wait", action="store_true", help="follow the task until it ends")
+    p.add_argument("--wait", action="store_true",
+                   help="follow the task until it ends (says so once when no live worker "
+                        "serves its queue)")
     p.add_argument("--priority", type=int, metavar="N",
                    help="-100..100; higher is served first (default: the task's, else 0)")
     when = p.add_mutually_exclusive_group()
@@ -140,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start no sooner than this ISO 8601 instant with a time zone, "
                            "e.g. 2026-12-24T09:00Z")
 
-    p = sub.add_parser("ls", parents=[common, who], help="list tasks")
+    p = sub.add_parser("ls", parents=[common, withapp, who], help="list tasks, newest first")
     p.add_argument("--status", action="append",
                    choices=[status.value for status in TaskStatus],
                    help="filter by status (repeatable)")
@@ -148,25 +172,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     p.add_argument("--after", help="the last id of the previous page")
     p.add_argument("--wide", action="store_true", help="more columns")
+    p.add_argument("--scan", type=int, default=10_000, metavar="N",
+                   help="read at most N matching tasks to order them (default 10000)")
 
-    p = sub.add_parser("show", parents=[common, who], help="a task and its event history")
+    p = sub.add_parser("workers", parents=[common, withapp, who],
+                       help="live workers: those holding live leases")
+    p.add_argument("--queue", help="only leases of this queue")
+    p.add_argument("--lease", type=float, metavar="SECONDS",
+                   help="the workers' lease length (tasks worker --lease): shows the last "
+                        "heartbeat instead of the lease's expiry")
+
+    p = sub.add_parser("show", parents=[common, withapp, who], help="a task and its event history")
     p.add_argument("id")
     p.add_argument("--follow", "-f", action="store_true",
                    help="draw live progress until the task ends")
 
-    p = sub.add_parser("cancel", parents=[common, who], help="cancel a task")
+    p = sub.add_parser("cancel", parents=[common, withapp, who], help="cancel a task")
     p.add_argument("id")
 
-    p = sub.add_parser("respond", parents=[common, who], help="answer a task's input request")
+    p = sub.add_parser("respond", parents=[common, withapp, who],
+                       help="answer a task's input request")
     p.add_argument("id")
     p.add_argument("answers", nargs="+", metavar="KEY=VALUE",
                    help="an answer per key; VALUE is JSON (or else a string)")
 
-    p = sub.add_parser("reap", parents=[common], help="delete expired tasks now")
+    p = sub.add_parser("reap", parents=[common, withapp], help="delete expired tasks now")
     p.add_argument("--limit", type=int, default=1000,
                    help="delete at most this many expired tasks (default 1000)")
 
-    p = sub.add_parser("migrate", parents=[common],
+    p = sub.add_parser("migrate", parents=[common, withapp],
                        help="move the store's schema to the installed code's revision")
     p.add_argument("--to", default="head",
                    help='target revision (default "head"; "base" drops every table)')
@@ -206,7 +240,10 @@ def _app_for(args: argparse.Namespace) -> App:
         # An unset variable (--store "$URL") must not mean "a fresh default store here".
         raise InvalidInput("--store is empty; give a store URL, or leave the option out "
                            "for the default store")
-    spec = getattr(args, "app", None)
+    spec = getattr(args, "worker_app", None) or getattr(args, "app", None)
+    if spec is None and args.command == "worker":
+        raise InvalidInput("tasks worker runs your app's tasks: tasks worker myapp:app "
+                           "(or --app myapp:app)")
     if spec is not None:
         app = load_app(spec)
         if args.store:
@@ -226,6 +263,8 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     """
     owned = app is None
     app = _app_for(args) if app is None else app
+    if owned and args.command in READS and getattr(app, "_store", None) is None:
+        check_readable(app.url or require_default_store_url())
     if args.command not in ("demo", "backends", "stress", "migrate") \
             and (app.url or "").startswith("memory://"):
         Console(stderr=True).print(

@@ -125,9 +125,13 @@ class RunWrites(RunBase):
         try:
             transition = await self.cell.write(event, self.snapshot.revision)
         except LeaseLost:
-            verb = "late outcome" if late else event.kind
-            log.warning("task %r: %s fenced off (this run no longer holds the lease)",
-                        self.task_id, verb)
+            # A late outcome after a cancel or a timeout is fenced off by design (the
+            # stopped run already wrote or released): DEBUG. Anything else means the run
+            # lost its lease unexpectedly (a stall, a takeover): WARNING.
+            expected = late and self.token.reason in (CancelReason.USER, CancelReason.TIMEOUT)
+            log.log(logging.DEBUG if expected else logging.WARNING,
+                    "task %r: %s fenced off (this run no longer holds the lease)",
+                    self.task_id, "late outcome" if late else event.kind)
             self.lost()
             return None
         except TasksError:

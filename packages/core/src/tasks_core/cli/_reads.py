@@ -1,0 +1,203 @@
+"""The ``tasks`` commands that read: ``ls`` (newest first), ``show``, ``workers``, and
+following a task (``show --follow``, ``submit --wait``), which says once when no live
+worker serves its queue.
+
+Reading never creates a store: :func:`check_readable` refuses a SQLite file that does not
+exist before the store is opened (opening it would create an empty database). ``ls``
+orders by creation, newest first: the store lists by id, so it reads up to ``--scan``
+matching tasks, sorts them by ``(created_at, id)`` descending and shows one page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from urllib.parse import parse_qsl, unquote
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tasks_core.authority import Authority, System
+from tasks_core.cli._render import Bars, cell, one_line, plain, tasks_table
+from tasks_core.errors import InvalidInput, UnknownStore
+from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.runtime.app import App
+
+__all__ = ["NO_WORKER_AFTER_S", "check_readable", "follow", "list_newest_first",
+           "live_leases", "sqlite_file", "workers_table"]
+
+NO_WORKER_AFTER_S = 5.0
+"""How long a followed task waits, available and unclaimed, before the hint is printed."""
+HINT_POLL_S = 1.0
+"""How often a followed task is re-read for the hint."""
+LEASED = (TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.WAITING_INPUT)
+"""The statuses a task holding a live lease reads."""
+
+
+def sqlite_file(url: str) -> str | None:
+    """The absolute path of the file a SQLite store URL names (``sqlite:///rel.db``,
+    ``sqlite:////abs.db``, any ``+driver``); ``None`` for another scheme, the in-memory
+    ``sqlite://`` and a SQLite URI (``uri=true``: its own rules, e.g. ``mode=ro``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+")[0].lower() != "sqlite":
+        return None
+    path, _, query = rest.partition("?")
+    if any(k == "uri" and v.lower() in ("1", "true", "yes", "on")
+           for k, v in parse_qsl(query)) or not path.startswith("/"):
+        return None
+    path = unquote(path[1:])
+    return None if path in ("", ":memory:") else os.path.abspath(path)
+
+
+def check_readable(url: str) -> None:
+    """Refuse to read a SQLite store whose file does not exist (opening would create it).
+
+    Raises:
+        UnknownStore: naming the file, and how to name the right store.
+    """
+    path = sqlite_file(url)
+    if path is not None and not os.path.exists(path):
+        raise UnknownStore(
+            f"no store at {url}: {path} does not exist (reading never creates one); run "
+            "where the file is, or name the store: --app module:app or --store URL")
+
+
+async def list_newest_first(
+    app: App, authority: Authority, args: argparse.Namespace
+) -> tuple[list[Snapshot], str | None, bool]:
+    """One page of ``tasks ls``: ``(tasks, next --after, scan cut short)``. Reads up to
+    ``args.scan`` matching tasks (in the store's id order), newest first from there;
+    ``args.after`` is the last task of the previous page.
+
+    Raises:
+        InvalidInput: ``--after`` names no task among those listed.
+    """
+    found: list[Snapshot] = []
+    after: str | None = None
+    while True:
+        page = await app.list(authority, status=args.status or None, queue=args.queue,
+                              after=after, limit=1000)
+        found.extend(page.items)
+        if page.next_after is None:
+            capped = False
+            break
+        if len(found) >= args.scan:
+            capped = True
+            break
+        after = page.next_after
+    found.sort(key=lambda s: (s.created_at, s.id), reverse=True)
+    start = 0
+    if args.after is not None:
+        start = next((i + 1 for i, s in enumerate(found) if s.id == args.after), -1)
+        if start < 0:
+            raise InvalidInput(f"--after {args.after!r} is not among the listed tasks")
+    rows = found[start:start + args.limit]
+    more = len(found) > start + args.limit
+    return rows, rows[-1].id if more and rows else None, capped
+
+
+async def live_leases(app: App, tenant: str | None = None, queue: str | None = None,
+                      *, most: int = 10_000) -> tuple[list[Snapshot], datetime]:
+    """The tasks holding a live lease (of ``queue``), at most ``most``, and the store's
+    ``now`` they were judged at (read as ``System(tenant)``).
+
+    Raises:
+        StoreUnavailable: the store failed.
+    """
+    store = await app.open()
+    now = await store.now()
+    held: list[Snapshot] = []
+    after: str | None = None
+    while len(held) < most:
+        page = await app.list(System(tenant), status=LEASED, queue=queue, after=after,
+                              limit=1000)
+        held.extend(s for s in page.items if s.lease_live(now))
+        if page.next_after is None:
+            break
+        after = page.next_after
+    return held, now
+
+
+def workers_table(leased: Iterable[Snapshot], now: datetime, lease: float | None) -> Table:
+    """``tasks workers``: one row per worker id holding live leases, busiest first."""
+    rows: dict[str, list[Snapshot]] = {}
+    for snapshot in leased:
+        assert snapshot.claim is not None
+        rows.setdefault(snapshot.claim.worker_id, []).append(snapshot)
+    last = "LAST HEARTBEAT" if lease is not None else "LEASE EXPIRES"
+    table = Table(header_style="bold")
+    for column in ("WORKER", "RUNNING", "HELD", "WAITING", "QUEUES", last):
+        table.add_column(column, no_wrap=True)
+    for worker, tasks in sorted(rows.items(), key=lambda item: (-len(item[1]), item[0])):
+        expiry = max(s.claim.expires_at for s in tasks if s.claim is not None)
+        seen = expiry - timedelta(seconds=lease) if lease is not None else expiry
+        ago = (now - seen).total_seconds()
+        when = f"{seen:%Y-%m-%d %H:%M:%S} UTC ({abs(ago):.0f}s {'ago' if ago >= 0 else 'ahead'})"
+        counts = [sum(1 for s in tasks if s.status == status) for status in LEASED]
+        queues = ", ".join(sorted({s.queue for s in tasks}))
+        table.add_row(cell(worker), *(str(n) for n in counts), cell(queues), when)
+    return table
+
+
+async def follow(app: App, task_id: str, authority: Authority, console: Console, *,
+                 hint: bool = False) -> int:
+    """Draw the task's progress until it ends: 0 when it completed, else 1. ``hint``:
+    say once when it stays available and unclaimed for ``NO_WORKER_AFTER_S`` while no
+    task of its queue holds a live lease (no live worker serves the queue)."""
+    bars = Bars(console)
+    with Live(bars.renderable(), console=console, refresh_per_second=10,
+              transient=False) as live:
+        watcher = (asyncio.create_task(_hint_unserved(app, task_id, authority, live.console))
+                   if hint else None)
+        try:
+            async for snapshot in app.watch(task_id, authority, poll_interval=0.2):
+                bars.update(snapshot)
+                live.update(bars.renderable(), refresh=True)
+                last = snapshot
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+    if not console.is_terminal:
+        console.line()  # off a terminal the last frame ends without one
+    return 0 if last.status == "completed" else 1
+
+
+async def _hint_unserved(app: App, task_id: str, authority: Authority,
+                         console: Console) -> None:
+    """Print the no-live-worker hint once, when it is true (see :func:`follow`)."""
+    since: float | None = None
+    loop = asyncio.get_running_loop()
+    while True:
+        snapshot = await app.get(task_id, authority)
+        if snapshot.terminal:
+            return
+        if snapshot.status != TaskStatus.PENDING:
+            since = None
+        elif since is None:
+            since = loop.time()
+        elif loop.time() - since >= NO_WORKER_AFTER_S:
+            leased, _ = await live_leases(app, snapshot.tenant, snapshot.queue, most=1)
+            if not leased:
+                one_line(console, f"[yellow]no live worker serves queue "
+                                  f"{plain(repr(snapshot.queue))}: the task has waited "
+                                  f"{NO_WORKER_AFTER_S:g}s unclaimed and no task of the "
+                                  "queue holds a lease. Start one on this store: tasks "
+                                  f"worker APP --queues {plain(snapshot.queue)}[/]")
+                return
+            since = loop.time()
+        await asyncio.sleep(HINT_POLL_S)
+
+
+def print_ls(console: Console, rows: list[Snapshot], next_after: str | None, capped: bool,
+             *, wide: bool, scan: int) -> None:
+    """Print a page of ``tasks ls`` and how to get the next one."""
+    console.print(tasks_table(rows, wide=wide, width=console.width))
+    if next_after:
+        one_line(console, f"more: tasks ls … --after {plain(repr(next_after))}")
+    if capped:
+        one_line(console, f"[yellow]read the first {scan} matching tasks by id only: "
+                          "narrow with --status/--queue or raise --scan[/]")

@@ -1,0 +1,155 @@
+"""``tasks worker``: run a worker until a signal, then drain; ``--metrics-port`` serves
+its metrics for Prometheus (:func:`tasks_core.telemetry.serve_prometheus`) meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from tasks_core import telemetry
+from tasks_core.cli._render import one_line, plain, shown_url
+from tasks_core.cli._signals import Interrupts
+from tasks_core.errors import InvalidInput
+from tasks_core.runtime._worker_gc import tune_for_serving
+from tasks_core.runtime.app import App
+from tasks_core.runtime.worker import Worker
+
+if TYPE_CHECKING:
+    import argparse
+
+    from tasks_core._prometheus import PrometheusEndpoint
+
+__all__ = ["cmd_worker"]
+
+log = logging.getLogger("tasks_core.cli")
+
+
+def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
+    """The Prometheus endpoint ``--metrics-port`` asks for (``None`` without it).
+
+    Raises:
+        InvalidInput: the port is out of range or the address cannot be bound.
+        CapabilityNotSupported: the Prometheus extra is not installed.
+    """
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise InvalidInput("--metrics-port must be in 0..65535")
+    try:
+        return telemetry.serve_prometheus(port, args.metrics_host)
+    except OSError as exc:
+        raise InvalidInput(f"--metrics-port: cannot listen on {args.metrics_host}:{port}: "
+                           f"{exc.strerror or exc}") from None
+
+
+def _worker_of(app: App, args: argparse.Namespace) -> Worker:
+    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app. Its
+    durations (``--lease``, ``--input-park``, ``--reap-interval``, ``--drain-timeout``)
+    are checked by the worker, before the store is opened.
+
+    Raises:
+        InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…) or
+            queue name.
+    """
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+    for queue in queues or ():
+        app.declare_queue(queue)
+    return Worker(
+        app, queues=queues, concurrency=args.concurrency, recover=args.recover,
+        lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
+        reap_interval=None if args.no_reaper else args.reap_interval,
+        drain_timeout=args.drain_timeout, periodic=not args.no_periodic,
+    )
+
+
+class _Drain:
+    """The worker's drain, started by the first signal, cut short by a second."""
+
+    def __init__(self, worker: Worker, interrupts: Interrupts) -> None:
+        self.worker = worker
+        self.interrupts = interrupts
+        self.task: asyncio.Task[bool] | None = None
+
+    def start(self) -> None:
+        """Begin the drain (``Worker.shutdown``, for the worker's ``drain_timeout``) in a
+        task of its own."""
+        self.task = asyncio.get_running_loop().create_task(
+            self.worker.shutdown(), name="tasks:cli-drain")
+        # Cancelled by the second signal's handler itself: the drain cannot finish (and log
+        # "drain settled") in the loop step before the command sees that signal.
+        self.interrupts.cut_short(self.task)
+
+    async def end(self) -> bool:
+        """Wait for the drain to end, cancelling it if it still runs (the worker stopped
+        some other way); whether everything settled. With no drain, the worker stopped
+        without one (an error): True, nothing is left to settle. A drain that did not
+        finish settled nothing, and the log says so: the worker never logs it settled.
+        """
+        task = self.task
+        if task is None:
+            return True
+        task.cancel()  # a no-op once it has finished
+        await asyncio.wait({task})
+        if task.cancelled():
+            log.warning("worker %s: drain cut short; running tasks keep their leases until "
+                        "they expire", self.worker.worker_id)
+            return False
+        return task.result()
+
+
+async def _serve(worker: Worker) -> int:
+    """Run ``worker`` until its drain finishes: exit code 0 (the drain decides later).
+
+    Raises:
+        CapabilityNotSupported: exclusive queues on a store without them.
+    """
+    await worker.run()
+    return 0
+
+
+async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> int:
+    """Run a worker until SIGTERM/SIGINT, then drain: exit 0 when everything settled, 1
+    when runs outlived the drain, 130 when a second signal cut it short. The signals are
+    handled until the command returns (see ``_cli_signals``).
+
+    Raises:
+        InvalidInput: a bad option, or ``--metrics-port`` cannot be bound.
+        CapabilityNotSupported: exclusive queues on a store without them; the
+            Prometheus extra is missing for ``--metrics-port``.
+        UnknownStore, StoreUnavailable: the store cannot be opened.
+    """
+    worker = _worker_of(app, args)
+    endpoint = _metrics(args)
+    with Interrupts.installed() as interrupts:
+        await app.open()
+        # Everything loaded so far lives as long as the process: out of the collector's
+        # scans, and young collections far apart (see _worker_gc); undone when serving
+        # ends, for a caller that goes on in the same process.
+        untune = tune_for_serving()
+        drain = _Drain(worker, interrupts)
+        interrupts.on_first(drain.start)
+        try:
+            ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
+            where = shown_url(app.url or "")
+            one_line(console, f"worker {plain(worker.worker_id)} on {plain(where)}: queues "
+                              f"{plain(', '.join(worker.queues))}, concurrency "
+                              f"{worker.concurrency}{ahead}")
+            if endpoint is not None:
+                one_line(console, f"metrics for Prometheus at {plain(endpoint.url)}")
+            code = await interrupts.exit_code(_serve(worker))
+        finally:
+            interrupts.on_first(None)
+            untune()
+            settled = await drain.end()
+            if endpoint is not None:
+                endpoint.close()
+    if code != 0:
+        return code
+    if not settled:
+        one_line(console, f"[yellow]{len(worker.running)} run(s) outlived the drain; their "
+                          "leases expire and another worker recovers them[/]")
+    return 0 if settled else 1

@@ -1,0 +1,200 @@
+"""The CLI's reads: ``ls`` newest first, reads that never create a store, ``workers``,
+the no-live-worker hint of ``submit --wait``, and the ``ls`` table at 100 columns."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from rich.console import Console
+from tasks_core import App, ManualClock, TaskContext, UnknownStore
+from tasks_core.cli import _reads
+from tasks_core.cli.main import run
+from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, installed
+
+pytestmark = pytest.mark.anyio
+
+
+def _console(width: int = 200) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=width, color_system=None), out
+
+
+async def _cli(app: App, *argv: str, width: int = 200) -> tuple[int, str]:
+    console, out = _console(width)
+    code = await run(list(argv), app=app, console=console)
+    return code, out.getvalue()
+
+
+def _ids(out: str, ids: list[str]) -> list[str]:
+    """The ids of ``ids`` in the order ``out`` shows them."""
+    return sorted((i for i in ids if i in out), key=out.index)
+
+
+async def test_ls_lists_newest_first_and_pages_in_that_order() -> None:
+    """``tasks ls`` MUST list the newest task first, keyed or not, and ``--after`` MUST
+    continue in the same order."""
+    clock = ManualClock()
+    app = make_app(clock)
+    async with app:
+        ids = []
+        for n in range(4):
+            ids.append((await app.submit("job", None, ALICE, key=f"k{3 - n}")).id)
+            clock.advance(1)
+            ids.append((await app.submit("job", None, ALICE)).id)
+            clock.advance(1)
+        newest = ids[::-1]
+        _, out = await _cli(app, "ls", "--system")
+        assert newest == _ids(out, ids)
+        _, first = await _cli(app, "ls", "--system", "--limit", "3")
+        assert newest[:3] == _ids(first, ids)
+        assert f"--after {newest[2]!r}" in first
+        _, second = await _cli(app, "ls", "--system", "--limit", "3", "--after", newest[2])
+        assert newest[3:6] == _ids(second, ids)
+
+
+@pytest.mark.parametrize("command", [["ls"], ["show", "x"], ["workers"], ["cancel", "x"]])
+@pytest.mark.parametrize("store", [None, "sqlite:///nothing-here.db"])
+async def test_a_read_never_creates_a_sqlite_file(
+    command: list[str], store: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command on existing tasks MUST refuse a SQLite store whose file is missing —
+    naming the file and suggesting ``--app``/``--store`` — and create nothing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    if store is None and not installed(EMBEDDED_STORE_URL):
+        pytest.skip("the default store is SQLite only with tasks-store-sql installed")
+    argv = [*command, "--system", *(["--store", store] if store else [])]
+    with pytest.raises(UnknownStore) as info:
+        await run(argv, console=_console()[0])
+    name = "nothing-here.db" if store else "tasks.db"
+    assert str(tmp_path / name) in str(info.value)
+    assert "--app" in str(info.value)
+    assert [] == os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize(("url", "path"), [
+    ("sqlite:///rel/t.db", "rel/t.db"), ("sqlite+aiosqlite:////abs/t.db", "/abs/t.db"),
+    ("sqlite://", None), ("sqlite:///:memory:", None), ("memory://", None),
+    ("sqlite:///file:t.db?mode=ro&uri=true", None), ("postgresql://h/db", None),
+])
+def test_the_file_a_sqlite_url_names(url: str, path: str | None) -> None:
+    """Only a plain SQLite file URL names a file to check (relative to the directory)."""
+    assert (None if path is None else os.path.abspath(path)) == _reads.sqlite_file(url)
+
+
+async def test_workers_lists_the_holders_of_live_leases() -> None:
+    """``tasks workers`` MUST list each worker id holding live leases with its task
+    counts; its last heartbeat is the lease's expiry less ``--lease`` when given."""
+    clock = ManualClock()
+    app = make_app(clock)
+    async with app:
+        _, none = await _cli(app, "workers", "--system")
+        tasks = [await app.submit("job", None, ALICE) for _ in range(4)]
+        for task, worker in zip(tasks, ("w1", "w1", "w2", None), strict=True):
+            if worker:
+                await app.store.claim(task.id, worker, 10)
+        _, out = await _cli(app, "workers", "--system", "--lease", "10")
+        clock.advance(11)
+        _, gone = await _cli(app, "workers", "--system")
+    assert "no live worker" in none
+    cells = [line.replace("│", " ").split() for line in out.splitlines()]
+    rows = {c[0]: c[1:3] for c in cells if c and c[0] in ("w1", "w2")}
+    assert {"w1": ["2", "0"], "w2": ["1", "0"]} == rows
+    assert "LAST HEARTBEAT" in out
+    assert "(0s ago)" in out
+    assert "no live worker" in gone
+
+
+async def test_submit_wait_says_once_that_no_live_worker_serves_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``submit --wait`` on a queue no worker serves MUST say so once (not wait silently
+    forever); it keeps following the task."""
+    monkeypatch.setattr(_reads, "NO_WORKER_AFTER_S", 0.05)
+    monkeypatch.setattr(_reads, "HINT_POLL_S", 0.02)
+    app = make_app()
+    async with app:
+        follow = asyncio.create_task(_cli(app, "submit", "job", "--user", "alice", "--key",
+                                          "k", "--wait"))
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+        await app.cancel("alice::k", ALICE)
+        code, out = await asyncio.wait_for(follow, TIMEOUT)
+    assert 1 == code
+    assert 1 == out.count("no live worker serves queue 'default'"), out
+
+
+async def test_submit_wait_says_nothing_while_a_worker_serves_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker running the task: no hint."""
+    monkeypatch.setattr(_reads, "NO_WORKER_AFTER_S", 0.05)
+    monkeypatch.setattr(_reads, "HINT_POLL_S", 0.02)
+    app = make_app()
+
+    @app.task
+    async def slow(ctx: TaskContext) -> int:
+        await ctx.sleep(0.5)
+        return 1
+
+    async with app, fast_worker(app):
+        code, out = await asyncio.wait_for(
+            _cli(app, "submit", "slow", "--user", "alice", "--wait"), TIMEOUT)
+    assert (0, False) == (code, "no live worker" in out)
+
+
+async def test_ls_at_100_columns_keeps_ids_whole_and_outcomes_on_one_line() -> None:
+    """At 100 columns every id MUST be on one line, whole, and a long outcome MUST be cut
+    with an ellipsis, never folded mid-word onto more lines."""
+    app = make_app()
+
+    @app.task
+    async def big(ctx: TaskContext) -> Any:
+        return {"words": "lorem ipsum dolor sit amet " * 20}
+
+    async with app:
+        done = [await app.submit(big, None, ALICE, key="report-" + "x" * 18),
+                await app.submit(big, None, ALICE)]
+        async with fast_worker(app):
+            for task in done:
+                await app.wait(task.id, ALICE, timeout=TIMEOUT)
+        _, out = await _cli(app, "ls", "--system", width=100)
+    lines = out.splitlines()
+    for task in done:
+        assert [line for line in lines if task.id in line], out
+    assert 2 == sum(1 for line in lines if "…" in line), out
+    assert 2 + 4 == len([line for line in lines if line.strip()]), out  # 3 rules + header
+    assert all(len(line) <= 100 for line in lines), out
+
+
+async def test_an_ordinary_cancel_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A cancel of a running task whose handler ends later is expected: its late outcome
+    is fenced off at DEBUG, never a WARNING."""
+    app = make_app()
+    started = asyncio.Event()
+
+    @app.task
+    def stubborn(ctx: TaskContext) -> int:
+        app_loop.call_soon_threadsafe(started.set)
+        import time
+
+        time.sleep(0.3)
+        return 1
+
+    app_loop = asyncio.get_running_loop()
+    caplog.set_level(logging.DEBUG, logger="tasks_core")
+    async with app, fast_worker(app):
+        task = await app.submit(stubborn, None, ALICE)
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        await app.cancel(task.id, ALICE)
+        await asyncio.sleep(0.6)
+    fenced = [r for r in caplog.records if "fenced off" in r.getMessage()]
+    assert fenced, caplog.text
+    assert [] == [r for r in fenced if r.levelno >= logging.WARNING]
