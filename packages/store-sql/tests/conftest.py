@@ -123,6 +123,7 @@ async def empty(store: SQLStore) -> None:
         await conn.execute(sa.delete(t.events))
         await conn.execute(sa.delete(t.members))
         await conn.execute(sa.delete(t.tasks))
+        await conn.execute(sa.delete(t.claims))
         await conn.execute(sa.delete(t.locks).where(t.locks.c.name != COUNTER))
         await conn.execute(sa.update(t.locks).values(value=0))
 

@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.expression import Executable
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import ManualClock, Owner, StoreLimits, rules
-from tasks_core.storekit import check_claim_next
+from tasks_core.storekit import QueueLimits, check_claim_next
 from tasks_store_sql import PostgresStore, SQLStore
 from tasks_store_sql.postgres._statements import MILLISECOND, join_list
 
@@ -340,3 +340,25 @@ async def test_the_reaper_reads_the_expiry_index(store: SQLStore) -> None:
     with captured(store) as sent:
         await store.reap(10)
     await _assert_uses(store, "ix_tasks_expires", _reading(sent, store, "expires_at <="))
+
+
+async def test_queue_limits_count_through_the_lease_and_claim_log_indexes(
+    every_opener: Opener, closing: Callable[[SQLStore], SQLStore]
+) -> None:
+    """A limited queue's live leases are counted in the lease index, its claims of the
+    rate's window in the claim log's ``(queue, claimed_at)`` index."""
+    clock = ManualClock()
+    store = closing(await every_opener(clock=clock))
+    await _crowded(store, clock)
+    limits = {"default": QueueLimits(max_running=50, rate=(50, 60))}
+    for _ in range(3):
+        await store.claim_next("w0", LEASE_S, queues=["default"], limit=2, limits=limits)
+        clock.advance(1)
+    with captured(store) as sent:
+        await store.claim_next("w1", LEASE_S, queues=["default"], limit=2, limits=limits)
+    await _assert_uses(store, "ix_tasks_lease", _reading(sent, store, "claim_expires_at >"))
+    log = store.tables.claims.name
+    counts = [(sql, what) for sql, what in sent
+              if sql.lstrip().upper().startswith("SELECT") and f"FROM {log}" in sql]
+    assert counts, f"no statement reading {log} was sent"
+    await _assert_uses(store, "ix_queue_claims", counts)

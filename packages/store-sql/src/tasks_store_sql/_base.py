@@ -161,6 +161,7 @@ class StoreBase:
             multi_process=self._durable,
             wakeups=self._wakeups_supported(),
             exclusive_queues=True,
+            queue_limits=True,
             batch_transitions=True,
             batch_create=True,
             transactional_submit=True,

@@ -5,21 +5,22 @@ The claim is decided by :mod:`tasks_core.storekit`; this module fetches and writ
 ``claim_next`` reads the clock, then locks the first claimable rows per
 ``ClaimScan.fetches()`` group with ``FOR UPDATE SKIP LOCKED`` (never waiting for another
 claimer; SQLite's ``BEGIN IMMEDIATE`` serializes writers instead), offers them to the scan
-in claim order and writes its decisions in the same transaction. An exclusive queue is
-guarded by its own lock row, taken with ``SKIP LOCKED`` too: while another claimer holds
-it, or a task of the queue holds a live lease, the queue yields nothing.
+in claim order and writes its decisions in the same transaction. A limited queue
+(``limits``; ``exclusive``: ``max_running=1``) is guarded by its own lock row, which its
+claimers take in turn (never the claimers of other queues), under which its live leases
+and recent claims are counted and its claims logged (:mod:`._queue_limits`).
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import reports, rules
 from tasks_core.errors import LeaseLost, StoreCorrupt, TaskNotFound
@@ -27,6 +28,7 @@ from tasks_core.models import Claim, Lease, Snapshot
 from tasks_core.storekit import (
     ClaimRequest,
     ClaimScan,
+    QueueLimits,
     Started,
     check_claim,
     check_claim_next,
@@ -35,6 +37,7 @@ from tasks_core.storekit import (
 )
 
 from tasks_store_sql._base import TaskRow
+from tasks_store_sql._queue_limits import count_at, count_queues, log_claims, queue_lock
 from tasks_store_sql._reads import ReadOps
 
 __all__ = ["ClaimOps", "ClaimOrder"]
@@ -90,16 +93,19 @@ class ClaimOps(ReadOps):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` first claimable tasks (see ``TaskStore.claim_next``);
-        those past the first ``start`` are held ahead of a free slot.
+        those past the first ``start`` are held ahead of a free slot; a queue of
+        ``limits`` (or ``exclusive``) within its room.
 
         Raises:
-            InvalidInput: bad ``lease_for``, ``worker_id``, ``limit``, ``start`` or queue
-                names.
+            InvalidInput: bad ``lease_for``, ``worker_id``, ``limit``, ``start``,
+                ``limits`` or queue names.
             StoreUnavailable: transient database failure.
         """
-        request = check_claim_next(worker_id, lease_for, queues, limit, exclusive, start)
+        request = check_claim_next(worker_id, lease_for, queues, limit, exclusive, start,
+                                   limits)
         await self._ensure_ready()
         return await self._claim_next(request)
 
@@ -114,15 +120,20 @@ class ClaimOps(ReadOps):
     ) -> builtins.list[tuple[ClaimOrder, Claim]]:
         """The claims of :meth:`_claim_next`, each with the claim order of its task as it
         was a candidate (a claim clears ``retry_at``: its snapshot no longer tells)."""
-        guarded = sorted(request.exclusive)
-        if guarded and self._db.kind != "sqlite":
+        guarded = sorted(request.limited)
+        if guarded:
             await self._ensure_queue_locks(guarded)
 
         async def op(conn: AsyncConnection) -> tuple[ClaimScan, dict[str, ClaimOrder]]:
-            now = await self._now(conn)
-            busy = [q for q in guarded if not await self._queue_is_free(conn, q, now)]
-            scan = ClaimScan(request, now, busy)
-            return scan, await self._scan(conn, scan)
+            counts = await count_queues(conn, self.tables, request,
+                                        lock=self._db.kind != "sqlite")
+            now = await self._now(conn)  # after the locks
+            await count_at(conn, self.tables, request, counts, now)
+            scan = ClaimScan(request, now, counts.busy, running=counts.running,
+                             recent=counts.recent)
+            keys = await self._scan(conn, scan)
+            await log_claims(conn, self.tables, scan, counts)
+            return scan, keys
 
         scan, keys = await self._db.run(op, write=True)
         scan.report()
@@ -202,24 +213,8 @@ class ClaimOps(ReadOps):
 
         return await self._db.run(op, write=False)
 
-    async def _queue_is_free(self, conn: AsyncConnection, queue: str, now: datetime) -> bool:
-        """Take the exclusive queue's lock row (without waiting) and check that no task
-        of the queue holds a live lease."""
-        if self._db.kind != "sqlite":
-            locks = self.tables.locks
-            stmt = (
-                sa.select(locks.c.name)
-                .where(locks.c.name == _queue_lock(queue))
-                .with_for_update(skip_locked=True)
-            )
-            if (await conn.execute(stmt)).first() is None:
-                return False
-        t = self.tables.tasks
-        live = sa.select(t.c.id).where(t.c.queue == queue, t.c.claim_expires_at > now).limit(1)
-        return (await conn.execute(live)).first() is None
-
     async def _ensure_queue_locks(self, queues: list[str]) -> None:
-        """Create the lock rows of exclusive queues seen for the first time (own
+        """Create the lock rows of limited queues seen for the first time (own
         transaction; an existing row is never touched, so this never waits)."""
         missing = [q for q in queues if q not in self._queue_locks]
         if not missing:
@@ -227,7 +222,7 @@ class ClaimOps(ReadOps):
         locks = self.tables.locks
 
         async def op(conn: AsyncConnection) -> None:
-            names = [_queue_lock(q) for q in missing]
+            names = [queue_lock(q) for q in missing]
             found = await conn.execute(sa.select(locks.c.name).where(locks.c.name.in_(names)))
             absent = sorted(set(names) - {r[0] for r in found})
             if not absent:
@@ -235,6 +230,8 @@ class ClaimOps(ReadOps):
             rows = [{"name": n, "value": 0} for n in absent]
             if self._db.kind == "postgresql":
                 await conn.execute(postgresql.insert(locks).on_conflict_do_nothing(), rows)
+            elif self._db.kind == "sqlite":
+                await conn.execute(sqlite.insert(locks).on_conflict_do_nothing(), rows)
             else:
                 await conn.execute(sa.insert(locks).prefix_with("IGNORE"), rows)
 
@@ -362,6 +359,3 @@ def _check_lease_type(lease: Lease) -> None:
     if not isinstance(lease, Lease):
         raise TypeError("lease must be a Lease")
 
-
-def _queue_lock(queue: str) -> str:
-    return f"queue:{queue}"

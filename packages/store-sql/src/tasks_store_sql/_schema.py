@@ -150,9 +150,12 @@ class Tables:
     current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
     revision)``. ``task_members``: owner and watchers of each task, so listings by
     principal are a join. ``task_locks``: lock rows — ``creators`` (serializes creators;
-    its ``value`` counts stored tasks), ``queue:<name>`` (one per exclusive queue) and
-    ``scope:<tenant>`` (a bound on the tenant's active tasks: :mod:`._scopes`).
-    ``tasks_schema_version``: Alembic's version table.
+    its ``value`` counts stored tasks), ``queue:<name>`` (one per limited queue, which
+    serializes its claimers; its ``value`` is the longest rate window in milliseconds any
+    claimer asked for: :mod:`._queue_limits`) and ``scope:<tenant>`` (a bound on the
+    tenant's active tasks: :mod:`._scopes`). ``queue_claims``: the claim instants of
+    rate-limited queues, kept for that longest window. ``tasks_schema_version``:
+    Alembic's version table.
     """
 
     prefix: str
@@ -161,6 +164,7 @@ class Tables:
     events: sa.Table
     members: sa.Table
     locks: sa.Table
+    claims: sa.Table
 
     @property
     def version_table(self) -> str:
@@ -174,6 +178,7 @@ class Tables:
             self.events.name,
             self.members.name,
             self.locks.name,
+            self.claims.name,
             self.tasks.name,
             self.version_table,
         ]
@@ -243,4 +248,13 @@ class Tables:
             mysql_charset="utf8mb4",
             mysql_engine="InnoDB",
         )
-        return cls(prefix, md, tasks, events, members, locks)
+        claims = sa.Table(
+            f"{p}queue_claims",
+            md,
+            sa.Column("queue", Ident(NAME_BYTES), nullable=False),
+            sa.Column("claimed_at", Instant(), nullable=False),
+            sa.Index(f"{p}ix_queue_claims", "queue", "claimed_at"),
+            mysql_charset="utf8mb4",
+            mysql_engine="InnoDB",
+        )
+        return cls(prefix, md, tasks, events, members, locks, claims)

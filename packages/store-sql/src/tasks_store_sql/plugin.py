@@ -78,7 +78,8 @@ async def drop_namespace(base_url: str, namespace: str) -> None:
     db = Database(engine=engine, kind=target.kind, owns_engine=True, managed_sqlite=True)
     version = sa.Table(tables.version_table, sa.MetaData(), sa.Column("version_num",
                                                                     sa.String(32)))
-    order = [tables.events, tables.members, tables.locks, tables.tasks, version]
+    order = [tables.events, tables.members, tables.locks, tables.claims, tables.tasks,
+             version]
 
     def drop(conn: sa.Connection) -> None:
         for table in order:

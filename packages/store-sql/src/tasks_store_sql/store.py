@@ -62,6 +62,7 @@ class SQLStore(BulkCreates):
                        on each                  heartbeat on
                        change                   psycopg)
     exclusive_queues   yes          yes         yes            yes
+    queue_limits       yes          yes         yes            yes
     batch_transitions  yes          yes         yes            yes
     batch_create       yes          yes         yes (a few     yes
                                                 statements)
@@ -114,6 +115,7 @@ class SQLStore(BulkCreates):
         multi_process=True,
         wakeups=True,
         exclusive_queues=True,
+        queue_limits=True,
         batch_transitions=True,
         transactional_submit=True,
         cancel_wakeups=True,

@@ -8,7 +8,7 @@ left a candidate alone or failed on unreadable text, (3) the SQL store's own cla
 decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`, inherited), which fails a
 task past its delivery limit and skips corrupt records. A statement is its own
 transaction at READ COMMITTED; candidates ranked past ``start`` are held. ``claim_next``
-with exclusive queues is the SQL store's.
+with limited queues (``limits``, ``exclusive``) is the SQL store's.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ class PostgresClaims(PostgresBase):
 
     async def _claim_next(self, request: ClaimRequest) -> builtins.list[Claim]:
         """``claim_next`` in tiers (see the module docstring); claims in claim order, the
-        ones past ``start`` held. The statements do not guard exclusive queues: such a
-        call is the SQL store's."""
-        if request.exclusive:
+        ones past ``start`` held. The statements do not guard limited queues (lock rows,
+        counts, the claim log): such a call is the SQL store's."""
+        if request.limited:
             return await super()._claim_next(request)
         names, limit = sorted(request.queues), request.limit
         start = limit if request.start is None else request.start

@@ -2,7 +2,7 @@
 operations it runs on its own statements overridden (``SQLStore(url)`` gives it for a
 PostgreSQL URL on asyncpg, and for an asyncpg engine).
 
-What it keeps of ``SQLStore`` unchanged: reads, administration, exclusive queues, the
+What it keeps of ``SQLStore`` unchanged: reads, administration, limited queues, the
 application's transaction for ``create``, migrations and the waits. Every decision is
 still :mod:`tasks_core.rules` and :mod:`tasks_core.storekit`; the statements that decide
 in SQL are held to them byte for byte by their tests.
