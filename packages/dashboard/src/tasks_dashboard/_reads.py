@@ -10,6 +10,7 @@ carry no time: :func:`keyed` lists them in id order. Every scan has a budget of 
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -77,8 +78,9 @@ async def overview(app: App, authority: System, declared: Iterable[str] = ()) ->
     now = datetime.now(UTC)
     rows: dict[str, QueueRow] = {name: QueueRow(name) for name in declared}
     capped: set[str] = set()
-    for status in STATUSES:
-        page = await app.list(authority, status=status, limit=COUNT_CAP)
+    pages = await asyncio.gather(*(app.list(authority, status=status, limit=COUNT_CAP)
+                                   for status in STATUSES))  # the store's pool overlaps them
+    for status, page in zip(STATUSES, pages, strict=True):
         if page.next_after is not None:
             capped.add(status.value)
         for task in page.items:
@@ -139,59 +141,62 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
                  keep: Filter | None = None) -> Listing:
     """The newest random-id tasks submitted before the id ``before``, newest first.
 
-    A window of submit instants ending at ``before`` (or now) is read in id order; it
-    shrinks when it holds too many tasks to read and grows when it holds too few, so a
-    page costs a few ``list`` calls whatever the store holds. ``keep`` filters what the
-    store cannot (owner): then a window is read up to :data:`SCAN_BUDGET` tasks.
+    Windows of submit instants are read backwards from ``before`` (or now) in id order:
+    one that holds few enough tasks is taken whole and the next ends where it began; an
+    empty one makes the next four times wider; one too full to read (more than ``page``
+    tasks) gives the density of tasks there, from which the next window's start is
+    estimated (bisected when the estimate leaves the bounds). ``keep`` filters what the
+    store cannot (owner): then windows are read up to :data:`SCAN_BUDGET` tasks.
 
     Raises:
         StoreUnavailable: the store failed.
     """
     upper_ms = _stamp_ms(before) if before else None
     if upper_ms is None:
-        upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000
+        upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000  # clock skew
+    upper = before
     page, budget = (4 * limit, 4 * limit) if keep is None else (1000, SCAN_BUDGET)
-    width, low, high = 60_000, 0, 0  # ms; low: too few found; high: too many to read
-    scanned, best = 0, Listing([], None, 0)
+    found: list[Snapshot] = []
+    width, full = 10_000, None  # full: (stamp of the last task read, kept tasks per ms)
+    scanned, lower_ms = 0, upper_ms
     for _ in range(40):
-        lower_ms = max(0, upper_ms - width)
-        tasks, complete, read = await _window(app, authority, statuses, queue,
-                                              stamp_id(lower_ms), before, page=page,
-                                              budget=budget)
+        if len(found) >= limit or lower_ms == 0 or scanned >= 4 * SCAN_BUDGET:
+            break
+        lower_ms = max(0, upper_ms - width) if full is None else _estimate(
+            full, upper_ms, limit - len(found))
+        stuck = full is not None and lower_ms <= full[0]  # page forward, whatever it costs
+        tasks, complete, read = await _window(
+            app, authority, statuses, queue, stamp_id(lower_ms), upper, page=page,
+            budget=SCAN_BUDGET if stuck else budget)
         scanned += read
         kept = [t for t in tasks if keep is None or keep(t)]
         if complete:
-            more = lower_ms > 0
-            best = Listing(_page(kept, limit), None, scanned)
-            if len(kept) > limit:
-                best.next = best.items[-1].id
-            elif more:
-                best.next = stamp_id(lower_ms)
-            if len(kept) >= limit or not more:
-                break
-            low = width
-        else:
-            high = width
-        if scanned >= 4 * SCAN_BUDGET or (high and high - low <= 1):
-            best.exhausted = True
+            found += kept
+            upper_ms, upper = lower_ms, stamp_id(lower_ms)
+            if full is None and not tasks:
+                width *= 4
+        elif stuck:
             break
-        width = _next_width(width, low, high, tasks, kept, lower_ms, limit)
-    best.scanned = scanned
-    return best
+        else:
+            last = _stamp_ms(tasks[-1].id) or lower_ms
+            full = (last, len(kept) / max(1, last - lower_ms + 1))
+    items = _page(found, limit)
+    listing = Listing(items, None, scanned, exhausted=len(found) < limit and lower_ms > 0)
+    if len(found) > limit:
+        listing.next = items[-1].id
+    elif lower_ms > 0:
+        listing.next = upper
+    return listing
 
 
-def _next_width(width: int, low: int, high: int, tasks: list[Snapshot],
-                kept: list[Snapshot], lower_ms: int, limit: int) -> int:
-    """The window (ms) to try next: about twice ``limit`` tasks at the density just seen,
-    kept strictly between a window too small (``low``) and one too full (``high``)."""
-    if high and tasks:  # incomplete: the kept tasks were found in the span read so far
-        span = max(1, (_stamp_ms(tasks[-1].id) or lower_ms) - lower_ms + 1)
-        target = span * 2 * limit // max(1, len(kept)) if kept else width // 2
-    else:
-        target = width * 2 * limit // len(kept) if kept else width * 16
-    if high and not low < target < high:
-        target = (low + high) // 2  # the estimate left the bounds: bisect instead
-    return max(low + 1, target)
+def _estimate(full: tuple[int, float], upper_ms: int, wanted: int) -> int:
+    """Where the next window starts: about twice ``wanted`` tasks below ``upper_ms`` at
+    the density last seen, kept above the last task read (else bisected)."""
+    last, rate = full
+    guess = upper_ms - int(2 * wanted / rate) if rate > 0 else last
+    if last < guess < upper_ms:
+        return guess
+    return max(last, (last + upper_ms) // 2)
 
 
 def _page(tasks: list[Snapshot], limit: int) -> list[Snapshot]:
