@@ -322,7 +322,7 @@ def _rows(out: str) -> dict[str, list[str]]:
 
 def test_tasks_worker_no_periodic_opts_out() -> None:
     """``tasks worker APP --no-periodic`` MUST start a worker without the scheduler."""
-    from tasks_core.cli._commands import _worker_of
+    from tasks_core.cli._worker_cmd import _worker_of
 
     app = _app(ManualClock())
     parser = build_parser()
