@@ -181,7 +181,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(tags=["all"])
 def typecheck(session: nox.Session) -> None:
     """Type-check each package's and the example's `src/` with strict mypy."""
-    optional = {"store-sql": "store-sql[mysql]", "store-mongo": "store-mongo[motor]"}
+    optional = {"core": "core[prometheus]", "store-sql": "store-sql[mysql]",
+                "store-mongo": "store-mongo[motor]"}  # telemetry: the OpenTelemetry types
     install(session, *(optional.get(name, name) for name in PACKAGES),
             *(f"{name}[test]" for name in EXAMPLES))
     session.install(MYPY)
