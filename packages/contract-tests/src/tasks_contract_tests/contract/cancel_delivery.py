@@ -52,9 +52,10 @@ class _LateClaims:
                          limit: int = 1, exclusive: Collection[str] = (),
                          start: int | None = None,
                          limits: Mapping[str, QueueLimits] | None = None) -> list[Claim]:
+        options = {} if limits is None else {"limits": limits}  # an older store has none
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues,
                                              limit=limit, exclusive=exclusive, start=start,
-                                             limits=limits)
+                                             **options)
         if claims and not self.gate.is_set():
             self.claimed.set()
             await self.gate.wait()

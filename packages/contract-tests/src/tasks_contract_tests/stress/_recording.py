@@ -149,8 +149,9 @@ class RecordingStore:
         limits: Mapping[str, QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """See :meth:`TaskStore.claim_next`."""
+        options = {} if limits is None else {"limits": limits}  # an older store has none
         claims = await self.inner.claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive, start=start, limits=limits)
+                                             exclusive=exclusive, start=start, **options)
         self._claimed(claims)
         return claims
 
