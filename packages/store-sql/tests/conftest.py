@@ -119,7 +119,9 @@ def mariadb_pool(mariadb_url: str) -> list[str]:
 async def empty(store: SQLStore) -> None:
     """Delete every row of the store's namespace (a fresh namespace, without DDL)."""
     t = store.tables
-    async with store.engine.begin() as conn:
+    # Through the store's engine for this loop (not ``store.engine`` itself): this loop
+    # becomes the store's home, as the store's own first use would make it.
+    async with store._db.current().begin() as conn:
         await conn.execute(sa.delete(t.events))
         await conn.execute(sa.delete(t.members))
         await conn.execute(sa.delete(t.tasks))

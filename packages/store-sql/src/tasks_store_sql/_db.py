@@ -285,13 +285,17 @@ class Database:
 
     def _keep(self) -> bool:
         """Whether a connection :meth:`run_driver` is done with may stay checked out for
-        the next call: fewer than ``IDLE_DRIVERS`` are kept, the store is not closing, and
+        the next call: fewer than ``IDLE_DRIVERS`` are kept, the store is not closing, this
+        loop is still the home loop (another may have taken over since the checkout), and
         the pool still has a free connection besides it — so a kept connection never
         starves anyone waiting on the pool, the store's own transactions or the
         application sharing its engine (once none is free, every connection a call is
         done with goes back to the pool, to whoever waits)."""
         if len(self._idle) >= IDLE_DRIVERS or self._closing:
             return False
+        with self._lock:  # the home loop may have moved on (its first loop closed)
+            if self._home is not asyncio.get_running_loop():
+                return False
         pool = self.engine.pool
         if not isinstance(pool, QueuePool):
             return True  # no limit: every checkout may open a connection
