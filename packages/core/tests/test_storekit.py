@@ -60,7 +60,7 @@ def test_check_claim_next_refuses_bad_arguments_before_any_read() -> None:
 def test_request_keeps_only_the_exclusive_queues_asked_for() -> None:
     request = _request(["a", "b"], exclusive=("b", "c"))
     assert request.queues == {"a", "b"}
-    assert request.exclusive == {"b"}
+    assert request.limited == {"b"}
 
 
 def test_claim_order_is_oldest_first_then_id(now: datetime) -> None:
@@ -274,3 +274,63 @@ def test_start_is_none_or_at_least_zero() -> None:
     assert 1 == storekit.check_claim_next("w1", 30, ["q"], 3, (), start=1).start
     with pytest.raises(InvalidInput):
         storekit.check_claim_next("w1", 30, ["q"], 3, (), start=-1)
+
+
+# -- fleet-wide queue limits -------------------------------------------------------------
+
+
+def _limited(queues: list[str], limits: dict[str, storekit.QueueLimits], limit: int = 10
+             ) -> storekit.ClaimRequest:
+    return storekit.check_claim_next("w1", 30, queues, limit, (), None, limits)
+
+
+def test_check_claim_next_keeps_the_limits_of_the_queues_asked_for() -> None:
+    """Limits of queues not asked for are dropped; an exclusive queue is max_running=1,
+    keeping a rate given for it."""
+    rate = storekit.QueueLimits(rate=(5, 60))
+    request = storekit.check_claim_next("w1", 30, ["a", "b"], 1, ("b",), None,
+                                        {"b": rate, "c": rate})
+    assert {"b": storekit.QueueLimits(max_running=1, rate=(5, 60.0))} == dict(request.limits)
+    assert request.limited == {"b"}
+
+
+def test_the_room_of_a_limited_queue_is_its_tightest_limit_less_the_counts(
+    now: datetime,
+) -> None:
+    """``max_running`` less the live leases, and the rate's count less the window's claims:
+    the smaller is what one call may claim of the queue; other queues are unaffected."""
+    limits = {"m": storekit.QueueLimits(max_running=5, rate=(4, 60))}
+    scan = storekit.ClaimScan(_limited(["m", "q"], limits), now, running={"m": 2},
+                              recent={"m": 3})
+    assert (1, 10) == (scan.room("m"), scan.room("q"))
+    assert scan.fetches() == [(["q"], 10), (["m"], 1)]
+    assert scan.offer(_task("m1", "m", now)) is not None
+    assert scan.offer(_task("m2", "m", now)) is None
+    assert scan.open_queues() == ["q"]
+    assert 1 == scan.claimed("m")
+
+
+def test_a_full_limited_queue_is_closed_from_the_start(now: datetime) -> None:
+    """Counts at or past a limit leave no room (never a negative one)."""
+    limits = {"m": storekit.QueueLimits(max_running=2)}
+    scan = storekit.ClaimScan(_limited(["m"], limits), now, running={"m": 3})
+    assert (0, [], True) == (scan.room("m"), scan.open_queues(), scan.done)
+
+
+def test_withdraw_gives_a_limited_queue_its_room_back(now: datetime) -> None:
+    limits = {"m": storekit.QueueLimits(max_running=1)}
+    scan = storekit.ClaimScan(_limited(["m"], limits), now)
+    lost = scan.offer(_task("m1", "m", now))
+    assert lost is not None
+    assert scan.room("m") == 0
+    scan.withdraw(lost)
+    assert scan.room("m") == 1
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_running": 0}, {"max_running": 1_000_001}, {"rate": (1, 0)}, {"rate": (0, 1)},
+    {"rate": (1, float("inf"))}, {}, {"rate": [1, 1]},
+])
+def test_queue_limits_refuse_what_no_queue_can_keep(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        storekit.QueueLimits(**bad)  # type: ignore[arg-type]

@@ -85,11 +85,6 @@ class ClaimRequest:
         every other claimer of the queue) and counted in the claim's atomic step."""
         return frozenset(self.limits)
 
-    @property
-    def exclusive(self) -> frozenset[str]:
-        """:attr:`limited` (its name before limits other than ``max_running=1``)."""
-        return self.limited
-
 
 def check_claim(task_id: str, worker_id: str, lease_for: float) -> None:
     """Check the arguments of ``claim`` before anything is read.
