@@ -88,8 +88,9 @@ async def _create_batch(
         AuthorizationError, TaskExists, CapacityExceeded, StoreUnavailable: as
             :func:`submit_many`; nothing written.
     """
+    chosen = set(batch)
     outcome: dict[int, Submitted | Snapshot | None] = {
-        index: None for index in range(len(items)) if index not in set(batch)}
+        index: None for index in range(len(items)) if index not in chosen}
     probed = False
     for _ in range(len(batch) + MAX_RACES):
         left = [index for index in batch if index not in outcome]

@@ -27,7 +27,7 @@ from tasks_core.errors import (
     TaskExists,
     TaskNotFound,
 )
-from tasks_core.models import NewTask, Snapshot, StoreLimits
+from tasks_core.models import NewTask, Snapshot, StoreLimits, replaced
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
@@ -219,7 +219,7 @@ class PostgresCreates(PostgresTransitions):
             now = rules.tick(clock)
             for task_id in ids:
                 snapshot, stand_in = made[task_id]
-                created[task_id] = snapshot.model_copy(update={
+                created[task_id] = replaced(snapshot, **{
                     name: None if at is None else now + (at - stand_in)
                     for name, at in _clocked(snapshot).items()})
         outcomes: list[Snapshot | None] = []
