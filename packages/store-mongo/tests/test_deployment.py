@@ -27,6 +27,7 @@ from tasks_core import (
     open_store,
 )
 from tasks_core.clock import utc
+from tasks_core.storekit import QueueLimits
 from tasks_store_mongo import MongoStore
 from tasks_store_mongo.plugin import open_mongo
 
@@ -51,7 +52,7 @@ async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
     tmp_path: Path, driver: str
 ) -> None:
     """On a standalone server (no transactions, no change streams) ``wakeups``,
-    ``cancel_wakeups`` and ``exclusive_queues`` MUST be off and raise
+    ``cancel_wakeups``, ``exclusive_queues`` and ``queue_limits`` MUST be off and raise
     ``CapabilityNotSupported``; everything else MUST work, ``max_tasks`` included."""
     server = Server(standalone=True).start()
     try:
@@ -68,6 +69,10 @@ async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
                 await store.wait_for_cancels(set(), 0.01)
             with pytest.raises(CapabilityNotSupported):
                 await store.claim_next("w", LEASE_S, queues=["q"], exclusive=["q"])
+            assert not caps.queue_limits
+            with pytest.raises(CapabilityNotSupported):
+                await store.claim_next("w", LEASE_S, queues=["q"],
+                                       limits={"q": QueueLimits(rate=(1, 1))})
             assert not caps.batch_transitions  # no transactions: a batch is not one step
             with pytest.raises(CapabilityNotSupported):
                 await store.transition_many([])
@@ -139,6 +144,7 @@ async def test_a_client_passed_in_is_used_and_never_closed(
         await client["tasks_test"].drop_collection(f"{namespace}.tasks")
         await client["tasks_test"].drop_collection(f"{namespace}.counters")
         await client["tasks_test"].drop_collection(f"{namespace}.queues")
+        await client["tasks_test"].drop_collection(f"{namespace}.queue_claims")
         closing = client.close()
         if asyncio.iscoroutine(closing):
             await closing
@@ -188,7 +194,7 @@ async def test_a_passed_in_client_refuses_other_event_loops(
         await asyncio.to_thread(thread.join)
         assert [InvalidInput] == [type(e) for e in errors]
     finally:
-        for name in ("tasks", "counters", "queues"):
+        for name in ("tasks", "counters", "queues", "queue_claims"):
             await client["tasks_test"].drop_collection(f"{namespace}.{name}")
         await client.close()
 
@@ -244,6 +250,6 @@ async def test_open_store_by_url_with_each_driver(url: str, namespace: str) -> N
         assert 1 == len(await store.list(TaskQuery(tenant=None)))
     async with open_store(url, namespace=namespace) as store:
         assert 1 == len(await store.list(TaskQuery(tenant=None)))
-        for name in ("tasks", "counters", "queues"):
+        for name in ("tasks", "counters", "queues", "queue_claims"):
             await store._db.drop_collection(f"{namespace}.{name}")  # type: ignore[attr-defined]
 

@@ -16,6 +16,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import OperationFailure
 from tasks_contract_tests._kit import ALICE, LEASE_S, access, new_task
 from tasks_core import Cancelled, ManualClock, StoreUnavailable, TaskQuery
+from tasks_core.storekit import QueueLimits
 
 pytestmark = pytest.mark.anyio
 
@@ -108,6 +109,25 @@ async def test_transient_error_in_exclusive_claim_is_retried_to_one_lease(
     assert 1 == store.transaction_retries
     assert task.id == claim.snapshot.id
     assert 1 == (await store.get(task.id, tenant=None)).deliveries
+
+
+@pytest.mark.parametrize("command", ["findAndModify", "insert", "commitTransaction"])
+async def test_transient_error_in_limited_claim_is_retried_to_one_logged_claim(
+    open_store: Opener, url: str, failpoint: Callable[..., Awaitable[None]], command: str
+) -> None:
+    """A ``TransientTransactionError`` in a claim of a rate-limited queue (taking the
+    queue's document, logging the claim, the commit) MUST be retried: one lease, one
+    delivery, one claim logged."""
+    store = await _transactional(open_store, url)
+    task = await store.create(new_task(queue="paced"))
+    await failpoint(command)
+    [claim] = await store.claim_next("w1", LEASE_S, queues=["paced"],
+                                     limits={"paced": QueueLimits(rate=(5, 60))})
+    assert 1 == store.transaction_retries
+    assert task.id == claim.snapshot.id
+    assert 1 == (await store.get(task.id, tenant=None)).deliveries
+    logged = [doc["n"] async for doc in store._queue_claims.find({"q": "paced"})]
+    assert [1] == logged
 
 
 async def test_transaction_that_keeps_conflicting_reports_store_unavailable(

@@ -143,6 +143,10 @@ class MongoBase:
     def _queues(self) -> Any:
         return self._loops.current().queues
 
+    @property
+    def _queue_claims(self) -> Any:
+        return self._loops.current().queue_claims
+
     # -- setup ---------------------------------------------------------------------------
 
     async def _setup(self) -> None:
@@ -152,7 +156,7 @@ class MongoBase:
         self._transactions = replica_set
         self._caps = capabilities_for(replica_set=replica_set)
         existing = set(await self._db.list_collection_names())
-        for collection in (self._tasks, self._counters, self._queues):
+        for collection in (self._tasks, self._counters, self._queues, self._queue_claims):
             if collection.name not in existing:
                 await self._create_collection(collection.name)
         await self._upgrade_layout()
@@ -169,6 +173,7 @@ class MongoBase:
         )
         await self._tasks.create_index([("expires_at", 1), ("_id", 1)], name="expiry")
         await self._tasks.create_index([("tenant", 1), ("_id", 1)], name="listing")
+        await self._queue_claims.create_index([("q", 1), ("at", 1)], name="window")
         if await self._counters.find_one({"_id": "tasks"}) is None:
             count = await self._tasks.count_documents({})
             await self._counters.update_one(

@@ -9,15 +9,16 @@ __all__ = ["MAX_CAPABILITIES", "capabilities_for"]
 MAX_CAPABILITIES = StoreCapabilities(
     durable=True, multi_process=True, wakeups=True, exclusive_queues=True,
     cancel_wakeups=True, batch_transitions=True, transactional_submit=True,
-    batch_create=True,
+    batch_create=True, queue_limits=True,
 )
 """On a replica set or a sharded cluster (what ``StoreSpec.capabilities`` declares)."""
 
 
 def capabilities_for(*, replica_set: bool) -> StoreCapabilities:
     """The capabilities on a deployment: change streams and multi-document transactions
-    (hence wakeups, cancel wakeups, exclusive queues, batch transitions, batch creates
-    and creates in the application's transaction) need a replica set or a sharded cluster."""
+    (hence wakeups, cancel wakeups, exclusive queues, queue limits, batch transitions,
+    batch creates and creates in the application's transaction) need a replica set or a
+    sharded cluster."""
     if replica_set:
         return MAX_CAPABILITIES
     return StoreCapabilities(

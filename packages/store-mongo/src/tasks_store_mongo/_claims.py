@@ -1,4 +1,4 @@
-"""Claims (private): ``claim``, ``claim_next`` (exclusive queues included) and
+"""Claims (private): ``claim``, ``claim_next`` (limited queues included) and
 ``next_available``.
 
 The decisions are :mod:`tasks_core.storekit`'s; this module fetches and writes. A claim
@@ -6,9 +6,9 @@ is a compare-and-set on the task document like every other write (see ``_base``)
 ``claim_next`` streams candidates from the ``claim_next`` index in claim order
 (``storekit.claim_order``), offers each to a ``storekit.ClaimScan`` and writes its
 decision by compare-and-set; a candidate lost to another writer is withdrawn and
-skipped, never waited for. An exclusive queue is claimed inside a transaction that first
-writes the queue's own document, so exclusive claimers of one queue always conflict and
-serialize.
+skipped, never waited for. A call with limited queues (``limits``; ``exclusive``:
+``max_running=1``) runs in one transaction that first writes each limited queue's
+document, then counts and logs within its room (:mod:`._queue_limits`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,14 @@ from typing import Any
 from tasks_core import rules, storekit
 from tasks_core.errors import CapabilityNotSupported, TaskNotFound
 from tasks_core.models import Claim, TaskStatus
-from tasks_core.storekit import ClaimScan, Started
+from tasks_core.storekit import ClaimRequest, ClaimScan, QueueLimits, Started
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
 from tasks_store_mongo._driver import settle
+from tasks_store_mongo._queue_limits import QueueCounts, count_queues, log_claims, take_queues
 
 __all__ = ["MongoClaims"]
-
-_WON = "won"  # the decision is written
-_LOST = "lost"  # a compare-and-set lost to another writer
-_BUSY = "busy"  # an exclusive queue already has a live lease
 
 
 class MongoClaims(MongoBase):
@@ -69,31 +66,79 @@ class MongoClaims(MongoBase):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         """Claim up to ``limit`` claimable tasks, the first in claim order (see
-        ``TaskStore.claim_next``).
+        ``TaskStore.claim_next``); a queue of ``limits`` (or ``exclusive``) within its
+        room.
 
         Candidates stream in claim order from the ``claim_next`` index; each decision of
         the scan is written by compare-and-set, and one lost to another writer is
-        withdrawn and skipped, never waited for.
+        withdrawn and skipped, never waited for. With limited queues all of it runs in
+        one transaction that takes, counts and logs them first (:mod:`._queue_limits`).
 
         Raises:
-            CapabilityNotSupported: ``exclusive`` on a deployment without transactions.
+            CapabilityNotSupported: ``exclusive`` or ``limits`` on a deployment without
+                transactions.
             InvalidInput: bad arguments.
             StoreUnavailable: transient failure.
         """
         request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
-                                            start)
-        if exclusive and not self.capabilities.exclusive_queues:
+                                            start, limits)
+        if (exclusive or limits) and not self.capabilities.queue_limits:
             raise CapabilityNotSupported(
-                "exclusive queues need a MongoDB replica set (multi-document transactions)"
+                "queue limits and exclusive queues need a MongoDB replica set "
+                "(multi-document transactions)"
             )
-        now = await self._now()
-        busy = [q for q in sorted(request.exclusive) if await self._holds_queue(q, now, None)]
-        scan = ClaimScan(request, now, busy)
+        if request.limited:
+            return await self._claim_limited(request)
+        scan = ClaimScan(request, await self._now())
+        try:
+            await self._scan(scan, None)
+        finally:
+            scan.report()  # the failures past their delivery limit, all written
+        return scan.claims
+
+    async def _claim_limited(self, request: ClaimRequest) -> builtins.list[Claim]:
+        """``claim_next`` of a request with limited queues, in one transaction: the
+        queues taken (:func:`._queue_limits.take_queues`), then the clock, the counts,
+        the scan and the claims log."""
+        await self._ensure_queue_docs(sorted(request.limited))
+
+        async def body(session: Any) -> ClaimScan:
+            counts = QueueCounts()
+            await take_queues(self._queues, request, counts, session)
+            now = await self._now()  # once the queues are taken
+            await count_queues(self._tasks, self._queue_claims, request, counts, now,
+                               session)
+            scan = ClaimScan(request, now, counts.missing, running=counts.running,
+                             recent=counts.recent)
+            await self._scan(scan, session)
+            await log_claims(self._queue_claims, scan, counts, session)
+            self._queue_docs.difference_update(counts.missing)
+            return scan
+
+        scan: ClaimScan = await self._atomically(body)
+        scan.report()  # committed
+        return scan.claims
+
+    async def _ensure_queue_docs(self, queues: builtins.list[str]) -> None:
+        """Create the documents of limited queues seen for the first time, outside any
+        transaction (an existing one is never written here)."""
+        for queue in queues:
+            if queue not in self._queue_docs:
+                await self._queues.update_one(
+                    {"_id": queue}, {"$setOnInsert": {"claims": 0}}, upsert=True
+                )
+                self._queue_docs.add(queue)
+
+    async def _scan(self, scan: ClaimScan, session: Any) -> None:
+        """Offer the candidates of the open queues of ``scan`` in claim order and write
+        its decisions (in ``session``, if any) until it is done or they run out."""
         open_queues = scan.open_queues()
         if not open_queues:
-            return []
+            return
+        now = scan.now
         cursor = self._tasks.find(
             {
                 "queue": {"$in": open_queues},
@@ -106,8 +151,9 @@ class MongoClaims(MongoBase):
             },
             NO_HISTORY,
             sort=[("_prio", 1), ("_avail", 1), ("_id", 1)],  # storekit.claim_order
+            session=session,
         )
-        cursor.batch_size(limit * 2 + 8)
+        cursor.batch_size(scan.request.limit * 2 + 8)
         try:
             async for doc in cursor:
                 if doc.get("queue") not in scan.open_queues():
@@ -115,13 +161,11 @@ class MongoClaims(MongoBase):
                 snapshot = self._decoded_or_none(doc, "claim_next")
                 started = None if snapshot is None else scan.offer(snapshot)
                 if started is not None:
-                    await self._write_started(scan, doc, started)
+                    await self._write_started(scan, doc, started, session)
                     if scan.done:
                         break
         finally:
             await settle(cursor.close())
-            scan.report()  # the failures past their delivery limit, all written
-        return scan.claims
 
     @operation
     async def next_available(self, queues: Sequence[str]) -> datetime | None:
@@ -171,58 +215,14 @@ class MongoClaims(MongoBase):
         return self._update(started.snapshot, token=started.token)
 
     async def _write_started(
-        self, scan: ClaimScan, doc: Mapping[str, Any], started: Started
+        self, scan: ClaimScan, doc: Mapping[str, Any], started: Started, session: Any
     ) -> None:
-        """Write a decision of ``scan`` over ``doc``: withdrawn if its compare-and-set is
-        lost (or the write fails), its queue closed if found busy in the transaction."""
-        queue = started.snapshot.queue
+        """Write a decision of ``scan`` over ``doc`` by compare-and-set (in ``session``,
+        if any): withdrawn if it is lost (or the write fails)."""
         try:
-            if queue in scan.request.exclusive:
-                outcome = await self._write_exclusive(doc, started, scan.now)
-            elif await self._cas(doc, self._started_update(started)):
-                outcome = _WON
-            else:
-                outcome = _LOST
+            won = await self._cas(doc, self._started_update(started), session=session)
         except BaseException:
             scan.withdraw(started)
             raise
-        if outcome != _WON:
+        if not won:
             scan.withdraw(started)
-        if outcome == _BUSY:
-            scan.close(queue)
-
-    async def _holds_queue(self, queue: str, now: datetime, session: Any) -> bool:
-        """Whether a task of ``queue`` keeps it busy: ``storekit.holds_queue`` as a query
-        (a lease neither ended nor expired, whatever the task's status), served by the
-        ``live_leases_by_queue`` index."""
-        found = await self._tasks.find_one(
-            {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}},
-            {"_id": 1},
-            session=session,
-        )
-        return found is not None
-
-    async def _write_exclusive(
-        self, doc: Mapping[str, Any], started: Started, now: datetime
-    ) -> str:
-        """Write ``started`` only while no task of its queue holds a live lease, in one
-        transaction that first writes the queue's document: two exclusive claimers of a
-        queue always conflict, so one of them retries and sees the other's lease."""
-        queue = started.snapshot.queue
-
-        async def body(session: Any) -> str:
-            await self._queues.update_one(
-                {"_id": queue}, {"$inc": {"claims": 1}}, upsert=True, session=session
-            )
-            if await self._holds_queue(queue, now, session):
-                return _BUSY
-            won = await self._cas(doc, self._started_update(started), session=session)
-            return _WON if won else _LOST
-
-        if queue not in self._queue_docs:  # created outside the transaction, once
-            await self._queues.update_one(
-                {"_id": queue}, {"$setOnInsert": {"claims": 0}}, upsert=True
-            )
-            self._queue_docs.add(queue)
-        outcome: str = await self._atomically(body)
-        return outcome

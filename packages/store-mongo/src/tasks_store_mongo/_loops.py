@@ -40,6 +40,7 @@ class Handles:
     tasks: Any
     counters: Any
     queues: Any
+    queue_claims: Any
     write_concern: WriteConcern
     creators: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -76,6 +77,7 @@ class LoopClients:
             tasks=db[f"{self._namespace}.tasks"],
             counters=db[f"{self._namespace}.counters"],
             queues=db[f"{self._namespace}.queues"],
+            queue_claims=db[f"{self._namespace}.queue_claims"],
             write_concern=concern,
         )
 

@@ -21,7 +21,7 @@ __all__ = ["OPTIONS", "drop_namespace", "open_mongo", "tasks_stores"]
 OPTIONS = frozenset(
     {"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace", "client"}
 )
-_COLLECTIONS = ("tasks", "counters", "queues")
+_COLLECTIONS = ("tasks", "counters", "queues", "queue_claims")
 
 
 async def open_mongo(url: str, **options: Any) -> MongoStore:

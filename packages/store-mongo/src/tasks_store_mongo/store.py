@@ -3,7 +3,7 @@
 One class of one private module per group of operations, all on ``_base``'s plumbing:
 ``_records`` (create, read, delete, reap), ``_bulk`` (create_many), ``_claims``,
 ``_transitions``, ``_leases``, ``_wakeups`` and ``_cancels``. Every single-task operation
-is a compare-and-set on the task's one document; capacity counters, exclusive claims,
+is a compare-and-set on the task's one document; capacity counters, limited claims,
 ``create_many`` and ``transition_many`` use a multi-document transaction on a replica set.
 Every write is ``{w: "majority", j: true}`` unless the client's own write concern says
 otherwise (``_driver.write_concern_for``).
@@ -51,6 +51,8 @@ class MongoStore(
                                     heartbeat)
     exclusive_queues   replica set  a transaction on a per-queue document; a standalone
                                     server raises ``CapabilityNotSupported``
+    queue_limits       replica set  the same transaction counts live leases and a claims
+                                    log (``_queue_limits``); a standalone server raises
     batch_transitions  replica set  one transaction, each item by its own
                                     compare-and-set; a standalone server raises
     batch_create       replica set  ``create_many``: one transaction, one
