@@ -231,10 +231,10 @@ class Model:
         return handle
 
     def claim_next(self, worker: str, lease_ms: int) -> Handle | None:
-        """The oldest claimable task (by creation, then id), delivery-limited ones failed
-        on the way."""
+        """The first claimable task by available instant (a pending retry's ``retry_at``,
+        else the creation), then id; delivery-limited ones failed on the way."""
         ready = sorted((t for t in self.tasks.values() if t.claimable(self.now)),
-                       key=lambda t: (t.created_at, t.id))
+                       key=lambda t: (t.retry_at or t.created_at, t.id))
         for task in ready:
             handle = self.start(task, worker, lease_ms)
             if handle is not None:
