@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tasks_core import StoreSpec, TaskStore, find_store
+from tasks_core import StoreSpec, TaskQuery, TaskStatus, TaskStore, find_store
+from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests import StoreContract
 from tasks_contract_tests._base import Corrupter, StoreFactory
+from tasks_contract_tests._kit import new_task
+from tasks_contract_tests._process_race import race_processes
+
+RACING_PROCESSES = 4
 
 
 class TestStoreAtURL(StoreContract):
@@ -28,11 +34,14 @@ class TestStoreAtURL(StoreContract):
         return find_store(store_url)
 
     @pytest.fixture
-    async def store_factory(
-        self, store_url: str, store_spec: StoreSpec
-    ) -> AsyncIterator[StoreFactory]:
-        namespaces: list[str] = []
+    def namespaces(self) -> list[str]:
+        """The namespaces the test's stores live in, newest last."""
+        return []
 
+    @pytest.fixture
+    async def store_factory(
+        self, store_url: str, store_spec: StoreSpec, namespaces: list[str]
+    ) -> AsyncIterator[StoreFactory]:
         async def factory(**options: Any) -> TaskStore:
             namespace = "t" + secrets.token_hex(5)
             if store_spec.create_namespace is not None:
@@ -64,3 +73,31 @@ class TestStoreAtURL(StoreContract):
         beyond = sorted(k for k, on in store.capabilities.model_dump().items()
                         if on and not spec[k])
         assert [] == beyond, f"the store has {beyond}, which its spec does not declare"
+
+    @pytest.mark.parametrize("kind", ["max_running", "rate"])
+    async def test_racing_processes_never_pass_the_queue_limits(
+        self, store_factory: StoreFactory, store_url: str, namespaces: list[str], kind: str
+    ) -> None:
+        """Claimers in separate processes, each on its own connection, released together
+        on a queue with ``max_running=3`` (or ``rate=(3, 600)``) MUST claim 3 tasks
+        between them — never more — where the store is shared by processes.
+
+        Troubleshooting: the count and the claim are one atomic step in the database
+        (a lock row per limited queue, a transaction writing the queue's document), not a
+        lock of one process.
+        """
+        store = await store_factory()  # the system clock: the racers know no other
+        if not (store.capabilities.queue_limits and store.capabilities.multi_process):
+            pytest.skip("the store has no queue_limits, or is not shared by processes")
+        for _ in range(2 * RACING_PROCESSES):
+            await store.create(new_task(queue="limited"))
+        limits = (QueueLimits(max_running=3) if kind == "max_running"
+                  else QueueLimits(rate=(3, 600)))
+        results = await asyncio.to_thread(race_processes, store_url, namespaces[-1], limits,
+                                          RACING_PROCESSES)
+        assert [] == [r for r in results if not isinstance(r, int)], results
+        assert 3 == sum(results)
+        live = await store.list(TaskQuery(tenant=None, queue="limited", statuses=frozenset(
+            {TaskStatus.RUNNING, TaskStatus.CLAIMED})))
+        await store.aclose()
+        assert 3 == len(live)
