@@ -281,8 +281,10 @@ def bench(session: nox.Session) -> None:
     """The hot-path benchmark (packages/store-sql/bench): burn-down, enqueue, enqueue→start
     latency and commits per task on memory, SQLite and PostgreSQL, as ratios to baselines
     measured in the same run; on PostgreSQL also the ratio to pgqueuer and how late delayed
-    tasks start past their `run_at` (bench/delay_latency.py). A benchmark, not a test:
-    tagged `bench`, never `all` (CI).
+    tasks start past their `run_at` (bench/delay_latency.py); last, the submit rates against
+    pgqueuer's enqueue and bare INSERT loops on SQLite and MariaDB (bench/submits.py;
+    `TASKS_BENCH_MARIADB_URL`, skipped when down). A benchmark, not a test: tagged `bench`,
+    never `all` (CI).
     PostgreSQL is a database of its own (`TASKS_BENCH_POSTGRES_URL`, created if missing);
     unreachable, the session skips. `nox -s bench -- --tasks 20000 --stores postgresql`."""
     url = os.environ.get("TASKS_BENCH_POSTGRES_URL", BENCH_POSTGRES)
@@ -292,7 +294,7 @@ def bench(session: nox.Session) -> None:
     if "postgresql" in stores and not reachable(url):
         session.skip(f"bench: no PostgreSQL answers at {url}; start it or set "
                      "TASKS_BENCH_POSTGRES_URL (or pass --stores memory,sqlite)")
-    install(session, "core", "store-memory", "store-sql")
+    install(session, "core", "store-memory", "store-sql[mysql]")
     session.install(PGQUEUER)  # the peer, measured in the same run (bench/peers.py)
     session.run("python", str(ROOT / "packages/store-sql/bench/bench.py"),
                 "--postgres-url", url, *session.posargs)

@@ -49,6 +49,10 @@ After the rounds, on PostgreSQL: how late an idle worker starts delayed tasks pa
 ``run_at``, and fresh ones past their creation, submitted among them (``delay_latency.py``;
 ``--delay-latency``: only that). ``--cancel-latency`` measures instead how soon a running
 handler learns of a cancel made by another process (``cancel_latency.py``).
+Last of all, the submit rates against their references (``submits.py``; ``--submits``:
+only those): PostgreSQL's ``submit`` and ``submit_many`` against pgqueuer's ``enqueue``,
+the burn-down with mixed priorities against without and against pgqueuer, and SQLite's and
+MariaDB's ``submit_many`` against a bare multi-row ``INSERT`` loop of the same rows.
 A benchmark, never a test: nothing here asserts a speed.
 """
 
@@ -80,6 +84,7 @@ from tasks_core.runtime._worker_gc import tune_for_serving
 POSTGRES_URL = os.environ.get(
     "TASKS_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_bench"
 )
+MARIADB_URL = os.environ.get("TASKS_BENCH_MARIADB_URL", "mysql://root@127.0.0.1:3306/tasks_test")
 STORES = ("memory", "sqlite", "postgresql")
 PGQUEUER_RATIO = 4200 / 7300
 """The fastest Python peer's burn-down as a multiple of the bare UPDATE commit rate."""
@@ -493,7 +498,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                      report["peer"].get("pgqueuer"))
                     report["delayed"] = await _delayed(target, args)
         report["runtime_alone"] = await _runtime_alone(args)
+        report["submits"] = await _submits(args, dsn, Path(tmp))
     return report
+
+
+async def _submits(args: argparse.Namespace, dsn: str | None, tmp: Path) -> dict[str, Any]:
+    """The submit rates against their references (``submits.py``)."""
+    import submits  # (here: it imports this module)
+
+    return await submits.run(args, dsn, tmp)
+
+
+async def _submits_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--submits``: only the submit rates."""
+    dsn = _dsn(args) if "postgresql" in args.stores else None
+    if dsn is not None:
+        await _ensure_database(dsn)
+    with tempfile.TemporaryDirectory(prefix="tasks-bench-") as tmp:
+        return {"submits": await _submits(args, dsn, Path(tmp))}
 
 
 async def _runtime_alone(args: argparse.Namespace) -> dict[str, Any]:
@@ -649,7 +671,18 @@ def render(report: dict[str, Any]) -> str:
         import delay_latency  # (here: it imports this module)
 
         lines += ["", *delay_latency.table(delayed, delayed["stores"])]
+    if "submits" in report:
+        import submits  # (here: it imports this module)
+
+        lines += ["", *submits.render(report["submits"])]
     return "\n".join(lines)
+
+
+def render_submits(report: dict[str, Any]) -> str:
+    """The table of ``--submits``."""
+    import submits  # (here: it imports this module)
+
+    return "\n".join(submits.render(report["submits"]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -681,7 +714,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay-spread", type=float, default=3.0,
                         help="start delay: seconds over which every task is submitted")
     parser.add_argument("--seed", type=int, default=31,
-                        help="--cancel-latency: the pauses; start delay: the delays")
+                        help="--cancel-latency: the pauses; start delay: the delays; "
+                        "submits: the mixed priorities")
+    parser.add_argument("--serial", type=int, default=1000,
+                        help="submits: app.submit one after another, per round")
+    parser.add_argument("--bulk", type=int, default=5000,
+                        help="submits: tasks by submit_many of 1000, per round")
+    parser.add_argument("--mariadb-url", default=MARIADB_URL,
+                        help="submits: MariaDB ($TASKS_BENCH_MARIADB_URL; skipped if down)")
+    parser.add_argument("--submits", action="store_true", help="only the submit rates")
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
@@ -689,6 +730,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown store(s): {', '.join(unknown)}")
     if args.tasks < 10 or args.samples < 10:
         parser.error("--tasks and --samples must be at least 10")
+    if args.serial < 1 or args.bulk < 1:
+        parser.error("--serial and --bulk must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.delayed < 10 or args.delay_spread <= 0:
@@ -703,6 +746,9 @@ def main(argv: list[str] | None = None) -> None:
 
         report = asyncio.run(delay_latency.run(args))
         print(delay_latency.render(report))
+    elif args.submits:
+        report = asyncio.run(_submits_only(args))
+        print(render_submits(report))
     else:
         report = asyncio.run(run(args))
         print(render(report))

@@ -9,7 +9,8 @@ one ``QueueManager`` with pgqueuer's defaults (batch size 10, no concurrency lim
 pgqueuer installs tables, types and triggers of fixed names, so it runs in a database of
 its own (``<bench database>_pgqueuer``, created when missing, its objects removed
 afterwards). Without pgqueuer installed (``nox -s bench`` installs it) the peer is skipped
-and the report says so.
+and the report says so. Its enqueue rates — one job per call, one after another, and lists
+of ``ENQUEUE_BATCH`` — are measured here too, for ``submits.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import cpu
 import sqlalchemy as sa
 
-__all__ = ["available", "peer_dsn", "pgqueuer_burn_down"]
+__all__ = ["available", "peer_dsn", "pgqueuer_burn_down", "pgqueuer_enqueue"]
 
 ENQUEUE_BATCH = 1000
 
@@ -37,9 +38,42 @@ def peer_dsn(dsn: str) -> str:
     return url.set(database=f"{url.database}_pgqueuer").render_as_string(hide_password=False)
 
 
-async def pgqueuer_burn_down(dsn: str, tasks: int) -> tuple[float, dict[str, float | None]]:
-    """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs,
-    and its CPU time per job (``cpu.per_task``: this process, the rest of the machine).
+async def pgqueuer_enqueue(dsn: str, jobs: int, *, batch: int) -> float:
+    """Jobs/s of pgqueuer's ``enqueue`` on fresh tables: ``batch`` 1, one job per call one
+    after another (a first 20 not timed: connection and statement warm-up); else lists of
+    ``batch`` jobs, one call after another."""
+    import asyncpg
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        queries = Queries.from_asyncpg_connection(conn)
+        await _uninstall_quietly(queries)
+        await queries.install()
+        if batch == 1:
+            for _ in range(20):
+                await queries.enqueue("noop", None, 0)
+            started = time.perf_counter()
+            for _ in range(jobs):
+                await queries.enqueue("noop", None, 0)
+        else:
+            started = time.perf_counter()
+            for first in range(0, jobs, batch):
+                size = min(batch, jobs - first)
+                await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        rate = jobs / (time.perf_counter() - started)
+        await queries.uninstall()
+        return rate
+    finally:
+        await conn.close()
+
+
+async def pgqueuer_burn_down(
+    dsn: str, tasks: int, priorities: list[int] | None = None
+) -> tuple[float, dict[str, float | None]]:
+    """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs
+    (of ``priorities``, one per job; default all 0), and its CPU time per job
+    (``cpu.per_task``: this process, the rest of the machine).
 
     Raises:
         RuntimeError: a job did not run exactly once.
@@ -56,7 +90,8 @@ async def pgqueuer_burn_down(dsn: str, tasks: int) -> tuple[float, dict[str, flo
         await queries.install()
         for first in range(0, tasks, ENQUEUE_BATCH):
             size = min(ENQUEUE_BATCH, tasks - first)
-            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+            await queries.enqueue(["noop"] * size, [None] * size,
+                                  priorities[first:first + size] if priorities else [0] * size)
         worker = await asyncpg.connect(dsn)
         try:
             manager = QueueManager(Queries.from_asyncpg_connection(worker))
