@@ -35,10 +35,24 @@ async def test_a_bad_priority_is_refused_before_anything_is_written(priority: An
         return None
 
     async with app:
-        with pytest.raises(InvalidInput, match="priority"):
+        with pytest.raises(InvalidInput, match=r"^priority must be an integer from -100 to 100"):
             await app.submit(job, None, ALICE, priority=priority)
         store = await app.open()
         assert [] == await store.list(TaskQuery(tenant=None))
+
+
+async def test_the_bounds_themselves_are_priorities() -> None:
+    """-100 and 100 are accepted, at registration and per submit."""
+    app = make_app()
+
+    @app.task(priority=-100)
+    async def low(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        ids = [(await low.submit(None, ALICE)).id,
+               (await low.submit(None, ALICE, priority=100)).id]
+        assert [-100, 100] == [(await app.get(i, ALICE)).priority for i in ids]
 
 
 async def test_the_task_default_applies_and_a_submit_overrides_it() -> None:

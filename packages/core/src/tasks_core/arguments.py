@@ -1,6 +1,5 @@
 """Store-call arguments checked once, before anything is read or written: lease
-durations, worker ids, queue names, batch sizes, priorities and ``transition_many``
-items."""
+durations, worker ids, queue names, batch sizes and ``transition_many`` items."""
 
 from __future__ import annotations
 
@@ -23,8 +22,6 @@ from tasks_core.events import (
     WatcherAdded,
 )
 from tasks_core.models import (
-    MAX_PRIORITY,
-    MIN_PRIORITY,
     Lease,
 )
 
@@ -44,19 +41,6 @@ def check_lease_for(lease_for: float) -> timedelta:
     """
     seconds = check_duration(lease_for, "lease_for", high=MAX_LEASE_S)
     return timedelta(milliseconds=max(1, round(seconds * 1000)))
-
-
-def check_priority(priority: object, what: str = "priority") -> int:
-    """Validate a task priority: an integer (not a bool) in [-100, 100].
-
-    Raises:
-        InvalidInput: anything else, naming ``what``.
-    """
-    if (isinstance(priority, bool) or not isinstance(priority, int)
-            or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
-        raise InvalidInput(f"{what} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
-                           f"not {priority!r}")
-    return priority
 
 
 def check_worker_id(worker_id: str) -> str:

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal, Protocol
 
-from tasks_core.arguments import check_priority
 from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
-from tasks_core.models import RetryPolicy, Snapshot
+from tasks_core.models import MAX_PRIORITY, MIN_PRIORITY, RetryPolicy, Snapshot
 from tasks_core.storekit import QueueLimits
 
-__all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef"]
+__all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
+           "check_priority"]
 
 DEFAULT_QUEUE = "default"
 
@@ -77,6 +77,20 @@ class Submitter(Protocol):
 
     @property
     def submit(self) -> Callable[..., Awaitable[Submitted]]: ...
+
+
+def check_priority(priority: object, what: str = "priority") -> int:
+    """Validate a task priority: an integer (not a bool) in [-100, 100].
+
+    Raises:
+        InvalidInput: anything else, naming ``what``.
+    """
+    if (isinstance(priority, bool) or not isinstance(priority, int)
+            or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
+        raise InvalidInput(f"{what} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
+                           f"not {priority!r}")
+    return priority
+
 
 
 @dataclass(frozen=True)

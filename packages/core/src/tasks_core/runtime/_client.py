@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from tasks_core import telemetry
 from tasks_core._json import check_json, json_size
-from tasks_core.arguments import check_priority
 from tasks_core.authority import (
     DEFAULT_TENANT,
     Authority,
@@ -30,7 +29,14 @@ from tasks_core.authority import (
     require_authority,
     scoped_task_key,
 )
-from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Submitted, TaskDef, _Unset
+from tasks_core.definitions import (
+    DEFAULT_QUEUE,
+    UNSET,
+    Submitted,
+    TaskDef,
+    _Unset,
+    check_priority,
+)
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration, check_instant
 from tasks_core.errors import (
     AuthorizationError,
