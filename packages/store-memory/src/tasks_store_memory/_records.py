@@ -178,8 +178,7 @@ class Records:
                 except StoreCorrupt:
                     continue
                 available = rules.available_at(snapshot)
-                if (available > now and not snapshot.terminal
-                        and snapshot.status == TaskStatus.PENDING
+                if (available > now and snapshot.status == TaskStatus.PENDING
                         and not snapshot.lease_live(now)):
                     instants.append(available)
         return min(instants, default=None)

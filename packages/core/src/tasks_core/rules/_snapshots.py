@@ -69,9 +69,11 @@ def _milliseconds(seconds: float) -> timedelta:
 def ttl_end(snapshot: Snapshot) -> datetime | None:
     """When the task's ``ttl`` ends (``None``: no ttl): it counts from when the task was
     first available, its ``run_at`` or its creation."""
-    if snapshot.ttl_s is None:
-        return None
-    return (snapshot.run_at or snapshot.created_at) + _milliseconds(snapshot.ttl_s)
+    return _ttl_from(snapshot.run_at or snapshot.created_at, snapshot.ttl_s)
+
+
+def _ttl_from(available_from: datetime, ttl_s: float | None) -> datetime | None:
+    return None if ttl_s is None else available_from + _milliseconds(ttl_s)
 
 
 def _expires_at(
@@ -112,8 +114,7 @@ def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None
         retention_s=new.retention_s,
         created_at=now,
         updated_at=now,
-        expires_at=(None if new.ttl_s is None
-                    else (run_at or now) + _milliseconds(new.ttl_s)),
+        expires_at=_ttl_from(run_at or now, new.ttl_s),
         run_at=run_at,
         priority=new.priority,
     )
