@@ -124,14 +124,18 @@ async def test_every_write_is_majority_and_journaled_on_a_standalone_server(
     driver: str, commands: Commands
 ) -> None:
     """A standalone server runs no transaction: every insert, update and delete itself
-    MUST carry ``{w: "majority", j: true}`` (there, acknowledged once journaled)."""
+    MUST carry ``{w: "majority", j: true}`` (there, acknowledged once journaled) — the
+    tenant's active-task counter and its releases included."""
     server = Server(standalone=True).start()
     try:
         clock = ManualClock()
-        store = await open_mongo(store_url(server.url, driver), clock=clock, max_tasks=100)
+        store = await open_mongo(store_url(server.url, driver), clock=clock, max_tasks=100,
+                                 max_active_tasks_per_scope=3)
         try:
             commands.sent.clear()
             await workload(store, clock)
+            for _ in range(3):  # the last one finds the counter full: the cancelled task
+                await store.create(new_task())  # of the workload is released for it
         finally:
             await store.aclose()
     finally:

@@ -117,6 +117,19 @@ class MongoBase:
         """Frozen capabilities for this deployment (see the module docstring)."""
         return self._caps
 
+    @property
+    def client(self) -> Any:
+        """The driver client the store uses on the running event loop (read-only): the
+        one passed in, or the one a store opened from a URL made for this loop. Start
+        the ``ClientSession`` for ``create(transaction=session)`` on it; the store owns a
+        client it opened (do not close it).
+
+        Raises:
+            InvalidInput: on an event loop the store has not been used on yet, other
+                than the one that opened it (call the store once there first).
+        """
+        return self._loops.client()
+
     # The client and collections of the running event loop (see ``_loops``).
 
     @property
@@ -173,6 +186,8 @@ class MongoBase:
         )
         await self._tasks.create_index([("expires_at", 1), ("_id", 1)], name="expiry")
         await self._tasks.create_index([("tenant", 1), ("_id", 1)], name="listing")
+        # standalone servers: a tenant's tasks its active counter holds (``_scopes``)
+        await self._tasks.create_index([("_scope", 1)], name="scope_marks", sparse=True)
         await self._queue_claims.create_index([("q", 1), ("at", 1)], name="window")
         if await self._counters.find_one({"_id": "tasks"}) is None:
             count = await self._tasks.count_documents({})
@@ -343,10 +358,11 @@ class MongoBase:
         self, tenant: str, task_id: str, now: datetime, session: Any
     ) -> None:
         """Refuse a create when the tenant already has ``max_active_tasks_per_scope``
-        active (non-terminal, non-expired) tasks, ``task_id`` itself left out.
+        active (non-terminal, non-expired) tasks, ``task_id`` itself left out — inside the
+        create's transaction (a replica set; a standalone server counts with ``_scopes``).
 
-        In a transaction the tenant's counter document is written first, so two creates
-        in one tenant always conflict (one retries and counts again): no write skew.
+        The tenant's counter document is written first, so two creates in one tenant
+        always conflict (one retries and counts again): no write skew.
 
         Off (``None``, the default): nothing is read or written.
 

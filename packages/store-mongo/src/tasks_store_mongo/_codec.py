@@ -55,6 +55,8 @@ __all__ = [
 #     "_avail":    the available instant (``rules.available_at``: retry due, run_at,
 #                  creation)
 #     "_wake":     changed by writes that may make work claimable (change-stream filter),
+#     "_scope":    standalone servers only: the tenant whose active-task counter holds a
+#                  unit for this task (``_scopes``); absent when none does,
 #     "_history":  [{"id", "event": "<JSON text>", "revision", "committed_at", "status",
 #                    "retry_at", "error", "accepted"}, ...]  # this run's applied events
 #   }
@@ -62,7 +64,8 @@ __all__ = [
 _PAYLOADS = ("result", "input_requests", "accepted_input_responses")
 _INSTANTS = ("retry_at", "created_at", "updated_at", "started_at", "finished_at", "expires_at")
 _PAYLOAD_FIELDS: Any = {"work": {"input"}, **dict.fromkeys(_PAYLOADS, True)}
-_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_prio", "_avail", "_wake", "_history")
+_PRIVATE = ("_token", "_w", "_ready", "_ready_at", "_prio", "_avail", "_wake", "_scope",
+            "_history")
 _DECODE_ERRORS = (ValidationError, ValueError, TypeError, KeyError, AttributeError)
 
 ACTIVE_STATUSES = (TaskStatus.PENDING.value, TaskStatus.WAITING_INPUT.value)

@@ -93,6 +93,28 @@ class LoopClients:
             entry = self._others.get(loop)
         return self._home if entry is None else entry[0]
 
+    def client(self) -> Any:
+        """The client of the running loop (the opening one's outside any loop).
+
+        Raises:
+            InvalidInput: the running loop is not the opening one and the store has not
+                been used on it yet (its client is opened by the first call there).
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._home.client
+        if self._home_loop is None or loop is self._home_loop:
+            return self._home.client
+        with self._lock:
+            entry = self._others.get(loop)
+        if entry is None:
+            raise InvalidInput(
+                "This event loop has no client of the store yet: call the store once on "
+                "it (any operation, e.g. await store.now()) before reading store.client"
+            )
+        return entry[0].client
+
     async def enter(self) -> None:
         """Make sure the running loop has a client (the first loop owns the home one).
 

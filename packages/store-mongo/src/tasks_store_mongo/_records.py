@@ -29,7 +29,7 @@ from tasks_core.errors import (
 from tasks_core.events import EventRecord
 from tasks_core.models import NewTask, Snapshot, TaskQuery
 
-from tasks_store_mongo import _codec
+from tasks_store_mongo import _codec, _scopes
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
 from tasks_store_mongo._driver import application_session, settle
 
@@ -156,13 +156,20 @@ class MongoRecords(MongoBase):
                 raise TaskNotFound(new.id)
             rules.check_replace(previous, replace, now)
         counted = False
+        marked: str | None = None  # the tenant whose standalone counter took a unit
         if current is None:
             await self._reserve_slot(session)
             counted = True
         try:
-            await self._check_active(new.tenant, new.id, now, session)
+            if self._transactions:
+                await self._check_active(new.tenant, new.id, now, session)
+            elif self.limits.max_active_tasks_per_scope is not None:
+                await self._reserve_active(new.tenant, now)
+                marked = new.tenant
             snapshot = rules.new_snapshot(new, now, replace=previous)
             doc = _codec.new_document(snapshot)
+            if marked is not None:
+                doc[_scopes.MARK] = marked
             if current is None:
                 await self._tasks.insert_one(doc, session=session)
             else:
@@ -176,8 +183,25 @@ class MongoRecords(MongoBase):
                 await self._free_slots(1, None)
             elif counted and not own:  # the application's transaction goes on
                 await self._give_back(session)
+            if marked is not None:
+                await _scopes.give_back(self._counters, marked)
             raise
+        if current is not None and current.get(_scopes.MARK) is not None:
+            await _scopes.give_back(self._counters, current[_scopes.MARK], session=session)
         return snapshot
+
+    async def _reserve_active(self, tenant: str, now: datetime) -> None:
+        """Take a unit of ``tenant``'s active-task counter (standalone; see ``_scopes``).
+
+        Raises:
+            CapacityExceeded: the tenant has ``max_active_tasks_per_scope`` active tasks.
+        """
+        if tenant not in self._tenants:
+            await _scopes.ensure(self._counters, self._tasks, tenant, now)
+            self._tenants.add(tenant)
+        cap = self.limits.max_active_tasks_per_scope
+        assert cap is not None
+        await _scopes.reserve(self._counters, self._tasks, tenant, cap, now)
 
     async def _give_back(self, session: Any) -> None:
         """Undo the slot reserved in the application's transaction; if MongoDB aborted
@@ -294,6 +318,8 @@ class MongoRecords(MongoBase):
             if result.deleted_count != 1:
                 raise _Retry()
             await self._free_slots(1, session)
+            if doc.get(_scopes.MARK) is not None:
+                await _scopes.give_back(self._counters, doc[_scopes.MARK], session=session)
 
         for attempt in range(CAS_ATTEMPTS):
             try:
@@ -322,6 +348,7 @@ class MongoRecords(MongoBase):
                 session=session,
             )
             reaped: builtins.list[str] = []
+            marks: dict[str, int] = {}  # the units of marked documents reaped, by tenant
             try:
                 async for doc in cursor:
                     snapshot = self._decoded_or_none(doc, "reap")
@@ -332,11 +359,16 @@ class MongoRecords(MongoBase):
                     )
                     if result.deleted_count == 1:
                         reaped.append(snapshot.id)
+                        if doc.get(_scopes.MARK) is not None:
+                            tenant = doc[_scopes.MARK]
+                            marks[tenant] = marks.get(tenant, 0) + 1
                         if len(reaped) >= limit:
                             break
             finally:
                 await settle(cursor.close())
             await self._free_slots(len(reaped), session)
+            for tenant, count in marks.items():
+                await _scopes.give_back(self._counters, tenant, count, session)
             return reaped
 
         reaped: builtins.list[str] = await self._atomically(body)
