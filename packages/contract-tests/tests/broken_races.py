@@ -181,7 +181,7 @@ class RevisionCheckedBeforeWriting(MemoryStore):
                 rules.decide_transition(
                     self._decode(task_id, row), row.token,
                     None if position is None
-                    else lambda: self._decode_record(task_id, row.history[position]),
+                    else lambda: self._record(row.history[position]),
                     expected_revision, event, authority, now, lease_check=self._lease_check,
                 )
             await asyncio.sleep(0)  # the window: another writer commits here

@@ -67,11 +67,12 @@ class Records:
         except ValidationError:
             raise StoreCorrupt(task_id) from None
 
-    def _decode_record(self, task_id: str, doc: str) -> EventRecord:
-        try:
-            return EventRecord.model_validate_json(doc)
-        except ValidationError:
-            raise StoreCorrupt(task_id) from None
+    @staticmethod
+    def _record(doc: str) -> EventRecord:
+        """An applied event as stored. Only the store writes these records and nothing
+        damages one (``_corrupt`` damages the task's document, which every read of the
+        history decodes first)."""
+        return EventRecord.model_validate_json(doc)
 
     def _view(self, task_id: str, row: Row) -> Snapshot:
         """The stored snapshot for the store's own decisions: decoded once per write and
@@ -197,7 +198,7 @@ class Records:
     def _check_capacity(self, new: NewTask, now: datetime, replacing: bool) -> None:
         if not replacing and len(self._rows) >= self.limits.tasks_cap:
             raise CapacityExceeded("max_tasks")
-        if len(self._rows) - replacing < self.limits.scope_cap:
+        if len(self._rows) < self.limits.scope_cap:
             return  # fewer tasks in the store than the limit: no tenant can reach it
         cap = self.limits.scope_cap
         active = 0
@@ -269,7 +270,7 @@ class Loaded:
         position = self._store._find_event(self._row, event_id)
         if position is None:
             return None
-        return lambda: self._store._decode_record(self._id, self._row.history[position])
+        return lambda: self._store._record(self._row.history[position])
 
     def update(self, snapshot: Snapshot, record: EventRecord) -> None:
         self._store._append(self._row, snapshot, record)

@@ -59,7 +59,9 @@ class OpenTasks:
     def __init__(self) -> None:
         self._places: dict[str, _Place] = {}
         self._ready: dict[str, list[ClaimOrder]] = {}
-        self._held: dict[str, set[str]] = {}
+        self._held: dict[str, dict[str, None]] = {}
+        """The held task ids of each queue, an ordered set (read in the order they were
+        held)."""
         self._due: list[tuple[datetime, str]] = []
         """A heap of ``(until, task id)`` of held tasks; an entry whose task is no longer
         held until that instant is stale: skipped, and dropped when the heap is rebuilt."""
@@ -89,7 +91,7 @@ class OpenTasks:
                 del self._ready[place.queue]
         else:
             held = self._held[place.queue]
-            held.discard(task_id)
+            del held[task_id]
             if not held:
                 del self._held[place.queue]
 
@@ -101,7 +103,7 @@ class OpenTasks:
         if place.ready:
             bisect.insort(self._ready.setdefault(place.queue, []), place.order)
             return
-        self._held.setdefault(place.queue, set()).add(task_id)
+        self._held.setdefault(place.queue, {}).setdefault(task_id)  # an ordered set's add
         if place.until is not None:
             heapq.heappush(self._due, (place.until, task_id))
             if len(self._due) > 2 * len(self._places) + 1000:

@@ -104,7 +104,8 @@ class MemoryStore(Creates):
         Args:
             clock: the store clock (default: the system clock).
             limits: capacity limits; ``max_tasks``/``max_active_tasks_per_scope`` override.
-            namespace: accepted for URL parity; every instance is its own namespace.
+            namespace: accepted for URL parity and unused: every instance is its own
+                namespace.
 
         Raises:
             InvalidInput: a limit below 1.
@@ -113,7 +114,7 @@ class MemoryStore(Creates):
         self.limits = StoreLimits.resolve(
             limits, max_tasks=max_tasks, max_active_tasks_per_scope=max_active_tasks_per_scope
         )
-        self.namespace = namespace
+        del namespace
         self._wakeups = Wakeups(self._lock)
 
     @property
@@ -143,15 +144,15 @@ class MemoryStore(Creates):
             raise InvalidInput("create() takes a NewTask")
         with self._locked() as now:
             current_row = self._rows.get(new.id)
-            if replace is None and current_row is not None:
-                raise TaskExists(rules.present(self._take(new.id, current_row), now))
+            current = None if current_row is None else self._take(new.id, current_row)
+            if replace is None and current is not None:
+                raise TaskExists(rules.present(current, now))
             if replace is not None:
-                if current_row is None:
+                if current is None:
                     raise TaskNotFound(new.id)
-                rules.check_replace(self._take(new.id, current_row), replace, now)
-            self._check_capacity(new, now, replacing=current_row is not None)
-            previous = self._take(new.id, current_row) if current_row else None
-            snapshot = rules.new_snapshot(new, now, replace=previous)
+                rules.check_replace(current, replace, now)
+            self._check_capacity(new, now, replacing=current is not None)
+            snapshot = rules.new_snapshot(new, now, replace=current)
             self._rows[new.id] = Row(doc=snapshot.model_dump_json())
             self._track(snapshot)
             self._wakeups.notify(snapshot.queue)
@@ -196,7 +197,7 @@ class MemoryStore(Creates):
         """
         with self._locked() as now:
             row, _ = self._visible(task_id, tenant, now)
-            return [self._decode_record(task_id, doc) for doc in row.history]
+            return [self._record(doc) for doc in row.history]
 
     # -- transitions ---------------------------------------------------------------------
 

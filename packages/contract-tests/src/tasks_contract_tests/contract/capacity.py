@@ -154,6 +154,31 @@ class CapacityContract(ContractBase):
         fresh = await store.create(new_task(done.id), replace=done)
         assert [fresh] == await store.list(TaskQuery(tenant=None))
 
+    async def test_replacing_an_expired_task_counts_the_tenants_other_live_tasks(
+        self, make_store: MakeStore, clock: ManualClock
+    ) -> None:
+        """Replacing an expired (not finished) task MUST count the tenant's other live
+        tasks against ``max_active_tasks_per_scope``, never the replaced one: with a limit
+        of 2 and one other live task the first replace is taken (2 live), the next one is
+        refused with ``CapacityExceeded`` and keeps the expired task as it was.
+
+        Troubleshooting: leave out the replaced row itself, not the rows after it; and an
+        expired row is not live (``rules.counts_as_active``).
+        """
+        store = await make_store(max_active_tasks_per_scope=2)
+        first = await store.create(new_task(ttl_s=10))
+        second = await store.create(new_task(ttl_s=10))
+        clock.advance(10)
+        await store.create(new_task())
+        fresh = await store.create(new_task(first.id), replace=first)
+        assert (0, first.id) == (fresh.revision, fresh.id)
+        assert fresh.run_id != first.run_id
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(new_task(second.id), replace=second)
+        assert "max_active_tasks_per_scope" == caught.value.limit
+        with pytest.raises(TaskNotFound):  # still the expired run, hidden as before
+            await store.get(second.id, tenant=None)
+
     @pytest.mark.parametrize("limit", ["max_tasks", "max_active_tasks_per_scope"])
     async def test_capacity_holds_under_concurrent_creation(
         self, make_store: MakeStore, limit: str

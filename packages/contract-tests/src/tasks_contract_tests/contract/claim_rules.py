@@ -1,5 +1,6 @@
 """What a claim serves and what it records: cancelled tasks are never served, a busy
-exclusive queue holds back only itself, a takeover is marked ``recovered`` and
+exclusive queue holds back only itself (and a cancelled task's live lease keeps it busy), a
+takeover is marked ``recovered`` and
 ``started_at`` is the first start."""
 
 from __future__ import annotations
@@ -79,6 +80,34 @@ class ClaimRuleContract(ContractBase):
             "w1", LEASE_S, queues=["serial", "bulk"], limit=10, exclusive=["serial"]
         )
         assert sorted(bulk) == sorted(_ids(got))
+
+    async def test_a_cancelled_task_holds_its_exclusive_queue_while_its_lease_lives(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A task cancelled under a live lease MUST keep its exclusive queue busy until
+        that lease expires (its holder may still be running it): at 1 ms before the
+        expiry ``claim_next(exclusive=[q])`` serves nothing of ``q``, at the expiry it
+        serves the next task.
+
+        Troubleshooting: a queue is busy while one of its tasks holds a lease that has
+        neither ended nor expired, whatever its status (``storekit.holds_queue``); a
+        filter on ``status = 'running'`` lets a second worker in beside the first.
+        """
+        if not store.capabilities.exclusive_queues:
+            pytest.skip("store capability 'exclusive_queues' is off")
+        cancelled = await store.create(new_task(queue="serial"))
+        clock.advance(0.001)
+        waiting = await store.create(new_task(queue="serial"))
+        held = await claim(store, cancelled.id, worker="w0")
+        done = await store.transition(cancelled.id, held.snapshot.revision,
+                                      Cancelled(event_id="stop"), access(ALICE))
+        assert TaskStatus.CANCELLED == done.snapshot.status
+        clock.advance(LEASE_S - 0.001)
+        assert [] == await store.claim_next("w1", LEASE_S, queues=["serial"],
+                                            exclusive=["serial"])
+        clock.advance(0.001)
+        got = await store.claim_next("w1", LEASE_S, queues=["serial"], exclusive=["serial"])
+        assert [waiting.id] == _ids(got)
 
     async def test_a_takeover_of_a_lapsed_lease_is_marked_recovered(
         self, store: TaskStore, clock: ManualClock

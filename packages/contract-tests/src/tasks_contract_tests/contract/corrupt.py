@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 from tasks_core import (
     Cancelled,
+    CapacityExceeded,
     ManualClock,
     StoreCorrupt,
     TaskQuery,
@@ -23,6 +24,7 @@ from tasks_core import (
 from tasks_contract_tests._base import ContractBase, Corrupter
 from tasks_contract_tests._kit import (
     LEASE_S,
+    MALLORY,
     SYSTEM,
     access,
     created_and_claimed,
@@ -90,8 +92,9 @@ class CorruptContract(ContractBase):
     async def test_operations_on_a_corrupt_record_raise_store_corrupt(
         self, store: TaskStore, corrupt_task: Corrupter | None
     ) -> None:
-        """``claim``, ``transition`` and lease operations on a corrupt record MUST raise
-        ``StoreCorrupt`` (naming only the id) and never guess at the record.
+        """``claim``, ``transition``, lease operations, ``delete`` and ``create`` of its id
+        (with or without ``replace``) on a corrupt record MUST raise ``StoreCorrupt``
+        (naming only the id) and never guess at the record.
 
         Troubleshooting: decode through the same codec on every path; a store that falls
         back to defaults for a broken field would run or change a task it cannot read.
@@ -104,6 +107,9 @@ class CorruptContract(ContractBase):
             lambda: store.transition(victim.id, 0, Cancelled(event_id="c"), access(SYSTEM)),
             lambda: store.renew(lease, LEASE_S),
             lambda: store.worker_snapshot(lease),
+            lambda: store.delete(victim.id, expected_revision=victim.revision),
+            lambda: store.create(new_task(victim.id)),
+            lambda: store.create(new_task(victim.id), replace=victim),
         ]
         for attempt in attempts:
             with pytest.raises(StoreCorrupt) as caught:
@@ -127,6 +133,51 @@ class CorruptContract(ContractBase):
         in_tenant = await store.list(TaskQuery(tenant="default", limit=100))
         assert others == [s.id for s in everywhere]
         assert others == [s.id for s in in_tenant]
+
+    async def test_a_corrupt_record_of_another_tenant_leaves_the_active_count_exact(
+        self, make_store: Callable[..., Awaitable[TaskStore]],
+        corrupt_task: Corrupter | None,
+    ) -> None:
+        """A corrupt record MUST NOT stop ``max_active_tasks_per_scope`` from counting the
+        creating tenant's other tasks: with a limit of 2, another tenant's damaged record
+        stored first and two live tasks of the tenant, its next create is refused.
+
+        Troubleshooting: count with a query on the tenant's columns (or skip a record that
+        fails to decode and go on counting); a count that stops at the first bad record
+        lets a tenant past its limit.
+        """
+        corrupt = _corrupter(corrupt_task)
+        store = await make_store(max_active_tasks_per_scope=2)
+        damaged = await store.create(new_task(owner=MALLORY))
+        await corrupt(store, damaged.id)
+        await store.create(new_task())
+        await store.create(new_task())
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(new_task())
+        assert "max_active_tasks_per_scope" == caught.value.limit
+
+    async def test_a_corrupt_record_in_an_exclusive_queue_leaves_it_busy(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """A damaged record of a waiting task MUST NOT hide the live lease of another task
+        of its exclusive queue: ``claim_next(exclusive=[q])`` serves nothing of ``q``
+        while that lease lives.
+
+        Troubleshooting: find the queue's live leases with a query on its lease columns
+        (or skip a record that fails to decode and go on looking); stopping at the first
+        bad record opens the queue to a second worker.
+        """
+        if not store.capabilities.exclusive_queues:
+            pytest.skip("store capability 'exclusive_queues' is off")
+        corrupt = _corrupter(corrupt_task)
+        later = await store.create(new_task(queue="serial", delay_s=3600))
+        await corrupt(store, later.id)
+        running = await store.create(new_task(queue="serial"))
+        got = await store.claim_next("w1", LEASE_S, queues=["serial"], exclusive=["serial"])
+        assert [running.id] == [c.snapshot.id for c in got]
+        await store.create(new_task(queue="serial"))
+        assert [] == await store.claim_next("w2", LEASE_S, queues=["serial"],
+                                            exclusive=["serial"])
 
     async def test_reap_carries_on_past_a_corrupt_record(
         self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None

@@ -51,6 +51,21 @@ class DeleteContract(ContractBase):
         again = await store.transition(done.id, 0, Cancelled(event_id="finish"), access(SYSTEM))
         assert ("applied", 1) == (again.outcome, again.snapshot.revision)
 
+    async def test_a_deleted_task_holds_no_queue(self, store: TaskStore) -> None:
+        """A task cancelled under a live lease and then deleted MUST no longer keep its
+        exclusive queue busy: the next task of the queue is served at once.
+
+        Troubleshooting: delete the task's row itself (and its lease with it); an index or
+        counter of live leases kept beside the rows must lose the task in the same step.
+        """
+        if not store.capabilities.exclusive_queues:
+            pytest.skip("store capability 'exclusive_queues' is off")
+        cancelled = await finished_task(store, end="cancelled", queue="serial")
+        await store.delete(cancelled.id, expected_revision=cancelled.revision)
+        waiting = await store.create(new_task(queue="serial"))
+        got = await store.claim_next("w1", LEASE_S, queues=["serial"], exclusive=["serial"])
+        assert [waiting.id] == [c.snapshot.id for c in got]
+
     async def test_delete_of_a_live_task_raises_unavailable(self, store: TaskStore) -> None:
         """``delete`` of a pending, running or waiting task MUST raise ``Unavailable`` and
         remove nothing.

@@ -19,6 +19,7 @@ from tasks_core import (
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (
     ALICE,
+    LEASE_S,
     SYSTEM,
     access,
     claim,
@@ -126,6 +127,22 @@ class TTLContract(ContractBase):
         assert ids == {task_id for batch in batches for task_id in batch}
         with pytest.raises(InvalidInput):
             await store.reap(0)
+
+    async def test_a_reaped_task_leaves_its_queue(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A pending task reaped at its TTL MUST be gone from its queue: ``claim_next``
+        serves the tasks created after it, and nothing else.
+
+        Troubleshooting: delete the row itself; an index of claimable tasks kept beside
+        the rows must lose the task in the same step.
+        """
+        gone = await store.create(new_task(ttl_s=10))
+        clock.advance(10)
+        assert [gone.id] == await store.reap(10)
+        fresh = await store.create(new_task())
+        got = await store.claim_next("w1", LEASE_S, queues=["default"], limit=5)
+        assert [fresh.id] == [c.snapshot.id for c in got]
 
     async def test_reap_deletes_history_too_so_the_id_is_free(
         self, store: TaskStore, clock: ManualClock
