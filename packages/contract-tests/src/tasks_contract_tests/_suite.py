@@ -11,6 +11,7 @@ from tasks_contract_tests.contract.claim_rules import ClaimRuleContract
 from tasks_contract_tests.contract.claims import ClaimContract
 from tasks_contract_tests.contract.clock import RealClockContract
 from tasks_contract_tests.contract.corrupt import CorruptContract
+from tasks_contract_tests.contract.counts import CountContract
 from tasks_contract_tests.contract.create import CreateContract
 from tasks_contract_tests.contract.delayed import DelayedContract
 from tasks_contract_tests.contract.delete import DeleteContract
@@ -44,6 +45,7 @@ __all__ = [
     "ClaimContract",
     "ClaimRuleContract",
     "CorruptContract",
+    "CountContract",
     "CreateContract",
     "DelayedContract",
     "DeleteContract",
@@ -86,6 +88,7 @@ class StoreContract(
     ProgressContract,
     ListingContract,
     InboxContract,
+    CountContract,
     TTLContract,
     TenantContract,
     CapacityContract,

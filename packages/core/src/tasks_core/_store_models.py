@@ -34,6 +34,9 @@ class StoreCapabilities(Model):
             queue's fleet-wide ``max_running`` and ``rate`` in the claim's atomic step.
         batch_create: ``create_many`` stores a batch of new tasks in one atomic step, all or
             nothing, capacity held for the batch as a whole (else the runtime loops).
+        counts: ``counts(tenant=...)`` tells how many tasks read each status in each queue,
+            exactly, from what the store keeps beside the documents (indexes), without
+            reading every task (else a reader counts pages of ``list``).
     """
 
     durable: bool
@@ -45,6 +48,7 @@ class StoreCapabilities(Model):
     cancel_wakeups: bool = False
     queue_limits: bool = False
     batch_create: bool = False
+    counts: bool = False
 
 
 NO_LIMIT = 2**62

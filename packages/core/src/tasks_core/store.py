@@ -27,6 +27,7 @@ from tasks_core.models import (
     Snapshot,
     StoreCapabilities,
     TaskQuery,
+    TaskStatus,
 )
 from tasks_core.storekit import QueueLimits
 
@@ -112,6 +113,24 @@ class TaskStore(Protocol):
         ``query.limit``; expired and corrupt records are left out.
 
         Raises:
+            StoreUnavailable: transient failure.
+        """
+        ...
+
+    async def counts(
+        self, *, tenant: str | None
+    ) -> builtins.dict[tuple[str, TaskStatus], int]:
+        """How many tasks of ``tenant`` (``None``: every tenant) read each status in each
+        queue at the store's ``now`` (capability ``counts``): the task ``list`` returns
+        for that tenant, queue and one status, counted — expired tasks left out, the
+        statuses as ``rules.present`` derives them (``running``, ``claimed``,
+        ``scheduled``) — read in one consistent step. A pair without a task is absent.
+        A record whose document fails validation (``list`` leaves it out) may count as
+        its stored queue and status say: counts read what is kept beside the documents.
+
+        Raises:
+            CapabilityNotSupported: the store has no ``counts``.
+            InvalidInput: ``tenant`` is neither a string nor ``None``.
             StoreUnavailable: transient failure.
         """
         ...

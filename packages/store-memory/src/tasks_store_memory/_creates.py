@@ -14,14 +14,14 @@ from tasks_core import rules, storekit
 from tasks_core.errors import CapabilityNotSupported, StoreCorrupt
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 
-from tasks_store_memory._records import Records
+from tasks_store_memory._counts import Counts
 from tasks_store_memory._rows import Row
 from tasks_store_memory._wakeups import Wakeups
 
 __all__ = ["Creates"]
 
 
-class Creates(Records):
+class Creates(Counts):
     """``create_many`` on the records (the store lock held throughout)."""
 
     _wakeups: Wakeups

@@ -88,6 +88,7 @@ class MemoryStore(Creates):
         cancel_wakeups=True,
         queue_limits=True,
         batch_create=True,
+        counts=True,
     )
 
     def __init__(

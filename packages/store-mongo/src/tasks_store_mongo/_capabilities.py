@@ -9,7 +9,7 @@ __all__ = ["MAX_CAPABILITIES", "capabilities_for"]
 MAX_CAPABILITIES = StoreCapabilities(
     durable=True, multi_process=True, wakeups=True, exclusive_queues=True,
     cancel_wakeups=True, batch_transitions=True, transactional_submit=True,
-    batch_create=True, queue_limits=True,
+    batch_create=True, queue_limits=True, counts=True,
 )
 """On a replica set or a sharded cluster (what ``StoreSpec.capabilities`` declares)."""
 
@@ -22,5 +22,5 @@ def capabilities_for(*, replica_set: bool) -> StoreCapabilities:
     if replica_set:
         return MAX_CAPABILITIES
     return StoreCapabilities(
-        durable=True, multi_process=True, wakeups=False, exclusive_queues=False
+        durable=True, multi_process=True, wakeups=False, exclusive_queues=False, counts=True
     )

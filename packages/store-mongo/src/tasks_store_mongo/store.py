@@ -22,6 +22,7 @@ from tasks_store_mongo._bulk import MongoBulk
 from tasks_store_mongo._cancels import MongoCancels
 from tasks_store_mongo._capabilities import MAX_CAPABILITIES
 from tasks_store_mongo._claims import MongoClaims
+from tasks_store_mongo._counts import MongoCounts
 from tasks_store_mongo._leases import MongoLeases
 from tasks_store_mongo._records import MongoRecords
 from tasks_store_mongo._transitions import MongoTransitions
@@ -32,7 +33,7 @@ __all__ = ["MongoStore"]
 
 class MongoStore(
     MongoRecords, MongoBulk, MongoClaims, MongoTransitions, MongoLeases, MongoWakeups,
-    MongoCancels,
+    MongoCancels, MongoCounts,
 ):
     """The MongoDB store. Open it with :meth:`open` (or ``tasks_core.open_store(url)``).
 
@@ -61,6 +62,7 @@ class MongoStore(
     submit                          ``ClientSession`` (of the store's client, in a
                                     transaction it started); the task exists iff it
                                     commits. A standalone server raises
+    counts             yes          one aggregation on the server (``_counts``)
     =================  ===========  =================================================
     """
 

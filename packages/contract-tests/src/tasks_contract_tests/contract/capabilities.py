@@ -65,6 +65,10 @@ async def _probe_batch_create(store: TaskStore) -> object:
     return await store.create_many([])
 
 
+async def _probe_counts(store: TaskStore) -> object:
+    return await store.counts(tenant=None)
+
+
 async def _probe_transactions(store: TaskStore) -> object:
     return await store.create(new_task("in-a-transaction"), transaction=object())
 
@@ -76,6 +80,7 @@ PROBES: dict[str, Probe] = {
     "cancel_wakeups": _probe_cancel_wakeups,
     "batch_transitions": _probe_batches,
     "batch_create": _probe_batch_create,
+    "counts": _probe_counts,
     "transactional_submit": _probe_transactions,
 }
 """The feature each optional flag stands for."""
@@ -160,7 +165,7 @@ class CapabilityContract(ContractBase):
         ``CapabilityNotSupported`` (``exclusive_queues``: ``claim_next(exclusive=…)``;
         ``queue_limits``: ``claim_next(limits=…)``; ``wakeups``: ``wait_for_work``;
         ``batch_transitions``: ``transition_many``; ``batch_create``: ``create_many``;
-        ``transactional_submit``:
+        ``counts``: ``counts``; ``transactional_submit``:
         ``create(…, transaction=…)``, storing nothing), and a flag that is on MUST NOT.
 
         Troubleshooting: check the flag at the top of the optional operation. A flag that

@@ -25,6 +25,7 @@ from tasks_core import (
     StoreCapabilities,
     TaskQuery,
     TasksError,
+    TaskStatus,
     TaskStore,
     Transition,
 )
@@ -86,6 +87,10 @@ class RecordingStore:
     async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
         """See :meth:`TaskStore.list`."""
         return await self.inner.list(query)
+
+    async def counts(self, *, tenant: str | None) -> builtins.dict[tuple[str, TaskStatus], int]:
+        """See :meth:`TaskStore.counts`."""
+        return await self.inner.counts(tenant=tenant)
 
     async def history(self, task_id: str, *, tenant: str | None) -> builtins.list[EventRecord]:
         """See :meth:`TaskStore.history`."""
