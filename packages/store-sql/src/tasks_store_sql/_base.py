@@ -166,6 +166,7 @@ class StoreBase:
             batch_create=True,
             transactional_submit=True,
             cancel_wakeups=self._wakeups_supported(),  # the same databases
+            counts=True,
         )
 
     def _wakeups_supported(self) -> bool:

@@ -22,14 +22,15 @@ from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskQuery, TaskStatus
 
 from tasks_store_sql import _codec
-from tasks_store_sql._base import StoreBase
+from tasks_store_sql._counts import CountOps
+from tasks_store_sql._schema import LISTED, inline, listed, pending
 
 __all__ = ["ReadOps"]
 
 log = logging.getLogger("tasks_store_sql")
 
 
-class ReadOps(StoreBase):
+class ReadOps(CountOps):
     """Reads and administration (see the module docstring)."""
 
     # -- reads ---------------------------------------------------------------------------
@@ -141,13 +142,15 @@ class ReadOps(StoreBase):
         if query.statuses is not None:
             wanted = [self._status_is(s, now) for s in query.statuses]
             stmt = stmt.where(sa.or_(sa.false(), *wanted))
+            if query.statuses <= set(LISTED):
+                stmt = stmt.where(listed(t.c.status))  # the status index, in id order
         return stmt.order_by(t.c.id).limit(limit)
 
     def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
         """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells:
         the derived statuses are stored ``pending``)."""
         t = self.tables.tasks
-        stored_pending = t.c.status == TaskStatus.PENDING.value
+        stored_pending = pending(t.c.status)
         unleased = sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now)
         if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):
             return sa.and_(stored_pending, t.c.claim_expires_at > now)
@@ -156,7 +159,7 @@ class ReadOps(StoreBase):
         if status == TaskStatus.PENDING:
             return sa.and_(stored_pending, unleased,
                            sa.or_(t.c.run_at.is_(None), t.c.run_at <= now))
-        return t.c.status == status.value
+        return t.c.status == inline(status.value)
 
     # -- administration ------------------------------------------------------------------
 

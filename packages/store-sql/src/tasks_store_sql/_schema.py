@@ -28,6 +28,7 @@ __all__ = [
     "active",
     "check_namespace",
     "inline",
+    "listed",
     "pending",
     "prefix_of",
     "task_indexes",
@@ -104,6 +105,19 @@ def active(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
                        inline(TaskStatus.WAITING_INPUT.value)])
 
 
+LISTED = (TaskStatus.WAITING_INPUT, TaskStatus.FAILED, TaskStatus.CANCELLED)
+"""The stored statuses the status index holds, in id order: every one but ``pending``
+(the claim and lease indexes serve its listings, and a backlog is dense in id order) and
+``completed`` (most finished tasks: dense in id order, and kept out of the index so a
+finished task costs no entry in it)."""
+
+
+def listed(status: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """``status`` is one of :data:`LISTED`: the predicate of the status index, which a
+    listing of those statuses states as written (SQLite matches terms, not implications)."""
+    return status.in_([inline(s.value) for s in LISTED])
+
+
 def task_indexes(
     c: sa.ColumnCollection[str, sa.ColumnClause[Any]],
 ) -> list[tuple[str, list[sa.ColumnClause[Any]], sa.ColumnElement[bool]]]:
@@ -119,7 +133,8 @@ def task_indexes(
     one priority in one range ``available_at <= now``. The waiting index, ``(queue,
     available_at)`` over retries and delayed tasks only, serves ``next_available`` (the
     first past ``now`` whatever the priority, which the claim index holds in one range
-    per priority)."""
+    per priority). The status index, ``(status, id)`` over :data:`LISTED`, serves listings
+    of those statuses in id order."""
     return [
         ("ix_tasks_claim", [c.queue, c.status, c.neg_priority, c.available_at, c.id],
          unclaimed(c)),
@@ -127,6 +142,7 @@ def task_indexes(
         ("ix_tasks_lease", [c.queue, c.claim_expires_at], c.claim_expires_at.is_not(None)),
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
+        ("ix_tasks_status", [c.status, c.id], listed(c.status)),
     ]
 
 
@@ -149,13 +165,15 @@ class Tables:
     only with applied events. ``task_events``: the applied events of the
     current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
     revision)``. ``task_members``: owner and watchers of each task, so listings by
-    principal are a join. ``task_locks``: lock rows — ``creators`` (serializes creators;
-    its ``value`` counts stored tasks), ``queue:<name>`` (one per limited queue, which
-    serializes its claimers; its ``value`` is the longest rate window in milliseconds any
-    claimer asked for: :mod:`._queue_limits`) and ``scope:<tenant>`` (a bound on the
-    tenant's active tasks: :mod:`._scopes`). ``queue_claims``: the claim instants of
-    rate-limited queues, kept for that longest window. ``tasks_schema_version``:
-    Alembic's version table.
+    principal are a join. ``ix_tasks_counts`` (``tenant, queue, status``, every row)
+    serves ``counts``: an index-only scan, whose repeated keys PostgreSQL stores once per
+    run of equal keys (B-tree deduplication). ``task_locks``: lock rows — ``creators``
+    (serializes creators; its ``value`` counts stored tasks), ``queue:<name>`` (one per
+    limited queue, which serializes its claimers; its ``value`` is the longest rate
+    window in milliseconds any claimer asked for: :mod:`._queue_limits`) and
+    ``scope:<tenant>`` (a bound on the tenant's active tasks: :mod:`._scopes`).
+    ``queue_claims``: the claim instants of rate-limited queues, kept for that longest
+    window. ``tasks_schema_version``: Alembic's version table.
     """
 
     prefix: str
@@ -211,6 +229,7 @@ class Tables:
             sa.Column("snapshot", Document(), nullable=False),
             sa.Column("max_deliveries", sa.Integer, nullable=True),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
+            sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),
             mysql_charset="utf8mb4",
             mysql_engine="InnoDB",
         )
