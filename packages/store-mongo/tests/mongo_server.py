@@ -81,6 +81,13 @@ class Server:
                     raise
                 time.sleep(0.1)
 
+    def kill(self) -> None:
+        """Kill the process with SIGKILL (no shutdown, no flush) and reap it; ``start``
+        brings it back on the same port and storage."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 20 s)."""
         if self.process is None or self.process.poll() is not None:
