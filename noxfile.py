@@ -274,6 +274,7 @@ def reliability(session: nox.Session) -> None:
 
 BENCH_POSTGRES = "postgresql://postgres@127.0.0.1:5432/tasks_bench"
 PGQUEUER = "pgqueuer==1.6.0"
+HUEY = "huey==3.5.4"  # the SQLite peer of a submit (bench/submits.py)
 
 
 @nox.session(tags=["bench"])
@@ -295,7 +296,7 @@ def bench(session: nox.Session) -> None:
         session.skip(f"bench: no PostgreSQL answers at {url}; start it or set "
                      "TASKS_BENCH_POSTGRES_URL (or pass --stores memory,sqlite)")
     install(session, "core", "store-memory", "store-sql[mysql]")
-    session.install(PGQUEUER)  # the peer, measured in the same run (bench/peers.py)
+    session.install(PGQUEUER, HUEY)  # the peers, measured in the same run (bench/peers.py)
     session.run("python", str(ROOT / "packages/store-sql/bench/bench.py"),
                 "--postgres-url", url, *session.posargs)
 

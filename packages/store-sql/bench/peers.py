@@ -10,7 +10,8 @@ pgqueuer installs tables, types and triggers of fixed names, so it runs in a dat
 its own (``<bench database>_pgqueuer``, created when missing, its objects removed
 afterwards). Without pgqueuer installed (``nox -s bench`` installs it) the peer is skipped
 and the report says so. Its enqueue rates — one job per call, one after another, and lists
-of ``ENQUEUE_BATCH`` — are measured here too, for ``submits.py``.
+of ``ENQUEUE_BATCH`` — are measured here too, for ``submits.py``, as is huey's SQLite
+enqueue (``huey_enqueue``), the peer of a submit on a SQLite file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 import cpu
 import sqlalchemy as sa
 
-__all__ = ["available", "peer_dsn", "pgqueuer_burn_down", "pgqueuer_enqueue"]
+__all__ = ["available", "huey_available", "huey_enqueue", "peer_dsn", "pgqueuer_burn_down",
+           "pgqueuer_enqueue"]
 
 ENQUEUE_BATCH = 1000
 
@@ -30,6 +32,31 @@ ENQUEUE_BATCH = 1000
 def available() -> bool:
     """Whether pgqueuer can be imported."""
     return importlib.util.find_spec("pgqueuer") is not None
+
+
+def huey_available() -> bool:
+    """Whether huey (the SQLite peer of ``submits.py``) can be imported."""
+    return importlib.util.find_spec("huey") is not None
+
+
+def huey_enqueue(path: str, jobs: int) -> float:
+    """Jobs/s of huey's ``SqliteHuey`` enqueue (its defaults: WAL, the file's default
+    ``synchronous``, a commit per job) of ``jobs`` no-op jobs one after another into a
+    fresh file at ``path``, a first 20 not timed."""
+    from huey import SqliteHuey
+
+    huey = SqliteHuey(filename=path)
+
+    @huey.task()
+    def noop() -> None:
+        """The job."""
+
+    for _ in range(20):
+        noop()
+    started = time.perf_counter()
+    for _ in range(jobs):
+        noop()
+    return jobs / (time.perf_counter() - started)
 
 
 def peer_dsn(dsn: str) -> str:

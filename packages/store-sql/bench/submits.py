@@ -7,6 +7,9 @@
 - the burn-down of a backlog with mixed priorities (uniform in -5..5, ``--seed``) against
   the same without (all 0) — the two alternating which goes first — and against
   pgqueuer's burn-down of jobs of the same priorities, each round;
+- on a SQLite file against huey (``SqliteHuey``, ``peers.huey_enqueue``): ``app.submit``
+  one after another against huey's enqueue of one job per call (``--serial`` each, a
+  fresh file each), in ``--rounds`` pairs as above;
 - SQLite (a file) and MariaDB (``--mariadb-url``, skipped when it does not answer):
   ``app.submit_many`` of 1000 against a bare loop of multi-row ``INSERT`` statements (1000
   rows each, its own transaction, the store's engine settings) of the very rows the
@@ -17,6 +20,7 @@ Every measurement starts on fresh tables; ratios are per round, then their media
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import secrets
 import socket
@@ -89,8 +93,11 @@ async def ours_bulk(url: str, count: int) -> float:
         return await _submit_many(app, _items(count))
 
 
-async def _pairs(rounds: int, ours: Any, theirs: Any) -> list[dict[str, float]]:
-    """``rounds`` pairs of ``ours()`` and ``theirs()``, the first of each alternating."""
+async def _pairs(
+    rounds: int, ours: Any, theirs: Any, peer: str = "pgqueuer"
+) -> list[dict[str, float]]:
+    """``rounds`` pairs of ``ours()`` and ``theirs()`` (the reference, named ``peer``), the
+    first of each alternating."""
     pairs = []
     for n in range(rounds):
         if n % 2 == 0:
@@ -99,7 +106,7 @@ async def _pairs(rounds: int, ours: Any, theirs: Any) -> list[dict[str, float]]:
         else:
             other = await theirs()
             mine = await ours()
-        pairs.append({"ours": round(mine, 1), "pgqueuer": round(other, 1),
+        pairs.append({"ours": round(mine, 1), peer: round(other, 1),
                       "ratio": round(mine / other, 3)})
     return pairs
 
@@ -246,6 +253,17 @@ async def run(args: argparse.Namespace, dsn: str | None, tmp: Path) -> dict[str,
                                  lambda: peers.pgqueuer_enqueue(peer, args.bulk, batch=BATCH)),
             "priorities": await priority_rounds(args, peer),
         }
+    if peers.huey_available():
+        files = itertools.count()
+
+        async def huey() -> float:
+            return peers.huey_enqueue(f"{tmp}/huey{next(files)}.db", args.serial)
+
+        report["sqlite_serial"] = await _pairs(
+            args.rounds, lambda: ours_serial(f"sqlite:///{tmp}/serial{next(files)}.db",
+                                             args.serial), huey, peer="huey")
+    else:
+        report["sqlite_serial"] = "skipped: huey is not installed"
     lite = f"sqlite:///{tmp}/submits.db"
     report["sqlite"] = await bulk_against_insert(lite, args.bulk, args.rounds)
     if _answers(args.mariadb_url):
@@ -284,6 +302,11 @@ def render(report: dict[str, Any]) -> list[str]:
                            "mixed/pgqueuer", 1.0))
     else:
         lines.append("  postgresql: not measured (no PostgreSQL or no pgqueuer)")
+    serial = report.get("sqlite_serial", "not measured")
+    if isinstance(serial, str):
+        lines.append(f"  sqlite submit / huey enqueue: {serial}")
+    else:
+        lines.append(_line("sqlite submit / huey 1x1", serial, "ours", "huey", "ratio", 1.0))
     for name in ("sqlite", "mariadb"):
         pairs = report[name]
         if isinstance(pairs, str):

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,19 +185,22 @@ async def test_a_sqlite_write_waits_in_short_tries_for_another_processs_lock(
     store = await SQLStore.open(f"sqlite:///{path}", busy_timeout=30)
     tries = 0
     tried_often = asyncio.Event()
-    once = store._db._once
+    when_free = store._db.when_free
 
-    async def counted(*args: Any) -> Any:
-        nonlocal tries
-        tries += 1
-        if tries == 5:
-            tried_often.set()
-        return await once(*args)
+    async def counted_tries(attempt: Callable[[], Awaitable[Any]]) -> Any:
+        async def counted() -> Any:
+            nonlocal tries
+            tries += 1
+            if tries == 5:
+                tried_often.set()
+            return await attempt()
+
+        return await when_free(counted)
 
     other = sqlite3.connect(path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
-        monkeypatch.setattr(store._db, "_once", counted)
+        monkeypatch.setattr(store._db, "when_free", counted_tries)
         creating = asyncio.ensure_future(store.create(_new("waited")))
         await asyncio.wait_for(tried_often.wait(), 5)  # five tries: far below SQLite's pace
         assert not creating.done()

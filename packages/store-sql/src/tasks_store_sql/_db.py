@@ -151,6 +151,12 @@ class Database:
             return datetime.now(UTC)
         return await server_now(conn, self.kind)
 
+    def write_slot(self) -> AbstractAsyncContextManager[None]:
+        """This process's turn to write the SQLite database (its writer queue; nothing to
+        wait for on other databases): what :meth:`run` holds around a writing operation,
+        for a store that writes on a connection of its own."""
+        return self._slot(True)
+
     def _slot(self, write: bool) -> AbstractAsyncContextManager[None]:
         if self.writers is None or not (write or self.memory):
             return nullcontext()

@@ -38,7 +38,9 @@ __all__ = [
     "install_sqlite_hooks",
     "kind_of",
     "loop_engine_factory",
+    "prepare_sqlite_connection",
     "server_now",
+    "sqlite_connect_args",
 ]
 
 _EXTRAS = {"asyncmy": "mysql", "aiomysql": "aiomysql", "psycopg": "psycopg"}
@@ -79,7 +81,7 @@ def create_engine(
     """
     kwargs: dict[str, Any] = dict(options or {})
     if target.kind == "sqlite":
-        kwargs["connect_args"] = {"timeout": busy_timeout, **kwargs.get("connect_args", {})}
+        kwargs["connect_args"] = sqlite_connect_args(busy_timeout, options)
         if target.memory:
             kwargs["poolclass"] = StaticPool
     else:
@@ -220,23 +222,39 @@ def loop_engine_factory(
     return make
 
 
+def sqlite_connect_args(
+    busy_timeout: float, options: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The keyword arguments of ``sqlite3.connect`` the store adds to the URL's: the
+    ``busy_timeout`` (how long the pragmas of :func:`prepare_sqlite_connection` may wait),
+    then the application's ``engine_options["connect_args"]``."""
+    return {"timeout": busy_timeout, **(options or {}).get("connect_args", {})}
+
+
+def prepare_sqlite_connection(dbapi_connection: Any, *, wal: bool) -> None:
+    """Set a new SQLite connection (``sqlite3``'s, or the driver's adapter of it) up as
+    the store relies on: transaction control taken from the sqlite3 module (the store
+    issues ``BEGIN``/``BEGIN IMMEDIATE``), WAL (on a file), ``synchronous=FULL``, and from
+    then on "busy" answered at once (``busy_timeout = 0``): the store waits for the lock
+    itself, in short tries (``Database.when_free``); the pragmas here still waited."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        if wal:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout = 0")
+    finally:
+        cursor.close()
+
+
 def install_sqlite_hooks(engine: AsyncEngine, *, wal: bool) -> None:
     """Take transaction control away from the sqlite3 module (it begins lazily and
     deferred) so every write transaction starts with ``BEGIN IMMEDIATE``."""
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            if wal:
-                cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=FULL")
-            # From here on SQLite answers "busy" at once and the store waits for the lock
-            # itself, in short tries (Database.when_free); the pragmas above still waited.
-            cursor.execute("PRAGMA busy_timeout = 0")
-        finally:
-            cursor.close()
+        prepare_sqlite_connection(dbapi_connection, wal=wal)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: sa.Connection) -> None:

@@ -3,21 +3,23 @@ default), PostgreSQL and MariaDB/MySQL — and ``create`` on the SQL path.
 
 ``SQLStore(url)`` and ``SQLStore(engine=…)`` give a
 :class:`~tasks_store_sql.postgres.PostgresStore` for PostgreSQL on asyncpg (its own
-statements on the hot path); every other database runs the SQL path here and in the
-modules it inherits. Every operation is one transaction; creators serialize on the
-creators' lock row, which counts the stored tasks, so both capacity limits hold under
-concurrent creators. The reference (capabilities, URLs, options) is :class:`SQLStore`.
+statements on the hot path) and a :class:`~tasks_store_sql.sqlite.SQLiteStore` for a
+SQLite file by URL (fresh creates on a writer connection of its own); every other
+database runs the SQL path here and in the modules it inherits. Every operation is one
+transaction; creators serialize on the creators' lock row, which counts the stored
+tasks, so both capacity limits hold under concurrent creators. The reference
+(capabilities, URLs, options) is :class:`SQLStore`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules, storekit
 from tasks_core.errors import CapacityExceeded, InvalidInput, TaskExists, TaskNotFound
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
@@ -25,10 +27,8 @@ from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._bulk import BulkCreates
-from tasks_store_sql._dialect import kind_of
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import room_for_one
-from tasks_store_sql._url import parse_url
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
@@ -41,7 +41,8 @@ checkout may wait) before it fails with ``StoreUnavailable``, nothing written.""
 class SQLStore(BulkCreates):
     """The SQL store. Create with a URL or an engine; nothing touches the database until
     the first operation (or :meth:`open`). PostgreSQL on asyncpg gives the subclass
-    :class:`~tasks_store_sql.postgres.PostgresStore`.
+    :class:`~tasks_store_sql.postgres.PostgresStore`, a SQLite file by URL
+    :class:`~tasks_store_sql.sqlite.SQLiteStore`.
 
     Capability matrix (each store reports its own; the plugin declares the maximum):
 
@@ -123,24 +124,28 @@ class SQLStore(BulkCreates):
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
-    _asyncpg_store: ClassVar[type[SQLStore] | None] = None
-    """The subclass for PostgreSQL on asyncpg: ``PostgresStore``, which declares itself
-    with ``on_asyncpg=True`` (the package imports it, so it is known before any call)."""
+    _served: ClassVar[list[tuple[Callable[[object, object], bool], type[SQLStore]]]] = []
+    """The subclasses ``SQLStore(...)`` gives, each with the test of the URL or engine it
+    serves: ``PostgresStore`` (PostgreSQL on asyncpg) and ``SQLiteStore`` (a SQLite file
+    by URL), which declare themselves with ``serves=`` (the package imports both, so they
+    are known before any call)."""
 
-    def __init_subclass__(cls, *, on_asyncpg: bool = False, **kwargs: Any) -> None:
-        """``class …(SQLStore, on_asyncpg=True)``: the class ``SQLStore(url)`` gives for
-        PostgreSQL on asyncpg (so this module never imports ``tasks_store_sql.postgres``)."""
+    def __init_subclass__(
+        cls, *, serves: Callable[[object, object], bool] | None = None, **kwargs: Any
+    ) -> None:
+        """``class …(SQLStore, serves=test)``: the class ``SQLStore(url)`` or
+        ``SQLStore(engine=…)`` gives when ``test(url, engine)`` holds (so this module
+        imports neither subclass)."""
         super().__init_subclass__(**kwargs)
-        if on_asyncpg:
-            SQLStore._asyncpg_store = cls
+        if serves is not None:
+            SQLStore._served.append((serves, cls))
 
     def __new__(cls, url: str | None = None, **options: Any) -> SQLStore:
-        """The class the URL or engine calls for: ``PostgresStore`` for PostgreSQL on
-        asyncpg, else ``cls`` (whose ``__init__`` checks the arguments)."""
-        if cls is SQLStore and _on_asyncpg(url, options.get("engine")):
-            if SQLStore._asyncpg_store is None:  # pragma: no cover - the package imports it
-                raise RuntimeError("tasks_store_sql.postgres is not imported")
-            cls = SQLStore._asyncpg_store
+        """The class the URL or engine calls for (``_served``), else ``cls`` (whose
+        ``__init__`` checks the arguments)."""
+        if cls is SQLStore:
+            engine = options.get("engine")
+            cls = next((sub for serves, sub in SQLStore._served if serves(url, engine)), cls)
         return super().__new__(cls)
 
     def __init__(self, url: str | None = None, **options: Any) -> None:
@@ -343,17 +348,3 @@ class SQLStore(BulkCreates):
         members = _codec.member_rows(snapshot)
         if members:
             await conn.execute(sa.insert(t.members), members)
-
-
-def _on_asyncpg(url: object, engine: object) -> bool:
-    """Whether the URL or engine (whichever is given) is PostgreSQL on asyncpg; ``False``
-    for anything it cannot tell (the store's ``__init__`` says what is wrong)."""
-    try:
-        if isinstance(engine, AsyncEngine) and url is None:
-            return kind_of(engine) == "postgresql" and engine.dialect.driver == "asyncpg"
-        if isinstance(url, str) and engine is None:
-            target = parse_url(url)
-            return target.kind == "postgresql" and target.url.get_driver_name() == "asyncpg"
-    except InvalidInput:
-        pass
-    return False

@@ -17,12 +17,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from tasks_core import rules
 from tasks_core.errors import InvalidInput, StoreUnavailable
 from tasks_core.events import EventRecord
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
+from tasks_store_sql._dialect import kind_of
+from tasks_store_sql._url import parse_url
 from tasks_store_sql.postgres._claim_sql import claim_statement, fresh_claim_statement
 from tasks_store_sql.postgres._complete_sql import completion_statement
 from tasks_store_sql.postgres._create_sql import CreateStatements
@@ -33,9 +36,23 @@ from tasks_store_sql.postgres._statements import (
     many_queues,
     one_queue,
 )
-from tasks_store_sql.store import SQLStore, _on_asyncpg
+from tasks_store_sql.store import SQLStore
 
-__all__ = ["PostgresBase"]
+__all__ = ["PostgresBase", "on_asyncpg"]
+
+
+def on_asyncpg(url: object, engine: object) -> bool:
+    """Whether the URL or engine (whichever is given) is PostgreSQL on asyncpg; ``False``
+    for anything it cannot tell (the store's ``__init__`` says what is wrong)."""
+    try:
+        if isinstance(engine, AsyncEngine) and url is None:
+            return kind_of(engine) == "postgresql" and engine.dialect.driver == "asyncpg"
+        if isinstance(url, str) and engine is None:
+            target = parse_url(url)
+            return target.kind == "postgresql" and target.url.get_driver_name() == "asyncpg"
+    except InvalidInput:
+        pass
+    return False
 
 
 class PostgresBase(SQLStore):
@@ -48,7 +65,7 @@ class PostgresBase(SQLStore):
             InvalidInput: not PostgreSQL on asyncpg (``SQLStore`` serves the others), or
                 what ``SQLStore`` refuses.
         """
-        if not _on_asyncpg(url, options.get("engine")):
+        if not on_asyncpg(url, options.get("engine")):
             raise InvalidInput("PostgresStore takes a PostgreSQL URL or engine on asyncpg; "
                                "SQLStore serves every other database and driver")
         super().__init__(url, **options)

@@ -10,12 +10,13 @@ in SQL are held to them byte for byte by their tests.
 
 from __future__ import annotations
 
+from tasks_store_sql.postgres._base import on_asyncpg
 from tasks_store_sql.postgres._bulk import PostgresBulk
 
 __all__ = ["PostgresStore"]
 
 
-class PostgresStore(PostgresBulk, on_asyncpg=True):
+class PostgresStore(PostgresBulk, serves=on_asyncpg):
     """The SQL store on PostgreSQL with asyncpg (see ``SQLStore`` for URLs and options).
 
     Its hot path runs prebuilt statements on the driver's connection: ``claim_next`` in
