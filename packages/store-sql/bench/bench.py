@@ -53,6 +53,9 @@ Last of all, the submit rates against their references (``submits.py``; ``--subm
 only those): PostgreSQL's ``submit`` and ``submit_many`` against pgqueuer's ``enqueue``,
 the burn-down with mixed priorities against without and against pgqueuer, and SQLite's and
 MariaDB's ``submit_many`` against a bare multi-row ``INSERT`` loop of the same rows.
+Then MongoDB against PostgreSQL, its write concern on and off (``mongo.py``;
+``--mongo-url``, which ``nox -s bench`` sets to a SecantusDB it starts; ``--mongo``: only
+that).
 A benchmark, never a test: nothing here asserts a speed.
 """
 
@@ -499,7 +502,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     report["delayed"] = await _delayed(target, args)
         report["runtime_alone"] = await _runtime_alone(args)
         report["submits"] = await _submits(args, dsn, Path(tmp))
+    report["mongo"] = await _mongo(args)
     return report
+
+
+async def _mongo(args: argparse.Namespace) -> dict[str, Any]:
+    """MongoDB against PostgreSQL, the write concern on and off (``mongo.py``)."""
+    import mongo  # (here: it imports this module)
+
+    if "postgresql" in args.stores:
+        await _ensure_database(_dsn(args))
+    return await mongo.run(args)
 
 
 async def _submits(args: argparse.Namespace, dsn: str | None, tmp: Path) -> dict[str, Any]:
@@ -675,6 +688,10 @@ def render(report: dict[str, Any]) -> str:
         import submits  # (here: it imports this module)
 
         lines += ["", *submits.render(report["submits"])]
+    if "mongo" in report:
+        import mongo  # (here: it imports this module)
+
+        lines += ["", *mongo.render(report["mongo"])]
     return "\n".join(lines)
 
 
@@ -723,6 +740,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mariadb-url", default=MARIADB_URL,
                         help="submits: MariaDB ($TASKS_BENCH_MARIADB_URL; skipped if down)")
     parser.add_argument("--submits", action="store_true", help="only the submit rates")
+    import mongo  # (here: it imports this module)
+
+    mongo.add_arguments(parser)
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
@@ -749,6 +769,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.submits:
         report = asyncio.run(_submits_only(args))
         print(render_submits(report))
+    elif args.mongo:
+        report = {"mongo": asyncio.run(_mongo(args))}
+        print("\n".join(mongo.render(report["mongo"])))
     else:
         report = asyncio.run(run(args))
         print(render(report))
