@@ -47,8 +47,10 @@ printed beside them: burn-down at least pgqueuer's (4,200/s where the bare ``UPD
 task within 3 ms (p50) of its submit.
 After the rounds, on PostgreSQL: how late an idle worker starts delayed tasks past their
 ``run_at``, and fresh ones past their creation, submitted among them (``delay_latency.py``;
-``--delay-latency``: only that). ``--cancel-latency`` measures instead how soon a running
-handler learns of a cancel made by another process (``cancel_latency.py``).
+``--delay-latency``: only that); then the database bytes and WAL a finished task leaves,
+against pgqueuer's (``footprint.py``, ``--rounds`` pairs of ``--tasks``).
+``--cancel-latency`` measures instead how soon a running handler learns of a cancel made
+by another process (``cancel_latency.py``).
 Last of all, the submit rates against their references (``submits.py``; ``--submits``:
 only those): PostgreSQL's ``submit`` and ``submit_many`` against pgqueuer's ``enqueue``,
 the burn-down with mixed priorities against without and against pgqueuer, and SQLite's and
@@ -500,10 +502,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     report["rounds"] = await _rounds(args, dsn, result.burn_down,
                                                      report["peer"].get("pgqueuer"))
                     report["delayed"] = await _delayed(target, args)
+                    report["footprint"] = await _footprint(args, dsn)
         report["runtime_alone"] = await _runtime_alone(args)
         report["submits"] = await _submits(args, dsn, Path(tmp))
     report["mongo"] = await _mongo(args)
     return report
+
+
+async def _footprint(args: argparse.Namespace, dsn: str | None) -> Any:
+    """Database bytes and WAL per finished task against pgqueuer's (``footprint.py``)."""
+    import footprint  # (here: it imports this module)
+
+    if dsn is None or not peers.available():
+        return "not measured: no PostgreSQL or no pgqueuer"
+    return await footprint.run(args, dsn)
 
 
 async def _mongo(args: argparse.Namespace) -> dict[str, Any]:
@@ -684,6 +696,12 @@ def render(report: dict[str, Any]) -> str:
         import delay_latency  # (here: it imports this module)
 
         lines += ["", *delay_latency.table(delayed, delayed["stores"])]
+    footprint_rounds = report.get("footprint")
+    if footprint_rounds:
+        import footprint  # (here: it imports this module)
+
+        lines += ["", *([f"footprint: {footprint_rounds}"] if isinstance(footprint_rounds, str)
+                        else footprint.render(footprint_rounds))]
     if "submits" in report:
         import submits  # (here: it imports this module)
 

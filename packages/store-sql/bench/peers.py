@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import cpu
 import sqlalchemy as sa
@@ -96,11 +98,13 @@ async def pgqueuer_enqueue(dsn: str, jobs: int, *, batch: int) -> float:
 
 
 async def pgqueuer_burn_down(
-    dsn: str, tasks: int, priorities: list[int] | None = None
+    dsn: str, tasks: int, priorities: list[int] | None = None, *,
+    before_uninstall: Callable[[Any], Awaitable[None]] | None = None,
 ) -> tuple[float, dict[str, float | None]]:
     """Jobs/s of one pgqueuer worker (defaults) burning down ``tasks`` queued no-op jobs
     (of ``priorities``, one per job; default all 0), and its CPU time per job
-    (``cpu.per_task``: this process, the rest of the machine).
+    (``cpu.per_task``: this process, the rest of the machine). ``before_uninstall(conn)``
+    runs after the drain, before pgqueuer's tables are removed (``footprint.py``).
 
     Raises:
         RuntimeError: a job did not run exactly once.
@@ -137,6 +141,8 @@ async def pgqueuer_burn_down(
             await worker.close()
         if ran != tasks:
             raise RuntimeError(f"pgqueuer ran {ran} of {tasks} jobs")
+        if before_uninstall is not None:
+            await before_uninstall(setup)
         await queries.uninstall()
         return tasks / elapsed, cpu_per_task
     finally:
