@@ -124,27 +124,26 @@ class ReadOps(CountOps):
         self, query: TaskQuery, now: datetime, after: str | None, limit: int
     ) -> sa.Select[Any]:
         t = self.tables.tasks
-        stmt = sa.select(t.c.id, t.c.snapshot).where(
-            sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now)
-        )
+        key: sa.ColumnElement[str] = t.c.id
+        stmt = sa.select(t.c.id, t.c.snapshot)
+        if query.principal is not None:  # the members' primary key, in task id order
+            m = self.tables.members
+            key = m.c.task_id
+            stmt = stmt.select_from(m.join(t, t.c.id == m.c.task_id)).where(
+                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id)
+        stmt = stmt.where(sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now))
         if query.tenant is not None:
             stmt = stmt.where(t.c.tenant == query.tenant)
         if after is not None:
-            stmt = stmt.where(t.c.id > after)
+            stmt = stmt.where(key > after)
         if query.queue is not None:
             stmt = stmt.where(t.c.queue == query.queue)
-        if query.principal is not None:
-            m = self.tables.members
-            members = sa.select(m.c.task_id).where(
-                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id
-            )
-            stmt = stmt.where(t.c.id.in_(members))
         if query.statuses is not None:
             wanted = [self._status_is(s, now) for s in query.statuses]
             stmt = stmt.where(sa.or_(sa.false(), *wanted))
             if query.statuses <= set(LISTED):
                 stmt = stmt.where(listed(t.c.status))  # the status index, in id order
-        return stmt.order_by(t.c.id).limit(limit)
+        return stmt.order_by(key).limit(limit)
 
     def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
         """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells:
