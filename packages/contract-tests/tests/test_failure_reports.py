@@ -1,8 +1,15 @@
-"""A failed comparison of snapshots names the fields that differ (issue 33, item 5)."""
+"""Failures say what is wrong (issue 33, item 5): a failed comparison of snapshots names
+the fields that differ; the model check names the rule a store broke and spends at most
+its shrink budget before reporting."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from tasks_contract_tests._model_pair import AGREE
+from tasks_contract_tests.state_machine import BrokenRule, run_model_check
+from tasks_core import TaskStore
 
 pytest_plugins = ["pytester"]
 
@@ -47,3 +54,72 @@ def test_a_plain_comparison_keeps_pytests_own_report(pytester: pytest.Pytester) 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*Differing items:*"])
     result.stdout.no_fnmatch_line("*differs in*")
+
+
+BROKEN_LISTING = """
+import builtins
+
+from tasks_core.models import replaced
+from tasks_store_memory import MemoryStore
+
+
+class ListsWrongPriorities(MemoryStore):
+    '''Lists every task one priority higher than stored: a listing the reference
+    disagrees with from the first step of every program.'''
+
+    async def list(self, query) -> builtins.list:
+        return [replaced(s, priority=s.priority + 1) for s in await super().list(query)]
+"""
+
+
+def test_the_model_check_names_the_broken_rule(pytester: pytest.Pytester) -> None:
+    """A store that breaks a rule MUST fail the model check with a report whose first
+    lines name that rule and the step that broke it, then the differing field."""
+    pytester.makepyfile(broken_listing=BROKEN_LISTING, test_it="""
+        from broken_listing import ListsWrongPriorities
+        from tasks_contract_tests.state_machine import run_model_check
+
+        async def factory(**options):
+            return ListsWrongPriorities(**options)
+
+        def test_it():
+            run_model_check(factory, max_examples=5, steps=3)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "E*BrokenRule: broken rule: every call has the reference's outcome: the same "
+        "result, or the same error",
+        "E*step: list(all)",
+        "E*the store and the reference disagree",
+        "E*.priority: store=1 reference=None",
+    ])
+
+
+def _opens_while_failing(shrink_seconds: float | None) -> tuple[int, str]:
+    """Run the model check of the broken listing store; how many stores it opened and
+    the rule it reported."""
+    namespace: dict[str, Any] = {}
+    exec(BROKEN_LISTING, namespace)  # the same store as the report test
+    store_class = namespace["ListsWrongPriorities"]
+    opened = 0
+
+    async def factory(**options: Any) -> TaskStore:
+        nonlocal opened
+        opened += 1
+        return store_class(**options)  # type: ignore[no-any-return]
+
+    with pytest.raises(BrokenRule) as caught:
+        run_model_check(factory, max_examples=5, steps=3, shrink_seconds=shrink_seconds)
+    return opened, caught.value.rule
+
+
+def test_a_spent_shrink_budget_stops_the_shrinking_and_reports_the_first_failure() -> None:
+    """With a shrink budget of 0 seconds, no program Hypothesis tries while shrinking
+    opens a store: the run stops, and the run again without shrinking reports the first
+    failing program — 3 stores in all (the first failing program, the same program run
+    again, and its reported run), the report naming the rule. Without a budget of ours
+    the shrinker opens more."""
+    assert (3, AGREE) == _opens_while_failing(0)
+    unbounded, rule = _opens_while_failing(None)
+    assert (True, AGREE) == (unbounded > 3, rule), unbounded

@@ -6,16 +6,29 @@
 checks that a revision never decreases and a terminal task stays terminal. A lease handle
 holds the pair of leases both stores issued. The rules are in
 :mod:`tasks_contract_tests.state_machine`.
+
+A failed check raises :class:`BrokenRule`, naming the rule of the store contract that the
+store broke and the step. The first one starts the shrink budget
+(:attr:`StorePair.shrink_seconds`): once it is spent, the next program Hypothesis tries
+raises :class:`ShrinkBudgetSpent` before it opens a store, which ends the whole run
+(``run_model_check`` then reports the first failing program, unshrunk).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from hypothesis.stateful import MultipleResults, RuleBasedStateMachine, multiple
+from hypothesis import settings
+from hypothesis.stateful import (
+    MultipleResults,
+    RuleBasedStateMachine,
+    multiple,
+    run_state_machine_as_test,
+)
 from tasks_core import (
     Access,
     Claim,
@@ -37,9 +50,31 @@ from tasks_contract_tests._model_kit import (
     snapshots_in,
 )
 
-__all__ = ["LeaseHandle", "SentEvent", "StorePair"]
+__all__ = [
+    "AGREE", "ONE_LEASE", "BrokenRule", "LeaseHandle", "SentEvent", "ShrinkBudgetSpent",
+    "StorePair", "run_within_budget",
+]
 
 T = TypeVar("T")
+
+AGREE = "every call has the reference's outcome: the same result, or the same error"
+RUN_IDS = "a replace starts a new run id, and nothing else changes it"
+REVISION = "a task's revision never decreases"
+TERMINAL = "a terminal task stays terminal"
+ONE_LEASE = "at most one lease per task is live, and a store accepts the leases it issued"
+
+
+class BrokenRule(AssertionError):
+    """The store broke ``rule`` (one of the constants above) at ``step`` (the operation)."""
+
+    def __init__(self, rule: str, step: str, detail: str) -> None:
+        super().__init__(f"broken rule: {rule}\n  step: {step}\n  {detail}")
+        self.rule, self.step = rule, step
+
+
+class ShrinkBudgetSpent(BaseException):
+    """The shrink budget is spent: a ``BaseException``, so that Hypothesis does not take
+    it for a failure of the program (it stops the run instead)."""
 
 
 @dataclass(eq=False)
@@ -72,6 +107,12 @@ class SentEvent:
 class StorePair(RuleBasedStateMachine):
     """The subject and the reference, and one operation on both (no rule:
     :class:`~tasks_contract_tests.state_machine.StoreModelMachine` has them)."""
+
+    shrink_seconds: ClassVar[float | None] = None
+    """Wall seconds Hypothesis may spend shrinking after the first failure (``None``:
+    Hypothesis's own caps only)."""
+    shrink_deadline: ClassVar[float | None] = None
+    """``time.monotonic()`` past which no program starts (set by the first failure)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,7 +156,7 @@ class StorePair(RuleBasedStateMachine):
             if type(got.error) is not type(want.error):
                 differences = [f"store: {outline(got)}", f"reference: {outline(want)}"]
             detail = "\n  ".join(differences[:12])
-            raise AssertionError(f"{what}: the store and the reference disagree\n  {detail}")
+            self._broken(AGREE, what, f"the store and the reference disagree\n  {detail}")
         self._observe(got.error or got.value, want.error or want.value)
         return got, want
 
@@ -126,20 +167,39 @@ class StorePair(RuleBasedStateMachine):
             self.revisions[model.id] = model.revision
             known = self.runs.setdefault(model.run_id, mine.run_id)
             back = self.runs_back.setdefault(mine.run_id, model.run_id)
-            assert (known, back) == (mine.run_id, model.run_id), (
-                f"task {model.id!r}: the store's run ids do not follow the reference's "
-                "(a replace must start a new run_id; nothing else may change it)"
-            )
+            if (known, back) != (mine.run_id, model.run_id):
+                self._broken(RUN_IDS, f"task {model.id!r}",
+                             "the store's run ids do not follow the reference's")
             key = (mine.id, mine.run_id)
             revision, status = self.seen.get(key, (mine.revision, mine.status))
-            assert mine.revision >= revision, (
-                f"task {mine.id!r}: revision went back from {revision} to {mine.revision}"
-            )
-            if status.terminal:
-                assert status == mine.status, (
-                    f"task {mine.id!r}: terminal status {status} became {mine.status}"
-                )
+            if mine.revision < revision:
+                self._broken(REVISION, f"task {mine.id!r}",
+                             f"revision went back from {revision} to {mine.revision}")
+            if status.terminal and status != mine.status:
+                self._broken(TERMINAL, f"task {mine.id!r}",
+                             f"terminal status {status} became {mine.status}")
             self.seen[key] = (mine.revision, mine.status)
+
+    def _broken(self, rule: str, step: str, detail: str) -> None:
+        """Raise :class:`BrokenRule`; the first failure starts the shrink budget.
+
+        Raises:
+            BrokenRule: always.
+        """
+        machine = type(self)
+        if machine.shrink_seconds is not None and machine.shrink_deadline is None:
+            machine.shrink_deadline = time.monotonic() + machine.shrink_seconds
+        raise BrokenRule(rule, step, detail)
+
+    def _within_shrink_budget(self) -> None:
+        """Stop the run before a program opens a store once the shrink budget is spent.
+
+        Raises:
+            ShrinkBudgetSpent: a failure was found ``shrink_seconds`` ago or longer.
+        """
+        deadline = type(self).shrink_deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ShrinkBudgetSpent()
 
     def _member(self, task_id: str) -> Owner | System:
         """The owner of ``task_id`` by the reference (System when it has none or is gone).
@@ -185,3 +245,26 @@ class StorePair(RuleBasedStateMachine):
         if want.error is not None:
             return multiple()
         return SentEvent(task_id, event, mine, model, expected)
+
+
+def run_within_budget(
+    machine: Callable[[float | None], type[StorePair]],
+    settings_for: Callable[[bool], settings],
+    shrink_seconds: float | None,
+    *,
+    shrink: bool,
+) -> None:
+    """Run the programs of ``machine(shrink_seconds)`` under ``settings_for(shrink)``;
+    when the shrink budget runs out, run them again (the machine must be seeded) without
+    shrinking, to report the first failing program as Hypothesis found it.
+
+    Raises:
+        BrokenRule: a program broke a rule.
+        AssertionError: a program broke a rule, then passed when run again.
+    """
+    try:
+        run_state_machine_as_test(machine(shrink_seconds), settings=settings_for(shrink))
+    except ShrinkBudgetSpent:
+        run_state_machine_as_test(machine(None), settings=settings_for(False))
+        raise AssertionError("the model check failed, then passed when run again: the "
+                             "store does not behave the same way twice") from None

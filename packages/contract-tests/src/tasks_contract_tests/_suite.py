@@ -15,6 +15,7 @@ from tasks_contract_tests.contract.counts import CountContract
 from tasks_contract_tests.contract.create import CreateContract
 from tasks_contract_tests.contract.delayed import DelayedContract
 from tasks_contract_tests.contract.delete import DeleteContract
+from tasks_contract_tests.contract.error_order import ErrorOrderContract
 from tasks_contract_tests.contract.fixture import FixtureContract
 from tasks_contract_tests.contract.held_claims import HeldClaimContract
 from tasks_contract_tests.contract.inbox import InboxContract
@@ -49,6 +50,7 @@ __all__ = [
     "CreateContract",
     "DelayedContract",
     "DeleteContract",
+    "ErrorOrderContract",
     "FixtureContract",
     "HeldClaimContract",
     "InboxContract",
@@ -85,6 +87,7 @@ class StoreContract(
     CapabilityContract,
     CorruptContract,
     DeleteContract,
+    ErrorOrderContract,
     ProgressContract,
     ListingContract,
     InboxContract,

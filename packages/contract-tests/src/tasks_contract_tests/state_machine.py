@@ -13,6 +13,7 @@ implementer's ``store_factory``. The factory is called on the machine's own even
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
@@ -25,7 +26,6 @@ from hypothesis.stateful import (
     invariant,
     multiple,
     rule,
-    run_state_machine_as_test,
 )
 from tasks_core import (
     Access,
@@ -64,9 +64,16 @@ from tasks_contract_tests._model_kit import (
     some_events,
     task_ids,
 )
-from tasks_contract_tests._model_pair import LeaseHandle, SentEvent, StorePair
+from tasks_contract_tests._model_pair import (
+    ONE_LEASE,
+    BrokenRule,
+    LeaseHandle,
+    SentEvent,
+    StorePair,
+    run_within_budget,
+)
 
-__all__ = ["StoreFactory", "make_state_machine", "run_model_check"]
+__all__ = ["BrokenRule", "StoreFactory", "make_state_machine", "run_model_check"]
 
 StoreFactory = Callable[..., Awaitable[TaskStore]]
 RECENT_LEASES = 16
@@ -129,6 +136,7 @@ class StoreModelMachine(StorePair):
     ) -> LeaseHandle | MultipleResults[LeaseHandle]:
         """Open the subject (through the factory) and the reference with the same limits,
         create a few tasks in both and maybe claim the first."""
+        self._within_shrink_budget()
         factory = type(self).factory
         self.subject = self.loop.run_until_complete(
             factory(clock=self.subject_clock, **limits)
@@ -380,26 +388,31 @@ class StoreModelMachine(StorePair):
             if got.error is None:
                 live.setdefault(handle.subject.task_id, []).append(handle)
         for task_id, holders in live.items():
-            assert len(holders) <= 1, f"task {task_id!r} has several live leases: {holders}"
+            if len(holders) > 1:
+                self._broken(ONE_LEASE, f"task {task_id!r}", f"several live leases: {holders}")
 
 
 _made = itertools.count(1)
 
 
-def make_state_machine(factory: StoreFactory) -> type[StoreModelMachine]:
+def make_state_machine(
+    factory: StoreFactory, *, shrink_seconds: float | None = None
+) -> type[StoreModelMachine]:
     """A state machine class that checks ``factory``'s stores against the reference.
 
     Args:
         factory: ``async factory(**options) -> TaskStore``; called with ``clock=`` (and
             sometimes ``max_tasks=`` or ``max_active_tasks_per_scope=``) on the machine's
             own event loop. Every call must return a fresh, empty store.
+        shrink_seconds: the shrink budget (``StorePair.shrink_seconds``).
 
     Returns:
-        A ``RuleBasedStateMachine`` subclass (use ``.TestCase`` or
-        :func:`run_state_machine_as_test`).
+        A ``RuleBasedStateMachine`` subclass (use ``.TestCase`` or Hypothesis's
+        ``run_state_machine_as_test``).
     """
     name = f"StoreModelMachine{next(_made)}"
-    return type(name, (StoreModelMachine,), {"factory": staticmethod(factory)})
+    return type(name, (StoreModelMachine,), {"factory": staticmethod(factory),
+                                              "shrink_seconds": shrink_seconds})
 
 
 def run_model_check(
@@ -409,28 +422,29 @@ def run_model_check(
     steps: int = 25,
     seed_value: int | None = 0,
     shrink: bool = True,
+    shrink_seconds: float | None = 30.0,
 ) -> None:
-    """Run the model check: ``max_examples`` random programs of up to ``steps`` steps.
-
-    Deterministic for a given ``seed_value`` (``None``: a random seed). Nothing is saved
-    in a Hypothesis example database.
+    """Run the model check: ``max_examples`` random programs of up to ``steps`` steps,
+    deterministic for a given seed (``None``: one drawn here); no example database.
 
     Args:
         factory: see :func:`make_state_machine`.
         max_examples: how many programs to run.
         steps: the most operations per program.
         seed_value: the Hypothesis seed.
-        shrink: shrink a failing program to a minimal one (seconds, not minutes: the
-            costly "explain" phase is off).
+        shrink: shrink a failing program (the costly "explain" phase is off).
+        shrink_seconds: the most wall seconds spent shrinking after the first failure
+            (``None``: Hypothesis's caps); past them the run stops and runs again, same
+            seed, unshrunk, to report the first failing program.
 
     Raises:
-        AssertionError: the store and the reference disagreed; the message names the
-            operation and the differing fields, and Hypothesis notes the shrunk program.
+        BrokenRule: an ``AssertionError`` naming the broken rule (``.rule``), the step
+            (``.step``: the operation) and what differs; Hypothesis notes the program.
     """
-    machine = make_state_machine(factory)
-    if seed_value is not None:
-        machine = seed(seed_value)(machine)
-    run_state_machine_as_test(
-        machine,
-        settings=fuzz_settings(max_examples, steps=steps, derandomize=False, shrink=shrink),
+    chosen = random.SystemRandom().getrandbits(64) if seed_value is None else seed_value
+    run_within_budget(
+        lambda budget: seed(chosen)(make_state_machine(factory, shrink_seconds=budget)),
+        lambda shrinking: fuzz_settings(max_examples, steps=steps, derandomize=False,
+                                        shrink=shrinking),
+        shrink_seconds if shrink else None, shrink=shrink,
     )

@@ -179,6 +179,22 @@ class CorruptContract(ContractBase):
         assert [] == await store.claim_next("w2", LEASE_S, queues=["serial"],
                                             exclusive=["serial"])
 
+    async def test_next_available_carries_on_past_a_corrupt_record(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """A damaged record of a waiting task MUST NOT hide the other waiting tasks from
+        ``next_available``: a task due in 60 s is still found beside a damaged one due
+        later.
+
+        Troubleshooting: read the instants from their columns (or skip a record that fails
+        to decode and go on); an idle worker told "nothing waits" sleeps past its work.
+        """
+        corrupt = _corrupter(corrupt_task)
+        damaged = await store.create(new_task(delay_s=120))
+        await corrupt(store, damaged.id)
+        due = await store.create(new_task(delay_s=60))
+        assert due.run_at == await store.next_available(["default"])
+
     async def test_reap_carries_on_past_a_corrupt_record(
         self, store: TaskStore, clock: ManualClock, corrupt_task: Corrupter | None
     ) -> None:

@@ -148,6 +148,23 @@ class DelayedContract(ContractBase):
         got = await store.claim_next("w1", LEASE_S, queues=["default"])
         assert [created.id] == _ids(got)
 
+    async def test_at_its_run_at_a_delayed_task_is_no_longer_ahead(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """``next_available`` MUST return a delayed task's ``run_at`` up to 1 ms before it
+        and ``None`` at that very instant, when ``claim_next`` serves it.
+
+        Troubleshooting: compare strictly (``run_at > now``): at its instant the task is
+        available, not ahead.
+        """
+        delayed = await store.create(new_task(delay_s=50))
+        clock.advance(49.999)
+        assert delayed.run_at == await store.next_available(["default"])
+        clock.advance(0.001)
+        assert await store.next_available(["default"]) is None
+        got = await store.claim_next("w1", LEASE_S, queues=["default"])
+        assert [delayed.id] == [c.snapshot.id for c in got]
+
     async def test_next_available_is_the_earliest_waiting_instant_of_the_queues(
         self, store: TaskStore, clock: ManualClock
     ) -> None:

@@ -45,6 +45,8 @@ class ModelContract(ContractBase):
     """The most steps of one program."""
     model_seed: int | None = 0
     """The Hypothesis seed (``None``: a new random seed per run)."""
+    model_shrink_seconds: float | None = 30.0
+    """Wall seconds spent shrinking a failing program (``None``: Hypothesis's caps)."""
 
     async def test_store_agrees_with_the_reference_model(
         self, store_factory: StoreFactory
@@ -55,10 +57,12 @@ class ModelContract(ContractBase):
         histories and listings; its revisions MUST never decrease, a terminal task MUST
         stay terminal, and at most one lease per task may be live.
 
-        Troubleshooting: the failure names the operation and each differing field
-        (``store=… reference=…``), and Hypothesis notes the shortest program that shows it:
-        replay those steps in a plain test. Most disagreements are a rule applied outside
-        the atomic step or a field derived from the wall clock instead of the store clock.
+        Troubleshooting: the failure names the broken rule (``broken rule: …``), the
+        step and each differing field (``store=… reference=…``), and Hypothesis notes the
+        shortest program it found within the shrink budget (``model_shrink_seconds``;
+        past it, the first failing program): replay those steps in a plain test. Most
+        disagreements are a rule applied outside the atomic step or a field derived from
+        the wall clock instead of the store clock.
         If the failure is an error about event loops, see the class docstring: the factory
         is called from a worker thread on a fresh loop. Fix the targeted contract tests
         first; this test finds what they missed.
@@ -69,5 +73,6 @@ class ModelContract(ContractBase):
             max_examples=self.model_examples,
             steps=self.model_steps,
             seed_value=self.model_seed,
+            shrink_seconds=self.model_shrink_seconds,
         )
         await anyio.to_thread.run_sync(run)

@@ -139,6 +139,28 @@ class QueueLimitContract(ContractBase):
         again = await store.claim_next("w1", LEASE_S, queues=[Q], limit=5, limits=limits)
         assert ids[2:4] == _ids(again)
 
+    async def test_a_shorter_window_asked_meanwhile_keeps_the_longer_ones_claims(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """Callers may ask different rates of one queue: a claim made under
+        ``rate=(1, 60)`` MUST still shut the queue to that rate 30 s later, though a call
+        with ``rate=(5, 10)`` came between (and claimed nothing).
+
+        Troubleshooting: keep each queue's claim instants as long as the longest window
+        any caller asked for, not the last caller's.
+        """
+        _require(store)
+        await _tasks(store, clock, 1)
+        await store.create(new_task(queue=Q, delay_s=25))
+        long = {Q: QueueLimits(rate=(1, 60))}
+        assert 1 == len(await store.claim_next("w1", LEASE_S, queues=[Q], limits=long))
+        clock.advance(20)
+        short = {Q: QueueLimits(rate=(5, 10))}
+        assert [] == await store.claim_next("w2", LEASE_S, queues=[Q], limits=short)
+        clock.advance(10)
+        assert [] == await store.claim_next("w3", LEASE_S, queues=[Q], limits=long)
+        assert 1 == len(await store.claim_next("w3", LEASE_S, queues=[Q], limits=short))
+
     async def test_max_running_and_rate_together_take_the_tighter(
         self, store: TaskStore, clock: ManualClock
     ) -> None:
