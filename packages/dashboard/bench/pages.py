@@ -1,10 +1,14 @@
 """How fast the dashboard's pages answer over a large PostgreSQL store.
 
-Creates ``--tasks`` tasks (default 100,000) with ``app.submit_many`` in batches of 1000
-in a database of its own (dropped and made anew), cancels 1000 of them and leases 200 to
-a worker id, then times each page through httpx against the ASGI app (in process, no
-network): one warm-up, then ``--runs`` requests each; prints the median and the maximum.
-Figures belong in packages/store-sql/bench/LOG.md, never here.
+Creates ``--tasks`` tasks (default 100,000) with ``app.submit_many`` in batches of 1000,
+owned by ten users in turn, in a database of its own (dropped and made anew), cancels 1000
+of them and leases 200 to a worker id, then times each page through httpx against the
+ASGI app (in process, no network): one warm-up, then ``--runs`` requests each; prints the
+median, the maximum and how many tasks the page shows. Then a worker runs every other
+task to completion (a store that is mostly history) and the pages are timed again.
+Before each timing the database is vacuumed and analyzed, as autovacuum would.
+Last, the size of each index of ``tasks`` per stored task. Figures belong in
+packages/store-sql/bench/LOG.md, never here.
 
     python packages/dashboard/bench/pages.py --url postgresql://postgres@127.0.0.1/postgres
 """
@@ -20,8 +24,9 @@ from urllib.parse import quote
 import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
-from tasks_core import App, Queue, SubmitItem, System
+from tasks_core import App, Owner, Queue, SubmitItem, System, TaskContext, TaskStatus
 from tasks_dashboard import create_app
+from tasks_dashboard._reads import stamp_id
 
 DATABASE = "tasks_dashboard_bench"
 TOKEN = "bench-token-not-secret"
@@ -40,18 +45,110 @@ async def fresh_database(server_url: str) -> str:
 
 
 async def fill(app: App, count: int) -> list[str]:
-    """``count`` tasks in batches of 1000 over three queues; 1000 cancelled, 200 leased."""
+    """``count`` tasks in batches of 1000 over three queues, each batch owned by one of ten
+    users in turn; 1000 cancelled, 200 leased."""
     ids: list[str] = []
     started = time.perf_counter()
     for start in range(0, count, 1000):
         items = [SubmitItem(task="bench", input={"n": n}, queue=("a", "b", "c")[n % 3])
                  for n in range(start, min(count, start + 1000))]
-        ids += [s.id for s in await app.submit_many(items, System())]
+        owner = Owner(f"user{start // 1000 % 10}")
+        ids += [s.id for s in await app.submit_many(items, owner)]
     print(f"submitted {len(ids)} tasks in {time.perf_counter() - started:.1f}s")
     for task_id in ids[:1000]:
         await app.cancel(task_id, System())
-    await app.store.claim_next("bench-worker-1", 600.0, queues=["a", "b", "c"], limit=200)
+    await app.store.claim_next("bench-worker-1", 3600.0, queues=["a", "b", "c"], limit=200)
     return ids
+
+
+async def burn(app: App) -> None:
+    """Run every pending task to completion with one worker (the 200 leased stay)."""
+    started = time.perf_counter()
+    worker = app.worker(concurrency=16)
+    running = asyncio.create_task(worker.run())
+    while True:
+        counts = await app.store.counts(tenant=None)
+        if not any(n for (_, status), n in counts.items() if status is TaskStatus.PENDING):
+            break
+        await asyncio.sleep(1.0)
+    await worker.shutdown(drain_timeout=60)
+    await running
+    print(f"ran the backlog in {time.perf_counter() - started:.1f}s")
+
+
+async def time_pages(client: httpx.AsyncClient, pages: dict[str, str], runs: int) -> None:
+    print("| page | median ms | max ms | tasks shown |\n|---|---|---|---|")
+    for name, path in pages.items():
+        times = []
+        shown = 0
+        for run in range(runs + 1):
+            began = time.perf_counter()
+            response = await client.get(path)
+            elapsed = (time.perf_counter() - began) * 1000
+            response.raise_for_status()
+            shown = response.text.count('href="/task?id=')
+            if run:
+                times.append(elapsed)
+        print(f"| {name} | {statistics.median(times):.0f} | {max(times):.0f} | {shown} |",
+              flush=True)
+
+
+async def vacuum(app: App) -> None:
+    """``VACUUM (ANALYZE)`` of the tables, as autovacuum would after a burst of writes (it
+    may be off on a bench server): index-only scans need the pages marked all-visible."""
+    engine = app.store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(sa.text("VACUUM (ANALYZE)"))
+
+
+async def sizes(app: App, count: int) -> None:
+    """Bytes of each index of ``tasks`` (and the table) per task of ``count``."""
+    engine = app.store.engine  # type: ignore[attr-defined]
+    query = sa.text("SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i JOIN pg_class c "
+                    "ON c.oid = i.indexrelid WHERE i.indrelid = 'tasks'::regclass "
+                    "UNION ALL SELECT 'tasks (table, with TOAST)', "
+                    "pg_table_size('tasks'::regclass) ORDER BY 1")
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    print("| relation | bytes | bytes per task |\n|---|---|---|")
+    for name, size in rows:
+        print(f"| {name} | {size:,} | {size / count:.1f} |")
+
+
+def pages_of(first: str, some_id: str) -> dict[str, str]:
+    """The pages timed: their names and paths (``first``: the first task list's HTML)."""
+    older = first.split('rel="next" href="')[1].split('"')[0]
+    return {
+        "queues": "/",
+        "tasks (newest 50)": "/tasks",
+        "tasks, next page": older.replace("&amp;", "&"),
+        "tasks status=cancelled": "/tasks?status=cancelled",
+        "tasks status=completed": "/tasks?status=completed",
+        "tasks queue=b status=pending": "/tasks?queue=b&status=pending",
+        "tasks owner=user3": "/tasks?owner=user3",
+        "tasks owner=nobody": "/tasks?owner=nobody",
+        "keyed tasks": "/tasks?view=keyed",
+        "a task": f"/task?id={quote(some_id)}",
+        "workers (200 leases)": "/workers",
+    }
+
+
+async def reuse(args: argparse.Namespace) -> None:
+    """Time the pages over the database of an earlier run, as it is."""
+    url = sa.make_url(args.url).set(drivername="postgresql", database=DATABASE)
+    app = App(url.render_as_string(hide_password=False),
+              queues=[Queue("a"), Queue("b"), Queue("c")])
+    async with app:
+        count = sum((await app.store.counts(tenant=None)).values())
+        some = await app.list(System(), limit=1, after=stamp_id(0))
+        transport = httpx.ASGITransport(app=create_app(app, token=TOKEN))
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
+                                     headers=headers) as client:
+            pages = pages_of((await client.get("/tasks")).text, some.items[0].id)
+            print(f"the database as it is: {count} tasks")
+            await time_pages(client, pages, args.runs)
 
 
 async def main() -> None:
@@ -60,9 +157,19 @@ async def main() -> None:
                         help="any database of the PostgreSQL server to use")
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--reuse", action="store_true",
+                        help="time the pages of the database a run left, as it is")
     args = parser.parse_args()
+    if args.reuse:
+        await reuse(args)
+        return
     url = await fresh_database(args.url)
     app = App(url, queues=[Queue("a"), Queue("b"), Queue("c")])
+
+    @app.task(name="bench", queue="a")
+    async def bench(ctx: TaskContext, n: int) -> None:
+        del ctx, n
+
     async with app:
         ids = await fill(app, args.tasks)
         web = create_app(app, token=TOKEN)
@@ -70,31 +177,15 @@ async def main() -> None:
         headers = {"authorization": f"Bearer {TOKEN}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://bench",
                                      headers=headers) as client:
-            first = await client.get("/tasks")
-            older = first.text.split('rel="next" href="')[1].split('"')[0]
-            pages = {
-                "queues": "/",
-                "tasks (newest 50)": "/tasks",
-                "tasks, next page": older.replace("&amp;", "&"),
-                "tasks status=cancelled": "/tasks?status=cancelled",
-                "tasks queue=b status=pending": "/tasks?queue=b&status=pending",
-                "tasks owner=nobody (scan budget)": "/tasks?owner=nobody",
-                "keyed tasks": "/tasks?view=keyed",
-                "a task": f"/task?id={quote(ids[len(ids) // 2])}",
-                "workers (200 leases)": "/workers",
-            }
-            print("| page | median ms | max ms | runs |\n|---|---|---|---|")
-            for name, path in pages.items():
-                times = []
-                for run in range(args.runs + 1):
-                    began = time.perf_counter()
-                    response = await client.get(path)
-                    elapsed = (time.perf_counter() - began) * 1000
-                    response.raise_for_status()
-                    if run:
-                        times.append(elapsed)
-                print(f"| {name} | {statistics.median(times):.0f} | {max(times):.0f} | "
-                      f"{args.runs} |")
+            pages = pages_of((await client.get("/tasks")).text, ids[len(ids) // 2])
+            await vacuum(app)
+            print("backlog: every task pending but the cancelled and the leased")
+            await time_pages(client, pages, args.runs)
+            await burn(app)
+            await vacuum(app)
+            print("history: every task completed but the cancelled and the leased")
+            await time_pages(client, pages, args.runs)
+        await sizes(app, args.tasks)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""What the pages show, read through the App's public calls as ``System``.
+"""What the pages show, read as ``System`` through the App and its store.
 
-The store protocol pages tasks by id (``list(after=...)``) and counts nothing, so:
-counts are the length of one page per status, capped at :data:`COUNT_CAP` (shown as
-"1000+"); "newest first" uses the time in random ids (``"::"`` and 16 hex digits of
-milliseconds × 65,536): :func:`newest` asks for the ids after an instant, narrowing or
-widening that window until a page holds the newest tasks, then reverses it. Keyed ids
-carry no time: :func:`keyed` lists them in id order. Every scan has a budget of rows.
+Counts: a store with the capability ``counts`` counts tasks by queue and status exactly
+(:func:`overview`); without it a count is the length of one ``list`` page per status,
+capped at :data:`COUNT_CAP` (shown as "1000+"). "Newest first" uses the time in random ids
+(``"::"`` and 16 hex digits of milliseconds × 65,536): :func:`newest` reads windows of ids
+backwards from an instant, narrowing one that holds more than a page and widening after
+one that holds few, then reverses what it found. Keyed ids carry no time: :func:`keyed`
+lists them in id order. An owner filter is the store's listing by principal (its member
+index), kept to the tasks the user owns. Every scan has a budget of rows.
 """
 
 from __future__ import annotations
@@ -16,15 +18,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from tasks_core import App, Snapshot, System, TaskStatus
+from tasks_core import App, Owner, Snapshot, System, TaskQuery, TaskStatus
 
 __all__ = ["COUNT_CAP", "Listing", "QueueRow", "WorkerRow", "keyed", "newest", "overview",
            "stamp_id", "workers"]
 
 COUNT_CAP = 1000
-"""Counts by status stop here (one page of ``list``): more reads as "1000+"."""
+"""Without counts in the store, counts by status stop here (one page of ``list``): more
+reads as "1000+"."""
 SCAN_BUDGET = 5000
 """At most this many tasks are read for one page of a filtered listing."""
+OLDEST_PAGE = 100
+"""The pending tasks of a queue read (in id order) for its oldest pending age."""
+RECENT_PAGE = 100
+"""The newest finished tasks of each status read for the throughput of the last hour."""
+FEW = 1000
+"""Where the store counts, a filter matching at most this many tasks is read in one page
+(the database then plans for all of them: an index of a rare status, not the id order)."""
 RANDOM = "::"
 AFTER_RANDOM = "::g"  # sorts after every random id ("::" and hex digits)
 STATUSES = (TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.CLAIMED, TaskStatus.RUNNING,
@@ -60,21 +70,67 @@ class QueueRow:
 
 @dataclass
 class Overview:
-    """The queues page: a row per queue, and which counts hit :data:`COUNT_CAP`."""
+    """The queues page: a row per queue, whether the counts are exact, which counts hit
+    :data:`COUNT_CAP` (never when exact), whether the throughput read hit its page."""
 
     queues: list[QueueRow]
     capped: set[str]
     throughput_capped: bool
     now: datetime
+    exact: bool = False
 
 
-async def overview(app: App, authority: System, declared: Iterable[str] = ()) -> Overview:
-    """Counts by status per queue, the oldest pending task's age and the tasks finished in
-    the last hour (among the tasks submitted in the last 24 hours).
+async def counted(app: App, authority: System) -> dict[tuple[str, TaskStatus], int] | None:
+    """The store's exact counts by queue and status in ``authority``'s tenant, or ``None``
+    when the store has no capability ``counts``.
 
     Raises:
         StoreUnavailable: the store failed.
     """
+    store = await app.open()
+    if not store.capabilities.counts:
+        return None
+    return await store.counts(tenant=authority.tenant)
+
+
+async def overview(app: App, authority: System, declared: Iterable[str] = ()) -> Overview:
+    """Counts by status per queue, the oldest pending task's age and the tasks finished in
+    the last hour: exact counts when the store counts (:func:`counted`), else capped.
+
+    Raises:
+        StoreUnavailable: the store failed.
+    """
+    counts = await counted(app, authority)
+    if counts is None:
+        return await _capped_overview(app, authority, declared)
+    now = datetime.now(UTC)
+    rows: dict[str, QueueRow] = {name: QueueRow(name) for name in declared}
+    for (queue, status), number in counts.items():
+        rows.setdefault(queue, QueueRow(queue)).counts[status.value] = number
+    waiting = [q for q, row in rows.items() if row.counts.get(TaskStatus.PENDING.value)]
+    pages = await asyncio.gather(*(_list(app, _query(
+        authority, [TaskStatus.PENDING], q, None, None, OLDEST_PAGE)) for q in waiting))
+    for queue, (page, _) in zip(waiting, pages, strict=True):
+        rows[queue].oldest_pending = min((t.created_at for t in page), default=None)
+    finished = [s for s in TERMINAL if any(n for (_, st), n in counts.items() if st == s)]
+    listings = await asyncio.gather(*(newest(
+        app, authority, statuses=[s], limit=RECENT_PAGE,
+        total=sum(n for (_, st), n in counts.items() if st == s)) for s in finished))
+    hour_ago = now - timedelta(hours=1)
+    capped_throughput = False
+    for listing in listings:
+        for task in listing.items:
+            if task.finished_at is not None and task.finished_at >= hour_ago:
+                rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
+        oldest = listing.items[-1] if listing.items else None
+        if listing.next is not None and oldest is not None and oldest.finished_at is not None:
+            capped_throughput |= oldest.finished_at >= hour_ago
+    return Overview(sorted(rows.values(), key=lambda r: r.name), set(), capped_throughput,
+                    now, exact=True)
+
+
+async def _capped_overview(app: App, authority: System, declared: Iterable[str]) -> Overview:
+    """:func:`overview` for a store without counts: one page of ``list`` per status."""
     now = datetime.now(UTC)
     rows: dict[str, QueueRow] = {name: QueueRow(name) for name in declared}
     capped: set[str] = set()
@@ -99,6 +155,19 @@ async def overview(app: App, authority: System, declared: Iterable[str] = ()) ->
                     recent.next_after is not None, now)
 
 
+def _query(authority: System, statuses: list[TaskStatus] | None, queue: str | None,
+           principal: Owner | None, after: str | None, limit: int) -> TaskQuery:
+    return TaskQuery(tenant=authority.tenant, principal=principal, queue=queue, after=after,
+                     limit=limit, statuses=None if statuses is None else frozenset(statuses))
+
+
+async def _list(app: App, query: TaskQuery) -> tuple[list[Snapshot], str | None]:
+    """One page of the store's listing and the cursor of the next (``None``: a short
+    page, the last)."""
+    items = await (await app.open()).list(query)
+    return items, items[-1].id if len(items) >= query.limit else None
+
+
 @dataclass
 class Listing:
     """One page of tasks: ``items`` newest first (or in id order for keyed tasks),
@@ -114,39 +183,77 @@ class Listing:
 Filter = Callable[[Snapshot], bool]
 
 
-async def _window(app: App, authority: System, statuses: list[TaskStatus] | None,
-                  queue: str | None, lower: str, before: str | None, *, page: int,
+async def _window(app: App, base: TaskQuery, lower: str, before: str | None, *, page: int,
                   budget: int) -> tuple[list[Snapshot], bool, int]:
-    """The random-id tasks from ``lower`` up to ``before`` in id order, read ``page`` at a
-    time: ``(tasks, complete, read)``; ``complete`` is false when ``budget`` ran out."""
+    """The random-id tasks of ``base`` from ``lower`` up to ``before`` in id order, read
+    ``page`` at a time: ``(tasks, complete, read)``; ``complete`` is false when ``budget``
+    ran out."""
     found: list[Snapshot] = []
     after: str | None = lower
     read = 0
     while read < budget:
-        result = await app.list(authority, status=statuses, queue=queue, after=after,
-                                limit=page)
-        read += len(result.items)
-        for task in result.items:
+        items, more = await _list(app, base.model_copy(update={"after": after, "limit": page}))
+        read += len(items)
+        for task in items:
             if not task.id.startswith(RANDOM) or (before is not None and task.id >= before):
                 return found, True, read
             found.append(task)
-        if result.next_after is None:
+        if more is None:
             return found, True, read
-        after = result.next_after
+        after = more
     return found, False, read
 
 
+async def _first(app: App, base: TaskQuery, lower_ms: int, before: str | None) -> int | None:
+    """The submit instant of the oldest random-id task of ``base`` at or after
+    ``lower_ms`` and before the id ``before``, else ``None`` (a read of one task)."""
+    items, _ = await _list(app, base.model_copy(update={"after": stamp_id(lower_ms),
+                                                        "limit": 1}))
+    if not items or (before is not None and items[0].id >= before):
+        return None
+    return _stamp_ms(items[0].id)
+
+
+async def _edge(app: App, base: TaskQuery, upper_ms: int, upper: str | None,
+                width: int) -> int | None:
+    """The submit instant of the newest random-id task of ``base`` before the id ``upper``
+    (instant ``upper_ms``), else ``None``: reads of one task each, back from ``upper_ms``
+    by steps four times wider each (from ``width`` ms) until one finds a task, then
+    halving the span between that task and the last step that found none."""
+    empty_from = upper_ms
+    while True:
+        lower = max(0, upper_ms - width)
+        found = await _first(app, base, lower, upper)
+        if found is not None:
+            break
+        if lower == 0:
+            return None
+        empty_from, width = lower, width * 4
+    while empty_from - found > 1:  # a task at found; none at or after empty_from
+        middle = (found + empty_from) // 2
+        later = await _first(app, base, middle, upper)
+        if later is None:
+            empty_from = middle
+        else:
+            found = later
+    return found
+
+
 async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | None = None,
-                 queue: str | None = None, before: str | None = None, limit: int = 50,
-                 keep: Filter | None = None) -> Listing:
+                 queue: str | None = None, principal: Owner | None = None,
+                 before: str | None = None, limit: int = 50, keep: Filter | None = None,
+                 total: int | None = None) -> Listing:
     """The newest random-id tasks submitted before the id ``before``, newest first.
 
-    Windows of submit instants are read backwards from ``before`` (or now) in id order:
-    one that holds few enough tasks is taken whole and the next ends where it began; an
-    empty one makes the next four times wider; one too full to read (more than ``page``
-    tasks) gives the density of tasks there, from which the next window's start is
-    estimated (bisected when the estimate leaves the bounds). ``keep`` filters what the
-    store cannot (owner): then windows are read up to :data:`SCAN_BUDGET` tasks.
+    The store lists in id order only, so the page is found from its top: the newest task
+    below ``before`` (:func:`_edge`), then a window of submit instants ending there, read
+    in id order: taken whole when it holds at most a page (short of ``limit``, the next
+    window ends where it began, four times wider after one that held little, and after
+    an empty one the newest task below is looked for again), narrowed at the density of
+    the tasks read when it holds more (down to one millisecond, then read whole within
+    the budget). ``keep`` filters
+    what the store cannot; ``total`` (the matching tasks, when known) ends the search
+    once all are found, and when it is at most :data:`FEW` they are read in one page.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -155,48 +262,56 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
     if upper_ms is None:
         upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000  # clock skew
     upper = before
-    page, budget = (4 * limit, 4 * limit) if keep is None else (1000, SCAN_BUDGET)
+    base = _query(authority, statuses, queue, principal, None, 1)
+    if total is not None and total <= FEW and keep is None:  # one read of them all
+        if total == 0:
+            return Listing([], None, 0)
+        items, _ = await _list(app, base.model_copy(update={"limit": total}))
+        kept = [t for t in items if t.id.startswith(RANDOM) and (upper is None or t.id < upper)]
+        listing = Listing(_page(kept, limit), None, len(items))
+        listing.next = listing.items[-1].id if len(kept) > limit else None
+        return listing
+    page = 4 * limit if keep is None else 1000
     found: list[Snapshot] = []
-    width, full = 10_000, None  # full: (stamp of the last task read, kept tasks per ms)
-    scanned, lower_ms = 0, upper_ms
-    for _ in range(40):
-        if len(found) >= limit or lower_ms == 0 or scanned >= 4 * SCAN_BUDGET:
+    scanned, done, width = 0, False, 50
+    anchor: int | None = None  # the end of the next window (an instant), when known
+    for _ in range(60):
+        if len(found) >= limit or scanned >= 4 * SCAN_BUDGET or (
+                total is not None and len(found) >= total):
             break
-        lower_ms = max(0, upper_ms - width) if full is None else _estimate(
-            full, upper_ms, limit - len(found))
-        stuck = full is not None and lower_ms <= full[0]  # page forward, whatever it costs
-        tasks, complete, read = await _window(
-            app, authority, statuses, queue, stamp_id(lower_ms), upper, page=page,
-            budget=SCAN_BUDGET if stuck else budget)
+        if anchor is None:  # look for the newest task below first
+            edge = await _edge(app, base, upper_ms, upper, width)
+            if edge is None:
+                done = True
+                break
+            anchor = edge + 1
+        lower_ms = max(0, anchor - width)
+        whole = anchor - lower_ms <= 1
+        tasks, complete, read = await _window(app, base, stamp_id(lower_ms), upper,
+                                              page=page, budget=SCAN_BUDGET if whole else page)
         scanned += read
-        kept = [t for t in tasks if keep is None or keep(t)]
         if complete:
-            found += kept
+            found += [t for t in tasks if keep is None or keep(t)]
             upper_ms, upper = lower_ms, stamp_id(lower_ms)
-            if full is None and not tasks:
-                width *= 4
-        elif stuck:
+            done = lower_ms == 0
+            anchor = lower_ms if tasks else None
+            width *= 4 if len(tasks) < page // 2 else 1
+        elif whole:
+            break  # one millisecond holds more than the budget
+        else:  # the same end, narrower
+            first, last = _stamp_ms(tasks[0].id) or lower_ms, _stamp_ms(tasks[-1].id) or lower_ms
+            rate = len(tasks) / max(1, last - first + 1)  # tasks per ms where they were read
+            width = max(1, min(int(page / 2 / rate), width // 2))
+        if done:
             break
-        else:
-            last = _stamp_ms(tasks[-1].id) or lower_ms
-            full = (last, len(kept) / max(1, last - lower_ms + 1))
     items = _page(found, limit)
-    listing = Listing(items, None, scanned, exhausted=len(found) < limit and lower_ms > 0)
+    done = done or (total is not None and len(found) >= total)
+    listing = Listing(items, None, scanned, exhausted=len(found) < limit and not done)
     if len(found) > limit:
         listing.next = items[-1].id
-    elif lower_ms > 0:
+    elif not done:
         listing.next = upper
     return listing
-
-
-def _estimate(full: tuple[int, float], upper_ms: int, wanted: int) -> int:
-    """Where the next window starts: about twice ``wanted`` tasks below ``upper_ms`` at
-    the density last seen, kept above the last task read (else bisected)."""
-    last, rate = full
-    guess = upper_ms - int(2 * wanted / rate) if rate > 0 else last
-    if last < guess < upper_ms:
-        return guess
-    return max(last, (last + upper_ms) // 2)
 
 
 def _page(tasks: list[Snapshot], limit: int) -> list[Snapshot]:
@@ -204,7 +319,8 @@ def _page(tasks: list[Snapshot], limit: int) -> list[Snapshot]:
 
 
 async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | None = None,
-                queue: str | None = None, after: str | None = None, limit: int = 50,
+                queue: str | None = None, principal: Owner | None = None,
+                after: str | None = None, limit: int = 50,
                 keep: Filter | None = None) -> Listing:
     """Tasks with keyed ids (every id but the random ones) in id order, after ``after``,
     the random range skipped; at most :data:`SCAN_BUDGET` tasks read.
@@ -218,10 +334,10 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
     while scanned < SCAN_BUDGET:
         if cursor is not None and cursor.startswith(RANDOM) and cursor < AFTER_RANDOM:
             cursor = AFTER_RANDOM
-        result = await app.list(authority, status=statuses, queue=queue, after=cursor,
-                                limit=min(1000, max(limit * 2, 100)))
-        scanned += len(result.items)
-        for task in result.items:
+        items, more = await _list(app, _query(authority, statuses, queue, principal, cursor,
+                                              min(1000, max(limit * 2, 100))))
+        scanned += len(items)
+        for task in items:
             cursor = task.id
             if task.id.startswith(RANDOM):
                 continue
@@ -229,7 +345,7 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
                 found.append(task)
                 if len(found) == limit:
                     return Listing(found, task.id, scanned)
-        if result.next_after is None:
+        if more is None:
             return Listing(found, None, scanned)
     return Listing(found, cursor, scanned, exhausted=True)
 

@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from tasks_core import App, InvalidInput, Snapshot, System, TaskStatus
+from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus
+from tasks_core.authority import DEFAULT_TENANT
 
 from tasks_dashboard import _reads
 from tasks_dashboard._security import AUTH_COOKIE, CSRF_FIELD, SESSION_S, Guard, cookie
@@ -82,7 +83,8 @@ class Views:
         """Counts by status per queue, oldest pending age, finished in the last hour."""
         overview = await _reads.overview(self.app, SYSTEM, self.app.queues)
         return self.render(request, "queues.html", overview=overview,
-                           statuses=[s.value for s in _reads.STATUSES], cap=_reads.COUNT_CAP)
+                           statuses=[s.value for s in _reads.STATUSES], cap=_reads.COUNT_CAP,
+                           recent=_reads.RECENT_PAGE, oldest=_reads.OLDEST_PAGE)
 
     async def tasks(self, request: Request) -> Response:
         """Tasks newest first (random ids) or keyed tasks in id order, filtered.
@@ -99,26 +101,38 @@ class Views:
         tenant = q.get("tenant") or None
         authority = System(tenant) if tenant else SYSTEM
         view = "keyed" if key or q.get("view") == "keyed" else "recent"
+        principal = Owner(owner, tenant or DEFAULT_TENANT) if owner else None
 
         def keep(task: Snapshot) -> bool:
-            if owner is not None and (task.owner is None or task.owner.user_id != owner):
-                return False
+            if principal is not None and task.owner != principal:
+                return False  # a watcher only (the store lists owners and watchers)
             return key is None or task.id == key or task.id.endswith(f"::{key}")
 
         wanted = keep if owner or key else None
         if view == "keyed":
             listing = await _reads.keyed(self.app, authority, statuses=statuses, queue=queue,
-                                         after=q.get("after") or None, limit=PAGE_SIZE,
-                                         keep=wanted)
+                                         principal=principal, after=q.get("after") or None,
+                                         limit=PAGE_SIZE, keep=wanted)
         else:
+            total = None if wanted else await self._matching(authority, statuses, queue)
             listing = await _reads.newest(self.app, authority, statuses=statuses,
-                                          queue=queue, before=q.get("before") or None,
-                                          limit=PAGE_SIZE, keep=wanted)
+                                          queue=queue, principal=principal,
+                                          before=q.get("before") or None, limit=PAGE_SIZE,
+                                          keep=wanted, total=total)
         filters = {"status": status, "queue": queue, "owner": owner, "tenant": tenant,
                    "key": key}
         return self.render(request, "tasks.html", listing=listing, view=view,
                            filters=filters, statuses=[s.value for s in TaskStatus],
                            queues=sorted(self.app.queues))
+
+    async def _matching(self, authority: System, statuses: list[TaskStatus] | None,
+                        queue: str | None) -> int | None:
+        """How many tasks the filters match, when the store counts (else ``None``)."""
+        counts = await _reads.counted(self.app, authority)
+        if counts is None:
+            return None
+        return sum(n for (q, status), n in counts.items()
+                   if (queue is None or q == queue) and (statuses is None or status in statuses))
 
     async def task(self, request: Request) -> Response:
         """A task: its snapshot, history, live progress, input request and actions.
