@@ -48,7 +48,8 @@ task within 3 ms (p50) of its submit.
 After the rounds, on PostgreSQL: how late an idle worker starts delayed tasks past their
 ``run_at``, and fresh ones past their creation, submitted among them (``delay_latency.py``;
 ``--delay-latency``: only that); then the database bytes and WAL a finished task leaves,
-against pgqueuer's (``footprint.py``, ``--rounds`` pairs of ``--tasks``).
+against pgqueuer's (``footprint.py``, ``--rounds`` pairs of ``--tasks``), and burn-downs
+by 1, 2 and 4 worker processes against as many of pgqueuer's (``processes.py``).
 ``--cancel-latency`` measures instead how soon a running handler learns of a cancel made
 by another process (``cancel_latency.py``).
 Last of all, the submit rates against their references (``submits.py``; ``--submits``:
@@ -503,6 +504,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                      report["peer"].get("pgqueuer"))
                     report["delayed"] = await _delayed(target, args)
                     report["footprint"] = await _footprint(args, dsn)
+                    report["processes"] = await _processes(args, dsn)
         report["runtime_alone"] = await _runtime_alone(args)
         report["submits"] = await _submits(args, dsn, Path(tmp))
     report["mongo"] = await _mongo(args)
@@ -516,6 +518,15 @@ async def _footprint(args: argparse.Namespace, dsn: str | None) -> Any:
     if dsn is None or not peers.available():
         return "not measured: no PostgreSQL or no pgqueuer"
     return await footprint.run(args, dsn)
+
+
+async def _processes(args: argparse.Namespace, dsn: str | None) -> Any:
+    """Burn-downs by 1, 2 and 4 worker processes against pgqueuer's (``processes.py``)."""
+    import processes  # (here: it imports this module)
+
+    if dsn is None or not peers.available():
+        return "not measured: no PostgreSQL or no pgqueuer"
+    return await processes.run(args, dsn)
 
 
 async def _mongo(args: argparse.Namespace) -> dict[str, Any]:
@@ -702,6 +713,12 @@ def render(report: dict[str, Any]) -> str:
 
         lines += ["", *([f"footprint: {footprint_rounds}"] if isinstance(footprint_rounds, str)
                         else footprint.render(footprint_rounds))]
+    by_processes = report.get("processes")
+    if by_processes:
+        import processes  # (here: it imports this module)
+
+        lines += ["", *([f"processes: {by_processes}"] if isinstance(by_processes, str)
+                        else processes.render(by_processes))]
     if "submits" in report:
         import submits  # (here: it imports this module)
 
@@ -759,8 +776,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="submits: MariaDB ($TASKS_BENCH_MARIADB_URL; skipped if down)")
     parser.add_argument("--submits", action="store_true", help="only the submit rates")
     import mongo  # (here: it imports this module)
+    import processes  # (here: it imports this module)
 
     mongo.add_arguments(parser)
+    processes.add_arguments(parser)
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
