@@ -69,6 +69,8 @@ class SQLStore(BulkCreates):
                                                 statements)
     transactional_     yes          yes         yes            yes
     submit
+    counts             yes (index)  yes         yes (index-    yes (index)
+                                                only scan)
     =================  ===========  ==========  =============  ============================
 
     URL format (plain schemes pick the asyncio driver; an explicit ``+driver`` is kept):
@@ -121,6 +123,7 @@ class SQLStore(BulkCreates):
         transactional_submit=True,
         cancel_wakeups=True,
         batch_create=True,
+        counts=True,
     )
     """The most any URL gets (PostgreSQL); an instance reports its own."""
 
