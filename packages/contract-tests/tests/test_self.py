@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import broken_limits as limits
+import broken_order as order
 import broken_races as races
 import broken_rules as bad
 import broken_stores as broken
@@ -123,6 +124,15 @@ BROKEN: list[tuple[type, str]] = [
     (
         bad.WakeupsOnlyOnCreateAndRelease,
         "test_wait_for_work_wakes_when_an_answer_or_a_retry_makes_work[retry_scheduled]",
+    ),
+    # which refusal wins, what keeps a queue busy
+    (order.CapacityCheckedBeforeTheId,
+     "test_create_names_a_taken_id_before_a_full_store[max_tasks]"),
+    (order.RevisionCheckedBeforeTheReplay, "test_transition_refuses_in_the_order_of_its_steps"),
+    (order.LeaseForCheckedBeforeTheLease, "test_a_stale_lease_is_refused_before_a_bad_argument"),
+    (
+        order.CancelledTasksFreeTheirQueue,
+        "test_a_cancelled_task_holds_its_exclusive_queue_while_its_lease_lives",
     ),
     # limits, at the limit and one past it
     (limits.WorkerIdsCutAt255, "test_a_worker_id_of_256_characters_is_taken_and_257_refused"),
