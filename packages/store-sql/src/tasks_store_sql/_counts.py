@@ -1,16 +1,13 @@
-"""``counts`` on the SQL path, every dialect (capability ``counts``): the tasks of a
-tenant by queue and status in one statement, from indexes.
+"""``counts`` on the SQL path, every dialect (capability ``counts``): a tenant's tasks by
+queue and status in one statement (one consistent read), from indexes.
 
-Most rows read as their stored status; the statement counts them by ``(queue, status)``
-from the counts index (``ix_tasks_counts``: ``tenant, queue, status``, an index-only scan
-on PostgreSQL and SQLite) and, beside the counts, returns the rows that may read
-otherwise — expired ones (the expiry index), those with a lease (the lease index) and
-unleased pending ones whose ``run_at`` is ahead (the waiting index) — which are taken out
-of their stored count and counted as ``rules.present`` reads them. Whether a live lease
-reads ``claimed`` or ``running`` is in the document only: those rows, as many as there
-are live leases, are decoded. One statement is one consistent read on every dialect.
-Those rows are read for every tenant and kept by tenant here, so that each dialect reads
-them through their own indexes.
+Most rows read as their stored status: counted by ``(queue, status)`` from the counts
+index (``tenant, queue, status``; index-only on PostgreSQL and SQLite). Beside the counts
+come the rows that may read otherwise — expired (the expiry index), leased (the lease
+index), unleased pending with ``run_at`` ahead (the waiting index), of every tenant so
+that each arm reads its own index, kept by tenant here — each taken out of its stored
+count and counted as ``rules.present`` reads it. Only live leases' documents are decoded
+(``claimed`` or ``running`` is in the document only).
 """
 
 from __future__ import annotations
