@@ -216,27 +216,28 @@ async def _first(app: App, base: TaskQuery, lower_ms: int, before: str | None) -
 
 async def _edge(app: App, base: TaskQuery, upper_ms: int, upper: str | None,
                 width: int) -> int | None:
-    """The submit instant of the newest random-id task of ``base`` before the id ``upper``
-    (instant ``upper_ms``), else ``None``: reads of one task each, back from ``upper_ms``
-    by steps four times wider each (from ``width`` ms) until one finds a task, then
-    halving the span between that task and the last step that found none."""
-    empty_from = upper_ms
+    """An instant at most ``width`` ms above the newest random-id task of ``base`` before
+    the id ``upper`` (instant ``upper_ms``), with no such task at or after it; ``None``
+    when there is none: reads of one task each, back from ``upper_ms`` by steps four times
+    wider each (from ``width``) until one finds a task, then halving the span between that
+    task and the last step that found none down to ``width``."""
+    empty_from, step = upper_ms, width
     while True:
-        lower = max(0, upper_ms - width)
+        lower = max(0, upper_ms - step)
         found = await _first(app, base, lower, upper)
         if found is not None:
             break
         if lower == 0:
             return None
-        empty_from, width = lower, width * 4
-    while empty_from - found > 1:  # a task at found; none at or after empty_from
+        empty_from, step = lower, step * 4
+    while empty_from - found > width:  # a task at found, none from empty_from on
         middle = (found + empty_from) // 2
         later = await _first(app, base, middle, upper)
         if later is None:
             empty_from = middle
         else:
             found = later
-    return found
+    return empty_from
 
 
 async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | None = None,
@@ -280,11 +281,10 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
                 total is not None and len(found) >= total):
             break
         if anchor is None:  # look for the newest task below first
-            edge = await _edge(app, base, upper_ms, upper, width)
-            if edge is None:
+            anchor = await _edge(app, base, upper_ms, upper, width)
+            if anchor is None:
                 done = True
                 break
-            anchor = edge + 1
         lower_ms = max(0, anchor - width)
         whole = anchor - lower_ms <= 1
         tasks, complete, read = await _window(app, base, stamp_id(lower_ms), upper,
