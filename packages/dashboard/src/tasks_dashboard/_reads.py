@@ -32,9 +32,6 @@ OLDEST_PAGE = 100
 """The pending tasks of a queue read (in id order) for its oldest pending age."""
 RECENT_PAGE = 100
 """The newest finished tasks of each status read for the throughput of the last hour."""
-FEW = 1000
-"""Where the store counts, a filter matching at most this many tasks is read in one page
-(the database then plans for all of them: an index of a rare status, not the id order)."""
 RANDOM = "::"
 AFTER_RANDOM = "::g"  # sorts after every random id ("::" and hex digits)
 STATUSES = (TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.CLAIMED, TaskStatus.RUNNING,
@@ -254,7 +251,8 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
     the tasks read when it holds more (down to one millisecond, then read whole within
     the budget). ``keep`` filters
     what the store cannot; ``total`` (the matching tasks, when known) ends the search
-    once all are found, and when it is at most :data:`FEW` they are read in one page.
+    once all are found, and when they fit in one read (four pages) they are read at once
+(the database then plans for all of them: the index of a rare status, not the id order).
 
     Raises:
         StoreUnavailable: the store failed.
@@ -264,7 +262,8 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
         upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000  # clock skew
     upper = before
     base = _query(authority, statuses, queue, principal, None, 1)
-    if total is not None and total <= FEW and keep is None:  # one read of them all
+    page = 4 * limit if keep is None else 1000
+    if total is not None and total <= page and keep is None:  # one read of them all
         if total == 0:
             return Listing([], None, 0)
         items, _ = await _list(app, base.model_copy(update={"limit": total}))
@@ -272,7 +271,6 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
         listing = Listing(_page(kept, limit), None, len(items))
         listing.next = listing.items[-1].id if len(kept) > limit else None
         return listing
-    page = 4 * limit if keep is None else 1000
     found: list[Snapshot] = []
     scanned, done, width = 0, False, 50
     anchor: int | None = None  # the end of the next window (an instant), when known
