@@ -159,6 +159,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--reuse", action="store_true",
                         help="time the pages of the database a run left, as it is")
+    parser.add_argument("--backlog-only", action="store_true",
+                        help="stop after the backlog's pages (no worker, no history)")
     args = parser.parse_args()
     if args.reuse:
         await reuse(args)
@@ -181,6 +183,8 @@ async def main() -> None:
             await vacuum(app)
             print("backlog: every task pending but the cancelled and the leased")
             await time_pages(client, pages, args.runs)
+            if args.backlog_only:
+                return
             await burn(app)
             await vacuum(app)
             print("history: every task completed but the cancelled and the leased")
