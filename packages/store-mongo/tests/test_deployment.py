@@ -27,7 +27,6 @@ from tasks_core import (
     open_store,
 )
 from tasks_core.clock import utc
-from tasks_core.storekit import QueueLimits
 from tasks_store_mongo import MongoStore
 from tasks_store_mongo.plugin import open_mongo
 
@@ -48,31 +47,28 @@ async def test_replica_set_offers_every_capability(open_store: Opener) -> None:
 
 
 @pytest.mark.skipif(not HAS_SECANTUS, reason="secantusd-py is not installed")
-async def test_standalone_server_turns_wakeups_and_exclusive_queues_off(
+async def test_standalone_server_turns_wakeups_off_and_keeps_queue_limits(
     tmp_path: Path, driver: str
 ) -> None:
-    """On a standalone server (no transactions, no change streams) ``wakeups``,
-    ``cancel_wakeups``, ``exclusive_queues`` and ``queue_limits`` MUST be off and raise
-    ``CapabilityNotSupported``; everything else MUST work, ``max_tasks`` included."""
+    """On a standalone server (no transactions, no change streams) ``wakeups`` and
+    ``cancel_wakeups`` MUST be off and raise ``CapabilityNotSupported``, and so MUST
+    ``batch_transitions``; ``exclusive_queues`` and ``queue_limits`` MUST be on (the
+    queue's document, ``_alone_limits``); everything else MUST work, ``max_tasks``
+    included."""
     server = Server(standalone=True).start()
     try:
         store = await open_mongo(store_url(server.url, driver), clock=ManualClock(), max_tasks=2)
         try:
             caps = store.capabilities
-            assert (True, True, False, False, False) == (
+            assert (True, True, False, True, False, True) == (
                 caps.durable, caps.multi_process, caps.wakeups, caps.exclusive_queues,
-                caps.cancel_wakeups,
+                caps.cancel_wakeups, caps.queue_limits,
             )
             with pytest.raises(CapabilityNotSupported):
                 await store.wait_for_work(["default"], 0.01)
             with pytest.raises(CapabilityNotSupported):
                 await store.wait_for_cancels(set(), 0.01)
-            with pytest.raises(CapabilityNotSupported):
-                await store.claim_next("w", LEASE_S, queues=["q"], exclusive=["q"])
-            assert not caps.queue_limits
-            with pytest.raises(CapabilityNotSupported):
-                await store.claim_next("w", LEASE_S, queues=["q"],
-                                       limits={"q": QueueLimits(rate=(1, 1))})
+            assert [] == await store.claim_next("w", LEASE_S, queues=["q"], exclusive=["q"])
             assert not caps.batch_transitions  # no transactions: a batch is not one step
             with pytest.raises(CapabilityNotSupported):
                 await store.transition_many([])

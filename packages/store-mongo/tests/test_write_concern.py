@@ -110,7 +110,7 @@ async def test_every_write_is_majority_and_journaled_by_default(
     concerns = list(commands.concerns())
     names = {name for name, _ in concerns}
     # On a replica set creates, deletes and reaps are transactions: their commits carry it.
-    transactions = store.capabilities.exclusive_queues
+    transactions = store._transactions
     assert ({"update", "commitTransaction"} if transactions
             else {"update", "insert", "delete"}) <= names, names
     assert [] == [(n, c) for n, c in concerns if n != "in-transaction" and c != DURABLE]

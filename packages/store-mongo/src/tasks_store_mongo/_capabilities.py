@@ -15,12 +15,14 @@ MAX_CAPABILITIES = StoreCapabilities(
 
 
 def capabilities_for(*, replica_set: bool) -> StoreCapabilities:
-    """The capabilities on a deployment: change streams and multi-document transactions
-    (hence wakeups, cancel wakeups, exclusive queues, queue limits, batch transitions,
-    batch creates and creates in the application's transaction) need a replica set or a
-    sharded cluster."""
+    """The capabilities on a deployment: change streams (wakeups, cancel wakeups) and
+    multi-document transactions (batch transitions, batch creates, creates in the
+    application's transaction) need a replica set or a sharded cluster; exclusive queues
+    and queue limits are compare-and-sets of each queue's document on a standalone server
+    (``_alone_limits``)."""
     if replica_set:
         return MAX_CAPABILITIES
     return StoreCapabilities(
-        durable=True, multi_process=True, wakeups=False, exclusive_queues=False, counts=True
+        durable=True, multi_process=True, wakeups=False, exclusive_queues=True,
+        queue_limits=True, counts=True,
     )

@@ -8,7 +8,9 @@ is a compare-and-set on the task document like every other write (see ``_base``)
 decision by compare-and-set; a candidate lost to another writer is withdrawn and
 skipped, never waited for. A call with limited queues (``limits``; ``exclusive``:
 ``max_running=1``) runs in one transaction that first writes each limited queue's
-document, then counts and logs within its room (:mod:`._queue_limits`).
+document, then counts and logs within its room (:mod:`._queue_limits`); on a standalone
+server the queue's document is a compare-and-set of the claims in flight instead
+(:mod:`._alone_limits`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from datetime import datetime
 from typing import Any
 
 from tasks_core import rules, storekit
-from tasks_core.errors import CapabilityNotSupported, TaskNotFound
+from tasks_core.errors import TaskNotFound
 from tasks_core.models import Claim, TaskStatus
 from tasks_core.storekit import ClaimRequest, ClaimScan, QueueLimits, Started
 
-from tasks_store_mongo import _codec
+from tasks_store_mongo import _alone_limits, _codec
 from tasks_store_mongo._base import CAS_ATTEMPTS, NO_HISTORY, MongoBase, operation
 from tasks_store_mongo._driver import settle
 from tasks_store_mongo._queue_limits import QueueCounts, count_queues, log_claims, take_queues
@@ -78,18 +80,13 @@ class MongoClaims(MongoBase):
         one transaction that takes, counts and logs them first (:mod:`._queue_limits`).
 
         Raises:
-            CapabilityNotSupported: ``exclusive`` or ``limits`` on a deployment without
-                transactions.
             InvalidInput: bad arguments.
             StoreUnavailable: transient failure.
         """
         request = storekit.check_claim_next(worker_id, lease_for, queues, limit, exclusive,
                                             start, limits)
-        if (exclusive or limits) and not self.capabilities.queue_limits:
-            raise CapabilityNotSupported(
-                "queue limits and exclusive queues need a MongoDB replica set "
-                "(multi-document transactions)"
-            )
+        if request.limited and not self._transactions:
+            return await self._claim_limited_alone(request)
         if request.limited:
             return await self._claim_limited(request)
         scan = ClaimScan(request, await self._now())
@@ -122,6 +119,30 @@ class MongoClaims(MongoBase):
         scan.report()  # committed
         return scan.claims
 
+    async def _claim_limited_alone(self, request: ClaimRequest) -> builtins.list[Claim]:
+        """``claim_next`` of a request with limited queues on a standalone server: read
+        the queues' documents, count, decide, reserve on their versions, then write
+        (:mod:`._alone_limits`); a queue changed since the read starts it again."""
+        await self._ensure_queue_docs(sorted(request.limited))
+        for attempt in range(CAS_ATTEMPTS):
+            held = await _alone_limits.read(self._queues, request)
+            now = await self._now()
+            running, recent = await _alone_limits.count(self._tasks, request, held, now)
+            scan = ClaimScan(request, now, held.missing, running=running, recent=recent)
+            decided: builtins.list[tuple[Mapping[str, Any], Started]] = []
+            await self._scan(scan, None, decided)
+            if not await _alone_limits.reserve(self._queues, request, held, decided, now):
+                await self._contended(attempt)
+                continue
+            try:
+                for doc, started in decided:
+                    await self._write_started(scan, doc, started, None)
+            finally:
+                await _alone_limits.settle(self._queues, request, held, scan, decided)
+            scan.report()
+            return scan.claims
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _ensure_queue_docs(self, queues: builtins.list[str]) -> None:
         """Create the documents of limited queues seen for the first time, outside any
         transaction (an existing one is never written here)."""
@@ -132,9 +153,13 @@ class MongoClaims(MongoBase):
                 )
                 self._queue_docs.add(queue)
 
-    async def _scan(self, scan: ClaimScan, session: Any) -> None:
+    async def _scan(
+        self, scan: ClaimScan, session: Any,
+        decided: builtins.list[tuple[Mapping[str, Any], Started]] | None = None,
+    ) -> None:
         """Offer the candidates of the open queues of ``scan`` in claim order and write
-        its decisions (in ``session``, if any) until it is done or they run out."""
+        its decisions (in ``session``, if any) until it is done or they run out; with
+        ``decided``, collect them there unwritten instead."""
         open_queues = scan.open_queues()
         if not open_queues:
             return
@@ -160,7 +185,9 @@ class MongoClaims(MongoBase):
                     continue  # closed meanwhile: not even decoded
                 snapshot = self._decoded_or_none(doc, "claim_next")
                 started = None if snapshot is None else scan.offer(snapshot)
-                if started is not None:
+                if started is not None and decided is not None:
+                    decided.append((doc, started))
+                elif started is not None:
                     await self._write_started(scan, doc, started, session)
                     if scan.done:
                         break

@@ -4,7 +4,9 @@ One class of one private module per group of operations, all on ``_base``'s plum
 ``_records`` (create, read, delete, reap), ``_bulk`` (create_many), ``_claims``,
 ``_transitions``, ``_leases``, ``_wakeups`` and ``_cancels``. Every single-task operation
 is a compare-and-set on the task's one document; capacity counters, limited claims,
-``create_many`` and ``transition_many`` use a multi-document transaction on a replica set.
+``create_many`` and ``transition_many`` use a multi-document transaction on a replica set
+(a standalone server keeps the limits exact by single-document conditional updates:
+``_scopes``, ``_alone_limits``).
 Every write is ``{w: "majority", j: true}`` unless the client's own write concern says
 otherwise (``_driver.write_concern_for``).
 Time is the server's (``hello.localTime``, sampled per operation) unless a ``clock`` is
@@ -50,10 +52,12 @@ class MongoStore(
     cancel_wakeups     replica set  a change stream of cancels (``_cancels``); a
                                     standalone server raises (workers learn at their
                                     heartbeat)
-    exclusive_queues   replica set  a transaction on a per-queue document; a standalone
-                                    server raises ``CapabilityNotSupported``
-    queue_limits       replica set  the same transaction counts live leases and a claims
-                                    log (``_queue_limits``); a standalone server raises
+    exclusive_queues   yes          a transaction on a per-queue document; on a
+                                    standalone server a compare-and-set of that document
+                                    recording the claims in flight (``_alone_limits``)
+    queue_limits       yes          the same transaction counts live leases and a claims
+                                    log (``_queue_limits``); standalone: the same
+                                    compare-and-set, its recent claims kept in it
     batch_transitions  replica set  one transaction, each item by its own
                                     compare-and-set; a standalone server raises
     batch_create       replica set  ``create_many``: one transaction, one

@@ -1,0 +1,185 @@
+"""Queue limits on a standalone server (private): ``claim_next(exclusive=…, limits=…)``
+without multi-document transactions.
+
+A replica set counts and claims a limited queue in one transaction (``_queue_limits``).
+A standalone server has none, so each limited queue's document in ``PREFIX.queues``
+serializes its limited claimers instead: ``{_id: q, claims: <version>, kept_ms, held:
+[{r, t, g, at, until}]}``, where ``held`` lists claims decided but maybe not yet written
+(``t`` the task, ``g`` the lease generation the claim gives it, ``until`` its lease end)
+and, for a rate-limited queue, the claims made within the longest window asked for.
+
+1. **Read** each limited queue's document (its ``claims`` version), then the clock.
+2. **Count** ``running``: the held entries still *pending* — the task's stored lease
+   generation below ``g`` and ``until`` not passed (a claim in flight counts like a
+   lease; one whose claimer died stops counting at its lease end, as the lease would) —
+   then, read after them, the queue's live leases (``live_leases_by_queue``): a claim
+   landing in between is counted twice, never missed. ``recent``: the held entries with
+   ``at`` in the rate's window.
+3. **Decide** the scan without writing (``storekit.ClaimScan``).
+4. **Reserve**: push the decided claims into each queue's ``held`` by one conditional
+   update on the version read in 1 (``{_id, claims: v}`` → ``$inc claims``). Two limited
+   claimers of a queue read one version, so only one reserves; the other takes its
+   reservations back and starts again from 1, counting the winner's entries.
+5. **Write** the claims by compare-and-set; a claim lost to another writer is withdrawn
+   and its entry pulled. Entries of queues without a rate are pulled once written (the
+   lease index counts them from then on); old ones are pruned.
+
+A claimer that dies after 4 leaves its entries counted until their lease end (like a lease
+of a crashed worker) and, for a rate, until its window passes: a limit is never exceeded,
+only reached early. A claim landing after its own ``until`` lands with a lease already
+expired, which holds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tasks_core.storekit import ClaimRequest, ClaimScan, Started
+
+from tasks_store_mongo import _codec
+
+__all__ = ["Held", "count", "read", "reserve", "settle"]
+
+_MS = timedelta(milliseconds=1)
+Decided = Sequence[tuple[Mapping[str, Any], Started]]
+
+
+@dataclass
+class Held:
+    """What one limited claim read of its queues' documents (see the module docstring)."""
+
+    versions: dict[str, Any] = field(default_factory=dict)
+    kept: dict[str, timedelta] = field(default_factory=dict)
+    entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    reservation: str = field(default_factory=_codec.new_tag)
+
+
+async def read(queues: Any, request: ClaimRequest) -> Held:
+    """Step 1: each limited queue's version, kept window and held entries."""
+    held = Held()
+    for queue in sorted(request.limited):
+        doc = await queues.find_one({"_id": queue})
+        if doc is None:
+            held.missing.append(queue)
+            continue
+        held.versions[queue] = doc.get("claims", 0)
+        stored = doc.get("kept_ms")
+        held.kept[queue] = int(stored) * _MS if isinstance(stored, int) else timedelta(0)
+        entries = doc.get("held")
+        held.entries[queue] = [e for e in entries if isinstance(e, dict)] if isinstance(
+            entries, list) else []
+    return held
+
+
+async def count(
+    tasks: Any, request: ClaimRequest, held: Held, now: datetime
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Step 2: ``running`` and ``recent`` of each limited queue at ``now``."""
+    running: dict[str, int] = {}
+    recent: dict[str, int] = {}
+    for queue, limits in sorted(request.limits.items()):
+        if queue in held.missing:
+            continue
+        entries = held.entries[queue]
+        if limits.max_running is not None:
+            # pending first: a claim that lands between the two reads is then counted
+            # twice (the limit reached early), never by neither
+            pending = await _pending(tasks, entries, now)
+            live = int(await tasks.count_documents(
+                {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}},
+                limit=limits.max_running,
+            ))
+            running[queue] = pending + live
+        start = limits.window_start(now)
+        if limits.rate is not None and start is not None:
+            recent[queue] = sum(1 for e in entries if _at(e, "at") > start)
+    return running, recent
+
+
+def _at(entry: Mapping[str, Any], key: str) -> datetime:
+    value = entry.get(key)
+    return value if isinstance(value, datetime) else datetime.min.replace(tzinfo=UTC)
+
+
+async def _pending(tasks: Any, entries: list[dict[str, Any]], now: datetime) -> int:
+    """Held entries whose claim may still land: lease end not passed, and the task's
+    stored lease generation still below the entry's."""
+    live = [e for e in entries if _at(e, "until") > now]
+    if not live:
+        return 0
+    stored: dict[str, int] = {}
+    ids = sorted({str(e.get("t")) for e in live})
+    async for doc in tasks.find({"_id": {"$in": ids}},
+                                {"lease_generation": 1}):
+        generation = doc.get("lease_generation")
+        stored[doc["_id"]] = generation if isinstance(generation, int) else 0
+    return sum(1 for e in live
+               if e.get("t") in stored and stored[e["t"]] < int(e.get("g", 0)))
+
+
+async def reserve(
+    queues: Any, request: ClaimRequest, held: Held, decided: Decided, now: datetime
+) -> bool:
+    """Step 4: push the decided claims of each limited queue into its ``held``, each
+    conditional on the version read; ``False`` (every reservation taken back) when a
+    queue changed since."""
+    done: list[str] = []
+    for queue in sorted(held.versions):
+        entries = [
+            {"r": held.reservation, "t": started.snapshot.id,
+             "g": started.snapshot.lease_generation, "at": now,
+             "until": started.claim.lease.expires_at}
+            for _, started in decided
+            if started.claim is not None and started.snapshot.queue == queue
+        ]
+        if not entries:
+            continue
+        update: dict[str, Any] = {"$inc": {"claims": 1},
+                                  "$push": {"held": {"$each": entries}}}
+        window = request.limits[queue].window
+        if window is not None:
+            update["$max"] = {"kept_ms": -(-window // _MS)}
+        taken = await queues.update_one(
+            {"_id": queue, "claims": held.versions[queue]}, update
+        )
+        if taken.matched_count != 1:
+            await _take_back(queues, held, done)
+            return False
+        done.append(queue)
+    return True
+
+
+async def _take_back(queues: Any, held: Held, names: list[str]) -> None:
+    for queue in names:
+        await queues.update_one({"_id": queue},
+                                {"$pull": {"held": {"r": held.reservation}}})
+
+
+async def settle(
+    queues: Any, request: ClaimRequest, held: Held, scan: ClaimScan, decided: Decided
+) -> None:
+    """Step 5, once the claims are written: pull the entries of claims withdrawn (or
+    not written), and of every claim of a queue without a rate; prune entries neither
+    pending nor in any window."""
+    made = {(claim.snapshot.id, claim.snapshot.lease_generation) for claim in scan.claims}
+    for queue in sorted(held.versions):
+        rated = request.limits[queue].rate is not None
+        lost = [started.snapshot.id for _, started in decided
+                if started.claim is not None and started.snapshot.queue == queue
+                and (not rated or (started.snapshot.id, started.snapshot.lease_generation)
+                     not in made)]
+        if lost:
+            await queues.update_one(
+                {"_id": queue},
+                {"$pull": {"held": {"r": held.reservation, "t": {"$in": lost}}}},
+            )
+        cutoff = scan.now - max(held.kept[queue], request.limits[queue].window or timedelta(0))
+        await queues.update_one(
+            {"_id": queue},
+            {"$pull": {"held": {"until": {"$lte": scan.now}, "at": {"$lte": cutoff}}}},
+        )
+

@@ -1,0 +1,162 @@
+"""Exclusive queues and queue limits on a standalone server (no transactions): claimers in
+separate threads, each with its own event loop, client and store, race for a limited
+queue; the queue's document, a compare-and-set of the claims in flight
+(``_alone_limits``), lets exactly the limit through.
+
+The race is proven by a broken store that counts the queue's live leases and then claims
+(it checks, then acts): the same race check MUST fail against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mongo_server import DATABASE, Server, secantusd, store_url
+from tasks_contract_tests._kit import LEASE_S, new_task
+from tasks_core import Claim, Completed
+from tasks_core.storekit import ClaimRequest, ClaimScan, QueueLimits
+from tasks_store_mongo import MongoStore, _alone_limits
+from tasks_store_mongo._driver import open_client, settle
+from tasks_store_mongo.plugin import open_mongo
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        shutil.which(secantusd()) is None and not Path(secantusd()).exists(),
+        reason="secantusd-py is not installed",
+    ),
+]
+
+THREADS = 6
+ROUNDS = 4
+QUEUE = "serial"
+
+
+@pytest.fixture(scope="module")
+def standalone() -> Iterator[str]:
+    """A standalone SecantusDB of this module's (base URL)."""
+    server = Server(standalone=True).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+class CountThenClaim(MongoStore):
+    """Broken: counts the queue's live leases, then claims within that room — no
+    reservation on the queue's document, so the check and the act are writes apart."""
+
+    async def _claim_limited_alone(self, request: ClaimRequest) -> list[Claim]:
+        await self._ensure_queue_docs(sorted(request.limited))
+        held = await _alone_limits.read(self._queues, request)
+        now = await self._now()
+        running, recent = await _alone_limits.count(self._tasks, request, held, now)
+        scan = ClaimScan(request, now, held.missing, running=running, recent=recent)
+        await self._scan(scan, None)
+        return scan.claims
+
+
+def _claimer(
+    cls: type[MongoStore], base: str, driver: str, namespace: str, limits: QueueLimits,
+    barrier: threading.Barrier, claims: list[Claim],
+) -> None:
+    """One thread: its own loop, client and store; waits at ``barrier``, then claims
+    from the limited queue once."""
+
+    async def main() -> None:
+        client = open_client(base, driver)  # type: ignore[arg-type]
+        try:
+            store = await cls.open(client, database=DATABASE, namespace=namespace)
+            await store.now()  # connected before the race starts
+            await asyncio.to_thread(barrier.wait)
+            claims.extend(await store.claim_next(
+                f"w-{threading.get_ident()}", LEASE_S, queues=[QUEUE],
+                limits={QUEUE: limits},
+            ))
+        finally:
+            await settle(client.close())
+
+    asyncio.run(main())
+
+
+async def _race_rounds(
+    cls: type[MongoStore], base: str, driver: str, limits: QueueLimits
+) -> list[int]:
+    """``ROUNDS`` races of ``THREADS`` claimers for the queue (plenty of tasks in it);
+    after each, the claims are completed. The number of claims of each round."""
+    namespace = "q" + secrets.token_hex(5)
+    store = await open_mongo(store_url(base, driver), namespace=namespace)
+    try:
+        for _ in range(THREADS * ROUNDS):
+            await store.create(new_task(queue=QUEUE))
+        counts = []
+        for _ in range(ROUNDS):
+            claims: list[Claim] = []
+            barrier = threading.Barrier(THREADS)
+            threads = [threading.Thread(target=_claimer, args=(
+                cls, base, driver, namespace, limits, barrier, claims))
+                for _ in range(THREADS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            counts.append(len(claims))
+            assert len({c.snapshot.id for c in claims}) == len(claims)  # never one twice
+            for claim in claims:
+                await store.transition(claim.snapshot.id, claim.snapshot.revision,
+                                       Completed(event_id="done", result=None), claim.lease)
+        return counts
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("running", [1, 2])
+async def test_racing_limited_claimers_in_threads_take_exactly_the_room(
+    standalone: str, driver: str, running: int
+) -> None:
+    """Claimers of a queue limited to ``running`` live leases (1: exclusive) racing from
+    separate threads on a standalone server MUST claim exactly ``running`` tasks, round
+    after round (the previous round's completed)."""
+    counts = await _race_rounds(MongoStore, standalone, driver,
+                                QueueLimits(max_running=running))
+    assert [running] * ROUNDS == counts
+
+
+async def test_the_race_catches_a_store_that_counts_then_claims(
+    standalone: str, driver: str
+) -> None:
+    """The exclusive race above MUST fail against a store that counts the queue's live
+    leases and then claims, reserving nothing."""
+    counts = await _race_rounds(CountThenClaim, standalone, driver,
+                                QueueLimits(max_running=1))
+    with pytest.raises(AssertionError):
+        assert [1] * ROUNDS == counts
+
+
+async def test_a_rate_counts_claims_across_stores(standalone: str, driver: str) -> None:
+    """``rate=(2, 3600)`` MUST allow two claims of the queue across two stores, then none,
+    even after those two finished."""
+    namespace = "q" + secrets.token_hex(5)
+    url = store_url(standalone, driver)
+    first = await open_mongo(url, namespace=namespace)
+    second = await open_mongo(url, namespace=namespace)
+    try:
+        for _ in range(4):
+            await first.create(new_task(queue=QUEUE))
+        limits = {QUEUE: QueueLimits(rate=(2, 3600))}
+        one = await first.claim_next("w1", LEASE_S, queues=[QUEUE], limits=limits)
+        two = await second.claim_next("w2", LEASE_S, queues=[QUEUE], limits=limits, limit=5)
+        assert (1, 1) == (len(one), len(two))
+        for claim in (*one, *two):
+            await first.transition(claim.snapshot.id, claim.snapshot.revision,
+                                   Completed(event_id="done", result=None), claim.lease)
+        assert [] == await second.claim_next("w2", LEASE_S, queues=[QUEUE], limits=limits)
+    finally:
+        await second.aclose()
+        await first.aclose()
