@@ -25,6 +25,7 @@ from conftest import Opener
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import (
     Completed,
+    LeaseLost,
     ManualClock,
     RetryPolicy,
     RetryRequested,
@@ -482,3 +483,43 @@ async def _claim_matches_the_rules_then_retry(
     retried = await store.transition(task_id, claim.snapshot.revision,
                                      RetryRequested(event_id="r1", error="Boom"), claim.lease)
     assert retried.snapshot.retry_at is not None
+
+
+async def test_worker_snapshot_is_one_read_on_the_driver_and_reads_as_the_sql_path(
+    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker reads each claim it held a while again before starting it: on PostgreSQL
+    one statement on the driver, which answers as the SQL path does — the snapshot, or
+    ``LeaseLost`` for a lease that is no longer the task's."""
+    task = await store.create(new_task())
+    claim = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
+    clock.advance(1)
+    sent: list[str] = []
+    run_driver = store._db.run_driver
+
+    async def counting(operation: Any, **options: Any) -> Any:
+        async def counted(driver: Any) -> Any:
+            fetchrow = driver.fetchrow
+
+            async def fetching(sql: str, *args: Any) -> Any:
+                sent.append(sql)
+                return await fetchrow(sql, *args)
+
+            class Driver:
+                def __getattr__(self, name: str) -> Any:
+                    return fetching if name == "fetchrow" else getattr(driver, name)
+
+            return await operation(Driver())
+
+        return await run_driver(counted, **options)
+
+    monkeypatch.setattr(store._db, "run_driver", counting)
+    read = await store.worker_snapshot(claim.lease)
+
+    assert len(sent) == 1
+    assert read == await SQLStore._worker_snapshot(store, claim.lease)
+    assert read.id == task.id
+    assert read.claim == claim.snapshot.claim
+    await store.release(claim.lease)
+    with pytest.raises(LeaseLost):
+        await store.worker_snapshot(claim.lease)

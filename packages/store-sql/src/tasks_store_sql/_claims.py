@@ -335,6 +335,10 @@ class ClaimOps(ReadOps):
         if not isinstance(lease, Lease):
             raise TypeError("lease must be a Lease")
         await self._ensure_ready()
+        return await self._worker_snapshot(lease)
+
+    async def _worker_snapshot(self, lease: Lease) -> Snapshot:
+        """``worker_snapshot`` in a transaction of the SQL path (PostgreSQL overrides)."""
 
         async def op(conn: AsyncConnection) -> Snapshot:
             row = await self._fetch(conn, lease.task_id, lock=False)

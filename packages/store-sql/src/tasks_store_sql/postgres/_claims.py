@@ -1,5 +1,6 @@
-"""PostgreSQL's claims and leases on asyncpg: ``claim_next`` in up to three tiers, and
-``claim``, ``renew``, ``report_progress`` and ``release`` in one lock and one write each.
+"""PostgreSQL's claims and leases on asyncpg: ``claim_next`` in up to three tiers,
+``claim``, ``renew``, ``report_progress`` and ``release`` in one lock and one write each,
+and ``worker_snapshot`` in one read.
 
 ``claim_next`` of shared queues runs (1) the fresh-claim statement (new tasks only,
 :func:`._claim_sql.fresh_claim_statement`); when it left a candidate alone, (2) the
@@ -160,6 +161,25 @@ class PostgresClaims(PostgresBase):
         if row is None or now is None:
             raise LeaseLost()
         return row, row.snapshot, now
+
+    async def _worker_snapshot(self, lease: Lease) -> Snapshot:
+        """``worker_snapshot`` on the driver: one read, its own transaction (a worker reads
+        a claim it held a while again before it starts it: once per task when a worker
+        holds many)."""
+
+        async def op(driver: Any) -> Snapshot:
+            statement = self.sql.read
+            row = await driver.fetchrow(
+                statement.sql, *statement.args(now=self._now_arg(), id=lease.task_id))
+            if row is None:
+                raise LeaseLost()
+            text, token, now = row
+            now = rules.tick(now)
+            snapshot = _codec.decode_snapshot(lease.task_id, text)
+            rules.check_lease(snapshot, token, lease, now)
+            return rules.present(snapshot, now)
+
+        return await self._db.run_driver(op, single_statement=True)
 
     async def _renew(self, lease: Lease, lease_for: float) -> Claim:
         """``renew`` on the driver: one lock, one write."""

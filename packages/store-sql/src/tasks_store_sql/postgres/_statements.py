@@ -201,6 +201,15 @@ class Statements:
         )
 
     @functools.cached_property
+    def read(self) -> Statement:
+        """Task ``id``'s snapshot and lease token, unlocked, and ``now``."""
+        t = self.tables.tasks
+        return Statement.of(
+            sa.select(t.c.snapshot, t.c.claim_token, store_clock().label("now"))
+            .where(t.c.id == sa.bindparam("id", type_=sa.Text))
+        )
+
+    @functools.cached_property
     def events(self) -> Statement:
         """The history entries of ``event_ids`` of tasks ``ids`` (read after the locks)."""
         ev = self.tables.events
