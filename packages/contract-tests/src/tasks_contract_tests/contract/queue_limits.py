@@ -113,6 +113,25 @@ class QueueLimitContract(ContractBase):
                                      limits=limits)
         assert other == _ids(got)
 
+    async def test_a_limited_queue_is_served_up_to_its_room_in_claim_order(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """With ``max_running=3`` and three tasks of the queue older than a task of
+        another queue, ``claim_next(limit=3)`` over both MUST claim the three of the
+        limited queue — its whole room — and not the newer task.
+
+        Troubleshooting: take up to ``ClaimScan.room(queue)`` candidates of each limited
+        queue, in claim order across the queues; closing a queue before its room is used
+        lets a newer task of another queue in first.
+        """
+        _require(store)
+        ids = await _tasks(store, clock, 3)
+        await _tasks(store, clock, 1, queue="free")
+        limits = {Q: QueueLimits(max_running=3)}
+        got = await store.claim_next("w1", LEASE_S, queues=[Q, "free"], limit=3,
+                                     limits=limits)
+        assert ids == _ids(got)
+
     async def test_rate_bounds_the_claims_in_any_window(
         self, store: TaskStore, clock: ManualClock
     ) -> None:

@@ -309,7 +309,7 @@ class ClaimScan:
         candidate at :attr:`now`, its queue without room, or nothing more to claim), else
         the claim or the failure to write."""
         queue = snapshot.queue
-        if self.remaining <= 0 or queue not in self.request.queues or self.room(queue) <= 0:
+        if queue not in self.request.queues or self.room(queue) <= 0:  # room: remaining too
             return None
         if not self._candidate(snapshot, self.now):
             return None
