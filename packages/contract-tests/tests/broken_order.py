@@ -18,7 +18,7 @@ __all__ = [
     "CancelledTasksFreeTheirQueue",
     "CapacityCheckedBeforeTheId",
     "LeaseForCheckedBeforeTheLease",
-    "RevisionCheckedBeforeTheReplay",
+    "RevisionCheckedBeforeAuthorizing",
 ]
 
 
@@ -50,16 +50,17 @@ class CapacityCheckedBeforeTheId(MemoryStore):
         return await super().create(new, replace=replace, transaction=transaction)
 
 
-class RevisionCheckedBeforeTheReplay(MemoryStore):
-    """Checks the expected revision first: an applied event sent again at its old
-    revision reads ``RevisionConflict`` instead of ``duplicate``."""
+class RevisionCheckedBeforeAuthorizing(MemoryStore):
+    """Checks the expected revision of a new event before it authorizes the sender: an
+    outsider at a stale revision reads ``RevisionConflict`` (which tells that the task
+    exists, and its revision) instead of ``TaskNotFound``."""
 
     async def transition(
         self, task_id: str, expected_revision: int, event: Event, authority: Lease | Access
     ) -> Transition:
         with self._locked() as now:
             row = self._rows.get(task_id)
-            if row is not None:
+            if row is not None and self._find_event(row, event.event_id) is None:
                 rules.check_revision(self._view(task_id, row), expected_revision, now)
         return await super().transition(task_id, expected_revision, event, authority)
 

@@ -128,7 +128,7 @@ BROKEN: list[tuple[type, str]] = [
     # which refusal wins, what keeps a queue busy
     (order.CapacityCheckedBeforeTheId,
      "test_create_names_a_taken_id_before_a_full_store[max_tasks]"),
-    (order.RevisionCheckedBeforeTheReplay, "test_transition_refuses_in_the_order_of_its_steps"),
+    (order.RevisionCheckedBeforeAuthorizing, "test_transition_refuses_in_the_order_of_its_steps"),
     (order.LeaseForCheckedBeforeTheLease, "test_a_stale_lease_is_refused_before_a_bad_argument"),
     (
         order.CancelledTasksFreeTheirQueue,

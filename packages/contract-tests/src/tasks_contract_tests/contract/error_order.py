@@ -70,7 +70,8 @@ class ErrorOrderContract(ContractBase):
         """``transition`` MUST decide find, authorize, replay, revision, apply, in this
         order: an unknown task with a lease is ``TaskNotFound``; a lease sending a request
         event is ``AuthorizationError`` even when stale; request access from another
-        tenant sending a worker event is ``TaskNotFound``, from a member
+        tenant sending a worker event is ``TaskNotFound`` (at a stale revision too), from a
+        member
         ``AuthorizationError``; an applied event id sent again at a stale revision is
         ``duplicate`` (other content under it: ``EventIdReused``); an event the task
         cannot take at a stale revision is ``RevisionConflict`` (at its revision:
@@ -88,8 +89,8 @@ class ErrorOrderContract(ContractBase):
         with pytest.raises(AuthorizationError):
             await store.transition(task.id, task.revision, Cancelled(event_id="c"), stale)
         done = Completed(event_id="done")
-        with pytest.raises(TaskNotFound):
-            await store.transition(task.id, task.revision, done, access(MALLORY))
+        with pytest.raises(TaskNotFound):  # at any revision: no oracle for an outsider
+            await store.transition(task.id, task.revision + 5, done, access(MALLORY))
         with pytest.raises(AuthorizationError):
             await store.transition(task.id, task.revision, done, access(ALICE))
         asked = await store.transition(task.id, task.revision,
