@@ -15,7 +15,9 @@ and, for a rate-limited queue, the claims made within the longest window asked f
    then, read after them, the queue's live leases (``live_leases_by_queue``): a claim
    landing in between is counted twice, never missed. ``recent``: the held entries with
    ``at`` in the rate's window.
-3. **Decide** the scan without writing (``storekit.ClaimScan``).
+3. **Decide** the scan without writing (``storekit.ClaimScan``), skipping the tasks of
+   held entries whose lease end has not passed (another claimer's, maybe not written
+   yet: deciding on them too would lose that write and leave room unused).
 4. **Reserve**: push the decided claims into each queue's ``held`` by one conditional
    update on the version read in 1 (``{_id, claims: v}`` → ``$inc claims``). Two limited
    claimers of a queue read one version, so only one reserves; the other takes its
@@ -41,7 +43,7 @@ from tasks_core.storekit import ClaimRequest, ClaimScan, Started
 
 from tasks_store_mongo import _codec
 
-__all__ = ["Held", "count", "read", "reserve", "settle"]
+__all__ = ["Held", "count", "in_flight", "read", "reserve", "settle"]
 
 _MS = timedelta(milliseconds=1)
 Decided = Sequence[tuple[Mapping[str, Any], Started]]
@@ -119,6 +121,14 @@ async def _pending(tasks: Any, entries: list[dict[str, Any]], now: datetime) -> 
         stored[doc["_id"]] = generation if isinstance(generation, int) else 0
     return sum(1 for e in live
                if e.get("t") in stored and stored[e["t"]] < int(e.get("g", 0)))
+
+
+def in_flight(held: Held, now: datetime) -> frozenset[str]:
+    """The tasks other claimers reserved and may still be writing (lease end not passed):
+    the scan skips them, so two limited claimers never decide on one task — the loser of
+    that write would leave room unused."""
+    return frozenset(str(e.get("t")) for entries in held.entries.values()
+                     for e in entries if _at(e, "until") > now)
 
 
 async def reserve(

@@ -130,7 +130,7 @@ class MongoClaims(MongoBase):
             running, recent = await _alone_limits.count(self._tasks, request, held, now)
             scan = ClaimScan(request, now, held.missing, running=running, recent=recent)
             decided: builtins.list[tuple[Mapping[str, Any], Started]] = []
-            await self._scan(scan, None, decided)
+            await self._scan(scan, None, decided, skip=_alone_limits.in_flight(held, now))
             if not await _alone_limits.reserve(self._queues, request, held, decided, now):
                 await self._contended(attempt)
                 continue
@@ -156,10 +156,12 @@ class MongoClaims(MongoBase):
     async def _scan(
         self, scan: ClaimScan, session: Any,
         decided: builtins.list[tuple[Mapping[str, Any], Started]] | None = None,
+        skip: frozenset[str] = frozenset(),
     ) -> None:
         """Offer the candidates of the open queues of ``scan`` in claim order and write
         its decisions (in ``session``, if any) until it is done or they run out; with
-        ``decided``, collect them there unwritten instead."""
+        ``decided``, collect them there unwritten instead; ``skip``: task ids another
+        claimer reserved (not offered)."""
         open_queues = scan.open_queues()
         if not open_queues:
             return
@@ -181,8 +183,8 @@ class MongoClaims(MongoBase):
         cursor.batch_size(scan.request.limit * 2 + 8)
         try:
             async for doc in cursor:
-                if doc.get("queue") not in scan.open_queues():
-                    continue  # closed meanwhile: not even decoded
+                if doc.get("queue") not in scan.open_queues() or doc.get("_id") in skip:
+                    continue  # closed meanwhile, or reserved by another: not decoded
                 snapshot = self._decoded_or_none(doc, "claim_next")
                 started = None if snapshot is None else scan.offer(snapshot)
                 if started is not None and decided is not None:
