@@ -8,6 +8,7 @@ editable), so they test what users install.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -45,10 +46,10 @@ def reachable(url: str) -> bool:
 
 @contextlib.contextmanager
 def secantusdb(session: nox.Session, storage: str = ":memory:", *,
-               required: bool = True) -> Iterator[str]:
+               required: bool = True, standalone: bool = False) -> Iterator[str]:
     """Start SecantusDB (the test-only MongoDB wire-protocol server) on a free port, its
-    data in ``storage``; one that cannot start fails the session, or (not ``required``)
-    yields "" with a warning."""
+    data in ``storage`` (a one-node replica set; ``standalone``: a standalone server); one
+    that cannot start fails the session, or (not ``required``) yields "" with a warning."""
     try:
         session.install("secantusdb==0.7.0b3")
     except nox.command.CommandFailed:
@@ -61,7 +62,8 @@ def secantusdb(session: nox.Session, storage: str = ":memory:", *,
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     args = [str(Path(session.bin) / "secantusd-py"), "--host", "127.0.0.1", "--port", str(port),
-            "--storage-path", storage, "--log-level", "WARNING"]
+            "--storage-path", storage, "--log-level", "WARNING",
+            *(["--standalone"] if standalone else [])]
     server = subprocess.Popen(args)
     try:
         deadline = time.monotonic() + 60
@@ -119,6 +121,9 @@ STORES = {
                               (*SUITE, "store-sql[aiomysql]"), server=True),
     "mongodb":       Store("{server}/tasks_test?driver=pymongo", MONGO, serve=secantusdb),
     "mongodb-motor": Store("{server}/tasks_test?driver=motor", MONGO, serve=secantusdb),
+    # no transactions, no change streams: the limits by single-document conditional updates
+    "mongodb-standalone": Store("{server}/tasks_test?driver=pymongo", MONGO,
+                                serve=functools.partial(secantusdb, standalone=True)),
 }
 # fmt: on
 RELIABILITY = ("sqlite", "postgresql", "mariadb", "mongodb")  # stores shared by processes
