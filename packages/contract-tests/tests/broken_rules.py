@@ -10,7 +10,7 @@ import asyncio
 import builtins
 import logging
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from tasks_core import (
 )
 from tasks_core._model import replaced
 from tasks_core.clock import Clock
+from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
@@ -79,9 +80,10 @@ class _ServesCancelledTasks(MemoryStore):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         claims = await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                          exclusive=exclusive, start=start)
+                                          exclusive=exclusive, start=start, limits=limits)
         with self._locked() as now:
             for task_id, row in sorted(self._rows.items()):
                 if len(claims) >= limit:
@@ -137,6 +139,7 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
         rules.check_lease_for(lease_for)
         rules.check_worker_id(worker_id)
@@ -146,7 +149,7 @@ class BusyExclusiveQueueBlocksTheCall(MemoryStore):
             if any(self._queue_running(queue, now) for queue in exclusive_set & wanted):
                 return []
         return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                        exclusive=exclusive, start=start)
+                                        exclusive=exclusive, start=start, limits=limits)
 
 
 class RecoveredNeverSet(MemoryStore):
@@ -186,7 +189,10 @@ class WaitingTasksNotCounted(MemoryStore):
             raise CapacityExceeded("max_tasks")
         active = 0
         for task_id, row in self._rows.items():
-            snapshot = self._decode(task_id, row)
+            try:
+                snapshot = self._decode(task_id, row)
+            except StoreCorrupt:
+                continue
             if task_id == new.id or snapshot.tenant != new.tenant:
                 continue
             if snapshot.status != TaskStatus.WAITING_INPUT and rules.counts_as_active(
