@@ -1,35 +1,15 @@
 """Queue limits on a standalone server (private): ``claim_next(exclusive=…, limits=…)``
 without multi-document transactions.
 
-A replica set counts and claims a limited queue in one transaction (``_queue_limits``).
-A standalone server has none, so each limited queue's document in ``PREFIX.queues``
-serializes its limited claimers instead: ``{_id: q, claims: <version>, kept_ms, held:
-[{r, t, g, at, until}]}``, where ``held`` lists claims decided but maybe not yet written
-(``t`` the task, ``g`` the lease generation the claim gives it, ``until`` its lease end)
-and, for a rate-limited queue, the claims made within the longest window asked for.
-
-1. **Read** each limited queue's document (its ``claims`` version), then the clock.
-2. **Count** ``running``: the held entries still *pending* — the task's stored lease
-   generation below ``g`` and ``until`` not passed (a claim in flight counts like a
-   lease; one whose claimer died stops counting at its lease end, as the lease would) —
-   then, read after them, the queue's live leases (``live_leases_by_queue``): a claim
-   landing in between is counted twice, never missed. ``recent``: the held entries with
-   ``at`` in the rate's window.
-3. **Decide** the scan without writing (``storekit.ClaimScan``), skipping the tasks of
-   held entries whose lease end has not passed (another claimer's, maybe not written
-   yet: deciding on them too would lose that write and leave room unused).
-4. **Reserve**: push the decided claims into each queue's ``held`` by one conditional
-   update on the version read in 1 (``{_id, claims: v}`` → ``$inc claims``). Two limited
-   claimers of a queue read one version, so only one reserves; the other takes its
-   reservations back and starts again from 1, counting the winner's entries.
-5. **Write** the claims by compare-and-set; a claim lost to another writer is withdrawn
-   and its entry pulled. Entries of queues without a rate are pulled once written (the
-   lease index counts them from then on); old ones are pruned.
-
-A claimer that dies after 4 leaves its entries counted until their lease end (like a lease
-of a crashed worker) and, for a rate, until its window passes: a limit is never exceeded,
-only reached early. A claim landing after its own ``until`` lands with a lease already
-expired, which holds nothing.
+Each limited queue's document in ``PREFIX.queues`` serializes its limited claimers:
+``{_id: q, claims: <version>, kept_ms, held: [{r, t, g, at, until}]}``, ``held`` the
+claims decided but maybe not yet written (and, for a rate, those within its window). A
+claim reads the versions and the clock (1, :func:`read`), counts ``running`` from the
+pending held entries and then the live leases, and ``recent`` (2, :func:`count`),
+decides without writing (3), reserves by one update conditional on the version read (4,
+:func:`reserve`) and writes by compare-and-set (5, :func:`settle`). Rule: a limit is
+never exceeded, only reached early (a dead claimer's entries count until their lease
+end). docs/mongodb.md, "Queue limits on a standalone server", says why each step holds.
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
 """Claims (private): ``claim``, ``claim_next`` (limited queues included) and
 ``next_available``.
 
-The decisions are :mod:`tasks_core.storekit`'s; this module fetches and writes. A claim
-is a compare-and-set on the task document like every other write (see ``_base``).
-``claim_next`` streams candidates from the ``claim_next`` index in claim order
-(``storekit.claim_order``), offers each to a ``storekit.ClaimScan`` and writes its
-decision by compare-and-set; a candidate lost to another writer is withdrawn and
-skipped, never waited for. A call with limited queues (``limits``; ``exclusive``:
-``max_running=1``) runs in one transaction that first writes each limited queue's
-document, then counts and logs within its room (:mod:`._queue_limits`); on a standalone
-server the queue's document is a compare-and-set of the claims in flight instead
-(:mod:`._alone_limits`).
+The decisions are :mod:`tasks_core.storekit`'s; this module fetches and writes, each
+claim a compare-and-set on the task document. ``claim_next`` streams candidates from the
+``claim_next`` index in claim order (``storekit.claim_order``), offers each to a
+``storekit.ClaimScan`` and writes its decision by compare-and-set; a candidate lost to
+another writer is withdrawn and skipped, never waited for. A call with limited queues
+(``limits``; ``exclusive``: ``max_running=1``) runs in one transaction that first writes
+each limited queue's document, then counts and logs within its room
+(:mod:`._queue_limits`); on a standalone server the queue's document is a
+compare-and-set of the claims in flight instead (:mod:`._alone_limits`).
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """``max_active_tasks_per_scope`` on a standalone server (private): an exact counter.
 
-A standalone server runs no multi-document transaction, so counting a tenant's active
-tasks and then inserting one cannot be one step: two creates would both count below the
-limit and both insert. Instead each tenant has a counter document in ``PREFIX.counters``,
-``{_id: "active:<tenant>", n}``, and the rule kept is:
-
-    ``n`` >= the number of the tenant's task documents marked ``_scope: <tenant>``
-    >= the number of its active (not terminal, not expired) tasks created with the
-    limit on,
-
-so the limit can never be overshot, and every mark is given back when it stops counting:
-
-- **create** takes a unit first, with one conditional ``$inc`` (``n < cap``) — a single
-  document update, atomic on every server, so of concurrent creates at most ``cap - n``
-  pass — then inserts the task marked; a create that fails after that gives the unit back.
-- **finishing** (a terminal transition, a TTL passing) writes nothing here: marked tasks
-  that no longer count are released when a create finds the counter full — each unmarked
-  by one conditional update (only one releaser wins it; the write tag changes, so a
-  compare-and-set decided on the marked document re-reads), then ``n`` lowered by the
-  number won — and the create tries again.
-- **delete, reap, replace** of a marked document give its unit back after the write.
-
-A process dying between two of these writes leaves ``n`` one too high for that tenant
-(a create refused one task early), never too low. The limit counts the tasks created
-with it on: the first limited create of a tenant (the one that creates its counter)
-counts the tenant's active tasks from before. Replica sets do not use this module: there
-the count and the insert are one transaction (``MongoBase._check_active``).
+No multi-document transaction makes a count and an insert one step, so each tenant has a
+counter document ``{_id: "active:<tenant>", n}`` in ``PREFIX.counters``, and each task it
+holds a unit for is marked ``_scope: <tenant>``. Rule: ``n`` >= the marked tasks >= the
+tenant's active tasks created with the limit on, so the limit is never overshot: a create
+takes a unit by one conditional ``$inc`` (``n < cap``) before its insert (given back if the
+create fails); finished marked tasks are released when a create finds the counter full;
+delete, reap and replace give their unit back. A crash between two writes leaves ``n``
+one too high (a create refused early), never too low. Replica sets use a transaction
+instead (``MongoBase._check_active``). docs/mongodb.md, "The tenant limit on a standalone
+server", has the whole argument.
 """
 
 from __future__ import annotations

@@ -6,12 +6,10 @@ One class of one private module per group of operations, all on ``_base``'s plum
 is a compare-and-set on the task's one document; capacity counters, limited claims,
 ``create_many`` and ``transition_many`` use a multi-document transaction on a replica set
 (a standalone server keeps the limits exact by single-document conditional updates:
-``_scopes``, ``_alone_limits``).
-Every write is ``{w: "majority", j: true}`` unless the client's own write concern says
-otherwise (``_driver.write_concern_for``).
-Time is the server's (``hello.localTime``, sampled per operation) unless a ``clock`` is
-injected. docs/mongodb.md has the capability matrix per deployment, the URL format, the
-write concern and why each operation is atomic.
+``_scopes``, ``_alone_limits``). Every write is ``{w: "majority", j: true}`` unless the
+client's own write concern says otherwise; time is the server's unless a ``clock`` is
+injected. docs/mongodb.md has the capability matrix, URLs, the write concern and why
+each operation is atomic.
 """
 
 from __future__ import annotations
