@@ -51,7 +51,11 @@ class ExclusiveQueueCheckedBeforeClaiming(MemoryStore):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
+        if limits:  # not this store's defect
+            return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
+                                             exclusive=exclusive, start=start, limits=limits)
         wanted = rules.check_queues(queues)
         exclusive_set = rules.check_queues(exclusive, allow_empty=True)
         with self._locked() as now:
@@ -127,10 +131,11 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
         limit: int = 1,
         exclusive: Collection[str] = (),
         start: int | None = None,
+        limits: Mapping[str, storekit.QueueLimits] | None = None,
     ) -> builtins.list[Claim]:
-        if exclusive:
+        if exclusive or start is not None or limits:  # not this store's defect
             return await super().claim_next(worker_id, lease_for, queues=queues, limit=limit,
-                                             exclusive=exclusive, start=start)
+                                             exclusive=exclusive, start=start, limits=limits)
         rules.check_lease_for(lease_for)
         rules.check_worker_id(worker_id)
         wanted = rules.check_queues(queues)
@@ -144,7 +149,7 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
                     continue
                 if snapshot.queue in wanted and self._claimable(snapshot, now):
                     candidates.append(snapshot)
-        candidates.sort(key=lambda snapshot: (snapshot.created_at, snapshot.id))
+        candidates.sort(key=storekit.claim_order)
         chosen: list[str] = []
         served = 0
         for snapshot in candidates:

@@ -13,7 +13,7 @@ import builtins
 from datetime import datetime
 from typing import Any
 
-from tasks_core import Claim, Lease, LeaseLost, NewTask, Snapshot, TaskQuery, TasksError
+from tasks_core import Claim, Lease, LeaseLost, NewTask, Snapshot, TaskQuery, TasksError, rules
 from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
@@ -253,6 +253,7 @@ class BatchStopsAtFirstRefusal(MemoryStore):
     """``transition_many`` gives up at the first refused item: the rest never apply."""
 
     async def transition_many(self, items: Any) -> builtins.list[Any]:
+        items = rules.check_batch(items)
         results: builtins.list[Any] = []
         for item in items:
             try:
@@ -268,6 +269,7 @@ class BatchFencedByItsFirstLease(MemoryStore):
     """``transition_many`` checks the first item's lease and trusts it for the others."""
 
     async def transition_many(self, items: Any) -> builtins.list[Any]:
+        items = rules.check_batch(items)
         first: Lease | None = None
         results: builtins.list[Any] = []
         for task_id, revision, event, authority in items:
