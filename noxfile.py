@@ -126,6 +126,12 @@ STORES = {
                                 serve=functools.partial(secantusdb, standalone=True)),
 }
 # fmt: on
+SMALL_BACKLOG = frozenset({"postgresql-psycopg", "mariadb-aiomysql", "mongodb", "mongodb-motor",
+                           "mongodb-standalone"})
+"""Contract sessions whose default-limits test queues 10,001 tasks (one past the old
+per-tenant default; ``TASKS_CONTRACT_BACKLOG``) instead of 100,000: a second driver of a
+store another session proves at 100,000, or the MongoDB test server (a few hundred
+documents a second: 100,000 took over 7 minutes, proven by hand, see docs/contract.md)."""
 RELIABILITY = ("sqlite", "postgresql", "mariadb", "mongodb")  # stores shared by processes
 REPORTS = ROOT / "build" / "reliability"  # JSON reports of `nox -s stress chaos`
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mongodb": 27017}
@@ -231,7 +237,9 @@ def contract(session: nox.Session, store: str) -> None:
     install(session, *spec.targets)
     with spec.serve(session) if spec.serve else contextlib.nullcontext("") as server:
         url = url.replace("{server}", server)
-        session.run("python", "-m", "tasks_contract_tests", "--store-url", url, *session.posargs)
+        env = {"TASKS_CONTRACT_BACKLOG": "10001"} if store in SMALL_BACKLOG else {}
+        session.run("python", "-m", "tasks_contract_tests", "--store-url", url,
+                    *session.posargs, env=env)
 
 
 @nox.session(tags=["all"])
