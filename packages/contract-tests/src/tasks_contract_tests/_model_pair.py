@@ -1,17 +1,13 @@
 """The two stores of the model check and how one operation runs on both.
 
-:class:`StorePair` holds the store under test (the *subject*) and the reference
-``MemoryStore``, each on its own ``ManualClock``, and runs every operation on both
-(:meth:`StorePair._both`), asserting the same outcome; it tracks revisions and run ids and
-checks that a revision never decreases and a terminal task stays terminal. A lease handle
-holds the pair of leases both stores issued. The rules are in
-:mod:`tasks_contract_tests.state_machine`.
-
-A failed check raises :class:`BrokenRule`, naming the rule of the store contract that the
-store broke and the step. The first one starts the shrink budget
-(:attr:`StorePair.shrink_seconds`): once it is spent, the next program Hypothesis tries
-raises :class:`ShrinkBudgetSpent` before it opens a store, which ends the whole run
-(``run_model_check`` then reports the first failing program, unshrunk).
+:class:`StorePair` holds the store under test and the reference ``MemoryStore``, each on
+its own ``ManualClock``, runs every operation on both (:meth:`StorePair._both`) and
+asserts the same outcome; it checks that a revision never decreases and a terminal task
+stays terminal. The rules are in :mod:`tasks_contract_tests.state_machine`. A failed
+check raises :class:`BrokenRule` (the rule broken, the step); the first one starts the
+shrink budget (:attr:`StorePair.shrink_seconds`), once spent the next program raises
+:class:`ShrinkBudgetSpent` before it opens a store, and ``run_model_check`` reports the
+first failing program, unshrunk.
 """
 
 from __future__ import annotations
