@@ -10,7 +10,7 @@ import asyncio
 import builtins
 import logging
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,6 +47,7 @@ __all__ = [
     "ClaimNextServesCancelledPendingTasks",
     "ClaimNextServesDelayedTasksEarly",
     "ClaimNextServesLapsedCancelledTasks",
+    "CorruptSkipNamesNoOperation",
     "CorruptSkipNotReported",
     "InstantsRoundedToTheMillisecond",
     "ListAliasesStoredData",
@@ -296,17 +297,26 @@ def _not_a_skip_report(record: logging.LogRecord) -> bool:
     return "skipped the corrupt record" not in record.getMessage()
 
 
+def _skip_report_without_operation(record: logging.LogRecord) -> bool:
+    """Keep the report, the operation (``reports.corrupt_skipped``'s ``where``) left out."""
+    if "skipped the corrupt record" in record.getMessage() and isinstance(record.args, tuple):
+        record.args = ("a read", *record.args[1:])
+    return True
+
+
 class CorruptSkipNotReported(MemoryStore):
     """Skips corrupt records in listings, claims and ``reap`` without a word."""
+
+    _filter: Callable[[logging.LogRecord], bool] = staticmethod(_not_a_skip_report)
 
     @contextmanager
     def _silently(self) -> Iterator[None]:
         logger = logging.getLogger(MemoryStore.__module__)
-        logger.addFilter(_not_a_skip_report)
+        logger.addFilter(self._filter)
         try:
             yield
         finally:
-            logger.removeFilter(_not_a_skip_report)
+            logger.removeFilter(self._filter)
 
     async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
         with self._silently():
@@ -320,6 +330,13 @@ class CorruptSkipNotReported(MemoryStore):
     async def reap(self, limit: int = 1000) -> builtins.list[str]:
         with self._silently():
             return await super().reap(limit)
+
+
+class CorruptSkipNamesNoOperation(CorruptSkipNotReported):
+    """Reports each skipped corrupt record by its id, once, but says "a read" instead of
+    the operation that skipped it (``claim_next``, a listing, ``reap``)."""
+
+    _filter = staticmethod(_skip_report_without_operation)
 
 
 class WakeupsOnlyOnCreateAndRelease(MemoryStore):

@@ -109,6 +109,9 @@ BROKEN: list[tuple[type, str]] = [
     ),
     (bad.CorruptSkipNotReported, "test_listing_and_reap_report_a_skipped_corrupt_record"),
     (bad.CorruptSkipNotReported, "test_claim_next_carries_on_past_a_corrupt_record"),
+    (bad.CorruptSkipNamesNoOperation,
+     "test_listing_and_reap_report_a_skipped_corrupt_record"),
+    (bad.CorruptSkipNamesNoOperation, "test_claim_next_carries_on_past_a_corrupt_record"),
     # clocks
     (bad.NowIgnoresTheInjectedClock, "test_now_reads_the_injected_clock"),
     (

@@ -1,6 +1,7 @@
-"""What only ``MemoryStore`` itself can show: its own constructor's ``limits`` and that
-its index of open tasks forgets a task once nothing can claim it or hold a queue with it
-(the index is the store's memory; a finished task left in it is kept for ever)."""
+"""What only ``MemoryStore`` itself can show: its own constructor's ``limits``, that its
+index of open tasks forgets a task once nothing can claim it or hold a queue with it (the
+index is the store's memory; a finished task left in it is kept for ever), and that a
+claim pre-selects no task its queue has no room for."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _new(task_id: str) -> NewTask:
-    return NewTask(id=task_id, tenant="default", owner=None, queue="default",
+def _new(task_id: str, queue: str = "default") -> NewTask:
+    return NewTask(id=task_id, tenant="default", owner=None, queue=queue,
                    work=Work(name="job"))
 
 
@@ -46,3 +47,26 @@ async def test_a_finished_task_leaves_the_index_of_open_tasks() -> None:
     assert ["t"] == list(store._open)
     await store.transition("t", claim.snapshot.revision, Completed(event_id="done"), claim.lease)
     assert [] == list(store._open)
+
+
+async def test_a_claim_pre_selects_at_most_the_room_of_each_queue() -> None:
+    """``claim_next`` pre-selects (``_pick``) up to ``limit`` ready tasks in claim order
+    and at most ``room(queue)`` of each queue: with a limit of 3, queue ``a``'s three
+    oldest tasks and room for 2 of them, it picks a1, a2 and b's b1 — a3 (past a's room)
+    does not take b1's place, and b2 (past the limit) is left.
+
+    Only the pre-selection can show this: the claims of ``claim_next`` would be the same
+    (``ClaimScan`` refuses a task past its queue's room and the store picks again from
+    the queues with room), but a limited queue's backlog would cost a pass for every
+    call that reaches its room."""
+    store = MemoryStore()
+    for task_id in ("a1", "a2", "a3", "b1", "b2"):  # claim order: created one after another
+        await store.create(_new(task_id, queue=task_id[0]))
+    rooms = {"a": 2}
+
+    def room(queue: str) -> int:
+        return rooms.get(queue, 3)  # an unlimited queue: room for what is left to claim
+
+    with store._locked() as now:
+        picked = store._pick(["a", "b"], 3, room, now)
+    assert ["a1", "a2", "b1"] == [task_id for task_id, _ in picked]
