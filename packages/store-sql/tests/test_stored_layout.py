@@ -12,8 +12,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tasks_contract_tests._kit import new_task
-from tasks_core import ManualClock, rules
+from tasks_contract_tests._kit import BOB, new_task
+from tasks_core import ManualClock, RetryPolicy, rules
 from tasks_store_sql import _codec
 
 TRAPS = {"x": 1, "id": "a", "quote": ',"id":"', "accent": "é\u2028", "emoji": "\U0001f600"}
@@ -71,3 +71,44 @@ def test_text_that_spells_an_instant_once_more_is_not_cut() -> None:
 
     assert _codec.cut_at_instants(text, {at: (2, 0)}) is None
     assert _codec.cut_at_instants(text, {at: (3, 0)}) is not None
+
+
+def _rest(text: str) -> dict[str, object]:
+    """The keys after the head of stored text, as JSON."""
+    rest: dict[str, object] = json.loads("{" + text[text.index(',"id":"') + 1:])
+    return rest
+
+
+@pytest.mark.parametrize("values", [{"n": 1}, TRAPS], ids=["ascii", "escaped"])
+def test_the_rest_leaves_out_every_value_at_its_default_and_decodes_the_same(
+    values: dict[str, object],
+) -> None:
+    now = rules.tick(ManualClock().now())
+    snapshot = rules.new_snapshot(new_task(input=values), now)
+
+    text = _codec.encode_snapshot(snapshot)
+
+    rest = _rest(text)
+    assert set(rest) == {"id", "tenant", "owner", "work", "run_id", "created_at"}
+    assert rest["work"] == {"name": "job", "input": values}
+    assert _codec.decode_snapshot(snapshot.id, text) == snapshot
+
+
+def test_the_rest_keeps_every_value_that_is_not_its_default() -> None:
+    now = rules.tick(ManualClock().now())
+    snapshot = rules.new_snapshot(new_task(
+        queue="q", watchers=(BOB,), max_deliveries=3, timeout_s=5.0, ttl_s=60.0,
+        retention_s=0.0, delay_s=1.0, priority=-7, retry=RetryPolicy.exponential(1.0, attempts=2),
+    ), now)
+
+    text = _codec.encode_snapshot(snapshot)
+
+    rest = _rest(text)
+    assert {"queue": "q", "priority": -7, "ttl_s": 60.0, "retention_s": 0.0}.items() <= (
+        rest.items())
+    assert {"watchers", "run_at"} <= set(rest)
+    work = rest["work"]
+    assert isinstance(work, dict)
+    assert {"max_deliveries": 3, "timeout_s": 5.0}.items() <= work.items()
+    assert "retry_policy" in work
+    assert _codec.decode_snapshot(snapshot.id, text) == snapshot

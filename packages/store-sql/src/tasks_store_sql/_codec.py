@@ -4,10 +4,11 @@ A snapshot is stored as JSON text beside the projection columns queries filter o
 lease token only ever lives in its own column. Decoding a row that fails validation
 raises ``StoreCorrupt`` naming the task id and nothing of the stored text. The stored
 text has a fixed layout: the keys a claim or a completion rewrites (:data:`HEAD_KEYS`)
-come first, then every other key from ``"id"`` on, so the first ``,"id":"`` of a task
-that has not finished ends its head — which PostgreSQL's claim and completion statements
-(:mod:`tasks_store_sql.postgres`) rewrite while copying the rest byte for byte (see
-:data:`HEAD_KEYS`). Key order means nothing to a reader: any other layout decodes the same.
+come first, then every other key from ``"id"`` on, those at their defaults left out; the
+first ``,"id":"`` of a task that has not finished ends its head — which PostgreSQL's
+claim and completion statements (:mod:`tasks_store_sql.postgres`) rewrite while copying
+the rest byte for byte (see :data:`HEAD_KEYS`). Key order and left-out defaults mean
+nothing to a reader: any other layout decodes the same.
 """
 
 from __future__ import annotations
@@ -184,14 +185,16 @@ def encode_model(model: BaseModel) -> str:
 
 
 def encode_snapshot(snapshot: Snapshot) -> str:
-    """The stored text of ``snapshot``: its head (:data:`HEAD_KEYS`), then the rest (see
-    the module docstring). ASCII, like :func:`encode_model`."""
+    """The stored text of ``snapshot``: its head (:data:`HEAD_KEYS`, every key), then the
+    rest without the values at their defaults, nested ones included (a fresh task's rest
+    is about a third of the full one; decoding gives the defaults back). ASCII, like
+    :func:`encode_model`."""
     head = snapshot.model_dump_json(include=_HEAD)
-    rest = snapshot.model_dump_json(exclude=_HEAD)
+    rest = snapshot.model_dump_json(exclude=_HEAD, exclude_defaults=True)
     if head.isascii() and rest.isascii():
         return head[:-1] + "," + rest[1:]
-    document = snapshot.model_dump(mode="json")
-    return encode({key: document.pop(key) for key in HEAD_KEYS} | document)
+    return encode(snapshot.model_dump(mode="json", include=_HEAD)
+                  | snapshot.model_dump(mode="json", exclude=_HEAD, exclude_defaults=True))
 
 
 def instant_json(value: datetime) -> str:
