@@ -78,7 +78,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import cpu
 import floor
@@ -86,6 +86,9 @@ import peers
 from baselines import CreateDatabase, database_commits, postgres_baselines, sqlite_baselines
 from tasks_core import App, Owner, TaskContext, TaskQuery, TaskStatus, TaskStore
 from tasks_core.runtime._worker_gc import tune_for_serving
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 POSTGRES_URL = os.environ.get(
     "TASKS_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/tasks_bench"
@@ -261,6 +264,19 @@ async def check(store: TaskStore, count: int) -> str:
         if kinds != ["completed"]:
             raise AssertionError(f"history of {sample.id} is {kinds}")
     return f"{completed} completed once, history recorded"
+
+
+async def in_turn(
+    round_number: int, ours: Callable[[], Awaitable[A]], theirs: Callable[[], Awaitable[B]]
+) -> tuple[A, B]:
+    """One round of a pair measured in the same run: ``ours()`` first in even rounds,
+    ``theirs()`` first in odd ones (what goes first meets a different machine); both
+    results, ours first."""
+    if round_number % 2 == 0:
+        mine = await ours()
+        return mine, await theirs()
+    other = await theirs()
+    return await ours(), other
 
 
 Submitter = Callable[[], Awaitable[dict[int, float]]]

@@ -102,10 +102,8 @@ async def run(args: argparse.Namespace, dsn: str) -> list[dict[str, float]]:
     await bench._ensure_database(peers.peer_dsn(dsn))
     rounds = []
     for n in range(args.rounds):
-        if n % 2 == 0:
-            mine, theirs = await ours(args, dsn), await pgqueuer(args, dsn)
-        else:
-            theirs, mine = await pgqueuer(args, dsn), await ours(args, dsn)
+        mine, theirs = await bench.in_turn(n, lambda: ours(args, dsn),
+                                           lambda: pgqueuer(args, dsn))
         rounds.append({"bytes": mine["bytes"], "wal": mine["wal"],
                        "pgqueuer_bytes": theirs["bytes"], "pgqueuer_wal": theirs["wal"],
                        "bytes_ratio": round(mine["bytes"] / theirs["bytes"], 2),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import secrets
 import signal
 import statistics
@@ -142,12 +143,8 @@ async def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     for processes in args.processes:
         pairs = []
         for n in range(args.rounds):
-            if n % 2 == 0:
-                mine = await ours(args, dsn, processes)
-                theirs = await pgqueuer(args, dsn, processes)
-            else:
-                theirs = await pgqueuer(args, dsn, processes)
-                mine = await ours(args, dsn, processes)
+            mine, theirs = await bench.in_turn(n, functools.partial(ours, args, dsn, processes),
+                                               functools.partial(pgqueuer, args, dsn, processes))
             pairs.append({"ours": mine, "pgqueuer": theirs,
                           "ratio": round(mine["rate"] / theirs["rate"], 3)})
         report["counts"][str(processes)] = pairs

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import peers
 import sqlalchemy as sa
-from bench import OWNER, Probe, _sql_target, burn_down, check, make_app
+from bench import OWNER, Probe, _sql_target, burn_down, check, in_turn, make_app
 from tasks_core import App, SubmitItem
 from tasks_store_sql import SQLStore
 from tasks_store_sql._dialect import create_engine
@@ -100,12 +100,7 @@ async def _pairs(
     first of each alternating."""
     pairs = []
     for n in range(rounds):
-        if n % 2 == 0:
-            mine = await ours()
-            other = await theirs()
-        else:
-            other = await theirs()
-            mine = await ours()
+        mine, other = await in_turn(n, ours, theirs)
         pairs.append({"ours": round(mine, 1), peer: round(other, 1),
                       "ratio": round(mine / other, 3)})
     return pairs
@@ -143,10 +138,8 @@ async def priority_rounds(args: argparse.Namespace, peer: str) -> list[dict[str,
     mixed = [rng.choice(PRIORITIES) for _ in range(args.tasks)]
     rounds = []
     for n in range(args.rounds):
-        if n % 2 == 0:
-            plain, ranked = await burn_mixed(args, None), await burn_mixed(args, mixed)
-        else:
-            ranked, plain = await burn_mixed(args, mixed), await burn_mixed(args, None)
+        plain, ranked = await in_turn(n, lambda: burn_mixed(args, None),
+                                      lambda: burn_mixed(args, mixed))
         theirs, _ = await peers.pgqueuer_burn_down(peer, args.tasks, mixed)
         rounds.append({"plain": round(plain, 1), "mixed": round(ranked, 1),
                        "pgqueuer_mixed": round(theirs, 1),
@@ -219,13 +212,14 @@ async def bulk_against_insert(url: str, count: int, rounds: int) -> list[dict[st
     first round's rows; which goes first alternates, the first round's submit first)."""
     pairs = []
     rows: list[tuple[Any, ...]] = []
+
+    async def submit() -> float:
+        rate, written = await _bulk_submit_rows(url, count)
+        rows[:] = rows or written  # the first round's rows, for every bare loop
+        return rate
+
     for n in range(rounds):
-        if n % 2 == 0:
-            ours, rows = await _bulk_submit_rows(url, count)
-            bare = await bare_insert(url, rows)
-        else:
-            bare = await bare_insert(url, rows)
-            ours, _ = await _bulk_submit_rows(url, count)
+        ours, bare = await in_turn(n, submit, lambda: bare_insert(url, rows))
         pairs.append({"submit_many": round(ours, 1), "bare_insert": round(bare, 1),
                       "ratio": round(ours / bare, 3)})
     return pairs
