@@ -29,6 +29,17 @@ def mongo_base_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def standalone() -> Iterator[str]:
+    """A standalone SecantusDB (no replica set: no transactions, no change streams) of the
+    module's own (base URL)."""
+    server = Server(standalone=True).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """The store is an asyncio library."""

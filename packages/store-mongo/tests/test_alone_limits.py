@@ -9,21 +9,19 @@ The race is proven by a broken store that counts the queue's live leases and the
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mongo_server import DATABASE, Server, secantusd, store_url
+from mongo_server import secantusd, store_url
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import Claim, Completed
 from tasks_core.storekit import ClaimRequest, ClaimScan, QueueLimits
 from tasks_store_mongo import MongoStore, _alone_limits
-from tasks_store_mongo._driver import open_client, settle
 from tasks_store_mongo.plugin import open_mongo
+from thread_race import race_in_threads
 
 pytestmark = [
     pytest.mark.anyio,
@@ -36,16 +34,6 @@ pytestmark = [
 THREADS = 6
 ROUNDS = 4
 QUEUE = "serial"
-
-
-@pytest.fixture(scope="module")
-def standalone() -> Iterator[str]:
-    """A standalone SecantusDB of this module's (base URL)."""
-    server = Server(standalone=True).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 class CountThenClaim(MongoStore):
@@ -62,29 +50,6 @@ class CountThenClaim(MongoStore):
         return scan.claims
 
 
-def _claimer(
-    cls: type[MongoStore], base: str, driver: str, namespace: str, limits: QueueLimits,
-    barrier: threading.Barrier, claims: list[Claim],
-) -> None:
-    """One thread: its own loop, client and store; waits at ``barrier``, then claims
-    from the limited queue once."""
-
-    async def main() -> None:
-        client = open_client(base, driver)  # type: ignore[arg-type]
-        try:
-            store = await cls.open(client, database=DATABASE, namespace=namespace)
-            await store.now()  # connected before the race starts
-            await asyncio.to_thread(barrier.wait)
-            claims.extend(await store.claim_next(
-                f"w-{threading.get_ident()}", LEASE_S, queues=[QUEUE],
-                limits={QUEUE: limits},
-            ))
-        finally:
-            await settle(client.close())
-
-    asyncio.run(main())
-
-
 async def _race_rounds(
     cls: type[MongoStore], base: str, driver: str, limits: QueueLimits
 ) -> list[int]:
@@ -98,14 +63,13 @@ async def _race_rounds(
         counts = []
         for _ in range(ROUNDS):
             claims: list[Claim] = []
-            barrier = threading.Barrier(THREADS)
-            threads = [threading.Thread(target=_claimer, args=(
-                cls, base, driver, namespace, limits, barrier, claims))
-                for _ in range(THREADS)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+
+            async def claim(racer: MongoStore, claims: list[Claim] = claims) -> None:
+                claims.extend(await racer.claim_next(
+                    f"w-{threading.get_ident()}", LEASE_S, queues=[QUEUE],
+                    limits={QUEUE: limits}))
+
+            race_in_threads(THREADS, cls, base, driver, namespace, claim)
             counts.append(len(claims))
             assert len({c.snapshot.id for c in claims}) == len(claims)  # never one twice
             for claim in claims:

@@ -8,21 +8,19 @@ the same race check MUST fail against it.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shutil
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mongo_server import DATABASE, Server, secantusd, store_url
+from mongo_server import secantusd, store_url
 from tasks_contract_tests._kit import ALICE, access, new_task
 from tasks_core import Cancelled, CapacityExceeded, InvalidInput, ManualClock, TaskQuery
 from tasks_store_mongo import MongoStore, _scopes
-from tasks_store_mongo._driver import open_client, settle
 from tasks_store_mongo.plugin import open_mongo
+from thread_race import race_in_threads
 
 pytestmark = [
     pytest.mark.anyio,
@@ -36,16 +34,6 @@ CAP = 3
 THREADS = 6
 PER_THREAD = 2
 ROUNDS = 4
-
-
-@pytest.fixture(scope="module")
-def standalone() -> Iterator[str]:
-    """A standalone SecantusDB of this module's (base URL)."""
-    server = Server(standalone=True).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 class CheckThenIncrement(MongoStore):
@@ -62,31 +50,6 @@ class CheckThenIncrement(MongoStore):
         await self._counters.update_one({"_id": f"active:{tenant}"}, {"$inc": {"n": 1}})
 
 
-def _creator(
-    cls: type[MongoStore], base: str, driver: str, namespace: str, tenant: str,
-    barrier: threading.Barrier, outcomes: list[Any],
-) -> None:
-    """One thread: its own event loop, client and store; waits at ``barrier``, then
-    creates ``PER_THREAD`` tasks in ``tenant``."""
-
-    async def main() -> None:
-        client = open_client(base, driver)  # type: ignore[arg-type]
-        try:
-            store = await cls.open(client, database=DATABASE, namespace=namespace,
-                                   max_active_tasks_per_scope=CAP)
-            await store.now()  # connected before the race starts
-            await asyncio.to_thread(barrier.wait)
-            for _ in range(PER_THREAD):
-                try:
-                    outcomes.append(await store.create(new_task(owner=None, tenant=tenant)))
-                except CapacityExceeded as exc:
-                    outcomes.append(exc)
-        finally:
-            await settle(client.close())
-
-    asyncio.run(main())
-
-
 async def _race_rounds(cls: type[MongoStore], base: str, driver: str) -> list[tuple[int, int]]:
     """``ROUNDS`` races of ``THREADS`` threads in a fresh tenant each; per round, the
     number of creates that returned and the tenant's active tasks stored after it.
@@ -99,16 +62,17 @@ async def _race_rounds(cls: type[MongoStore], base: str, driver: str) -> list[tu
     for n in range(ROUNDS):
         tenant = f"t{n}"
         outcomes: list[Any] = []
-        barrier = threading.Barrier(THREADS)
-        threads = [
-            threading.Thread(target=_creator,
-                             args=(cls, base, driver, namespace, tenant, barrier, outcomes))
-            for _ in range(THREADS)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+
+        async def create(racer: MongoStore, tenant: str = tenant,
+                         outcomes: list[Any] = outcomes) -> None:
+            for _ in range(PER_THREAD):
+                try:
+                    outcomes.append(await racer.create(new_task(owner=None, tenant=tenant)))
+                except CapacityExceeded as exc:
+                    outcomes.append(exc)
+
+        race_in_threads(THREADS, cls, base, driver, namespace, create,
+                        max_active_tasks_per_scope=CAP)
         assert THREADS * PER_THREAD == len(outcomes)  # every thread ran to its end
         assert all(isinstance(o, CapacityExceeded) for o in outcomes if isinstance(o, Exception))
         reader = await open_mongo(store_url(base, driver), namespace=namespace)
