@@ -98,3 +98,14 @@ def test_a_batch_takes_leases_and_accesses() -> None:
     access = Access(principal=Owner("alice"), visibility="watchers")
     items = [ITEM, ("alice::job", 3, CANCEL, access)]
     assert items == rules.check_batch(items)
+
+
+def test_a_read_is_scoped_to_a_tenant_name_or_to_every_tenant() -> None:
+    assert "acme" == rules.check_tenant("acme")
+    assert rules.check_tenant(None) is None
+
+
+@pytest.mark.parametrize("tenant", [7, b"acme", ["acme"], Owner("alice")])
+def test_a_tenant_that_is_not_a_name_is_refused(tenant: object) -> None:
+    with pytest.raises(InvalidInput, match="tenant"):
+        rules.check_tenant(tenant)

@@ -1,5 +1,6 @@
 """Store-call arguments checked once, before anything is read or written: lease
-durations, worker ids, queue names, batch sizes and ``transition_many`` items."""
+durations, worker ids, the tenant of a read, queue names, batch sizes and
+``transition_many`` items."""
 
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ def check_worker_id(worker_id: str) -> str:
     if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
         raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
     return worker_id
+
+
+def check_tenant(tenant: object) -> str | None:
+    """Validate the tenant a read is scoped to: a tenant's name, or ``None`` (every
+    tenant: the system's reads).
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    if tenant is not None and not isinstance(tenant, str):
+        raise InvalidInput("tenant must be a string or None")
+    return tenant
 
 
 def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> frozenset[str]:

@@ -13,7 +13,7 @@ import builtins
 from collections import Counter
 
 from tasks_core import rules
-from tasks_core.errors import CapabilityNotSupported, InvalidInput, StoreCorrupt
+from tasks_core.errors import CapabilityNotSupported, StoreCorrupt
 from tasks_core.models import StoreCapabilities, TaskStatus
 
 from tasks_store_memory._records import Records
@@ -41,8 +41,7 @@ class Counts(Records):
         """
         if not self.capabilities.counts:
             raise CapabilityNotSupported("this store does not count tasks (capability 'counts')")
-        if tenant is not None and not isinstance(tenant, str):
-            raise InvalidInput("tenant must be a string or None")
+        rules.check_tenant(tenant)
         tally: Counter[tuple[str, TaskStatus]] = Counter()
         with self._locked() as now:
             for task_id, row in self._rows.items():

@@ -13,7 +13,8 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core import rules
+from tasks_core.errors import CapabilityNotSupported
 from tasks_core.models import TaskStatus
 
 from tasks_store_mongo._base import MongoBase, operation
@@ -58,8 +59,7 @@ class MongoCounts(MongoBase):
         """
         if not self.capabilities.counts:
             raise CapabilityNotSupported("this store does not count tasks (capability 'counts')")
-        if tenant is not None and not isinstance(tenant, str):
-            raise InvalidInput("tenant must be a string or None")
+        rules.check_tenant(tenant)
         now = await self._now()
         tally: Counter[tuple[str, TaskStatus]] = Counter()
         cursor = await settle(self._tasks.aggregate(_pipeline(tenant, now)))

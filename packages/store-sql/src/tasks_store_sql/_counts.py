@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
-from tasks_core.errors import CapabilityNotSupported, InvalidInput, StoreCorrupt
+from tasks_core.errors import CapabilityNotSupported, StoreCorrupt
 from tasks_core.models import TaskStatus
 
 from tasks_store_sql import _codec
@@ -49,8 +49,7 @@ class CountOps(StoreBase):
         """
         if not self.capabilities.counts:
             raise CapabilityNotSupported("this store does not count tasks (capability 'counts')")
-        if tenant is not None and not isinstance(tenant, str):
-            raise InvalidInput("tenant must be a string or None")
+        rules.check_tenant(tenant)
         await self._ensure_ready()
 
         async def op(conn: AsyncConnection) -> dict[tuple[str, TaskStatus], int]:

@@ -38,8 +38,7 @@ class ReadOps(CountOps):
     async def _visible(
         self, conn: AsyncConnection, task_id: str, tenant: str | None
     ) -> tuple[Snapshot, datetime]:
-        if tenant is not None and not isinstance(tenant, str):
-            raise InvalidInput("tenant must be a string or None")
+        rules.check_tenant(tenant)
         row = await self._fetch(conn, task_id, lock=False)
         now = await self._now(conn)
         if row is None:

@@ -15,6 +15,7 @@ from tasks_core.arguments import (
     check_lease_for,
     check_limit,
     check_queues,
+    check_tenant,
     check_worker_id,
 )
 from tasks_core.rules._access import Right, authorize_event, can_see, check_lease, check_request
@@ -71,6 +72,7 @@ __all__ = [
     "check_replay",
     "check_request",
     "check_revision",
+    "check_tenant",
     "check_worker_id",
     "counts_as_active",
     "decide_transition",
