@@ -5,7 +5,8 @@ killing tests (mutants.toml) into a scratch directory laid out as mutmut expects
 (``src/``, ``tests/``, a ``pyproject.toml`` of its own); the session runs ``mutmut run``
 there; ``check`` reads mutmut's results, compares the survivors with the equivalent
 mutants listed in mutants.toml, prints the score by module, optionally writes it to the
-"Mutation score" section of docs/contract.md, and fails on any survivor not listed.
+"Mutation score" section of docs/contract.md (naming the commit the stage was copied from),
+and fails on any survivor not listed.
 
     python mutants.py stage --root REPO --dest DIR
     python mutants.py check --dest DIR [--docs docs/contract.md] [--sample]
@@ -19,16 +20,19 @@ import fnmatch
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections import Counter
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 CONFIG = HERE / "mutants.toml"
 BEGIN, END = "<!-- mutants:begin -->", "<!-- mutants:end -->"
+STAGED = "staged-from.json"  # in the stage: the commit its copy was taken from
 # mutmut's exit codes, folded into the three counts this project reports.
 KILLED = {1, 3, 36, -24, 24, 152, 255, 37}  # a failing test, a timeout, a type error
 SURVIVED = {0, 5, 33}  # every test passed, or no test ran it at all
@@ -57,6 +61,7 @@ def stage(root: Path, dest: Path) -> None:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / test, target)
+    (dest / STAGED).write_text(json.dumps(staged_from(root, config)), "utf-8")
     only = ", ".join(json.dumps(f"src/{glob}") for glob in config["mutate"])
     (dest / "pyproject.toml").write_text(
         "# Written by packages/contract-tests/mutants/mutants.py stage: do not edit.\n"
@@ -72,6 +77,20 @@ def stage(root: Path, dest: Path) -> None:
         "xfail_strict = true\n",
         "utf-8",
     )
+
+
+def staged_from(root: Path, config: dict[str, Any]) -> dict[str, object]:
+    """The commit of ``root`` (short hash; None outside git) and whether what the run
+    reads — the sources, the tests, the contract suite — differed from it."""
+    paths = [*config["sources"], *config["tests"], "packages/contract-tests/src"]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *paths],
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "changed": False}
+    return {"commit": commit, "changed": bool(status.strip())}
 
 
 def results(dest: Path) -> dict[str, dict[str, int | None]]:
@@ -148,18 +167,25 @@ def check(dest: Path, docs: Path | None, sample: bool) -> int:
     for name, path, why, line in unlisted:
         print(f"SURVIVED {name} ({path}): {why}\n    {line}")
     if docs is not None and not sample and not unchecked:
-        write_docs(docs, rows, total, config.get("equivalent", []), unlisted)
+        staged = dest / STAGED
+        origin = json.loads(staged.read_text("utf-8")) if staged.exists() else {}
+        write_docs(docs, rows, total, config.get("equivalent", []), unlisted, origin)
     return 1 if unlisted or unchecked or not total else 0
 
 
 def write_docs(docs: Path, rows: list, total: Counter[str], equivalent: list[dict],
-               unlisted: list[tuple[str, str, str, str]]) -> None:
-    """Replace the text between the mutants markers of ``docs`` with the score."""
+               unlisted: list[tuple[str, str, str, str]], origin: dict[str, object]) -> None:
+    """Replace the text between the mutants markers of ``docs`` with the score of the
+    run staged from ``origin`` (``staged_from``)."""
     version = metadata.version("mutmut")
+    of = f", of commit {origin['commit']}" if origin.get("commit") else ""
+    if of and origin.get("changed"):
+        of += " with uncommitted changes to what it staged"
     lines = [
         BEGIN,
-        f"Last full run: {dt.date.today().isoformat()}, mutmut {version}. "
-        "Killed counts timeouts; survived counts mutants no test ran.",
+        f"Last full run: {dt.date.today().isoformat()}, mutmut {version}{of}: every mutant "
+        "has a result from this one run. Killed counts timeouts; survived counts mutants "
+        "no test ran.",
         "",
         "| module | killed | survived | equivalent |",
         "|---|---:|---:|---:|",
