@@ -303,6 +303,7 @@ async def _postgres_sorts(store: SQLStore, name: str, sql: str, params: Any) -> 
         transaction = driver.transaction()
         await transaction.start()
         try:
+            await driver.execute("ANALYZE")  # statistics of this moment, not of old tests
             await driver.execute("SET LOCAL enable_seqscan = off")
             for ddl in _ties(store, [store.tables.prefix + name]):
                 await driver.execute(ddl)
