@@ -358,13 +358,13 @@ def run_mutants(session: nox.Session, *, sample: bool) -> None:
 def mutants(session: nox.Session) -> None:
     """Mutation testing (mutmut) of tasks_core.rules, arguments, storekit and the memory
     store against the contract suite and the rule tests; writes the score to
-    docs/contract.md ("Mutation score"). About 45 minutes on 2 CPUs: not in `all`.
+    docs/contract.md ("Mutation score"). About 15 minutes on 2 CPUs: not in `all`.
     `nox -s mutants -- --sample`: the CI sample only (mutants.toml), docs untouched."""
     run_mutants(session, sample="--sample" in session.posargs)
 
 
 @nox.session(name="mutants-sample", tags=["all"])
 def mutants_sample(session: nox.Session) -> None:
-    """The sample of `mutants` that CI runs (mutants.toml `sample`, a few minutes): fails
+    """The sample of `mutants` that CI runs (mutants.toml `sample`, about a minute): fails
     when one of its mutants survives that mutants.toml does not list as equivalent."""
     run_mutants(session, sample=True)
