@@ -36,7 +36,7 @@ from tasks_core import (
 )
 from tasks_core._model import replaced
 from tasks_core.clock import Clock
-from tasks_core.errors import StoreCorrupt
+from tasks_core.errors import StoreCorrupt, TaskNotFound
 from tasks_core.events import EventRecord
 from tasks_store_memory import MemoryStore
 from tasks_store_memory.store import _Row
@@ -54,6 +54,7 @@ __all__ = [
     "NowIgnoresTheInjectedClock",
     "RecoveredNeverSet",
     "StartedAtResetByEveryClaim",
+    "TenantArgumentNotChecked",
     "TimeoutOverwritesACancel",
     "TimeoutRetriedWhenAttemptsLeft",
     "WaitingTasksNotCounted",
@@ -337,6 +338,18 @@ class CorruptSkipNamesNoOperation(CorruptSkipNotReported):
     the operation that skipped it (``claim_next``, a listing, ``reap``)."""
 
     _filter = staticmethod(_skip_report_without_operation)
+
+
+class TenantArgumentNotChecked(MemoryStore):
+    """Reads a ``tenant`` that is not a string as "another tenant" in ``get`` and
+    ``history`` (``TaskNotFound``) instead of refusing it."""
+
+    def _visible(
+        self, task_id: str, tenant: str | None, now: datetime
+    ) -> tuple[_Row, Snapshot]:
+        if tenant is not None and not isinstance(tenant, str):
+            raise TaskNotFound(task_id)
+        return super()._visible(task_id, tenant, now)
 
 
 class WakeupsOnlyOnCreateAndRelease(MemoryStore):

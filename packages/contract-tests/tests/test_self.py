@@ -112,6 +112,8 @@ BROKEN: list[tuple[type, str]] = [
     (bad.CorruptSkipNamesNoOperation,
      "test_listing_and_reap_report_a_skipped_corrupt_record"),
     (bad.CorruptSkipNamesNoOperation, "test_claim_next_carries_on_past_a_corrupt_record"),
+    (bad.TenantArgumentNotChecked,
+     "test_get_and_history_refuse_a_tenant_that_is_not_a_string"),
     # clocks
     (bad.NowIgnoresTheInjectedClock, "test_now_reads_the_injected_clock"),
     (

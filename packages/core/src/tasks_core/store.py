@@ -102,6 +102,7 @@ class TaskStore(Protocol):
         """The current snapshot. ``tenant=None`` looks in every tenant.
 
         Raises:
+            InvalidInput: ``tenant`` is neither a string nor ``None`` (before any read).
             TaskNotFound: unknown, in another tenant, or expired.
             StoreCorrupt: the record fails validation.
             StoreUnavailable: transient failure.
@@ -139,6 +140,7 @@ class TaskStore(Protocol):
         """The applied events of the current run, in order.
 
         Raises:
+            InvalidInput: as for :meth:`get`.
             TaskNotFound: as for :meth:`get`.
             StoreCorrupt: the record fails validation.
             StoreUnavailable: transient failure.

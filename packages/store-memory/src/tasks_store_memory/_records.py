@@ -101,6 +101,7 @@ class Records:
         row.history.append(record.model_dump_json())
 
     def _visible(self, task_id: str, tenant: str | None, now: datetime) -> tuple[Row, Snapshot]:
+        rules.check_tenant(tenant)
         row = self._row(task_id)
         snapshot = self._take(task_id, row)
         if not self._tenant_matches(snapshot, tenant) or self._expired(snapshot, now):

@@ -163,7 +163,7 @@ class MemoryStore(Creates):
         """The current snapshot (see ``TaskStore.get``).
 
         Raises:
-            TaskNotFound, StoreCorrupt.
+            InvalidInput, TaskNotFound, StoreCorrupt.
         """
         with self._locked() as now:
             return rules.present(self._visible(task_id, tenant, now)[1], now)
@@ -194,7 +194,7 @@ class MemoryStore(Creates):
         """Applied events of the current run (see ``TaskStore.history``).
 
         Raises:
-            TaskNotFound, StoreCorrupt.
+            InvalidInput, TaskNotFound, StoreCorrupt.
         """
         with self._locked() as now:
             row, _ = self._visible(task_id, tenant, now)

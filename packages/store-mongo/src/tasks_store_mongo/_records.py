@@ -216,8 +216,9 @@ class MongoRecords(MongoBase):
         """The current snapshot (see ``TaskStore.get``).
 
         Raises:
-            TaskNotFound, StoreCorrupt, StoreUnavailable.
+            InvalidInput, TaskNotFound, StoreCorrupt, StoreUnavailable.
         """
+        rules.check_tenant(tenant)
         doc = await self._load(task_id)
         now = await self._now()
         return rules.present(self._visible(task_id, doc, tenant, now), now)
@@ -283,8 +284,9 @@ class MongoRecords(MongoBase):
         """Applied events of the current run (see ``TaskStore.history``).
 
         Raises:
-            TaskNotFound, StoreCorrupt, StoreUnavailable.
+            InvalidInput, TaskNotFound, StoreCorrupt, StoreUnavailable.
         """
+        rules.check_tenant(tenant)
         doc = await self._load(task_id, history=True)
         now = await self._now()
         self._visible(task_id, doc, tenant, now)

@@ -10,6 +10,7 @@ from tasks_core import (
     Event,
     InputRequested,
     InputResponsesAccepted,
+    InvalidInput,
     Owner,
     System,
     TaskNotFound,
@@ -63,6 +64,23 @@ class TenantContract(ContractBase):
             assert type(unknown.value) is type(foreign.value)
             assert shape(unknown.value, MISSING) == shape(foreign.value, created.id)
         assert created == await store.get(created.id, tenant="default")
+
+    @pytest.mark.parametrize("tenant", [5, b"default", ["default"]])
+    async def test_get_and_history_refuse_a_tenant_that_is_not_a_string(
+        self, store: TaskStore, tenant: object
+    ) -> None:
+        """``get`` and ``history`` MUST refuse a ``tenant`` that is neither a string nor
+        ``None`` with ``InvalidInput`` — for a stored task and an unknown id alike, before
+        anything is read.
+
+        Troubleshooting: check the argument first (``rules.check_tenant``); comparing it
+        with the stored tenant reads a bad argument as "another tenant".
+        """
+        created = await store.create(new_task())
+        for read in (store.get, store.history):
+            for task_id in (created.id, MISSING):
+                with pytest.raises(InvalidInput):
+                    await read(task_id, tenant=tenant)  # type: ignore[arg-type]
 
     async def test_listing_never_shows_another_tenants_tasks(self, store: TaskStore) -> None:
         """``list`` for one tenant MUST leave out every task of other tenants, whatever the
