@@ -1,5 +1,6 @@
 """Reads and administration on the SQL path, every dialect: ``get``, ``history``,
-``list``, ``delete``, ``reap`` (and the contract suite's ``_corrupt``).
+``delete``, ``reap`` (and the contract suite's ``_corrupt``); ``list`` is
+:mod:`tasks_store_sql._listing`'s.
 
 A read takes no lock and reads the clock in the same transaction; an expired task is
 invisible (``TaskNotFound``) and a corrupt record is left out of a listing, not fatal.
@@ -12,25 +13,23 @@ import builtins
 import json
 import logging
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tasks_core import reports, rules
-from tasks_core.errors import InvalidInput, StoreCorrupt, TaskNotFound, Unavailable
+from tasks_core import rules
+from tasks_core.errors import StoreCorrupt, TaskNotFound, Unavailable
 from tasks_core.events import EventRecord
-from tasks_core.models import Snapshot, TaskQuery, TaskStatus
+from tasks_core.models import Snapshot
 
 from tasks_store_sql import _codec
-from tasks_store_sql._counts import CountOps
-from tasks_store_sql._schema import LISTED, inline, listed, pending
+from tasks_store_sql._listing import ListOps
 
 __all__ = ["ReadOps"]
 
 log = logging.getLogger("tasks_store_sql")
 
 
-class ReadOps(CountOps):
+class ReadOps(ListOps):
     """Reads and administration (see the module docstring)."""
 
     # -- reads ---------------------------------------------------------------------------
@@ -85,79 +84,6 @@ class ReadOps(CountOps):
             return [_codec.decode_record(task_id, r[0]) for r in rows]
 
         return await self._db.run(op, write=False)
-
-    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
-        """Matching tasks ordered by id (see ``TaskStore.list``); expired and corrupt
-        records are left out without shortening the page.
-
-        Raises:
-            StoreUnavailable: transient failure.
-        """
-        if not isinstance(query, TaskQuery):
-            raise InvalidInput("list() takes a TaskQuery")
-        await self._ensure_ready()
-
-        async def op(conn: AsyncConnection) -> list[Snapshot]:
-            now = await self._now(conn)
-            page: list[Snapshot] = []
-            after = query.after
-            while len(page) < query.limit:
-                want = query.limit - len(page)
-                rows = (await conn.execute(self._listing(query, now, after, want))).all()
-                for task_id, text in rows:
-                    try:
-                        snapshot = _codec.decode_snapshot(task_id, text)
-                    except StoreCorrupt:
-                        reports.corrupt_skipped(log, task_id, "a listing")
-                        continue
-                    if rules.matches(snapshot, query, now):
-                        page.append(rules.present(snapshot, now))
-                if len(rows) < want:
-                    break
-                after = rows[-1][0]
-            return page
-
-        return await self._db.run(op, write=False)
-
-    def _listing(
-        self, query: TaskQuery, now: datetime, after: str | None, limit: int
-    ) -> sa.Select[Any]:
-        t = self.tables.tasks
-        key: sa.ColumnElement[str] = t.c.id
-        stmt = sa.select(t.c.id, t.c.snapshot)
-        if query.principal is not None:  # the members' primary key, in task id order
-            m = self.tables.members
-            key = m.c.task_id
-            stmt = stmt.select_from(m.join(t, t.c.id == m.c.task_id)).where(
-                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id)
-        stmt = stmt.where(sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now))
-        if query.tenant is not None:
-            stmt = stmt.where(t.c.tenant == query.tenant)
-        if after is not None:
-            stmt = stmt.where(key > after)
-        if query.queue is not None:
-            stmt = stmt.where(t.c.queue == query.queue)
-        if query.statuses is not None:
-            wanted = [self._status_is(s, now) for s in query.statuses]
-            stmt = stmt.where(sa.or_(sa.false(), *wanted))
-            if query.statuses <= set(LISTED):
-                stmt = stmt.where(listed(t.c.status))  # the status index, in id order
-        return stmt.order_by(key).limit(limit)
-
-    def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
-        """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells:
-        the derived statuses are stored ``pending``)."""
-        t = self.tables.tasks
-        stored_pending = pending(t.c.status)
-        unleased = sa.or_(t.c.claim_expires_at.is_(None), t.c.claim_expires_at <= now)
-        if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):
-            return sa.and_(stored_pending, t.c.claim_expires_at > now)
-        if status == TaskStatus.SCHEDULED:
-            return sa.and_(stored_pending, unleased, t.c.run_at > now)
-        if status == TaskStatus.PENDING:
-            return sa.and_(stored_pending, unleased,
-                           sa.or_(t.c.run_at.is_(None), t.c.run_at <= now))
-        return t.c.status == inline(status.value)
 
     # -- administration ------------------------------------------------------------------
 

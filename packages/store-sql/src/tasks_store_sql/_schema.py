@@ -9,6 +9,7 @@ user data is always bound. The tables: :class:`Tables`.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -72,11 +73,12 @@ def check_namespace(namespace: str | None) -> str | None:
     return namespace
 
 
+@functools.cache
 def inline(value: str) -> sa.ColumnElement[str]:
     """One of our own constants (a status name) written into the statement as a quoted
     literal instead of a bound parameter: a planner matches a partial index only against
     constants it can see (PostgreSQL's generic plans, SQLite when it prepares). Never for
-    user data."""
+    user data (made once per constant: statements share it)."""
     quoted = sa.literal(value, sa.String).compile(compile_kwargs={"literal_binds": True})
     return sa.literal_column(str(quoted), sa.String)
 

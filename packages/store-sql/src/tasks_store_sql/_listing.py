@@ -1,0 +1,249 @@
+"""``list`` on the SQL path, every dialect: a query's tasks in id order, a page at a time.
+
+A listing reads the rows in id order (the primary key, a tenant's index in id order, or
+a principal's members) and keeps those the query matches. Rule: whatever path it takes,
+a page is the first ``limit`` matching tasks after ``after`` in id order; expired and
+corrupt records are left out without shortening it.
+
+A status filter over statuses that are rare among the rows would walk far past the
+others, so a listing by status (not a principal's, not one the status index serves in id
+order) walks at most :attr:`ListOps.walk` rows past its cursor, up to a fence (the last
+of them). Short of a page there, it counts the rows stored with those statuses in the
+tenant and queue (index-only, up to :attr:`ListOps.candidates`): fewer, and it reads what
+lies past the fence from the indexes that hold every row that may read the statuses
+(:meth:`ListOps._held`), of which the first in id order make the page; as many, and they
+are no rarity: the walk goes on from the fence, as far as it must.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import logging
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tasks_core import reports, rules
+from tasks_core.errors import InvalidInput, StoreCorrupt
+from tasks_core.models import Snapshot, TaskQuery, TaskStatus
+
+from tasks_store_sql import _codec
+from tasks_store_sql._counts import CountOps
+from tasks_store_sql._schema import LISTED, inline, listed, pending, task_indexes, unclaimed
+
+__all__ = ["CANDIDATES", "WALK", "ListOps"]
+
+log = logging.getLogger("tasks_store_sql")
+
+WALK = 1000
+"""Rows a status listing walks in id order past its cursor before it reads the indexes."""
+CANDIDATES = 10_000
+"""Rows stored with a listing's statuses (in its tenant and queue) below which they are
+rare: read past the fence from their indexes."""
+COUNTS_INDEX = "ix_tasks_counts"
+_STORED = {status: TaskStatus.PENDING for status in (
+    TaskStatus.SCHEDULED, TaskStatus.RUNNING, TaskStatus.CLAIMED)}
+"""The derived statuses, each stored as ``pending``."""
+
+Rows = builtins.list[tuple[str, str]]
+
+
+class ListOps(CountOps):
+    """``list`` (see the module docstring)."""
+
+    walk = WALK
+    candidates = CANDIDATES
+
+    async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
+        """Matching tasks ordered by id (see ``TaskStore.list``); expired and corrupt
+        records are left out without shortening the page.
+
+        Raises:
+            InvalidInput: ``query`` is not a ``TaskQuery``.
+            StoreUnavailable: transient failure.
+        """
+        if not isinstance(query, TaskQuery):
+            raise InvalidInput("list() takes a TaskQuery")
+        await self._ensure_ready()
+
+        async def op(conn: AsyncConnection) -> builtins.list[Snapshot]:
+            now = await self._now(conn)
+            page: builtins.list[Snapshot] = []
+            after = query.after
+            while len(page) < query.limit:
+                want = query.limit - len(page)
+                rows = await self._rows(conn, query, now, after, want)
+                for task_id, text in rows:
+                    try:
+                        snapshot = _codec.decode_snapshot(task_id, text)
+                    except StoreCorrupt:
+                        reports.corrupt_skipped(log, task_id, "a listing")
+                        continue
+                    if rules.matches(snapshot, query, now):
+                        page.append(rules.present(snapshot, now))
+                if len(rows) < want:
+                    break
+                after = rows[-1][0]
+            return page
+
+        return await self._db.run(op, write=False)
+
+    async def _rows(self, conn: AsyncConnection, query: TaskQuery, now: datetime,
+                    after: str | None, want: int) -> Rows:
+        """The first ``want`` rows ``(id, snapshot)`` after ``after`` in id order that the
+        statement's conditions match (fewer: there are no more)."""
+        if query.statuses is None or query.principal is not None or (
+                query.statuses <= set(LISTED)):
+            return _pairs((await conn.execute(self._listing(query, now, after, want))).all())
+        walked = (await conn.execute(self._walk(query, now, after, want))).all()
+        rows = [(task_id, text) for task_id, text, hit, _ in walked if hit][:want]
+        fence = next((task_id for task_id, _, _, n in walked if n == self.walk), None)
+        if len(rows) == want or fence is None:
+            return rows
+        want -= len(rows)
+        rare = await conn.scalar(self._rarity(query)) < self.candidates
+        rest = self._past(query, now, fence, want) if rare else self._listing(
+            query, now, fence, want)  # not rare: walk on
+        return rows + _pairs((await conn.execute(rest)).all())
+
+    def _scope(self, query: TaskQuery, now: datetime) -> builtins.list[sa.ColumnElement[bool]]:
+        """The conditions of ``query`` but its tenant, cursor and statuses."""
+        t = self.tables.tasks
+        found = [sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now)]
+        if query.queue is not None:
+            found.append(t.c.queue == query.queue)
+        return found
+
+    def _tenant(self, query: TaskQuery) -> builtins.list[sa.ColumnElement[bool]]:
+        t = self.tables.tasks
+        return [] if query.tenant is None else [t.c.tenant == query.tenant]
+
+    def _statuses(self, statuses: frozenset[TaskStatus],
+                  now: datetime) -> sa.ColumnElement[bool]:
+        return sa.or_(sa.false(), *(self._status_is(s, now) for s in sorted(statuses)))
+
+    def _listing(
+        self, query: TaskQuery, now: datetime, after: str | None, limit: int
+    ) -> sa.Select[Any]:
+        """The plain walk: matching rows after ``after`` in id order, as far as it must."""
+        t = self.tables.tasks
+        key: sa.ColumnElement[str] = t.c.id
+        stmt = sa.select(t.c.id, t.c.snapshot)
+        if query.principal is not None:  # the members' primary key, in task id order
+            m = self.tables.members
+            key = m.c.task_id
+            stmt = stmt.select_from(m.join(t, t.c.id == m.c.task_id)).where(
+                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id)
+        stmt = stmt.where(*self._scope(query, now), *self._tenant(query))
+        if after is not None:
+            stmt = stmt.where(key > after)
+        if query.statuses is not None:
+            stmt = stmt.where(self._statuses(query.statuses, now))
+            if query.statuses <= set(LISTED):
+                stmt = stmt.where(listed(t.c.status))  # the status index, in id order
+        return stmt.order_by(key).limit(limit)
+
+    def _walk(self, query: TaskQuery, now: datetime, after: str | None,
+              want: int) -> sa.Select[Any]:
+        """The bounded walk: the next :attr:`walk` rows of the tenant after ``after`` in id
+        order, numbered, each marked whether it matches; of them the matching ones and the
+        last (the fence), in id order — no more than ``want`` + 1."""
+        t = self.tables.tasks
+        hit = sa.and_(*self._scope(query, now), self._statuses(query.statuses or frozenset(),
+                                                               now))
+        cursor = [] if after is None else [t.c.id > after]
+        walked = (
+            sa.select(t.c.id, t.c.snapshot, sa.case((hit, 1), else_=0).label("hit"),
+                      sa.func.row_number().over(order_by=t.c.id).label("n"))
+            .where(*self._tenant(query), *cursor)
+            .order_by(t.c.id)
+            .limit(self.walk)
+            .subquery("walked")
+        )
+        return (sa.select(walked.c.id, walked.c.snapshot, walked.c.hit, walked.c.n)
+                .where(sa.or_(walked.c.hit == 1, walked.c.n == self.walk))
+                .order_by(walked.c.id)
+                .limit(want + 1))
+
+    def _rarity(self, query: TaskQuery) -> sa.Select[Any]:
+        """How many rows of the tenant and queue have the stored statuses of ``query``, up
+        to :attr:`candidates` (an index-only count on the counts index)."""
+        t = self.tables.tasks
+        stored = sorted({_STORED.get(status, status).value for status in query.statuses or ()})
+        scope = [] if query.queue is None else [t.c.queue == query.queue]
+        some = (sa.select(t.c.status)
+                .where(t.c.status.in_([inline(value) for value in stored]),
+                       *scope, *self._tenant(query))
+                .order_by(*self._columns[COUNTS_INDEX])  # that index's order
+                .limit(self.candidates)
+                .subquery())
+        return sa.select(sa.func.count()).select_from(some)
+
+    def _past(self, query: TaskQuery, now: datetime, fence: str,
+              want: int) -> sa.Select[Any]:
+        """The first ``want`` matching rows past ``fence`` in id order, read from the
+        indexes that hold them (:meth:`_held`; each in its own order, at most
+        :attr:`candidates`)."""
+        t = self.tables.tasks
+        held: dict[str, builtins.list[sa.ColumnElement[bool]]] = {}
+        for status in sorted(query.statuses or ()):
+            for name, where in self._held(status, now).items():
+                held.setdefault(name, []).append(where)
+        arms = []
+        for name, wheres in held.items():
+            arm = (
+                sa.select(t.c.id)
+                .where(sa.or_(*wheres), self._predicates[name],
+                       *self._scope(query, now), *self._tenant(query), t.c.id > fence)
+                .order_by(*self._columns[name])  # that index's order
+                .limit(self.candidates)
+                .subquery()
+            )
+            arms.append(sa.select(arm.c.id))
+        found = sa.union_all(*arms).subquery("found")
+        first = sa.select(found.c.id).order_by(found.c.id).limit(want).subquery("first")
+        return (sa.select(t.c.id, t.c.snapshot)
+                .join(first, t.c.id == first.c.id)
+                .order_by(t.c.id))
+
+    @functools.cached_property
+    def _columns(self) -> dict[str, builtins.list[sa.Column[Any]]]:
+        """The columns of each index of ``tasks``, by its name without prefix."""
+        prefix = self.tables.prefix
+        return {str(index.name).removeprefix(prefix): list(index.columns)
+                for index in self.tables.tasks.indexes}
+
+    @functools.cached_property
+    def _predicates(self) -> dict[str, sa.ColumnElement[bool]]:
+        """The predicate of each index of ``tasks`` (``true`` for the counts index, over
+        every row), by its name without prefix."""
+        found = {name: where for name, _, where in task_indexes(self.tables.tasks.c)}
+        return {**found, COUNTS_INDEX: sa.true()}
+
+    def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
+        """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells)."""
+        return sa.or_(*self._held(status, now).values())
+
+    def _held(self, status: TaskStatus, now: datetime) -> dict[str, sa.ColumnElement[bool]]:
+        """The stored rows that may read ``status`` at ``now``, by the index (its name
+        without prefix) that holds them. The derived statuses are stored ``pending``: rows
+        without a lease are the claim index's, those with one (live, or lapsed: read as
+        not leased) the lease index's. Completed rows are only in the counts index, over
+        every row: no index gains an entry per completed task (issue 37's budget)."""
+        t = self.tables.tasks
+        if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):
+            return {"ix_tasks_lease": sa.and_(pending(t.c.status), t.c.claim_expires_at > now)}
+        if status in (TaskStatus.PENDING, TaskStatus.SCHEDULED):
+            due = (sa.or_(t.c.run_at.is_(None), t.c.run_at <= now)
+                   if status == TaskStatus.PENDING else t.c.run_at > now)
+            return {"ix_tasks_claim": sa.and_(unclaimed(t.c), due),
+                    "ix_tasks_lease": sa.and_(pending(t.c.status),
+                                              t.c.claim_expires_at <= now, due)}
+        stored = t.c.status == inline(status.value)
+        return {"ix_tasks_status" if status in LISTED else COUNTS_INDEX: stored}
+
+
+def _pairs(rows: Any) -> Rows:
+    return [(row[0], row[1]) for row in rows]
