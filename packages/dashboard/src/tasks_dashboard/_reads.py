@@ -31,7 +31,8 @@ SCAN_BUDGET = 5000
 OLDEST_PAGE = 100
 """The pending tasks of a queue read (in id order) for its oldest pending age."""
 RECENT_PAGE = 100
-"""The newest finished tasks of each status read for the throughput of the last hour."""
+"""The newest finished tasks (of every finished status together) read for the throughput
+of the last hour."""
 RANDOM = "::"
 AFTER_RANDOM = "::g"  # sorts after every random id ("::" and hex digits)
 STATUSES = (TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.CLAIMED, TaskStatus.RUNNING,
@@ -92,7 +93,10 @@ async def counted(app: App, authority: System) -> dict[tuple[str, TaskStatus], i
 
 async def overview(app: App, authority: System, declared: Iterable[str] = ()) -> Overview:
     """Counts by status per queue, the oldest pending task's age and the tasks finished in
-    the last hour: exact counts when the store counts (:func:`counted`), else capped.
+    the last hour: exact counts when the store counts (:func:`counted`), else capped. The
+    tasks finished in the last hour are counted among the :data:`RECENT_PAGE` newest
+    finished tasks (one listing of every finished status), capped when the oldest of
+    them finished within the hour too.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -109,19 +113,16 @@ async def overview(app: App, authority: System, declared: Iterable[str] = ()) ->
         authority, [TaskStatus.PENDING], q, None, None, OLDEST_PAGE)) for q in waiting))
     for queue, (page, _) in zip(waiting, pages, strict=True):
         rows[queue].oldest_pending = min((t.created_at for t in page), default=None)
-    finished = [s for s in TERMINAL if any(n for (_, st), n in counts.items() if st == s)]
-    listings = await asyncio.gather(*(newest(
-        app, authority, statuses=[s], limit=RECENT_PAGE,
-        total=sum(n for (_, st), n in counts.items() if st == s)) for s in finished))
+    finished = sorted({s for (_, s), n in counts.items() if s in TERMINAL and n})
+    listing = await newest(app, authority, statuses=finished, limit=RECENT_PAGE,
+                           total=sum(n for (_, s), n in counts.items() if s in finished))
     hour_ago = now - timedelta(hours=1)
-    capped_throughput = False
-    for listing in listings:
-        for task in listing.items:
-            if task.finished_at is not None and task.finished_at >= hour_ago:
-                rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
-        oldest = listing.items[-1] if listing.items else None
-        if listing.next is not None and oldest is not None and oldest.finished_at is not None:
-            capped_throughput |= oldest.finished_at >= hour_ago
+    for task in listing.items:
+        if task.finished_at is not None and task.finished_at >= hour_ago:
+            rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
+    oldest = listing.items[-1] if listing.items else None
+    capped_throughput = listing.next is not None and oldest is not None and (
+        oldest.finished_at is not None and oldest.finished_at >= hour_ago)
     return Overview(sorted(rows.values(), key=lambda r: r.name), set(), capped_throughput,
                     now, exact=True)
 
