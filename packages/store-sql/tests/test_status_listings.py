@@ -121,14 +121,14 @@ async def test_status_listings_past_the_walk_read_the_same_pages(
     assert len(every) == len(LAYOUT) - 1  # the expired task is gone
     store.walk, store.candidates = 2, candidates
     walked_on = 0
-    plain = store._listing
+    statement = store._statement
 
-    def listing(query: TaskQuery, *args: Any) -> Any:
+    def spied(kind: str, query: TaskQuery, after: bool) -> Any:
         nonlocal walked_on
-        walked_on += query.statuses is not None and not query.statuses <= set(LISTED)
-        return plain(query, *args)
+        walked_on += kind == "listing" and not (query.statuses or set()) <= set(LISTED)
+        return statement(kind, query, after)
 
-    store._listing = listing  # type: ignore[method-assign]
+    store._statement = spied  # type: ignore[method-assign]
     with captured(store) as sent:
         for statuses in FILTERS:
             for queue in (None, "a"):

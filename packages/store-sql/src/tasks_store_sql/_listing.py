@@ -32,6 +32,7 @@ from tasks_core.models import Snapshot, TaskQuery, TaskStatus
 from tasks_store_sql import _codec
 from tasks_store_sql._counts import CountOps
 from tasks_store_sql._schema import LISTED, inline, listed, pending, task_indexes, unclaimed
+from tasks_store_sql._types import Instant
 
 __all__ = ["CANDIDATES", "WALK", "ListOps"]
 
@@ -47,6 +48,10 @@ _STORED = {status: TaskStatus.PENDING for status in (
     TaskStatus.SCHEDULED, TaskStatus.RUNNING, TaskStatus.CLAIMED)}
 """The derived statuses, each stored as ``pending``."""
 
+NOW = sa.bindparam("now", type_=Instant())
+"""The store's instant of the listing (every statement here binds it as ``now``)."""
+LIMIT = sa.bindparam("limit", type_=sa.Integer)
+CANDIDATES_BOUND = sa.bindparam("candidates", type_=sa.Integer)
 Rows = builtins.list[tuple[str, str]]
 
 
@@ -94,39 +99,59 @@ class ListOps(CountOps):
                     after: str | None, want: int) -> Rows:
         """The first ``want`` rows ``(id, snapshot)`` after ``after`` in id order that the
         statement's conditions match (fewer: there are no more)."""
+        values = {"now": now, "after": after, "queue": query.queue, "tenant": query.tenant,
+                  "walk": self.walk, "candidates": self.candidates, "limit": want}
+        if query.principal is not None:
+            values.update(member=query.principal.tenant, user=query.principal.user_id)
         if query.statuses is None or query.principal is not None or (
                 query.statuses <= set(LISTED)):
-            return _pairs((await conn.execute(self._listing(query, now, after, want))).all())
-        walked = (await conn.execute(self._walk(query, now, after, want))).all()
+            plain = self._statement("listing", query, after is not None)
+            return _pairs((await conn.execute(plain, values)).all())
+        walk = self._statement("walk", query, after is not None)
+        walked = (await conn.execute(walk, {**values, "limit": want + 1})).all()
         rows = [(task_id, text) for task_id, text, hit, _ in walked if hit][:want]
         fence = next((task_id for task_id, _, _, n in walked if n == self.walk), None)
         if len(rows) == want or fence is None:
             return rows
-        want -= len(rows)
-        rare = await conn.scalar(self._rarity(query)) < self.candidates
-        rest = self._past(query, now, fence, want) if rare else self._listing(
-            query, now, fence, want)  # not rare: walk on
-        return rows + _pairs((await conn.execute(rest)).all())
+        values.update(after=fence, limit=want - len(rows))
+        rare = await conn.scalar(self._statement("rarity", query, False), values)
+        rest = self._statement("past" if rare < self.candidates else "listing", query, True)
+        return rows + _pairs((await conn.execute(rest, values)).all())  # not rare: walk on
 
-    def _scope(self, query: TaskQuery, now: datetime) -> builtins.list[sa.ColumnElement[bool]]:
+    def _statement(self, kind: str, query: TaskQuery, after: bool) -> sa.Select[Any]:
+        """The statement ``kind`` for the shape of ``query`` (its statuses, which filters it
+        has, whether a cursor is given), built once with bound parameters (``now``,
+        ``after``, ``queue``, ``tenant``, ``member``, ``user``, ``limit``, ``walk``,
+        ``candidates``): a listing reads many pages of one shape."""
+        key = (kind, query.statuses, query.queue is not None, query.tenant is not None,
+               query.principal is not None, after)
+        found = self._shapes.get(key)
+        if found is None:
+            build = {"listing": self._listing, "walk": self._walk, "past": self._past,
+                     "rarity": self._rarity}[kind]
+            found = self._shapes[key] = build(query, after)
+        return found
+
+    @functools.cached_property
+    def _shapes(self) -> dict[tuple[Any, ...], sa.Select[Any]]:
+        return {}
+
+    def _scope(self, query: TaskQuery) -> builtins.list[sa.ColumnElement[bool]]:
         """The conditions of ``query`` but its tenant, cursor and statuses."""
         t = self.tables.tasks
-        found = [sa.or_(t.c.expires_at.is_(None), t.c.expires_at > now)]
+        found = [sa.or_(t.c.expires_at.is_(None), t.c.expires_at > NOW)]
         if query.queue is not None:
-            found.append(t.c.queue == query.queue)
+            found.append(t.c.queue == sa.bindparam("queue"))
         return found
 
     def _tenant(self, query: TaskQuery) -> builtins.list[sa.ColumnElement[bool]]:
         t = self.tables.tasks
-        return [] if query.tenant is None else [t.c.tenant == query.tenant]
+        return [] if query.tenant is None else [t.c.tenant == sa.bindparam("tenant")]
 
-    def _statuses(self, statuses: frozenset[TaskStatus],
-                  now: datetime) -> sa.ColumnElement[bool]:
-        return sa.or_(sa.false(), *(self._status_is(s, now) for s in sorted(statuses)))
+    def _statuses(self, statuses: frozenset[TaskStatus]) -> sa.ColumnElement[bool]:
+        return sa.or_(sa.false(), *(self._status_is(s) for s in sorted(statuses)))
 
-    def _listing(
-        self, query: TaskQuery, now: datetime, after: str | None, limit: int
-    ) -> sa.Select[Any]:
+    def _listing(self, query: TaskQuery, after: bool) -> sa.Select[Any]:
         """The plain walk: matching rows after ``after`` in id order, as far as it must."""
         t = self.tables.tasks
         key: sa.ColumnElement[str] = t.c.id
@@ -135,75 +160,73 @@ class ListOps(CountOps):
             m = self.tables.members
             key = m.c.task_id
             stmt = stmt.select_from(m.join(t, t.c.id == m.c.task_id)).where(
-                m.c.tenant == query.principal.tenant, m.c.user_id == query.principal.user_id)
-        stmt = stmt.where(*self._scope(query, now), *self._tenant(query))
-        if after is not None:
-            stmt = stmt.where(key > after)
+                m.c.tenant == sa.bindparam("member"), m.c.user_id == sa.bindparam("user"))
+        stmt = stmt.where(*self._scope(query), *self._tenant(query))
+        if after:
+            stmt = stmt.where(key > sa.bindparam("after"))
         if query.statuses is not None:
-            stmt = stmt.where(self._statuses(query.statuses, now))
+            stmt = stmt.where(self._statuses(query.statuses))
             if query.statuses <= set(LISTED):
                 stmt = stmt.where(listed(t.c.status))  # the status index, in id order
-        return stmt.order_by(key).limit(limit)
+        return stmt.order_by(key).limit(LIMIT)
 
-    def _walk(self, query: TaskQuery, now: datetime, after: str | None,
-              want: int) -> sa.Select[Any]:
-        """The bounded walk: the next :attr:`walk` rows of the tenant after ``after`` in id
+    def _walk(self, query: TaskQuery, after: bool) -> sa.Select[Any]:
+        """The bounded walk: the next ``walk`` rows of the tenant after ``after`` in id
         order, numbered, each marked whether it matches; of them the matching ones and the
-        last (the fence), in id order — no more than ``want`` + 1."""
+        last (the fence), in id order — no more than ``limit``."""
         t = self.tables.tasks
-        hit = sa.and_(*self._scope(query, now), self._statuses(query.statuses or frozenset(),
-                                                               now))
-        cursor = [] if after is None else [t.c.id > after]
+        hit = sa.and_(*self._scope(query), self._statuses(query.statuses or frozenset()))
+        cursor = [t.c.id > sa.bindparam("after")] if after else []
+        walk = sa.bindparam("walk", type_=sa.Integer)
         walked = (
             sa.select(t.c.id, t.c.snapshot, sa.case((hit, 1), else_=0).label("hit"),
                       sa.func.row_number().over(order_by=t.c.id).label("n"))
             .where(*self._tenant(query), *cursor)
             .order_by(t.c.id)
-            .limit(self.walk)
+            .limit(walk)
             .subquery("walked")
         )
         return (sa.select(walked.c.id, walked.c.snapshot, walked.c.hit, walked.c.n)
-                .where(sa.or_(walked.c.hit == 1, walked.c.n == self.walk))
+                .where(sa.or_(walked.c.hit == 1, walked.c.n == walk))
                 .order_by(walked.c.id)
-                .limit(want + 1))
+                .limit(LIMIT))
 
-    def _rarity(self, query: TaskQuery) -> sa.Select[Any]:
+    def _rarity(self, query: TaskQuery, _: bool) -> sa.Select[Any]:
         """How many rows of the tenant and queue have the stored statuses of ``query``, up
-        to :attr:`candidates` (an index-only count on the counts index)."""
+        to ``candidates`` (an index-only count on the counts index)."""
         t = self.tables.tasks
         stored = sorted({_STORED.get(status, status).value for status in query.statuses or ()})
-        scope = [] if query.queue is None else [t.c.queue == query.queue]
+        scope = [] if query.queue is None else [t.c.queue == sa.bindparam("queue")]
         some = (sa.select(t.c.status)
                 .where(t.c.status.in_([inline(value) for value in stored]),
                        *scope, *self._tenant(query))
                 .order_by(*self._columns[COUNTS_INDEX])  # that index's order
-                .limit(self.candidates)
+                .limit(CANDIDATES_BOUND)
                 .subquery())
         return sa.select(sa.func.count()).select_from(some)
 
-    def _past(self, query: TaskQuery, now: datetime, fence: str,
-              want: int) -> sa.Select[Any]:
-        """The first ``want`` matching rows past ``fence`` in id order, read from the
-        indexes that hold them (:meth:`_held`; each in its own order, at most
-        :attr:`candidates`)."""
+    def _past(self, query: TaskQuery, _: bool) -> sa.Select[Any]:
+        """The first ``limit`` matching rows past the fence (``after``) in id order, read
+        from the indexes that hold them (:meth:`_held`; each in its own order, at most
+        ``candidates``)."""
         t = self.tables.tasks
         held: dict[str, builtins.list[sa.ColumnElement[bool]]] = {}
         for status in sorted(query.statuses or ()):
-            for name, where in self._held(status, now).items():
+            for name, where in self._held(status).items():
                 held.setdefault(name, []).append(where)
         arms = []
         for name, wheres in held.items():
             arm = (
                 sa.select(t.c.id)
-                .where(sa.or_(*wheres), self._predicates[name],
-                       *self._scope(query, now), *self._tenant(query), t.c.id > fence)
+                .where(sa.or_(*wheres), self._predicates[name], *self._scope(query),
+                       *self._tenant(query), t.c.id > sa.bindparam("after"))
                 .order_by(*self._columns[name])  # that index's order
-                .limit(self.candidates)
+                .limit(CANDIDATES_BOUND)
                 .subquery()
             )
             arms.append(sa.select(arm.c.id))
         found = sa.union_all(*arms).subquery("found")
-        first = sa.select(found.c.id).order_by(found.c.id).limit(want).subquery("first")
+        first = sa.select(found.c.id).order_by(found.c.id).limit(LIMIT).subquery("first")
         return (sa.select(t.c.id, t.c.snapshot)
                 .join(first, t.c.id == first.c.id)
                 .order_by(t.c.id))
@@ -222,11 +245,11 @@ class ListOps(CountOps):
         found = {name: where for name, _, where in task_indexes(self.tables.tasks.c)}
         return {**found, COUNTS_INDEX: sa.true()}
 
-    def _status_is(self, status: TaskStatus, now: datetime) -> sa.ColumnElement[bool]:
+    def _status_is(self, status: TaskStatus) -> sa.ColumnElement[bool]:
         """The stored rows that may read ``status`` at ``now`` (``rules.matches`` tells)."""
-        return sa.or_(*self._held(status, now).values())
+        return sa.or_(*self._held(status).values())
 
-    def _held(self, status: TaskStatus, now: datetime) -> dict[str, sa.ColumnElement[bool]]:
+    def _held(self, status: TaskStatus) -> dict[str, sa.ColumnElement[bool]]:
         """The stored rows that may read ``status`` at ``now``, by the index (its name
         without prefix) that holds them. The derived statuses are stored ``pending``: rows
         without a lease are the claim index's, those with one (live, or lapsed: read as
@@ -234,13 +257,13 @@ class ListOps(CountOps):
         every row: no index gains an entry per completed task (issue 37's budget)."""
         t = self.tables.tasks
         if status in (TaskStatus.RUNNING, TaskStatus.CLAIMED):
-            return {"ix_tasks_lease": sa.and_(pending(t.c.status), t.c.claim_expires_at > now)}
+            return {"ix_tasks_lease": sa.and_(pending(t.c.status), t.c.claim_expires_at > NOW)}
         if status in (TaskStatus.PENDING, TaskStatus.SCHEDULED):
-            due = (sa.or_(t.c.run_at.is_(None), t.c.run_at <= now)
-                   if status == TaskStatus.PENDING else t.c.run_at > now)
+            due = (sa.or_(t.c.run_at.is_(None), t.c.run_at <= NOW)
+                   if status == TaskStatus.PENDING else t.c.run_at > NOW)
             return {"ix_tasks_claim": sa.and_(unclaimed(t.c), due),
                     "ix_tasks_lease": sa.and_(pending(t.c.status),
-                                              t.c.claim_expires_at <= now, due)}
+                                              t.c.claim_expires_at <= NOW, due)}
         stored = t.c.status == inline(status.value)
         return {"ix_tasks_status" if status in LISTED else COUNTS_INDEX: stored}
 
