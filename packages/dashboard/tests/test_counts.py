@@ -85,6 +85,22 @@ async def test_newest_first_pages_through_a_dense_burst(any_app: App) -> None:
     assert sorted(ids, reverse=True) == seen
 
 
+async def test_newest_first_reads_less_than_a_burst_for_a_page_of_it(any_app: App) -> None:
+    """The newest 50 of 1,000 tasks submitted in one burst (some milliseconds), with or
+    without an owner filter: windows are read four pages at most before they narrow at
+    the density read, so a page reads less than the burst (a filtered page read 1,000 at
+    a time, then every millisecond of the burst whole)."""
+    burst = await any_app.submit_many([SubmitItem(task="steps", input={"count": 1})
+                                       for _ in range(1000)], Owner("bob"))
+    newest = sorted((s.id for s in burst), reverse=True)[:50]
+    listing = await _reads.newest(any_app, System(), limit=50)
+    owned = await _reads.newest(any_app, System(), principal=Owner("bob"), limit=50,
+                                keep=lambda task: task.owner == Owner("bob"))
+    assert newest == [t.id for t in listing.items] == [t.id for t in owned.items]
+    assert listing.scanned < len(burst)
+    assert owned.scanned < len(burst)
+
+
 class ListingCountedStore(MemoryStore):
     """The memory store, counting its ``list`` calls."""
 

@@ -228,7 +228,15 @@ async def _edge(app: App, base: TaskQuery, upper_ms: int, upper: str | None,
         if lower == 0:
             return None
         empty_from, step = lower, step * 4
-    while empty_from - found > width:  # a task at found, none from empty_from on
+    return await _closer(app, base, found, empty_from, upper, width)
+
+
+async def _closer(app: App, base: TaskQuery, found: int, empty_from: int,
+                  upper: str | None, width: int) -> int:
+    """An instant at most ``width`` ms above the newest random-id task of ``base`` before
+    the id ``upper``, given one such task at ``found`` and none from ``empty_from`` on:
+    reads of one task each, halving the span between them."""
+    while empty_from - found > width:
         middle = (found + empty_from) // 2
         later = await _first(app, base, middle, upper)
         if later is None:
@@ -246,14 +254,16 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
 
     The store lists in id order only, so the page is found from its top: the newest task
     below ``before`` (:func:`_edge`), then a window of submit instants ending there, read
-    in id order: taken whole when it holds at most a page (short of ``limit``, the next
-    window ends where it began, four times wider after one that held little, and after
-    an empty one the newest task below is looked for again), narrowed at the density of
-    the tasks read when it holds more (down to one millisecond, then read whole within
-    the budget). ``keep`` filters
-    what the store cannot; ``total`` (the matching tasks, when known) ends the search
-    once all are found, and when they fit in one read (four pages) they are read at once
-(the database then plans for all of them: the index of a rare status, not the id order).
+    in id order: taken whole when it holds at most a trial read (four pages), else
+    narrowed at the density of the tasks read, its end brought down to within the new
+    width above the newest task (:func:`_closer`), down to one millisecond, then read
+    whole within the budget. Short of ``limit``, the next window ends where one taken
+    began, wide enough for half a trial read at the density found there (at most four
+    times wider); after an empty one the newest task below is looked for again. ``keep``
+    filters what the store cannot; ``total`` (the matching tasks, when known) ends the
+    search once all are found, and when they fit in four pages they are read at once
+    (the database then plans for all of them: the index of a rare status, not the id
+    order).
 
     Raises:
         StoreUnavailable: the store failed.
@@ -263,7 +273,8 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
         upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000  # clock skew
     upper = before
     base = _query(authority, statuses, queue, principal, None, 1)
-    page = 4 * limit if keep is None else 1000
+    page = 4 * limit if keep is None else 1000  # read at once; a whole millisecond's chunk
+    trial = 4 * limit  # a window holding more is narrowed
     if total is not None and total <= page and keep is None:  # one read of them all
         if total == 0:
             return Listing([], None, 0)
@@ -286,21 +297,23 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
                 break
         lower_ms = max(0, anchor - width)
         whole = anchor - lower_ms <= 1
-        tasks, complete, read = await _window(app, base, stamp_id(lower_ms), upper,
-                                              page=page, budget=SCAN_BUDGET if whole else page)
+        tasks, complete, read = await _window(
+            app, base, stamp_id(lower_ms), upper, page=page if whole else trial,
+            budget=SCAN_BUDGET if whole else trial)
         scanned += read
         if complete:
             found += [t for t in tasks if keep is None or keep(t)]
             upper_ms, upper = lower_ms, stamp_id(lower_ms)
             done = lower_ms == 0
             anchor = lower_ms if tasks else None
-            width *= 4 if len(tasks) < page // 2 else 1
+            width = max(1, min(width * 4, trial * width // (2 * len(tasks) or 1)))
         elif whole:
             break  # one millisecond holds more than the budget
-        else:  # the same end, narrower
+        else:  # narrower, its end brought down as close to the newest task
             first, last = _stamp_ms(tasks[0].id) or lower_ms, _stamp_ms(tasks[-1].id) or lower_ms
             rate = len(tasks) / max(1, last - first + 1)  # tasks per ms where they were read
-            width = max(1, min(int(page / 2 / rate), width // 2))
+            width = max(1, min(int(trial / 2 / rate), width // 2))
+            anchor = await _closer(app, base, last, anchor, upper, width)
         if done:
             break
     items = _page(found, limit)
