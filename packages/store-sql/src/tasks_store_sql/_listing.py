@@ -1,18 +1,14 @@
 """``list`` on the SQL path, every dialect: a query's tasks in id order, a page at a time.
 
-A listing reads the rows in id order (the primary key, a tenant's index in id order, or
-a principal's members) and keeps those the query matches. Rule: whatever path it takes,
-a page is the first ``limit`` matching tasks after ``after`` in id order; expired and
-corrupt records are left out without shortening it.
-
-A status filter over statuses that are rare among the rows would walk far past the
-others, so a listing by status (not a principal's, not one the status index serves in id
-order) walks at most :attr:`ListOps.walk` rows past its cursor, up to a fence (the last
-of them). Short of a page there, it counts the rows stored with those statuses in the
-tenant and queue (index-only, up to :attr:`ListOps.candidates`): fewer, and it reads what
-lies past the fence from the indexes that hold every row that may read the statuses
-(:meth:`ListOps._held`), of which the first in id order make the page; as many, and they
-are no rarity: the walk goes on from the fence, as far as it must.
+A listing reads the rows in id order (the primary key, a tenant's index, a principal's
+members) and keeps those the query matches. Rule: whatever path it takes, a page is the
+first ``limit`` matching tasks after ``after`` in id order; expired and corrupt records
+are left out without shortening it. A listing by status that the status index does not
+serve walks at most :attr:`ListOps.walk` rows past its cursor, up to a fence; short of a
+page, it counts the rows stored with those statuses (index-only, up to
+:attr:`ListOps.candidates`): fewer, and the rest past the fence is read from the indexes
+holding them (:meth:`ListOps._held`), the first in id order making the page; as many,
+and the walk goes on from the fence.
 """
 
 from __future__ import annotations
