@@ -120,11 +120,9 @@ def test_batch_room_counts_a_tenant_only_when_the_store_alone_shows_no_room(
                                   limits=limits, now=now)
 
 
-def test_a_failure_past_the_delivery_limit_is_counted_by_telemetry(
-    now: datetime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``claim_result`` of a task failed past its delivery limit hands the failed task to
-    the active telemetry (``delivery_limit``) before it refuses."""
+@pytest.fixture
+def delivery_limits(monkeypatch: pytest.MonkeyPatch) -> list[Snapshot]:
+    """The tasks the active telemetry is handed as failed past their delivery limit."""
     counted: list[Snapshot] = []
 
     class Recorder:
@@ -132,12 +130,24 @@ def test_a_failure_past_the_delivery_limit_is_counted_by_telemetry(
             counted.append(snapshot)
 
     monkeypatch.setattr("tasks_core.telemetry.active", Recorder())
+    return counted
+
+
+def _spent(now: datetime) -> Snapshot:
+    """A pending task that has had every delivery it may have."""
     task = _task("t", "q", now)
-    spent = task.model_copy(update={"deliveries": task.work.max_deliveries})
-    started = storekit.claim_one(spent, "w1", 30, now)
+    return task.model_copy(update={"deliveries": task.work.max_deliveries})
+
+
+def test_a_failure_past_the_delivery_limit_is_counted_by_telemetry(
+    now: datetime, delivery_limits: list[Snapshot]
+) -> None:
+    """``claim_result`` of a task failed past its delivery limit hands the failed task to
+    the active telemetry (``delivery_limit``) before it refuses."""
+    started = storekit.claim_one(_spent(now), "w1", 30, now)
     with pytest.raises(Unavailable):
         storekit.claim_result(started)
-    assert [started.snapshot] == counted
+    assert [started.snapshot] == delivery_limits
 
 
 def test_a_rate_limited_queue_left_out_of_recent_made_no_claims(now: datetime) -> None:
@@ -173,21 +183,12 @@ def test_a_scan_offers_nothing_past_its_limit(now: datetime) -> None:
 
 
 def test_a_scans_failures_are_counted_by_telemetry_when_reported(
-    now: datetime, monkeypatch: pytest.MonkeyPatch
+    now: datetime, delivery_limits: list[Snapshot]
 ) -> None:
     """``ClaimScan.report`` hands each task it failed past its delivery limit to the
     active telemetry."""
-    counted: list[Snapshot] = []
-
-    class Recorder:
-        def delivery_limit(self, snapshot: Snapshot) -> None:
-            counted.append(snapshot)
-
-    monkeypatch.setattr("tasks_core.telemetry.active", Recorder())
-    task = _task("t", "q", now)
-    spent = task.model_copy(update={"deliveries": task.work.max_deliveries})
     scan = storekit.ClaimScan(storekit.check_claim_next("w1", 30, ["q"], 1, ()), now)
-    failed = scan.offer(spent)
+    failed = scan.offer(_spent(now))
     assert failed is not None
     scan.report()
-    assert [failed.snapshot] == counted
+    assert [failed.snapshot] == delivery_limits
