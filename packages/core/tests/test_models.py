@@ -13,6 +13,8 @@ from tasks_core import (
     Failed,
     InputRequested,
     InvalidInput,
+    NewTask,
+    Owner,
     RetryPolicy,
     RetryRequested,
     Snapshot,
@@ -227,6 +229,31 @@ def test_built_equals_the_validated_model(now: datetime) -> None:
     assert hash(made) == hash(validated)
     assert made.__pydantic_fields_set__ == validated.__pydantic_fields_set__
     assert made.model_dump_json() == validated.model_dump_json()
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"delay_s": 2.5, "ttl_s": 60.0, "retention_s": 0.0, "priority": -3},
+    {"run_at": "2099-01-01T00:00:00.123456+02:00", "ttl_s": 1.0},
+    {"watchers": (Owner("bob"), Owner("carol")), "queue": "emails", "priority": 100},
+])
+def test_new_snapshot_equals_the_validated_snapshot(
+    snapshot: Snapshot, now: datetime, options: dict[str, Any]
+) -> None:
+    """``rules.new_snapshot`` (built, not validated) MUST equal the snapshot validated
+    from its own fields — fields set aside — with the model's key order in its JSON, and
+    dicts of its own."""
+    new = NewTask(id="alice::k", tenant="default", owner=Owner("alice"),
+                  work=Work(name="job", input={"a": [1]}), **options)
+    for replace in (None, replaced(snapshot, lease_generation=7)):
+        made = rules.new_snapshot(new, now + timedelta(microseconds=1500), replace=replace)
+        validated = Snapshot(**{name: getattr(made, name) for name in Snapshot.model_fields})
+        assert made == validated
+        assert made.model_dump_json() == validated.model_dump_json()  # (in the same order)
+        assert made.lease_generation == (7 if replace else 0)
+        other = rules.new_snapshot(new, now)
+        assert made.input_requests is not other.input_requests
+        assert made.accepted_input_responses is not other.accepted_input_responses
 
 
 @pytest.mark.parametrize("fields", [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tasks_core._model import replaced
+from tasks_core._model import built, replaced
 from tasks_core.clock import utc
 from tasks_core.errors import (
     RevisionConflict,
@@ -96,28 +96,40 @@ def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None
     earlier instant than ``now`` becomes ``now``); its ``ttl`` counts from its ``run_at``.
     A replacement keeps the replaced task's lease generation so that every lease of the old
     run stays fenced.
+
+    Rule: the snapshot is :func:`~tasks_core.models.built`, not validated again: every
+    value is ``new``'s (validated when it was made), a default of the model, or derived
+    here from ``now`` (UTC, whole milliseconds).
     """
     now = tick(now)
     run_at = new.run_at if new.delay_s is None else now + _milliseconds(new.delay_s)
     if run_at is not None:
         run_at = max(now, tick(run_at))
-    return Snapshot(
-        id=new.id,
-        tenant=new.tenant,
-        owner=new.owner,
-        watchers=new.watchers,
-        queue=new.queue,
-        work=new.work,
-        run_id=new_run_id(),
-        lease_generation=replace.lease_generation if replace else 0,
-        ttl_s=new.ttl_s,
-        retention_s=new.retention_s,
-        created_at=now,
-        updated_at=now,
-        expires_at=_ttl_from(run_at or now, new.ttl_s),
-        run_at=run_at,
-        priority=new.priority,
-    )
+    return built(Snapshot, **_DEFAULTS | {
+        "id": new.id,
+        "tenant": new.tenant,
+        "owner": new.owner,
+        "watchers": new.watchers,
+        "queue": new.queue,
+        "work": new.work,
+        "run_id": new_run_id(),
+        "input_requests": {},
+        "accepted_input_responses": {},
+        "lease_generation": replace.lease_generation if replace else 0,
+        "ttl_s": new.ttl_s,
+        "retention_s": new.retention_s,
+        "created_at": now,
+        "updated_at": now,
+        "expires_at": _ttl_from(run_at or now, new.ttl_s),
+        "run_at": run_at,
+        "priority": new.priority,
+    })
+
+
+_DEFAULTS = {name: field.default for name, field in Snapshot.model_fields.items()}
+"""Every field of a snapshot, in the model's order (which the stored text keeps), at its
+default: immutable values (``pending``, 0, ``None``, ``()``); :func:`new_snapshot` gives
+each field that has none, or a mutable one."""
 
 
 def check_replace(current: Snapshot, replace: Snapshot, now: datetime) -> None:
