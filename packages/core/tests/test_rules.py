@@ -9,6 +9,7 @@ from tasks_core import (
     Access,
     AuthorizationError,
     Cancelled,
+    ClaimInfo,
     Completed,
     Event,
     Failed,
@@ -135,6 +136,27 @@ def test_lease_durations_are_validated(seconds: float) -> None:
     """``lease_for`` MUST be a number of seconds in (0, 7 days]."""
     with pytest.raises(InvalidInput, match="lease_for"):
         rules.check_lease_for(seconds)
+
+
+@pytest.mark.parametrize("worker_id", ["", "w" * 257, 7])
+def test_a_claim_refuses_a_bad_worker_id(snapshot: Snapshot, now: datetime,
+                                         worker_id: object) -> None:
+    """``start_claim`` checks the claimer's id itself (1-256 characters): the lease and
+    claim it makes are built from it unvalidated."""
+    with pytest.raises(InvalidInput, match="worker_id"):
+        rules.start_claim(snapshot, worker_id, 30, now)  # type: ignore[arg-type]
+
+
+def test_a_claim_makes_a_lease_and_claim_as_validated_models_make_them(
+    snapshot: Snapshot, now: datetime,
+) -> None:
+    """The lease and claim info ``start_claim`` builds equal those the models' own
+    validation makes of the same values."""
+    claimed, token, lease = _claim(snapshot, now)
+    assert lease == Lease(task_id=snapshot.id, worker_id="w1", token=token, generation=1,
+                          expires_at=rules.tick(now) + timedelta(seconds=30))
+    assert claimed.claim == ClaimInfo(worker_id="w1", generation=1,
+                                      expires_at=rules.tick(now) + timedelta(seconds=30))
 
 
 def test_expired_tasks_are_not_claimable(snapshot: Snapshot, now: datetime) -> None:

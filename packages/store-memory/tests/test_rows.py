@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
 from tasks_core import rules
 from tasks_core.authority import Owner
 from tasks_core.models import NewTask, Snapshot, TaskStatus, Work
-from tasks_store_memory._rows import OpenTasks, claimable_at
+from tasks_store_memory._rows import _DEAD_FRONT, OpenTasks, _Ready, claimable_at
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 ALICE = Owner("alice")
@@ -140,3 +143,46 @@ def test_claimable_at_is_now_when_nothing_but_a_look_can_tell() -> None:
     assert now == claimable_at(task, now)
     leased, _, _, _ = rules.start_claim(task, "w", 30, T0 + timedelta(seconds=1))
     assert now == claimable_at(leased, now)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=300))
+def test_ready_entries_match_a_sorted_list_whatever_is_added_and_removed(
+    steps: list[tuple[bool, int]],
+) -> None:
+    ready, model = _Ready(), []  # the model: a plain sorted list
+    for add, value in steps:
+        order = (0, T0, f"t{value:03}")
+        if add and order not in model:
+            ready.add(order)
+            bisect.insort(model, order)
+        elif not add and model:
+            taken = model[value % len(model)]  # the head, the tail or between
+            ready.remove(taken)
+            model.remove(taken)
+        assert model == ready.entries[ready.start:]
+        assert len(model) == len(ready)
+
+
+def test_taking_the_head_again_and_again_keeps_the_list_bounded() -> None:
+    ready = _Ready()
+    for n in range(5000):
+        ready.add((0, T0, f"t{n:05}"))
+        if n >= 100:  # a backlog of 100: every new task, one taken from the front
+            ready.remove(ready.entries[ready.start])
+    assert len(ready) == 100
+    assert len(ready.entries) <= 2 * max(len(ready), _DEAD_FRONT)
+
+
+def test_taking_the_head_moves_nothing_until_1024_dead_entries_are_cut() -> None:
+    """Removing the first ready task only moves the live part's start; at 1,024 dead
+    entries, half the list or more, the dead front is cut off in one go."""
+    ready = _Ready()
+    orders = [(0, T0, f"t{n:05}") for n in range(2048)]
+    for order in orders:
+        ready.add(order)
+    for order in orders[:1023]:
+        ready.remove(order)
+    assert (2048, 1023) == (len(ready.entries), ready.start)
+    ready.remove(orders[1023])
+    assert (1024, 0) == (len(ready.entries), ready.start)
+    assert orders[1024:] == ready.entries

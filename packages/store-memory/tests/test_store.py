@@ -70,3 +70,20 @@ async def test_a_claim_pre_selects_at_most_the_room_of_each_queue() -> None:
     with store._locked() as now:
         picked = store._pick(["a", "b"], 3, room, now)
     assert ["a1", "a2", "b1"] == [task_id for task_id, _ in picked]
+
+
+async def test_a_written_unfinished_snapshot_is_not_decoded_again() -> None:
+    """The snapshot a claim writes is kept as the task's view: the completion that
+    follows decides on it without decoding the document; a finished task keeps no view
+    (its decode is made when it is read)."""
+    store = MemoryStore()
+    await store.create(_new("t"))
+    [claim] = await store.claim_next("w", 30, queues=["default"])
+    decodes: list[str] = []
+    decode = store._decode
+    store._decode = lambda task_id, row: decodes.append(task_id) or decode(task_id, row)  # type: ignore[method-assign]
+    await store.transition("t", claim.snapshot.revision, Completed(event_id="done"), claim.lease)
+    assert [] == decodes
+    assert store._rows["t"].view is None
+    assert "completed" == (await store.get("t", tenant="default")).status
+    assert ["t"] == decodes

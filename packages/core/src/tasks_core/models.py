@@ -8,6 +8,7 @@ and are never renamed.
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NamedTuple
@@ -39,6 +40,7 @@ __all__ = [
     "TaskStatus",
     "Work",
     "built",
+    "detached",
     "replaced",
 ]
 
@@ -316,6 +318,25 @@ class Snapshot(Model):
         may lie a millisecond past the store clock (``rules.next_commit_time``).
         """
         return self.claim is not None and not self.claim.ended and now < self.claim.expires_at
+
+
+def detached(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with copies of its own of the JSON values a caller can change in place
+    (the input, the result, input requests and accepted answers: every mutable value a
+    snapshot holds; the rest is frozen), or ``snapshot`` itself when it holds none. A store
+    that keeps a snapshot it wrote — as the decode of the text it wrote — keeps this, so
+    that nothing a caller does to the snapshot it was handed reaches what is kept."""
+    changes: dict[str, Any] = {}
+    work = snapshot.work
+    if isinstance(work.input, (dict, list)):
+        changes["work"] = replaced(work, input=copy.deepcopy(work.input))
+    if isinstance(snapshot.result, (dict, list)):
+        changes["result"] = copy.deepcopy(snapshot.result)
+    if snapshot.input_requests:
+        changes["input_requests"] = copy.deepcopy(snapshot.input_requests)
+    if snapshot.accepted_input_responses:
+        changes["accepted_input_responses"] = copy.deepcopy(snapshot.accepted_input_responses)
+    return replaced(snapshot, **changes) if changes else snapshot
 
 
 def _in_tenant(owners: tuple[Owner, ...], tenant: str) -> bool:

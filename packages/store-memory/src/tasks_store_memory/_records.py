@@ -4,11 +4,12 @@
 Each record is a JSON document (text), decoded and encoded by pydantic: every decode is
 a snapshot of its own, so a caller can never change what is stored through a snapshot it
 was given, and a damaged document reads as ``StoreCorrupt`` for its task only. The store's
-own decisions read a decode cached per task until the next write (:meth:`Records._view`);
-what a call returns is made from :meth:`Records._take`. The open tasks are indexed
-(:class:`~tasks_store_memory._rows.OpenTasks`) so that ``claim_next`` reads the heads of
-its queues, and the small hooks at the end are what the contract suite's deliberately
-broken stores override.
+own decisions read a view cached per task until the next write (:meth:`Records._view`):
+a decode, or the unfinished snapshot just written, detached from the caller's copy
+(``models.detached``); what a call returns is made from :meth:`Records._take`. The open
+tasks are indexed (:class:`~tasks_store_memory._rows.OpenTasks`) so that ``claim_next``
+reads the heads of its queues, and the small hooks at the end are what the contract
+suite's deliberately broken stores override.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tasks_core import reports, rules, storekit
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
 from tasks_core.events import EventRecord
-from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits, TaskStatus
+from tasks_core.models import Lease, NewTask, Snapshot, StoreLimits, TaskStatus, detached
 
 from tasks_store_memory._rows import ClaimLog, OpenTasks, Row, claimable_at
 
@@ -75,10 +76,11 @@ class Records:
         return EventRecord.model_validate_json(doc)
 
     def _view(self, task_id: str, row: Row) -> Snapshot:
-        """The stored snapshot for the store's own decisions: decoded once per write and
-        cached. Neither it nor anything made from it is handed out while it is cached (a
-        caller could change its payloads, and the next write would store them): what a
-        call returns comes from :meth:`_take`."""
+        """The stored snapshot for the store's own decisions: decoded at most once per
+        write and cached (:meth:`_set` keeps an unfinished one as it writes it). Neither
+        it nor anything made from it is handed out while it is cached (a caller could
+        change its payloads, and the next write would store them): what a call returns
+        comes from :meth:`_take`."""
         if row.view is None:
             row.view = self._decode(task_id, row)
         return row.view
@@ -90,9 +92,13 @@ class Records:
         return self._decode(task_id, row) if snapshot is None else snapshot
 
     def _set(self, row: Row, snapshot: Snapshot) -> None:
-        """Store ``snapshot`` as the task's document."""
+        """Store ``snapshot`` as the task's document. An unfinished one is kept as the
+        document's view (``detached`` from the caller's: decoding the document gives it, a
+        snapshot's JSON round trip being exact), for the claim or completion that comes
+        next; a finished one is not (kept views of the history would only load the
+        garbage collector)."""
         row.doc = snapshot.model_dump_json()
-        row.view = None
+        row.view = None if snapshot.terminal else detached(snapshot)
         self._track(snapshot)
 
     def _append(self, row: Row, snapshot: Snapshot, record: EventRecord) -> None:

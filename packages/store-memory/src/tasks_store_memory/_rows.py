@@ -42,6 +42,40 @@ class _Place(NamedTuple):
     """Held: when time alone makes the task claimable (``None``: only a write can)."""
 
 
+class _Ready:
+    """The ready tasks of one queue in claim order: a sorted list whose live part starts
+    at ``start``. Claims take tasks from the front, so removing the first entry only
+    moves ``start`` (the dead front is cut off once it is half the list): a claim costs
+    the same whatever the backlog, where deleting the head of a list moves all of it."""
+
+    __slots__ = ("entries", "start")
+
+    def __init__(self) -> None:
+        self.entries: list[ClaimOrder] = []
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.entries) - self.start
+
+    def add(self, order: ClaimOrder) -> None:
+        bisect.insort(self.entries, order, lo=self.start)
+
+    def remove(self, order: ClaimOrder) -> None:
+        """Remove ``order``, which is present."""
+        at = bisect.bisect_left(self.entries, order, lo=self.start)
+        if at > self.start:
+            del self.entries[at]
+            return
+        self.start += 1
+        if self.start >= _DEAD_FRONT and 2 * self.start >= len(self.entries):
+            del self.entries[:self.start]
+            self.start = 0
+
+
+_DEAD_FRONT = 1024
+"""How many removed entries a :class:`_Ready` may keep at its front before cutting."""
+
+
 class OpenTasks:
     """The tasks ``claim_next`` must know of — not finished, or holding a lease that has
     not ended (it may keep an exclusive queue busy) — each *ready* or *held*, as it was
@@ -58,7 +92,7 @@ class OpenTasks:
 
     def __init__(self) -> None:
         self._places: dict[str, _Place] = {}
-        self._ready: dict[str, list[ClaimOrder]] = {}
+        self._ready: dict[str, _Ready] = {}
         self._held: dict[str, dict[str, None]] = {}
         """The held task ids of each queue, an ordered set (read in the order they were
         held)."""
@@ -85,9 +119,9 @@ class OpenTasks:
         if place is None:
             return
         if place.ready:
-            entries = self._ready[place.queue]
-            del entries[bisect.bisect_left(entries, place.order)]
-            if not entries:
+            ready = self._ready[place.queue]
+            ready.remove(place.order)
+            if not ready:
                 del self._ready[place.queue]
         else:
             held = self._held[place.queue]
@@ -101,7 +135,7 @@ class OpenTasks:
         self.discard(task_id)
         self._places[task_id] = place
         if place.ready:
-            bisect.insort(self._ready.setdefault(place.queue, []), place.order)
+            self._ready.setdefault(place.queue, _Ready()).add(place.order)
             return
         self._held.setdefault(place.queue, {}).setdefault(task_id)  # an ordered set's add
         if place.until is not None:
@@ -134,13 +168,13 @@ class OpenTasks:
         """The ready tasks of ``queues`` in claim order (the last item: the id), leaving out
         a queue as soon as it is in ``closed`` (which the caller may grow meanwhile). The
         index must not change while this runs."""
-        heads = [(entries[0], queue, 0) for queue in queues
-                 if (entries := self._ready.get(queue))]
+        heads = [(ready.entries[ready.start], queue, ready.start) for queue in queues
+                 if (ready := self._ready.get(queue))]
         heapq.heapify(heads)
         while heads:
             entry, queue, position = heads[0]
             yield entry
-            entries = self._ready[queue]
+            entries = self._ready[queue].entries
             position += 1
             if queue in closed or position == len(entries):
                 heapq.heappop(heads)

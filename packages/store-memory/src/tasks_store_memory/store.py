@@ -72,9 +72,10 @@ class MemoryStore(Creates):
     Atomicity: every operation runs to completion under one ``threading.Lock`` without
     awaiting, so it is atomic with respect to asyncio tasks *and* threads. Records are kept
     as JSON documents (text), exactly like a database would, and every snapshot a call
-    returns is made from a decode of its own: a value the caller mutates after a call can
-    never leak into the store, and a damaged document reads as ``StoreCorrupt`` for that task
-    only. The store's own decisions read a decode cached per task until its next write, and
+    returns is the caller's own (a decode, or a copy detached from what was written): a
+    value the caller mutates after a call can never leak into the store, and a damaged
+    document reads as ``StoreCorrupt`` for that task only. The store's own decisions read
+    a view cached per task until its next write, and
     ``claim_next`` reads an index of the open tasks, the claimable ones in claim order
     (``_records.py``, ``_rows.py``).
     """

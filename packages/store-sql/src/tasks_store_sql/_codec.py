@@ -13,7 +13,6 @@ nothing to a reader: any other layout decodes the same.
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 from datetime import datetime
@@ -23,7 +22,7 @@ from pydantic import BaseModel, TypeAdapter
 from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import EventRecord
-from tasks_core.models import Instant, Snapshot, TaskStatus, replaced
+from tasks_core.models import Instant, Snapshot, TaskStatus, detached
 
 __all__ = [
     "CLAIM_KEYS",
@@ -97,28 +96,11 @@ class Kept(NamedTuple):
     row_version: int | None = None
 
 
-def detached(snapshot: Snapshot) -> Snapshot:
-    """``snapshot`` with copies of its own of the JSON values a caller can change in place
-    (the input, the result, input requests and accepted answers); ``snapshot`` itself
-    when it holds none."""
-    changes: dict[str, Any] = {}
-    work = snapshot.work
-    if isinstance(work.input, (dict, list)):
-        changes["work"] = replaced(work, input=copy.deepcopy(work.input))
-    if isinstance(snapshot.result, (dict, list)):
-        changes["result"] = copy.deepcopy(snapshot.result)
-    if snapshot.input_requests:
-        changes["input_requests"] = copy.deepcopy(snapshot.input_requests)
-    if snapshot.accepted_input_responses:
-        changes["accepted_input_responses"] = copy.deepcopy(snapshot.accepted_input_responses)
-    return replaced(snapshot, **changes) if changes else snapshot
-
-
 class Decoded:
     """Snapshots decoded lately, each kept with the exact text it was decoded from, so that
     reading the same text again — a completion locking the row its claim returned — takes
     the snapshot instead of validating the text a second time. What is kept is
-    :func:`detached` from what the caller was handed (a snapshot is frozen, the JSON values
+    ``models.detached`` from what the caller was handed (a snapshot is frozen, the JSON values
     in it are not), and equal text decodes to an equal snapshot, so handing one out twice
     is safe.
 

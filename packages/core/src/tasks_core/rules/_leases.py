@@ -8,8 +8,8 @@ import base64
 import secrets
 from datetime import datetime
 
-from tasks_core._model import replaced
-from tasks_core.arguments import check_lease_for
+from tasks_core._model import built, replaced
+from tasks_core.arguments import check_lease_for, check_worker_id
 from tasks_core.errors import (
     Deferred,
     Unavailable,
@@ -93,8 +93,12 @@ def start_claim(
     ``(failed snapshot, "", None, record of the failure)``; once that is written the
     store calls :func:`tasks_core.reports.delivery_limit`.
     The caller has checked :func:`check_claimable`.
+
+    Raises:
+        InvalidInput: ``worker_id`` or ``lease_for`` out of range.
     """
     duration = check_lease_for(lease_for)
+    check_worker_id(worker_id)
     now = tick(now)
     if snapshot.deliveries >= snapshot.work.max_deliveries:
         failure = Failed(
@@ -110,11 +114,11 @@ def start_claim(
     expires_at = now + duration
     previous = snapshot.claim
     recovered = previous is not None and not previous.ended
-    new = _stored(
+    new = _stored(  # the claim and the lease: every value checked or derived here
         snapshot,
-        claim=ClaimInfo(
-            worker_id=worker_id, generation=generation, expires_at=expires_at,
-            recovered=recovered, held=held,
+        claim=built(
+            ClaimInfo, worker_id=worker_id, generation=generation, expires_at=expires_at,
+            ended=False, recovered=recovered, held=held,
         ),
         lease_generation=generation,
         deliveries=snapshot.deliveries + 1,
@@ -123,13 +127,8 @@ def start_claim(
         progress=None,
         updated_at=max(now, snapshot.updated_at),
     )
-    lease = Lease(
-        task_id=snapshot.id,
-        worker_id=worker_id,
-        token=token,
-        generation=generation,
-        expires_at=expires_at,
-    )
+    lease = built(Lease, task_id=snapshot.id, worker_id=worker_id, token=token,
+                  generation=generation, expires_at=expires_at)
     return new, token, lease, None
 
 
