@@ -317,6 +317,36 @@ async def test_bad_input_is_refused(payload: Any) -> None:
             await app.submit("report", payload, ALICE)
 
 
+async def test_input_that_bound_once_binds_again_and_other_keys_are_still_refused() -> None:
+    """Keys that bound to the handler once MUST bind again, and keys that did not, or
+    that miss a required argument, MUST still be refused each time — also after; a
+    handler with ``**kwargs`` MUST take any keys."""
+    app = _app()
+
+    @app.task()
+    async def needs(ctx: TaskContext, a: int, b: int = 0) -> None:
+        return None
+
+    @app.task()
+    async def anything(ctx: TaskContext, a: int, **rest: int) -> None:
+        return None
+
+    async with app:
+        for _ in range(2):
+            await app.submit("needs", {"a": 1}, ALICE)
+            await app.submit("needs", {"b": 2, "a": 1}, ALICE)
+            for payload, problem in (({"a": 1, "c": 3}, "unexpected keyword argument 'c'"),
+                                     ({"b": 1}, "missing a required argument: 'a'"),
+                                     (None, "missing a required argument: 'a'")):
+                with pytest.raises(InvalidInput, match=problem):
+                    await app.submit("needs", payload, ALICE)
+            await app.submit("anything", {"a": 1, "z": 2}, ALICE)
+            await app.submit("anything", {"a": 1, "y": 2}, ALICE)
+            with pytest.raises(InvalidInput, match="missing a required argument: 'a'"):
+                await app.submit("anything", {"y": 2}, ALICE)
+        assert 8 == len(await app.list(ALICE))
+
+
 @pytest.mark.parametrize("key", ["a::b", "", "x" * 257])
 async def test_bad_keys_are_refused(key: str) -> None:
     """Keys with ``::``, empty or longer than 256 bytes MUST be refused."""

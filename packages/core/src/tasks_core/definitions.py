@@ -25,6 +25,8 @@ __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter",
            "check_priority"]
 
 DEFAULT_QUEUE = "default"
+_MOST_BINDS = 64
+"""The most key sets a task remembers as binding to its handler."""
 
 
 class _Unset(Enum):
@@ -209,8 +211,20 @@ class TaskDef:
         except (TypeError, ValueError):
             return None
 
+    @functools.cached_property
+    def _binds(self) -> set[frozenset[str]] | None:
+        """The key sets of inputs that bound to a handler without ``**kwargs`` (each key
+        then one of its parameters), at most :data:`_MOST_BINDS`: the same keys bind
+        again without ``inspect``. ``None`` for a handler with ``**kwargs``."""
+        signature = self._signature
+        if signature is None or any(p.kind is p.VAR_KEYWORD
+                                    for p in signature.parameters.values()):
+            return None
+        return set()
+
     def check_input(self, input: dict[str, Any] | None) -> None:
-        """Refuse an input that does not bind to ``fn(ctx, **input)``.
+        """Refuse an input that does not bind to ``fn(ctx, **input)``. Whether it binds
+        depends on its keys alone, so keys that bound once are not bound again.
 
         Raises:
             InvalidInput: naming the mismatch (never the values).
@@ -218,10 +232,15 @@ class TaskDef:
         signature = self._signature
         if signature is None:
             return
+        binds, keys = self._binds, frozenset(input or ())
+        if binds is not None and keys in binds:
+            return
         try:
             signature.bind(None, **(input or {}))
         except TypeError as exc:
             raise InvalidInput(f"input does not match task {self.name!r}: {exc}") from None
+        if binds is not None and len(binds) < _MOST_BINDS:
+            binds.add(keys)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the handler directly (no store, no worker): for unit tests."""
