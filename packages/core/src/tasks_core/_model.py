@@ -88,7 +88,7 @@ def built(cls: type[_M], /, **fields: Any) -> _M:
     Raises:
         TypeError: ``fields`` are not exactly the model's fields.
     """
-    if fields.keys() != cls.model_fields.keys():
+    if fields.keys() != cls.__pydantic_fields__.keys():  # (model_fields, read directly)
         raise TypeError(f"built({cls.__name__}) takes exactly its fields")
     new = object.__new__(cls)
     _set(new, "__dict__", fields)

@@ -68,9 +68,10 @@ class SubmitItem:
 
     def options(self) -> dict[str, Any]:
         """The keyword options of ``submit`` this item gives (everything but ``task`` and
-        ``input``)."""
-        return {name: getattr(self, name) for name in _OPTIONS}
+        ``input``): the fields an item holds, in its ``__dict__``."""
+        options = vars(self).copy()
+        del options["task"], options["input"]
+        return options
 
 
 _FIELDS = frozenset(f.name for f in fields(SubmitItem))
-_OPTIONS = tuple(f.name for f in fields(SubmitItem) if f.name not in ("task", "input"))
