@@ -205,14 +205,16 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(tags=["all"])
 def typecheck(session: nox.Session) -> None:
-    """Type-check each package's and the example's `src/` with strict mypy."""
+    """Type-check each package's and the example's `src/`, and the mutation run's script,
+    with strict mypy."""
     optional = {"core": "core[prometheus]", "store-sql": "store-sql[mysql]",
                 "store-mongo": "store-mongo[motor]"}  # telemetry: the OpenTelemetry types
     install(session, *(optional.get(name, name) for name in PACKAGES),
             *(f"{name}[test]" for name in EXAMPLES))
-    session.install(MYPY)
+    session.install(MYPY, MUTMUT)  # (mutmut: the mutation script's imports)
     for package in (*PACKAGES.values(), *EXAMPLES.values()):
         session.run("mypy", f"{package.path}/src", *session.posargs)
+    session.run("mypy", str(MUTANTS / "mutants.py"), *session.posargs)
 
 
 @nox.session(tags=["all"])

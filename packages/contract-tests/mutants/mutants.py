@@ -38,7 +38,7 @@ KILLED = {1, 3, 36, -24, 24, 152, 255, 37}  # a failing test, a timeout, a type 
 SURVIVED = {0, 5, 33}  # every test passed, or no test ran it at all
 
 
-def load() -> dict:
+def load() -> dict[str, Any]:
     return tomllib.loads(CONFIG.read_text("utf-8"))
 
 
@@ -173,7 +173,8 @@ def check(dest: Path, docs: Path | None, sample: bool) -> int:
     return 1 if unlisted or unchecked or not total else 0
 
 
-def write_docs(docs: Path, rows: list, total: Counter[str], equivalent: list[dict],
+def write_docs(docs: Path, rows: list[tuple[str, Counter[str]]], total: Counter[str],
+               equivalent: list[dict[str, Any]],
                unlisted: list[tuple[str, str, str, str]], origin: dict[str, object]) -> None:
     """Replace the text between the mutants markers of ``docs`` with the score of the
     run staged from ``origin`` (``staged_from``)."""
