@@ -23,16 +23,18 @@ BOB = Owner("bob")
 
 
 async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
-    """The row of ``created`` holds exactly it: the codec's text and its columns."""
+    """The row of ``created`` holds exactly it: the codec's text and its columns (every
+    one of its projection)."""
     t = store.tables.tasks
+    projected = _codec.projection(created, None)
     async with store.engine.connect() as conn:
         row = (await conn.execute(
-            sa.select(t.c.snapshot, t.c.created_at, t.c.expires_at, t.c.run_at,
-                      t.c.available_at, t.c.row_version)
+            sa.select(*(t.c[name] for name in projected), t.c.row_version)
             .where(t.c.id == created.id))).one()
     assert row.snapshot == _codec.encode_snapshot(created)
     assert (row.created_at, row.expires_at, row.run_at, row.available_at) == (
         created.created_at, created.expires_at, created.run_at, rules.available_at(created))
+    assert {name: row._mapping[t.c[name]] for name in projected} == projected
     assert row.row_version == 0
 
 

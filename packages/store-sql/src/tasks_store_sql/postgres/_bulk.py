@@ -4,9 +4,10 @@ few prepared statements, however many tasks it holds.
 The creators' lock with the clock (``counter``), the rows holding any of the batch's ids
 (one ``= ANY`` read, locked), each tenant's room by its bound (``bound``/``active`` only
 when the stored tasks alone do not show room), then one statement inserts every task
-from arrays of its columns with its members, the count and the ``NOTIFY``; each tenant's
-bound is written once. ``storekit`` decides; a refusal rolls everything back. In the
-application's transaction: the SQL path's.
+from arrays of the columns that differ between new tasks (:data:`NEW_ARRAYS`; the clock
+and ``NULL`` lease and retry columns are the same for all) with its members, the count
+and the ``NOTIFY``; each tenant's bound is written once. ``storekit`` decides; a refusal
+rolls everything back. In the application's transaction: the SQL path's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import builtins
 import functools
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,13 +29,20 @@ from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
 from tasks_store_sql._schema import MISSING_COUNTER
 from tasks_store_sql._scopes import Room, room_for, scope_lock
-from tasks_store_sql.postgres._create_sql import _inserted
+from tasks_store_sql.postgres._create_sql import NEW_COLUMNS, _inserted
 from tasks_store_sql.postgres._creates import PostgresCreates
-from tasks_store_sql.postgres._statements import ROW_COLUMNS, Statement, _counts
+from tasks_store_sql.postgres._statements import _TIMESTAMP, Statement, _counts
 
-__all__ = ["PostgresBulk"]
+__all__ = ["NEW_ARRAYS", "PostgresBulk"]
 
 _TEXT = postgresql.ARRAY(sa.Text)
+NEW_ARRAYS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
+    *NEW_COLUMNS, ("run_at", _TIMESTAMP), ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()),
+)
+"""The projection columns (``_codec.projection``) a batch sends as arrays, one value a
+task; a new task's ``created_at`` and ``updated_at`` are the batch's ``now``, its
+``available_at`` its ``run_at``, else ``now`` (``rules.available_at`` of a task with no
+retry), and its lease and retry columns ``NULL``."""
 
 
 class PostgresBulk(PostgresCreates):
@@ -51,17 +60,20 @@ class PostgresBulk(PostgresCreates):
 
     @functools.cached_property
     def _insert_many_sql(self) -> Statement:
-        """Insert the tasks of arrays ``ids`` and :data:`ROW_COLUMNS` with their members
-        (JSON ``members``), count them and wake their queues; the counts of tasks,
-        counter rows, members and notifications written."""
-        names = [name for name, _ in ROW_COLUMNS]
+        """Insert the new tasks of arrays ``ids`` and :data:`NEW_ARRAYS`, created at
+        ``now``, with their members (JSON ``members``), count them and wake their queues;
+        the counts of tasks, counter rows, members and notifications written."""
+        names = [name for name, _ in NEW_ARRAYS]
         rows = sa.func.unnest(
             sa.bindparam("ids", type_=_TEXT),
-            *(sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, type_ in ROW_COLUMNS),
+            *(sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, type_ in NEW_ARRAYS),
         ).table_valued("id", *names).render_derived()
-        values = sa.select(rows.c.id, sa.literal(0, sa.Integer), *(rows.c[n] for n in names))
+        now = sa.bindparam("now", type_=_TIMESTAMP)
+        values = sa.select(rows.c.id, sa.literal(0, sa.Integer), *(rows.c[n] for n in names),
+                           now, now, sa.func.coalesce(rows.c.run_at, now))
+        columns = ["id", "row_version", *names, "created_at", "updated_at", "available_at"]
         return Statement.of(sa.select(*_counts(*_inserted(
-            self.tables, self.sql.channel, ["id", "row_version", *names], values))))
+            self.tables, self.sql.channel, columns, values))))
 
     @functools.cached_property
     def _raise_bound_sql(self) -> Statement:
@@ -109,7 +121,7 @@ class PostgresBulk(PostgresCreates):
                     raise CapacityExceeded("max_active_tasks_per_scope")
                 rooms[tenant] = (room, count)
             snapshots = storekit.new_snapshots(batch, now)
-            await self._insert_many(driver, snapshots)
+            await self._insert_many(driver, snapshots, now)
             for tenant, (room, count) in rooms.items():
                 name = scope_lock(tenant)
                 if room.bound is None:
@@ -122,20 +134,23 @@ class PostgresBulk(PostgresCreates):
 
         return await self._db.run_driver(op)
 
-    async def _insert_many(self, driver: Any, snapshots: Sequence[Snapshot]) -> None:
-        """Insert ``snapshots`` (their ids free under the creators' lock) in one statement.
+    async def _insert_many(
+        self, driver: Any, snapshots: Sequence[Snapshot], now: datetime
+    ) -> None:
+        """Insert ``snapshots``, new tasks created at ``now`` (their ids free under the
+        creators' lock), in one statement.
 
         Raises:
             StoreUnavailable: fewer rows written than asked (nothing is committed).
         """
         values: dict[str, Any] = {"ids": [s.id for s in snapshots]}
         projected = [_codec.projection(s, None) for s in snapshots]
-        for name, _ in ROW_COLUMNS:
+        for name, _ in NEW_ARRAYS:
             values[name] = [p[name] for p in projected]
         members = [m for s in snapshots for m in _codec.member_rows(s)]
         statement = self._insert_many_sql
         counts = await driver.fetchrow(statement.sql, *statement.args(
-            members=_codec.encode(members), **values))
+            now=now, members=_codec.encode(members), **values))
         if tuple(counts[:3]) != (len(snapshots), 1, len(members)):
             raise StoreUnavailable("A task of the batch was created concurrently, or the "
                                    "creators' lock row is missing: nothing was written")
