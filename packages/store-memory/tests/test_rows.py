@@ -186,3 +186,17 @@ def test_taking_the_head_moves_nothing_until_1024_dead_entries_are_cut() -> None
     ready.remove(orders[1023])
     assert (1024, 0) == (len(ready.entries), ready.start)
     assert orders[1024:] == ready.entries
+
+
+def test_a_dead_front_less_than_half_the_list_is_kept() -> None:
+    """Past 1,024 dead entries the front is cut only once it is half the list: of 3,000
+    entries, 1,499 taken leave the list whole; the 1,500th cuts it."""
+    ready = _Ready()
+    orders = [(0, T0, f"t{n:05}") for n in range(3000)]
+    for order in orders:
+        ready.add(order)
+    for order in orders[:1499]:
+        ready.remove(order)
+    assert (3000, 1499) == (len(ready.entries), ready.start)
+    ready.remove(orders[1499])
+    assert (1500, 0) == (len(ready.entries), ready.start)
