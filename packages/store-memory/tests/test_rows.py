@@ -173,13 +173,18 @@ def test_taking_the_head_again_and_again_keeps_the_list_bounded() -> None:
     assert len(ready.entries) <= 2 * max(len(ready), _DEAD_FRONT)
 
 
+def _ready_of(count: int) -> tuple[_Ready, list[tuple[int, datetime, str]]]:
+    """A ready list of ``count`` tasks, and their orders."""
+    ready, orders = _Ready(), [(0, T0, f"t{n:05}") for n in range(count)]
+    for order in orders:
+        ready.add(order)
+    return ready, orders
+
+
 def test_taking_the_head_moves_nothing_until_1024_dead_entries_are_cut() -> None:
     """Removing the first ready task only moves the live part's start; at 1,024 dead
     entries, half the list or more, the dead front is cut off in one go."""
-    ready = _Ready()
-    orders = [(0, T0, f"t{n:05}") for n in range(2048)]
-    for order in orders:
-        ready.add(order)
+    ready, orders = _ready_of(2048)
     for order in orders[:1023]:
         ready.remove(order)
     assert (2048, 1023) == (len(ready.entries), ready.start)
@@ -191,10 +196,7 @@ def test_taking_the_head_moves_nothing_until_1024_dead_entries_are_cut() -> None
 def test_a_dead_front_less_than_half_the_list_is_kept() -> None:
     """Past 1,024 dead entries the front is cut only once it is half the list: of 3,000
     entries, 1,499 taken leave the list whole; the 1,500th cuts it."""
-    ready = _Ready()
-    orders = [(0, T0, f"t{n:05}") for n in range(3000)]
-    for order in orders:
-        ready.add(order)
+    ready, orders = _ready_of(3000)
     for order in orders[:1499]:
         ready.remove(order)
     assert (3000, 1499) == (len(ready.entries), ready.start)
