@@ -14,9 +14,12 @@ from tasks_core import (
     Lease,
     ManualClock,
     Owner,
+    RetryPolicy,
     Snapshot,
     StoreCapabilities,
+    TaskContext,
     TasksError,
+    TaskStatus,
     TaskStore,
     Transition,
     Worker,
@@ -31,10 +34,26 @@ MALLORY = Owner("mallory", tenant="evil")
 TIMEOUT = 10.0
 """Upper bound of every wait in these tests: a bound for a broken build, never a timing."""
 
+LEASED = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED})
+"""A live lease: started (``running``) or held ahead of a slot (``claimed``)."""
+
 
 def make_app(clock: ManualClock | None = None, *, store: Any = None, **options: Any) -> App:
     """An App on a fresh memory store driven by ``clock``."""
     return App(store=store or MemoryStore(clock=clock or ManualClock()), **options)
+
+
+def reports_app(**options: Any) -> App:
+    """``make_app(**options)`` with the task ``report`` (queue ``reports``, 3 attempts 1 s
+    apart, a 12 s timeout, 7 deliveries) that returns its ``month``."""
+    app = make_app(**options)
+
+    @app.task(queue="reports", retry=RetryPolicy.fixed(1.0, attempts=3), timeout=12,
+              max_deliveries=7)
+    async def report(ctx: TaskContext, month: str = "x") -> str:
+        return month
+
+    return app
 
 
 def fast_worker(app: App, **options: Any) -> Worker:

@@ -211,6 +211,13 @@ async def pg_store(
     return closing(await postgres_opener(clock=clock))
 
 
+@pytest.fixture
+def store(pg_store: SQLStore) -> SQLStore:
+    """``pg_store``, under the name the PostgreSQL claim tests take it (a module defining its
+    own ``store`` fixture uses that one)."""
+    return pg_store
+
+
 @pytest.fixture(params=["sqlite", "postgres", "mariadb"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database URL of each kind (SQLite: a new file)."""

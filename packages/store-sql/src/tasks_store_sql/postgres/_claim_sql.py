@@ -7,7 +7,7 @@ statement that is its own transaction. It rewrites only the head of the stored t
 byte for byte. A row it cannot claim exactly as the rules would is returned unclaimed,
 for the claim decided in Python. Two forms: :func:`fresh_claim_statement` (tasks never
 claimed, head not taken apart) and :func:`claim_statement` (any head).
-``test_pg_claim.py`` holds both to ``rules.start_claim`` field by field.
+``test_pg_claim_rules.py`` holds both to ``rules.start_claim`` field by field.
 """
 
 from __future__ import annotations
