@@ -22,6 +22,8 @@ from tasks_core import (
     TaskTimeout,
     Unavailable,
 )
+from tasks_core.models import Snapshot
+from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -233,6 +235,32 @@ async def test_wait_raises_timeout_error() -> None:
         assert TaskStatus.PENDING == (await app.get(t.id, ALICE)).status
 
 
+class _ReadsYield(MemoryStore):
+    """A memory store whose ``get`` yields to the event loop before it reads, as every
+    store behind a network or a thread does."""
+
+    async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
+        await asyncio.sleep(0)  # a suspension point, not a wait for anything
+        return await super().get(task_id, tenant=tenant)
+
+
+async def test_wait_with_no_time_left_answers_from_its_first_read() -> None:
+    """``wait(timeout=0)`` MUST return a finished task and raise TaskNotFound for a missing
+    one, however long its read takes; only a task that has not finished is TaskTimeout."""
+    app = _app(store=_ReadsYield(clock=ManualClock()))
+    async with app:
+        finished = await app.submit("job", None, ALICE)
+        await app.cancel(finished.id, ALICE)
+        assert TaskStatus.CANCELLED == (await app.wait(finished.id, ALICE, timeout=0)).status
+        with pytest.raises(TaskNotFound):
+            await app.wait("::missing", ALICE, timeout=0)
+        with pytest.raises(TaskNotFound):  # another owner's task reads as missing
+            await app.wait(finished.id, BOB, timeout=0)
+        unfinished = await app.submit("job", None, ALICE)
+        with pytest.raises(TaskTimeout):
+            await app.wait(unfinished.id, ALICE, timeout=0)
+
+
 async def test_watch_yields_each_change_and_ends_after_the_terminal_one() -> None:
     """``watch`` MUST yield the current snapshot, then every change, and end after a
     terminal snapshot."""
@@ -289,3 +317,19 @@ async def test_reap_is_admin_and_removes_expired_tasks() -> None:
         clock.advance(61)
         assert [t.id] == await app.reap(System())
         assert [keep.id] == [s.id for s in await app.list(ALICE)]
+
+
+@pytest.mark.parametrize(("args", "options"), [
+    ((), {"store": "sqlite:///tasks.db"}),
+    ((), {"store": object()}),
+    ((b"memory://",), {}),
+])
+def test_an_app_refuses_a_store_of_the_wrong_kind_when_it_is_made(
+    args: tuple[Any, ...], options: dict[str, Any]
+) -> None:
+    """``App(store=…)`` MUST be given a store object and ``App(url)`` a str: anything else
+    is a TypeError when the app is made, not a failure at its first call."""
+    with pytest.raises(TypeError) as info:
+        App(*args, **options)
+    if isinstance(options.get("store"), str):
+        assert "App('sqlite:///tasks.db')" in str(info.value)  # says how to give a URL

@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from _runtime_kit import ALICE, BOB, TIMEOUT, fast_worker, make_app
 from tasks_core import (
     App,
     InvalidInput,
     ManualClock,
+    Policy,
+    SubmitItem,
     System,
     TaskContext,
     TaskQuery,
@@ -133,6 +135,35 @@ async def test_a_scheduled_task_is_cancelled_and_joined_by_key_like_a_pending_on
     listed = await (await app.open()).list(TaskQuery(tenant=None))
     assert {first.id: TaskStatus.COMPLETED, other.id: TaskStatus.CANCELLED} == {
         s.id: s.status for s in listed}
+
+
+async def test_what_a_submit_returns_reads_as_get_reads_it() -> None:
+    """The snapshot a submit or a bulk submit returns MUST show the task as a read right
+    after it does: ``scheduled`` until its ``run_at``, ``pending`` without a delay, for a
+    created run, a new run that replaces a finished one and a run joined as a watcher."""
+    app = make_app(policy=Policy(watch_authorizer=lambda task_id, newcomers, by: True))
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        delayed = await job.submit(None, ALICE, delay=30)
+        now = await job.submit(None, ALICE)
+        many = await app.submit_many([SubmitItem(task="job", delay=30),
+                                      SubmitItem(task="job")], ALICE)
+        finished = await job.submit(None, ALICE, key="k")
+        await app.cancel(finished.id, ALICE)
+        again = await job.submit(None, ALICE, key="k", delay=30)
+        await job.submit(None, ALICE, key="g", dedup="global", delay=30)
+        joined = await job.submit(None, BOB, key="g", dedup="global")
+        submits = (delayed, now, *many, again, joined)
+        for submitted in submits:
+            assert (await app.get(submitted.id, ALICE)).status == submitted.snapshot.status
+        assert [TaskStatus.SCHEDULED, TaskStatus.PENDING, TaskStatus.SCHEDULED,
+                TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.SCHEDULED] == [
+            s.snapshot.status for s in submits]
+        assert ("replaced", "joined") == (again.outcome, joined.outcome)
 
 
 def test_the_sync_facade_submits_a_delayed_task() -> None:

@@ -20,7 +20,13 @@ from tasks_core.definitions import Submitted
 from tasks_core.errors import StoreUnavailable, TaskExists, TaskNotFound
 from tasks_core.models import NewTask, Snapshot
 from tasks_core.policy import Limits, Policy
-from tasks_core.runtime._submit import MAX_RACES, check_join, check_owner_runs, submit
+from tasks_core.runtime._submit import (
+    MAX_RACES,
+    as_read,
+    check_join,
+    check_owner_runs,
+    submit,
+)
 from tasks_core.store import TaskStore
 
 __all__ = ["submit_many"]
@@ -137,10 +143,11 @@ async def _probe(
 async def _create_many(
     store: TaskStore, news: list[NewTask], transaction: Any
 ) -> list[Snapshot]:
-    """``store.create_many``, naming ``transaction`` only when there is one."""
+    """``store.create_many``, naming ``transaction`` only when there is one; the tasks as
+    a read right after shows them (``_submit.as_read``)."""
     if transaction is None:
-        return await store.create_many(news)
-    return await store.create_many(news, transaction=transaction)
+        return [as_read(s) for s in await store.create_many(news)]
+    return [as_read(s) for s in await store.create_many(news, transaction=transaction)]
 
 
 def refused(index: int, exc: Exception) -> Exception:

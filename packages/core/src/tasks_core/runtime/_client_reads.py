@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -100,6 +101,12 @@ class ClientReads(Registry):
     ) -> None:
         if url is not None and store is not None:
             raise InvalidInput("pass a store URL or a store, not both")
+        if url is not None and not isinstance(url, str):
+            raise TypeError(f"the store URL must be a str, not {type(url).__name__}")
+        if store is not None and not isinstance(store, TaskStore):
+            raise TypeError(
+                f"store= takes a store object (a TaskStore), not {type(store).__name__}; "
+                "a store URL is the first argument: App('sqlite:///tasks.db')")
         if store is not None and limits is not None:
             _check_store_limits(store, limits)
         super().__init__(queues, retention)
@@ -292,7 +299,7 @@ class ClientReads(Registry):
 
     async def watch(
         self, task_id: str, authority: Authority, /, *, poll_interval: float | None = None
-    ) -> AsyncIterator[Snapshot]:
+    ) -> AsyncGenerator[Snapshot, None]:
         """Yield the task now and after every change (status, revision, progress, run),
         ending after a terminal snapshot.
 
@@ -320,7 +327,9 @@ class ClientReads(Registry):
     async def wait(
         self, task_id: str, authority: Authority, /, *, timeout: float | None = None
     ) -> Snapshot:
-        """Wait until the task is terminal and return it.
+        """Wait until the task is terminal and return it. The first read always
+        completes, whatever the timeout: a task that has finished is returned and a
+        missing one refused even with ``timeout=0``; the timeout counts from the call.
 
         Raises:
             TaskTimeout: ``timeout`` seconds passed first (also a ``TimeoutError``); the
@@ -331,14 +340,17 @@ class ClientReads(Registry):
         """
         timeout = check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True,
                                  allow_none=True)
-        try:
-            async with asyncio.timeout(timeout):
-                async for snapshot in self.watch(task_id, authority):
-                    if snapshot.terminal:
-                        return snapshot
-        except TimeoutError:
-            raise TaskTimeout(f"Waited {timeout:g}s; the task is not finished yet") from None
-        raise TaskNotFound(task_id)  # pragma: no cover - watch ends only on terminal
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        async with contextlib.aclosing(self.watch(task_id, authority)) as changes:
+            snapshot = await anext(changes)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    while not snapshot.terminal:
+                        snapshot = await anext(changes)
+            except TimeoutError:
+                raise TaskTimeout(f"Waited {timeout:g}s; the task is not finished yet") from None
+        return snapshot
 
 
 def _status(value: TaskStatus | str) -> TaskStatus:

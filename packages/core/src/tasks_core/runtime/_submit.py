@@ -17,6 +17,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from tasks_core import rules
 from tasks_core._json import check_json, json_size
 from tasks_core.authority import Access, Authority, Owner, System
 from tasks_core.definitions import Submitted, TaskDef
@@ -38,6 +39,7 @@ from tasks_core.store import TaskStore
 __all__ = [
     "MAX_RACES",
     "Submitted",
+    "as_read",
     "check_input",
     "check_join",
     "check_owner_runs",
@@ -156,10 +158,18 @@ async def _create(
     store: TaskStore, new: NewTask, *, replace: Snapshot | None = None, transaction: Any
 ) -> Snapshot:
     """``store.create``, naming ``transaction`` only when there is one (a store without
-    ``transactional_submit`` need not know the keyword)."""
+    ``transactional_submit`` need not know the keyword); the task as a read right after
+    it shows it (:func:`as_read`)."""
     if transaction is None:
-        return await store.create(new, replace=replace)
-    return await store.create(new, replace=replace, transaction=transaction)
+        return as_read(await store.create(new, replace=replace))
+    return as_read(await store.create(new, replace=replace, transaction=transaction))
+
+
+def as_read(snapshot: Snapshot) -> Snapshot:
+    """A task a store has just written, as a read at that instant shows it
+    (``rules.present`` at its ``updated_at``: ``scheduled`` while its ``run_at`` is ahead).
+    A store returns what it stored; what the caller is handed is what it would read."""
+    return rules.present(snapshot, snapshot.updated_at)
 
 
 def _newcomers(
