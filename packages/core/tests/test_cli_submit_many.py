@@ -59,6 +59,13 @@ async def test_every_line_is_one_item_of_one_batch(tmp_path: Path) -> None:
     ('{"input": {"to": "x"}}', "line 2: name the task"),
     ('{"task": "send", "delay": "soon"}', "line 2: "),
     ('{"task": "send", "input": {"nope": 1}}', "item 1: input does not match"),
+    ('{"task": "send", "key": "g", "global": "yes"}', "line 2: global must be true or false"),
+    ('{"task": "send", "key": "g", "global": 1}', "line 2: global must be true or false"),
+    ('{"task": 5}', "line 2: task must be a task name"),
+    ('{"task": "send", "priority": ' + "9" * 5000 + "}",
+     "line 2: the line cannot be read: nested too deeply or a number too long"),
+    ("[" * 100_000 + "]" * 100_000,
+     "line 2: the line cannot be read: nested too deeply or a number too long"),
 ])
 async def test_a_bad_line_refuses_the_file(tmp_path: Path, line: str, why: str) -> None:
     path = tmp_path / "items.jsonl"
@@ -87,3 +94,22 @@ async def test_many_takes_its_options_from_the_lines(
         with pytest.raises(InvalidInput) as caught:
             await _run(app, *(names.get(arg, arg) for arg in argv))
         assert why in str(caught.value)
+
+
+async def test_a_file_saved_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    """A UTF-8 file that begins with a byte order mark (as some editors save it) is read as
+    the same lines without it."""
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"task": "send", "input": {"to": "a"}, "key": "a"}\n', encoding="utf-8-sig")
+    app = _app()
+    async with app:
+        assert (0, "created: alice::a\n") == await _run(app, "--many", str(path))
+
+
+async def test_a_file_without_a_task_says_it_submitted_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n  \n")
+    app = _app()
+    async with app:
+        code, out = await _run(app, "send", "--many", str(path))
+        assert (0, "submitted nothing: the file holds no line\n") == (code, out)

@@ -297,3 +297,19 @@ async def test_an_empty_store_option_is_refused_not_taken_for_the_default(
     with pytest.raises(InvalidInput, match="--store is empty"):
         await run(["ls", "--system", "--store", store], console=_console()[0])
     assert [] == os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("queues", ["", " ", ",,,"])
+async def test_an_empty_queues_option_is_refused_not_taken_for_every_queue(
+    queues: str
+) -> None:
+    """``--queues ""`` (an unset variable in ``--queues "$QUEUES"``) MUST be refused like
+    ``--queues ,,,`` — never serve every queue — before the worker claims anything."""
+    app = make_app()
+    async with app:
+        task = await app.submit("job", None, ALICE)
+        with pytest.raises(InvalidInput, match="queues"):
+            async with asyncio.timeout(TIMEOUT):  # (a worker serving every queue runs on)
+                await run(["worker", "m:app", "--queues", queues], app=app,
+                          console=_console()[0])
+        assert 0 == (await app.get(task.id, ALICE)).deliveries

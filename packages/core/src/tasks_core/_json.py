@@ -12,6 +12,8 @@ import json
 import math
 from typing import Any, TypeAlias
 
+from tasks_core._errors_base import InvalidInput
+
 JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
 
 MAX_DEPTH = 64
@@ -28,6 +30,23 @@ def check_json(value: Any, *, what: str = "value") -> Any:
     """
     _check(value, what, 0)
     return value
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` that a person typed or wrote to a file, parsed as JSON.
+
+    Raises:
+        json.JSONDecodeError: not JSON at all (its ``msg`` says where).
+        InvalidInput: JSON that Python cannot read (nested too deeply, a number too long),
+            named as ``what``.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError):
+        raise InvalidInput(f"{what} cannot be read: nested too deeply or a number too "
+                           "long") from None
 
 
 def check_text(value: str, *, what: str = "text") -> str:

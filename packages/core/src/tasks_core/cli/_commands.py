@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tasks_core._json import parse_json
 from tasks_core._registry import available_stores, find_store, install_hint
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._dashboard import cmd_dashboard
@@ -53,22 +54,6 @@ def authority_of(args: argparse.Namespace) -> Authority:
     if getattr(args, "system", False):
         return System(tenant)
     raise TypeError("say whom to act as: --user USER or --system")
-
-
-def _json_value(text: str, what: str) -> Any:
-    """Parse ``text`` as JSON.
-
-    Raises:
-        json.JSONDecodeError: not JSON at all.
-        InvalidInput: JSON that Python cannot read (nested too deeply, a number too long).
-    """
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except (ValueError, RecursionError):
-        raise InvalidInput(f"{what} cannot be read: nested too deeply or a number too "
-                           "long") from None
 
 
 def _task_of(app: App, args: argparse.Namespace) -> TaskDef | str:
@@ -114,7 +99,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     if args.name is None:
         raise InvalidInput("name the task to submit, or give --many FILE")
     try:
-        data = _json_value(args.input, "--input") if args.input else None
+        data = parse_json(args.input, "--input") if args.input else None
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
     task = _task_of(app, args)
@@ -150,6 +135,9 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
         raise InvalidInput(f"--many takes every option from its lines, not {given[0]}")
     items = read_items(args.many, args.name,
                        lambda name, queue: _task_named(app, args, name, queue))
+    if not items:
+        one_line(console, "submitted nothing: the file holds no line")
+        return 0
     for submitted in await app.submit_many(items, authority_of(args)):
         one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     return 0
@@ -204,7 +192,7 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
         if not sep:
             raise InvalidInput(f"answers look like key=value, not {pair!r}")
         try:
-            answers[key] = _json_value(raw, "an answer")
+            answers[key] = parse_json(raw, "an answer")
         except json.JSONDecodeError:
             answers[key] = raw
     result = await app.respond(args.id, answers, authority_of(args))

@@ -1,7 +1,8 @@
 """``tasks submit --many FILE.jsonl``: one bulk submit (``App.submit_many``) of a JSON
 object per line — ``task`` (default: the command's NAME), ``input``, ``key``, ``global``,
 ``queue``, ``delay`` (seconds, or ``"30s"``/``"5m"``…), ``at`` (an ISO 8601 instant with
-a time zone) and ``priority``; blank lines are skipped. ``-`` reads standard input.
+a time zone) and ``priority``; blank lines are skipped. ``-`` reads standard input. UTF-8,
+a byte order mark before the first line ignored.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tasks_core._json import parse_json
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, parse_duration, parse_instant
 from tasks_core.errors import InvalidInput
@@ -39,12 +41,13 @@ def read_items(
     """
     try:
         if path == "-":
-            lines = sys.stdin.read().splitlines()
+            text = sys.stdin.read()
         else:
             with open(path, encoding="utf-8") as file:
-                lines = file.read().splitlines()
+                text = file.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"--many: cannot read {path!r}: {exc}") from None
+    lines = text.removeprefix("\ufeff").splitlines()
     return list(_items(enumerate(lines, 1), default, task_of))
 
 
@@ -56,7 +59,7 @@ def _items(
         if not line.strip():
             continue
         try:
-            yield _item(json.loads(line), default, task_of)
+            yield _item(parse_json(line, "the line"), default, task_of)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError and InvalidInput too
             message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise InvalidInput(f"line {number}: {message}") from None
@@ -68,7 +71,8 @@ def _item(
     """One line as an item.
 
     Raises:
-        InvalidInput: not an object, an unknown key, no task, a bad delay or instant.
+        InvalidInput: not an object, an unknown key, no task, a ``global`` that is not
+            a boolean, a bad delay or instant.
     """
     if not isinstance(value, dict):
         raise InvalidInput("each line must be a JSON object")
@@ -77,8 +81,13 @@ def _item(
         raise InvalidInput(f"unknown key(s) {', '.join(unknown)}; a line may hold "
                            f"{', '.join(sorted(LINE_KEYS))}")
     name = value.get("task", default)
-    if not isinstance(name, str):
+    if name is None:
         raise InvalidInput("name the task: a 'task' key, or the command's NAME")
+    if not isinstance(name, str):
+        raise InvalidInput("task must be a task name (a string)")
+    global_key = value.get("global", False)
+    if not isinstance(global_key, bool):
+        raise InvalidInput("global must be true or false")
     queue = value.get("queue")
     delay = value.get("delay")
     if isinstance(delay, str):
@@ -88,7 +97,7 @@ def _item(
         raise InvalidInput("at must be an ISO 8601 instant with a time zone")
     return SubmitItem(
         task_of(name, queue), value.get("input"), key=value.get("key"),
-        dedup="global" if value.get("global") is True else "owner", queue=queue,
+        dedup="global" if global_key else "owner", queue=queue,
         delay=delay, run_at=None if at is None else parse_instant(at, "at"),
         priority=value.get("priority"),
     )

@@ -55,7 +55,8 @@ def _worker_of(app: App, args: argparse.Namespace) -> Worker:
         InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…) or
             queue name.
     """
-    queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+    queues = (None if args.queues is None  # "" names no queue: refused, not every queue
+              else [q.strip() for q in args.queues.split(",") if q.strip()])
     for queue in queues or ():
         app.declare_queue(queue)
     return Worker(
