@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -158,9 +159,31 @@ async def test_counters_and_histograms_by_queue_and_task(recorded: Recorded) -> 
     assert 1 <= sum(p.count for p in recorded.points("tasks.queue.lag"))
 
 
+async def test_names_no_app_registered_count_under_one_label(recorded: Recorded) -> None:
+    """The ``task`` label MUST be a name an App registered: names a submitter makes up (an
+    unregistered name may be submitted) all count as ``(unregistered)``, so they add no
+    series to any worker's metrics."""
+    app = make_app(store=MemoryStore())
+    made_up = [f"made-up-{secrets.token_hex(4)}" for _ in range(3)]
+    async with app:
+        ids = [(await app.submit(name, None, ALICE)).id for name in made_up]
+        await _run_until_done(app, ids)  # each fails: UnknownTask
+    labels = {point.attributes["task"] for name in ("tasks.submitted", "tasks.failed")
+              for point in recorded.points(name)}
+    assert {"(unregistered)"} == labels
+    assert 3 == recorded.count("tasks.submitted", task="(unregistered)")
+    assert 3 == recorded.count("tasks.failed", task="(unregistered)", error="UnknownTask")
+
+
 def test_a_delivery_limit_failure_counts_as_failed(recorded: Recorded, now: Any) -> None:
     """A claim failing a task past its delivery limit MUST count as ``failed`` with
     error ``DeliveryLimitExceeded`` (the store reports it through ``reports``)."""
+    app = make_app()
+
+    @app.task(name="job")  # a registered name: the label it counts under
+    async def job(ctx: TaskContext) -> None:
+        return None
+
     new = NewTask(id="t", tenant="default", owner=ALICE,
                   work=Work(name="job", max_deliveries=1))
     delivered = rules.new_snapshot(new, now).model_copy(update={"deliveries": 1})
@@ -253,6 +276,11 @@ async def test_submit_many_makes_a_submit_span_per_item(recorded: Recorded) -> N
     """``submit_many`` MUST trace each item as ``submit`` would: a span and a stored
     context per item; a joined item is not a new run."""
     app = make_app()
+
+    @app.task(name="job")
+    async def job(ctx: TaskContext) -> None:
+        return None
+
     async with app:
         done = await app.submit_many([{"task": "job"}, {"task": "job", "key": "k"},
                                       {"task": "job", "key": "k"}], ALICE)

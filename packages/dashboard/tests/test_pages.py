@@ -70,6 +70,17 @@ async def test_filters_by_status_queue_owner_tenant_and_key(
     assert 400 == (await client.get("/tasks?status=bogus", headers=BEARER)).status_code
 
 
+@pytest.mark.parametrize("after", ["%00", "a%00b", "%1b[31m", "x" * 1025])
+async def test_a_cursor_no_task_id_could_be_is_a_bad_request(
+        client: httpx.AsyncClient, app: App, after: str) -> None:
+    """A keyed listing's ``after`` that no task id could be (NUL, a control character,
+    over 1024 bytes) MUST be refused with 400 on every store, before the store is asked:
+    PostgreSQL refuses a NUL in text with an error of its own."""
+    await app.submit("steps", {"count": 1}, Owner("bob"), key="report-7")
+    page = await client.get(f"/tasks?view=keyed&after={after}", headers=BEARER)
+    assert 400 == page.status_code
+
+
 async def test_queues_page_counts_by_status(client: httpx.AsyncClient, app: App) -> None:
     for _ in range(3):
         await app.submit("steps", {"count": 1}, Owner("bob"))

@@ -3,8 +3,9 @@
 Spans: ``submit`` (PRODUCER), whose W3C trace context is stored with the task
 (``Work.trace_context``), and ``run`` (CONSUMER), one per run of a handler, a child of
 that context (one trace per task: its submit and every attempt). Counters by ``queue`` and
-``task``: submitted (new runs: ``created`` or ``replaced``), started, completed, failed
-(also by ``error``, the error type), cancelled, retried. Histograms, in seconds: run
+``task`` (a registered name, else ``(unregistered)``: ``telemetry.task_label``):
+submitted (new runs: ``created`` or ``replaced``), started, completed, failed (also by
+``error``, the error type), cancelled, retried. Histograms, in seconds: run
 duration (the handler's own time) and queue lag (from the available instant to the claim
 that starts a task's first run, both by the store's clock).
 """
@@ -23,6 +24,7 @@ from tasks_core._model import replaced
 from tasks_core.events import Event, Transition
 from tasks_core.models import NewTask, Snapshot, TaskStatus
 from tasks_core.rules import available_at
+from tasks_core.telemetry import task_label
 
 __all__ = ["SCOPE", "SECONDS_BUCKETS", "RunSpan", "SubmitSpan", "Telemetry"]
 
@@ -37,7 +39,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def _labels(snapshot: Snapshot | NewTask) -> dict[str, str]:
-    return {"queue": snapshot.queue, "task": snapshot.work.name}
+    return {"queue": snapshot.queue, "task": task_label(snapshot.work.name)}
 
 
 class SubmitSpan:

@@ -378,14 +378,15 @@ class TaskQuery(Model):
     """A listing filter. ``tenant=None`` lists every tenant (System only).
 
     Keyset pagination on id: pass the last id of a page as ``after``; a page shorter than
-    ``limit`` is the last one.
+    ``limit`` is the last one. ``after`` is checked as a task id is (1..1024 bytes of
+    printable text), so no store is handed a cursor it cannot compare.
     """
 
     tenant: Name | None
     principal: Owner | None = None
     statuses: frozenset[TaskStatus] | None = None
     queue: QueueName | None = None
-    after: str | None = None
+    after: TaskId | None = None
     limit: int = Field(default=100, ge=1, le=1000)
 
 
