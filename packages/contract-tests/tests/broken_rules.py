@@ -204,6 +204,22 @@ class WaitingTasksNotCounted(MemoryStore):
             raise CapacityExceeded("max_active_tasks_per_scope")
 
 
+class CorruptRecordsNotCounted(MemoryStore):
+    """Counts a tenant's active tasks by decoding each open record and skipping one that
+    fails validation (what ``MemoryStore`` did before it kept the tenant, status and expiry
+    beside the document): a damaged live task frees a slot."""
+
+    def _active_tasks(self, tenant: str, now: datetime) -> int:
+        active = 0
+        for task_id in self._open:
+            try:
+                snapshot = self._view(task_id, self._rows[task_id])
+            except StoreCorrupt:
+                continue
+            active += snapshot.tenant == tenant and rules.counts_as_active(snapshot, now)
+        return active
+
+
 class TimeoutRetriedWhenAttemptsLeft(MemoryStore):
     """Treats ``failed(reason="timeout")`` as a retry while the policy has attempts left."""
 

@@ -96,6 +96,8 @@ BROKEN: list[tuple[type, str]] = [
     (bad.StartedAtResetByEveryClaim, "test_started_at_is_the_instant_of_the_first_claim"),
     # capacity, timeouts, copies, reports
     (bad.WaitingTasksNotCounted, "test_waiting_and_running_tasks_count_as_active"),
+    (bad.CorruptRecordsNotCounted,
+     "test_a_corrupt_record_counts_toward_the_active_limit_as_last_written"),
     (bad.TimeoutRetriedWhenAttemptsLeft, "test_a_timeout_fails_the_task_even_with_retries_left"),
     (bad.TimeoutOverwritesACancel, "test_a_timeout_after_a_cancel_keeps_the_cancel"),
     (bad.ListAliasesStoredData, "test_snapshots_returned_by_every_call_are_the_callers_copies"),

@@ -1,4 +1,5 @@
-"""The index ``claim_next`` reads (``OpenTasks``) and when a held task turns claimable."""
+"""The index ``claim_next`` reads (``OpenTasks``) and when a held task turns claimable; what
+a ``Row`` keeps beside its document for ``max_active_tasks_per_scope``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from tasks_core import rules
 from tasks_core.authority import Owner
 from tasks_core.models import NewTask, Snapshot, TaskStatus, Work
-from tasks_store_memory._rows import _DEAD_FRONT, OpenTasks, _Ready, claimable_at
+from tasks_store_memory._rows import _DEAD_FRONT, OpenTasks, Row, _Ready, claimable_at
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 ALICE = Owner("alice")
@@ -202,3 +203,28 @@ def test_a_dead_front_less_than_half_the_list_is_kept() -> None:
     assert (3000, 1499) == (len(ready.entries), ready.start)
     ready.remove(orders[1499])
     assert (1500, 0) == (len(ready.entries), ready.start)
+
+
+STORED = [TaskStatus.PENDING, TaskStatus.WAITING_INPUT, TaskStatus.COMPLETED,
+          TaskStatus.FAILED, TaskStatus.CANCELLED]
+
+
+@given(st.sampled_from(STORED), st.sampled_from(STORED), st.none() | st.integers(-2, 2),
+       st.none() | st.integers(-2, 2))
+def test_a_row_counts_as_active_as_the_rule_reads_its_last_written_snapshot(
+    created: TaskStatus, written: TaskStatus, created_expiry: int | None,
+    expiry: int | None,
+) -> None:
+    """``Row.counts_as_active`` is ``rules.counts_as_active`` of the snapshot last written
+    (its tenant's only), read without the document — which then stays as it is."""
+    def at(expiry: int | None) -> datetime | None:
+        return None if expiry is None else T0 + timedelta(seconds=expiry)
+
+    first = snapshot("t").model_copy(update={"status": created,
+                                             "expires_at": at(created_expiry)})
+    last = first.model_copy(update={"status": written, "expires_at": at(expiry)})
+    row = Row.of(first)
+    row.write(last)
+    row.doc = "damaged"
+    assert rules.counts_as_active(last, T0) == row.counts_as_active(ALICE.tenant, T0)
+    assert not row.counts_as_active("another", T0)

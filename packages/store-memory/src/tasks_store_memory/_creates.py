@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from tasks_core import rules, storekit
-from tasks_core.errors import CapabilityNotSupported, StoreCorrupt
+from tasks_core import storekit
+from tasks_core.errors import CapabilityNotSupported
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 
 from tasks_store_memory._counts import Counts
@@ -59,24 +58,8 @@ class Creates(Counts):
             )
             snapshots = storekit.new_snapshots(batch, now)
             for snapshot in snapshots:
-                self._rows[snapshot.id] = Row(doc=snapshot.model_dump_json())
+                self._rows[snapshot.id] = Row.of(snapshot)
                 self._track(snapshot)
             for queue in dict.fromkeys(snapshot.queue for snapshot in snapshots):
                 self._wakeups.notify(queue)
             return snapshots
-
-    def _active_tasks(self, tenant: str, now: datetime) -> int:
-        """The active tasks of ``tenant`` (``rules.counts_as_active``), counted up to
-        ``max_active_tasks_per_scope``; a corrupt record is not counted."""
-        cap = self.limits.scope_cap
-        active = 0
-        for task_id in self._open:  # every task that is not terminal is open
-            try:
-                snapshot = self._view(task_id, self._rows[task_id])
-            except StoreCorrupt:
-                continue
-            if snapshot.tenant == tenant and rules.counts_as_active(snapshot, now):
-                active += 1
-                if active >= cap:
-                    break
-        return active

@@ -97,7 +97,7 @@ class Records:
         snapshot's JSON round trip being exact), for the claim or completion that comes
         next; a finished one is not (kept views of the history would only load the
         garbage collector)."""
-        row.doc = snapshot.model_dump_json()
+        row.write(snapshot)
         row.view = None if snapshot.terminal else detached(snapshot)
         self._track(snapshot)
 
@@ -118,7 +118,8 @@ class Records:
         """Damage the stored document of ``task_id`` (contract-suite support only).
 
         The damage carries the marker ``tasks-corrupt-secret``: the suite checks that
-        ``StoreCorrupt`` never quotes it.
+        ``StoreCorrupt`` never quotes it. What the row keeps beside the document (its
+        tenant, status and expiry) stays as last written, as a database's columns would.
         """
         with self._lock:
             row = self._row(task_id)
@@ -207,19 +208,22 @@ class Records:
             raise CapacityExceeded("max_tasks")
         if len(self._rows) < self.limits.scope_cap:
             return  # fewer tasks in the store than the limit: no tenant can reach it
+        # (a task being replaced is finished or expired, ``rules.check_replace``: not counted)
+        if self._active_tasks(new.tenant, now) >= self.limits.scope_cap:
+            raise CapacityExceeded("max_active_tasks_per_scope")
+
+    def _active_tasks(self, tenant: str, now: datetime) -> int:
+        """The active tasks of ``tenant``, counted up to ``max_active_tasks_per_scope``
+        from what each row keeps beside its document (``Row.counts_as_active``): a damaged
+        record counts as it was last written, never dropped from the count."""
         cap = self.limits.scope_cap
         active = 0
         for task_id in self._open:  # every task that is not terminal is open
-            if task_id == new.id:
-                continue
-            try:
-                snapshot = self._view(task_id, self._rows[task_id])
-            except StoreCorrupt:
-                continue
-            if snapshot.tenant == new.tenant and rules.counts_as_active(snapshot, now):
+            if self._rows[task_id].counts_as_active(tenant, now):
                 active += 1
                 if active >= cap:
-                    raise CapacityExceeded("max_active_tasks_per_scope")
+                    break
+        return active
 
     # -- hooks (the contract suite's broken stores override them) ------------------------
 

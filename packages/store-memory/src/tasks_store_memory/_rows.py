@@ -21,10 +21,18 @@ __all__ = ["ClaimLog", "OpenTasks", "Row", "claimable_at"]
 
 @dataclass
 class Row:
-    """One task as stored: its snapshot and history as JSON documents, and its lease token."""
+    """One task as stored: its snapshot and history as JSON documents, its lease token,
+    and beside them, as a database keeps columns beside a document, what
+    ``max_active_tasks_per_scope`` counts by (:meth:`counts_as_active`)."""
 
     doc: str
     """The snapshot, as JSON text."""
+    tenant: str
+    """The task's tenant (no write changes it; a replacement is a new row)."""
+    status: TaskStatus
+    expires_at: datetime | None
+    """The status and expiry of the snapshot last written. A damaged ``doc`` leaves these
+    three as they were."""
     token: str | None = None
     history: list[str] = field(default_factory=list)
     """The applied events of the current run, as JSON text, oldest first."""
@@ -32,6 +40,25 @@ class Row:
     """The position in ``history`` of each applied event id."""
     view: Snapshot | None = None
     """``doc`` decoded, cached for the store's own decisions (see ``MemoryStore._view``)."""
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Row:
+        """A new task's row, holding ``snapshot``."""
+        return cls(snapshot.model_dump_json(), snapshot.tenant, snapshot.status,
+                   snapshot.expires_at)
+
+    def write(self, snapshot: Snapshot) -> None:
+        """Hold ``snapshot`` as the task's document (and what is kept beside it)."""
+        self.doc = snapshot.model_dump_json()
+        self.status, self.expires_at = snapshot.status, snapshot.expires_at
+
+    def counts_as_active(self, tenant: str, now: datetime) -> bool:
+        """Whether the task counts toward ``tenant``'s ``max_active_tasks_per_scope`` at
+        ``now``: ``rules.counts_as_active`` of the snapshot last written, read from what is
+        kept beside the document — so a damaged document still counts, as the SQL and
+        MongoDB stores count from their tenant, status and expiry columns."""
+        return (self.tenant == tenant and not self.status.terminal
+                and (self.expires_at is None or now < self.expires_at))
 
 
 class _Place(NamedTuple):

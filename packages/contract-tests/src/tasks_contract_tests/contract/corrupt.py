@@ -18,6 +18,7 @@ from tasks_core import (
     CapacityExceeded,
     ManualClock,
     StoreCorrupt,
+    TaskNotFound,
     TaskQuery,
     TaskStore,
 )
@@ -29,6 +30,7 @@ from tasks_contract_tests._kit import (
     SYSTEM,
     access,
     created_and_claimed,
+    finished_task,
     new_task,
 )
 
@@ -156,6 +158,41 @@ class CorruptContract(ContractBase):
         with pytest.raises(CapacityExceeded) as caught:
             await store.create(new_task())
         assert "max_active_tasks_per_scope" == caught.value.limit
+
+    async def test_a_corrupt_record_counts_toward_the_active_limit_as_last_written(
+        self, make_store: Callable[..., Awaitable[TaskStore]],
+        corrupt_task: Corrupter | None,
+    ) -> None:
+        """A corrupt record MUST count toward ``max_active_tasks_per_scope`` as it was last
+        written, never be dropped from the count: with a limit of 2, a tenant's damaged
+        cancelled task (its lease still live) takes no slot, but with two live tasks, one
+        of them damaged, the tenant's next create — and a batch of one, where
+        ``batch_create`` is on — is refused with ``CapacityExceeded`` naming
+        ``max_active_tasks_per_scope``, and nothing is stored.
+
+        Troubleshooting: count from what the store keeps beside the document (the tenant,
+        status and expiry columns or fields), which the damage leaves as last written; a
+        count that decodes each document and skips the ones that fail lets a tenant past
+        its limit (a limit errs on the side of protection).
+        """
+        corrupt = _corrupter(corrupt_task)
+        store = await make_store(max_active_tasks_per_scope=2)
+        cancelled = await finished_task(store, end="cancelled")
+        await corrupt(store, cancelled.id)
+        live = await store.create(new_task())
+        damaged = await store.create(new_task())
+        await corrupt(store, damaged.id)
+        refused = new_task()
+        with pytest.raises(CapacityExceeded) as caught:
+            await store.create(refused)
+        assert "max_active_tasks_per_scope" == caught.value.limit
+        if store.capabilities.batch_create:
+            with pytest.raises(CapacityExceeded) as batch:
+                await store.create_many([refused])
+            assert "max_active_tasks_per_scope" == batch.value.limit
+        with pytest.raises(TaskNotFound):
+            await store.get(refused.id, tenant=None)
+        assert [live.id] == [s.id for s in await store.list(TaskQuery(tenant=None, limit=100))]
 
     async def test_a_corrupt_record_in_an_exclusive_queue_leaves_it_busy(
         self, store: TaskStore, corrupt_task: Corrupter | None
