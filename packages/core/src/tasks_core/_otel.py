@@ -3,7 +3,7 @@
 Spans: ``submit`` (PRODUCER), whose W3C trace context is stored with the task
 (``Work.trace_context``), and ``run`` (CONSUMER), one per run of a handler, a child of
 that context (one trace per task: its submit and every attempt). Counters by ``queue`` and
-``task`` (a registered name, else ``(unregistered)``: ``telemetry.task_label``):
+``task`` (a registered name, else ``(unregistered)``: :mod:`tasks_core._labels`):
 submitted (new runs: ``created`` or ``replaced``), started, completed, failed (also by
 ``error``, the error type), cancelled, retried. Histograms, in seconds: run
 duration (the handler's own time) and queue lag (from the available instant to the claim
@@ -20,11 +20,11 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from tasks_core._labels import task_label
 from tasks_core._model import replaced
 from tasks_core.events import Event, Transition
 from tasks_core.models import NewTask, Snapshot, TaskStatus
 from tasks_core.rules import available_at
-from tasks_core.telemetry import task_label
 
 __all__ = ["SCOPE", "SECONDS_BUCKETS", "RunSpan", "SubmitSpan", "Telemetry"]
 

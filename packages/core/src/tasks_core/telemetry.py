@@ -12,30 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tasks_core._labels import UNREGISTERED, task_label
 from tasks_core.errors import CapabilityNotSupported
 
 if TYPE_CHECKING:
     from tasks_core._otel import Telemetry
     from tasks_core._prometheus import PrometheusEndpoint
 
-__all__ = ["UNREGISTERED", "active", "disable", "enable", "registered", "serve_prometheus",
-           "task_label"]
+__all__ = ["UNREGISTERED", "active", "disable", "enable", "serve_prometheus", "task_label"]
 
 active: Telemetry | None = None
 """The enabled telemetry, or ``None`` (off: every hook site skips)."""
-
-UNREGISTERED = "(unregistered)"
-"""The ``task`` label of a name no App in this process registered."""
-registered: set[str] = set()
-"""The task names some App in this process registered (``@app.task``): the values the
-``task`` label takes besides :data:`UNREGISTERED`."""
-
-
-def task_label(name: str) -> str:
-    """The ``task`` label of a task named ``name``: the name when an App registered it,
-    else :data:`UNREGISTERED` — a submitter's made-up names (which may be submitted) add no
-    series, so the label's values are bounded by the code."""
-    return name if name in registered else UNREGISTERED
 
 OTEL_HINT = "pip install 'tasks-core[otel]'"
 PROMETHEUS_HINT = "pip install 'tasks-core[prometheus]'"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
-from tasks_core import telemetry
+from tasks_core._labels import note_registered
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
 from tasks_core.durations import MAX_KEEP_S, check_duration
 from tasks_core.errors import InvalidInput
@@ -138,7 +138,7 @@ class Registry:
             if queue not in self._queues:
                 self.declare_queue(queue)
             self.tasks[definition.name] = definition
-            telemetry.registered.add(definition.name)
+            note_registered(definition.name)
             return definition
 
         return register(fn) if fn is not None else register
