@@ -23,6 +23,7 @@ from _runtime_kit import ALICE, TIMEOUT, make_app
 from rich.console import Console
 from tasks_core import App, TaskContext
 from tasks_core.cli import run
+from tasks_core.cli._signals import Interrupts
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -132,3 +133,23 @@ async def test_a_second_signal_during_the_drain_exits_130_and_cuts_the_drain_sho
     assert not [m for m in messages if "drain settled" in m], messages
     assert [m for m in messages if "drain cut short" in m], messages
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+async def test_a_first_signal_before_the_worker_serves_says_when_it_drains(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A first signal MUST say what it does — a drain now, or as soon as the worker
+    serves (the drain then starts when it is given) — and that a second exits at once."""
+    caplog.set_level(logging.INFO, logger="tasks_core.cli")
+    task = asyncio.current_task()
+    assert task is not None
+    early, serving = Interrupts(task), Interrupts(task)
+    drains: list[str] = []
+    early._received(signal.SIGTERM)
+    early.on_first(lambda: drains.append("early"))
+    serving.on_first(lambda: drains.append("serving"))
+    serving._received(signal.SIGINT)
+    assert ["received SIGTERM: draining as soon as the worker serves (again to exit at once)",
+            "received SIGINT: draining (again to exit at once)"] \
+        == [r.getMessage() for r in caplog.records]
+    assert ["early", "serving"] == drains

@@ -308,7 +308,7 @@ async def test_an_empty_queues_option_is_refused_not_taken_for_every_queue(
     app = make_app()
     async with app:
         task = await app.submit("job", None, ALICE)
-        with pytest.raises(InvalidInput, match="queues"):
+        with pytest.raises(InvalidInput, match="queue"):
             async with asyncio.timeout(TIMEOUT):  # (a worker serving every queue runs on)
                 await run(["worker", "m:app", "--queues", queues], app=app,
                           console=_console()[0])

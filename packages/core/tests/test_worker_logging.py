@@ -61,3 +61,24 @@ def test_a_summary_counts_since_the_last_line_and_says_nothing_when_idle(
 
 def _no_seconds(line: str) -> str:
     return re.sub(r"in the last [0-9.]+s", "in the last Ns", line)
+
+
+def test_a_summary_spans_the_time_since_the_last_line_quiet_intervals_included(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A summary MUST say how long since the previous line: an interval that logged
+    nothing (nothing ended) does not restart that span."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    now = [100.0]
+    tally = Tally("w1", lambda: (1, 0), clock=lambda: now[0])
+    now[0] = 130.0
+    tally.flush()  # quiet: nothing ended
+    now[0] = 160.0
+    tally.count("released")
+    tally.flush()
+    now[0] = 175.0
+    tally.count("completed")
+    tally.flush()
+    assert ["worker w1: 1 released in the last 60.0s; 1 running, 0 held",
+            "worker w1: 1 completed in the last 15.0s; 1 running, 0 held"] \
+        == [r.getMessage() for r in caplog.records]

@@ -116,8 +116,9 @@ class Interrupts:
         self.signals += 1
         name = signal.Signals(signum).name
         if self.signals == 1:
-            log.info("received %s: %s(again to exit at once)", name,
-                     "draining " if self._first is not None else "")
+            log.info("received %s: %s (again to exit at once)", name,
+                     "draining" if self._first is not None
+                     else "draining as soon as the worker serves")
             if self._first is not None:
                 self._first()
             return

@@ -47,13 +47,15 @@ def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
 
 
 def _worker_of(app: App, args: argparse.Namespace) -> Worker:
-    """The worker ``tasks worker`` asks for; ``--queues`` are declared on the app. Its
+    """The worker ``tasks worker`` asks for. Its ``--queues`` are declared on the app, as
+    ``tasks submit`` without ``--app`` declares the queue it names: the operator names
+    them, and a task of a registered name may have been submitted to any of them. Its
     durations (``--lease``, ``--input-park``, ``--reap-interval``, ``--drain-timeout``)
     are checked by the worker, before the store is opened.
 
     Raises:
-        InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…) or
-            queue name.
+        InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…), an
+            empty ``--queues`` or a bad queue name.
     """
     queues = (None if args.queues is None  # "" names no queue: refused, not every queue
               else [q.strip() for q in args.queues.split(",") if q.strip()])

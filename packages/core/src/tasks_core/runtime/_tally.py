@@ -3,7 +3,8 @@ many runs ended and how, and how busy the worker is.
 
 Every event a run of the worker wrote (``completed``, ``retry_requested``, ``failed``, a
 release) is counted by kind; each interval, and once more when the worker stops, one INFO
-line gives the counts since the last line (nothing when nothing ended).
+line gives the counts since the last line and how long that was (nothing when nothing
+ended: the next line then covers the quiet interval too).
 """
 
 from __future__ import annotations
@@ -30,29 +31,33 @@ class Tally:
         worker_id: named in each line.
         busy: ``(running, held)`` now.
         interval: seconds between lines.
+        clock: seconds on a monotonic clock.
     """
 
     def __init__(self, worker_id: str, busy: Callable[[], tuple[int, int]],
-                 interval: float = SUMMARY_INTERVAL) -> None:
+                 interval: float = SUMMARY_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.worker_id = worker_id
         self.busy = busy
         self.interval = interval
+        self.clock = clock
         self.counts: Counter[str] = Counter()
-        self._since = time.monotonic()
+        self._since = clock()
 
     def count(self, kind: str) -> None:
         """One more event of ``kind`` written."""
         self.counts[kind] += 1
 
     def flush(self) -> None:
-        """Log the counts since the last line (if any) and start again."""
-        now = time.monotonic()
-        if self.counts:
-            ended = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
-            running, held = self.busy()
-            log.info("worker %s: %s in the last %.1fs; %d running, %d held", self.worker_id,
-                     ended, now - self._since, running, held)
-            self.counts.clear()
+        """Log the counts since the last line, if anything ended, and start again."""
+        if not self.counts:
+            return
+        now = self.clock()
+        ended = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
+        running, held = self.busy()
+        log.info("worker %s: %s in the last %.1fs; %d running, %d held", self.worker_id,
+                 ended, now - self._since, running, held)
+        self.counts.clear()
         self._since = now
 
     async def run(self, stop: asyncio.Event) -> None:
