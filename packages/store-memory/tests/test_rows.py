@@ -164,6 +164,20 @@ def test_ready_entries_match_a_sorted_list_whatever_is_added_and_removed(
         assert len(model) == len(ready)
 
 
+def test_a_task_is_found_among_the_live_entries_below_a_dead_front_of_later_ones() -> None:
+    """Tasks that come before the dead front in claim order (a higher priority, an
+    earlier instant, submitted after the front was taken) are live: removing one removes
+    it, not the live head, however many dead entries lie before them in the list."""
+    ready, orders = _ready_of(4)
+    for order in orders:  # the front taken: four dead entries
+        ready.remove(order)
+    first, second = (-1, T0, "a"), (-1, T0, "b")  # before every dead entry
+    ready.add(first)
+    ready.add(second)
+    ready.remove(second)
+    assert [first] == ready.entries[ready.start:]
+
+
 def test_taking_the_head_again_and_again_keeps_the_list_bounded() -> None:
     ready = _Ready()
     for n in range(5000):
