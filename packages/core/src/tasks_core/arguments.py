@@ -1,9 +1,10 @@
 """Store-call arguments checked once, before anything is read or written: lease
-durations, worker ids, the tenant of a read, queue names, batch sizes and
-``transition_many`` items."""
+durations, worker ids, the tenant of a read, queue names, sizes (:func:`check_limit`: a
+batch, a page, a worker's concurrency, the CLI's counts) and ``transition_many`` items."""
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
@@ -81,17 +82,29 @@ def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> froze
     return names
 
 
-def check_limit(limit: int, *, maximum: int | None = None) -> int:
-    """Validate a batch size (``claim_next``: 1..1000; ``reap``: at least 1).
+def check_limit(limit: int, *, maximum: int | None = None, what: str = "limit") -> int:
+    """Validate a size — a count of tasks, runs or processes (``claim_next``: 1..1000;
+    ``reap``: at least 1; the CLI's ``--limit``, ``--scan``…): an ``int`` (not a bool),
+    at least 1 and at most ``maximum`` when given. The message names ``what`` and shows
+    the value as given.
 
     Raises:
         InvalidInput: not an integer in range.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidInput("limit must be a positive integer")
-    if maximum is not None and limit > maximum:
-        raise InvalidInput(f"limit must be an integer in 1..{maximum}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 \
+            or (maximum is not None and limit > maximum):
+        span = "a positive integer" if maximum is None else f"an integer in 1..{maximum}"
+        raise InvalidInput(f"{what} must be {span}, not {_shown(limit)}")
     return limit
+
+
+def _shown(value: object) -> str:
+    """A refused value, never rounded: its ``repr``, a long one elided in the middle
+    (``...``), an integer past Python's digit limit described instead."""
+    try:
+        return reprlib.repr(value)
+    except ValueError:
+        return "an integer too long to print"
 
 
 MAX_BATCH = 1000

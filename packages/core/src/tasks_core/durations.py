@@ -80,7 +80,7 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
     if not math.isfinite(seconds):
         raise InvalidInput(f"{what} must be a finite number of seconds in {span}")
     if not (low <= seconds <= high) or (seconds == 0 and low == 0 and not allow_zero):
-        raise InvalidInput(f"{what} must be in {span} seconds, not {seconds:g}")
+        raise InvalidInput(f"{what} must be in {span} seconds, not {_given(value)}")
     return seconds
 
 
@@ -91,7 +91,20 @@ def _span(low: float, high: float, allow_zero: bool) -> str:
 
 
 def _number(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+    """A bound: a whole number as digits (``31622400``), else its shortest exact spelling
+    (``0.001``)."""
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
+
+
+def _given(value: object) -> str:
+    """A refused value as the caller gave it, never rounded (so it cannot read as the
+    bound it missed): an integer as digits (``31622401``), a float as its shortest exact
+    spelling (``31622401.0``, ``1e+308``), another real number as ``str`` (``1/2``)."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(float(value))
+    return str(value)
 
 
 def check_wait_timeout(timeout: object) -> float:

@@ -28,7 +28,7 @@ from tasks_core.cli._render import (
 )
 from tasks_core.cli._worker_cmd import cmd_worker
 from tasks_core.definitions import TaskDef
-from tasks_core.durations import MAX_WAIT_S, check_duration, parse_duration, parse_instant
+from tasks_core.durations import MAX_WAIT_S, parse_duration, parse_instant
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.runtime._defaults import default_store_url
 from tasks_core.runtime.app import App
@@ -130,7 +130,7 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
     given = [option for option, value in (
         ("--input", args.input), ("--key", args.key), ("--global", args.global_key),
         ("--queue", args.queue), ("--wait", args.wait), ("--priority", args.priority),
-        ("--delay", args.delay), ("--at", args.at)) if value not in (None, False)]
+        ("--delay", args.delay), ("--at", args.at)) if value is not None and value is not False]
     if given:
         raise InvalidInput(f"--many takes every option from its lines, not {given[0]}")
     items = read_items(args.many, args.name,
@@ -248,12 +248,12 @@ async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> in
     """The stress harness of tasks-contract-tests, imported only now (core does not depend
     on it).
 
+    Its sizes and ``--timeout`` were checked with the others (``_options``).
+
     Raises:
-        InvalidInput: a bad ``--timeout`` (see :mod:`tasks_core.durations`).
         CapabilityNotSupported: tasks-contract-tests is not installed (the message says
             how to install it).
     """
-    check_duration(args.timeout, "--timeout", high=MAX_WAIT_S, allow_none=True)
     try:
         stress = importlib.import_module("tasks_contract_tests.stress")
     except ImportError:

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from tasks_core._registry import install_hint
+from tasks_core.cli._options import number
 from tasks_core.cli._render import shown_url
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.runtime.app import App
@@ -35,7 +36,7 @@ def add_dashboard_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
                         "--store replaces its store URL")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=number, default=8000, help="port (default 8000)")
     p.add_argument("--token", help=f"the operator token, at least 8 characters (default "
                                    f"${TOKEN_ENV}; prefer the variable: a command line "
                                    "is visible to other users)")

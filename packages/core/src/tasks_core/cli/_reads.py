@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tasks_core.authority import Authority, System
+from tasks_core.cli._options import MAX_PAGE
 from tasks_core.cli._render import Bars, cell, one_line, plain, tasks_table
 from tasks_core.errors import InvalidInput, UnknownStore
 from tasks_core.models import Snapshot, TaskStatus
@@ -69,23 +70,29 @@ def check_readable(url: str) -> None:
 async def list_newest_first(
     app: App, authority: Authority, args: argparse.Namespace
 ) -> tuple[list[Snapshot], str | None, bool]:
-    """One page of ``tasks ls``: ``(tasks, next --after, scan cut short)``. Reads up to
-    ``args.scan`` matching tasks (in the store's id order), newest first from there;
-    ``args.after`` is the last task of the previous page.
+    """One page of ``tasks ls``: ``(tasks, next --after, scan cut short)``. Reads at
+    most ``args.scan`` matching tasks (in the store's id order: pages of at most
+    ``MAX_PAGE``, none larger than what is left of the budget), newest first from there;
+    the scan is cut short when it stopped at ``args.scan`` with more to read.
+    ``args.after`` is the last task of the previous page. ``args.limit`` and
+    ``args.scan`` are checked sizes (``_options``).
 
     Raises:
         InvalidInput: ``--after`` names no task among those listed.
     """
     found: list[Snapshot] = []
     after: str | None = None
+    left = args.scan
     while True:
+        size = min(MAX_PAGE, left)
         page = await app.list(authority, status=args.status or None, queue=args.queue,
-                              after=after, limit=1000)
+                              after=after, limit=size)
         found.extend(page.items)
+        left -= size  # a page with a next one was full: it read ``size`` tasks
         if page.next_after is None:
             capped = False
             break
-        if len(found) >= args.scan:
+        if left <= 0:
             capped = True
             break
         after = page.next_after
@@ -114,7 +121,7 @@ async def live_leases(app: App, tenant: str | None = None, queue: str | None = N
     after: str | None = None
     while len(held) < most:
         page = await app.list(System(tenant), status=LEASED, queue=queue, after=after,
-                              limit=1000)
+                              limit=MAX_PAGE)
         held.extend(s for s in page.items if s.lease_live(now))
         if page.next_after is None:
             break
@@ -123,7 +130,8 @@ async def live_leases(app: App, tenant: str | None = None, queue: str | None = N
 
 
 def workers_table(leased: Iterable[Snapshot], now: datetime, lease: float | None) -> Table:
-    """``tasks workers``: one row per worker id holding live leases, busiest first."""
+    """``tasks workers``: one row per worker id holding live leases, busiest first;
+    ``lease``: the checked ``--lease`` (``_options``), or ``None``."""
     rows: dict[str, list[Snapshot]] = {}
     for snapshot in leased:
         assert snapshot.claim is not None

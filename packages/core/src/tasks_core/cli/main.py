@@ -22,6 +22,14 @@ from rich.console import Console
 
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._dashboard import add_dashboard_parser
+from tasks_core.cli._options import (
+    MAX_PAGE,
+    MAX_PROCESSES,
+    MAX_ROUNDS,
+    MAX_SCAN,
+    check_options,
+    number,
+)
 from tasks_core.cli._periodic import add_periodic_parser
 from tasks_core.cli._reads import check_readable
 from tasks_core.cli._render import output_console, plain
@@ -84,13 +92,13 @@ def _app_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
                              "limit)")
 
 
-def _prefetch(text: str) -> int | str:
-    """``--prefetch``: ``auto`` or an integer (the worker checks its range).
+def _prefetch(text: str) -> int | float | str:
+    """``--prefetch``: ``auto`` or a number (the worker checks it: an integer in range).
 
     Raises:
-        ValueError: neither (argparse reports it as an invalid value).
+        argparse.ArgumentTypeError: neither (argparse reports it as an invalid value).
     """
-    return text if text == "auto" else int(text)
+    return text if text == "auto" else number(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,24 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("worker_app", nargs="?", metavar="APP",
                    help="module:attribute of your App, e.g. myapp:app (or --app)")
     p.add_argument("--queues", help="comma-separated queues (default: every declared queue)")
-    p.add_argument("--concurrency", type=int, help="runs at once (default 8)")
+    p.add_argument("--concurrency", type=number, help="runs at once (default 8)")
     p.add_argument("--prefetch", type=_prefetch, default="auto", metavar="auto|N",
                    help="tasks claimed beyond the free slots, for queues without a "
                         "concurrency limit (default auto: up to 16 x --concurrency, at "
                         "most 1000, while runs are short; 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
-    p.add_argument("--lease", type=float, default=30.0, help="lease seconds (default 30)")
-    p.add_argument("--input-park", type=float, default=30.0,
+    p.add_argument("--lease", type=number, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--input-park", type=number, default=30.0,
                    help="seconds a run waits for input before freeing its slot (default 30)")
-    p.add_argument("--drain-timeout", type=float, default=5.0,
+    p.add_argument("--drain-timeout", type=number, default=5.0,
                    help="seconds to wait for running tasks on SIGTERM (default 5)")
-    p.add_argument("--reap-interval", type=float, default=60.0,
+    p.add_argument("--reap-interval", type=number, default=60.0,
                    help="seconds between reaper sweeps (default 60)")
     p.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
     p.add_argument("--no-periodic", action="store_true",
                    help="do not run the app's periodic schedules in this worker")
-    p.add_argument("--metrics-port", type=int, metavar="PORT",
+    p.add_argument("--metrics-port", type=number, metavar="PORT",
                    help="serve the task metrics for Prometheus at http://HOST:PORT/metrics "
                         "(e.g. 9464; needs tasks-core[prometheus])")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
@@ -154,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true",
                    help="follow the task until it ends (says so once when no live worker "
                         "serves its queue)")
-    p.add_argument("--priority", type=int, metavar="N",
+    p.add_argument("--priority", type=number, metavar="N",
                    help="-100..100; higher is served first (default: the task's, else 0)")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--delay", metavar="DURATION",
@@ -169,18 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=[status.value for status in TaskStatus],
                    help="filter by status (repeatable)")
     p.add_argument("--queue", help="filter by queue")
-    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--limit", type=number, default=50,
+                   help=f"page size, 1..{MAX_PAGE} (default 50)")
     p.add_argument("--after", help="the last id of the previous page")
     p.add_argument("--wide", action="store_true", help="more columns")
-    p.add_argument("--scan", type=int, default=10_000, metavar="N",
-                   help="read at most N matching tasks to order them (default 10000)")
+    p.add_argument("--scan", type=number, default=10_000, metavar="N",
+                   help=f"read at most N matching tasks (1..{MAX_SCAN}) to order them "
+                        "(default 10000)")
 
     p = sub.add_parser("workers", parents=[common, withapp, who],
                        help="live workers: those holding live leases")
     p.add_argument("--queue", help="only leases of this queue")
-    p.add_argument("--lease", type=float, metavar="SECONDS",
-                   help="the workers' lease length (tasks worker --lease): shows the last "
-                        "heartbeat instead of the lease's expiry")
+    p.add_argument("--lease", type=number, metavar="SECONDS",
+                   help="the workers' lease length (tasks worker --lease, checked the "
+                        "same way): shows the last heartbeat instead of the lease's expiry")
 
     p = sub.add_parser("show", parents=[common, withapp, who], help="a task and its event history")
     p.add_argument("id")
@@ -197,8 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an answer per key; VALUE is JSON (or else a string)")
 
     p = sub.add_parser("reap", parents=[common, withapp], help="delete expired tasks now")
-    p.add_argument("--limit", type=int, default=1000,
-                   help="delete at most this many expired tasks (default 1000)")
+    p.add_argument("--limit", type=number, default=1000,
+                   help=f"delete at most this many expired tasks, 1..{MAX_SCAN} "
+                        "(default 1000)")
 
     p = sub.add_parser("migrate", parents=[common, withapp],
                        help="move the store's schema to the installed code's revision")
@@ -218,11 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help='print the JSON report ("ok": true only when every invariant holds)')
     p.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
     p.add_argument("--small", action="store_true", help="the fast subset (CI sizes)")
-    for name, what in (("tasks", "CAS tasks, and soak tasks per round"),
-                       ("writers", "CAS writer processes"), ("workers", "soak worker processes"),
-                       ("rounds", "soak rounds")):
-        p.add_argument(f"--{name}", type=int, help=what)
-    p.add_argument("--timeout", type=float, help="seconds each workload may take")
+    for name, what in (("tasks", f"CAS tasks, and soak tasks per round (1..{MAX_SCAN})"),
+                       ("writers", f"CAS writer processes (2..{MAX_PROCESSES})"),
+                       ("workers", f"soak worker processes (1..{MAX_PROCESSES})"),
+                       ("rounds", f"soak rounds (1..{MAX_ROUNDS})")):
+        p.add_argument(f"--{name}", type=number, help=what)
+    p.add_argument("--timeout", type=number, help="seconds each workload may take")
     return parser
 
 
@@ -291,6 +303,7 @@ async def run(argv: Sequence[str], *, app: App | None = None,
         TasksError: the command's refusal (``main`` prints it: ``error: KIND: message``).
     """
     args = build_parser().parse_args(list(argv))
+    check_options(args)
     console = console or output_console()
     if args.command != "worker":
         return await _command(args, app, console)

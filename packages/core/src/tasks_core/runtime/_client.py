@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from tasks_core import telemetry
+from tasks_core import rules, telemetry
 from tasks_core._json import check_json, json_size
 from tasks_core.authority import (
     DEFAULT_TENANT,
@@ -422,11 +422,13 @@ class Client(ClientReads):
 
         Raises:
             TypeError, AuthorizationError: as :meth:`release`.
+            InvalidInput: ``limit`` is not a positive integer (before the store is opened).
             StoreUnavailable: the store failed.
         """
         authority = require_authority(authority)
         if not isinstance(authority, System):
             raise AuthorizationError("reap is an admin action: System(...) only")
+        rules.check_limit(limit)
         store = await self.open()
         return await store.reap(limit)
 

@@ -29,7 +29,7 @@ from tasks_core.durations import (
 )
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.reasons import CancelReason
-from tasks_core.rules import MAX_LEASE_S
+from tasks_core.rules import MAX_LEASE_S, check_limit
 from tasks_core.runtime._cancel_watch import CancelWatch, WatchedTasks
 from tasks_core.runtime._claims import AUTO_AHEAD, CLAIMS_IN_FLIGHT, MAX_AHEAD, Claims
 from tasks_core.runtime._group import GroupCommit
@@ -40,10 +40,23 @@ from tasks_core.runtime._run import RunEnv
 from tasks_core.runtime._scheduler import Scheduler
 from tasks_core.runtime._slots import SHORT_RUN
 from tasks_core.runtime._tally import Tally
+from tasks_core.storekit import MAX_RUNNING
 
-__all__ = ["AUTO_AHEAD", "CLAIMS_IN_FLIGHT", "MAX_AHEAD", "SHORT_RUN", "Worker"]
+__all__ = ["AUTO_AHEAD", "CLAIMS_IN_FLIGHT", "MAX_AHEAD", "SHORT_RUN", "Worker",
+           "check_worker_lease"]
 
 log = logging.getLogger("tasks_core.worker")
+
+
+def check_worker_lease(lease_for: object, what: str = "lease_for") -> float:
+    """A worker's lease length in seconds — the one check of ``Worker(lease_for=…)`` and
+    of ``tasks workers --lease``: at least ``MIN_INTERVAL_S`` (its heartbeats repeat
+    within it), at most ``rules.MAX_LEASE_S`` (the stores' cap).
+
+    Raises:
+        InvalidInput: see :func:`~tasks_core.durations.check_duration`, naming ``what``.
+    """
+    return check_duration(lease_for, what, low=MIN_INTERVAL_S, high=MAX_LEASE_S)
 
 
 class Worker(Claims):
@@ -54,7 +67,8 @@ class Worker(Claims):
             :class:`~tasks_core.runtime._host.WorkerHost`; its store is opened on
             :meth:`run` if needed).
         queues: queues to serve (default: every queue the app declares).
-        concurrency: runs at once (default ``app.limits.concurrency``, 8).
+        concurrency: runs at once (default ``app.limits.concurrency``, 8), at most
+            ``storekit.MAX_RUNNING`` (``rules.check_limit``).
         queue_concurrency: per-queue limits overriding the app's ``Queue.concurrency``.
         worker_id: default ``"<host>:<pid>:<random>"``.
         lease_for: lease length in seconds; heartbeats renew every ``lease_for / 3``.
@@ -119,16 +133,14 @@ class Worker(Claims):
         if unknown:
             raise InvalidInput(f"undeclared queue(s): {', '.join(unknown)}")
         self.queues: tuple[str, ...] = tuple(names)
-        self.concurrency = concurrency if concurrency is not None else app.limits.concurrency
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
-                or self.concurrency < 1:
-            raise InvalidInput("concurrency must be a positive integer")
+        self.concurrency = check_limit(
+            concurrency if concurrency is not None else app.limits.concurrency,
+            maximum=MAX_RUNNING, what="concurrency")
         if recover not in ("retry", "fail"):
             raise InvalidInput("recover must be 'retry' or 'fail'")
         # Every duration through the one check (tasks_core.durations); a lease within the
         # stores' cap, every repeated wait at least MIN_INTERVAL_S.
-        lease_for = check_duration(lease_for, "lease_for", low=MIN_INTERVAL_S,
-                                   high=MAX_LEASE_S)
+        lease_for = check_worker_lease(lease_for)
         input_park, poll_interval, min_poll, progress_interval = (
             check_duration(value, what, low=MIN_INTERVAL_S, high=MAX_WAIT_S)
             for value, what in ((input_park, "input_park"), (poll_interval, "poll_interval"),

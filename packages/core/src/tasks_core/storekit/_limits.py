@@ -22,7 +22,8 @@ from tasks_core.errors import InvalidInput
 __all__ = ["MAX_RUNNING", "QueueLimits", "QueueRoom"]
 
 MAX_RUNNING = 1_000_000
-"""The largest ``max_running`` and the largest count of a ``rate``."""
+"""The largest ``max_running``, the largest count of a ``rate`` and the largest
+``concurrency`` of a worker."""
 
 
 def _count(value: object, what: str) -> int:
