@@ -215,7 +215,8 @@ async def test_dashboard_refuses_a_bad_port_before_it_serves(
 @pytest.mark.parametrize(("option", "what", "values"), [
     ("--concurrency", "concurrency", [*NOT_NUMBERS, "0", "-5", "2.5", str(MAX_RUNNING + 1)]),
     ("--prefetch", "prefetch", [*NOT_NUMBERS, "-5", "2.5", "1001"]),
-    ("--metrics-port", "--metrics-port", [*NOT_NUMBERS, "-5", "65536"]),
+    ("--metrics-port", "--metrics-port must be an integer",
+     [*NOT_NUMBERS, "-5", "65536", "2.5"]),
 ])
 async def test_worker_refuses_a_bad_count_before_it_claims(
     option: str, what: str, values: list[str]

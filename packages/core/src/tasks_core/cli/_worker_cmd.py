@@ -37,8 +37,9 @@ def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
     port = getattr(args, "metrics_port", None)
     if port is None:
         return None
-    if not 0 <= port <= 65535:
-        raise InvalidInput("--metrics-port must be in 0..65535")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InvalidInput(f"--metrics-port must be an integer in 0..65535 (0: any free "
+                           f"port), not {port!r}")
     try:
         return telemetry.serve_prometheus(port, args.metrics_host)
     except OSError as exc:
