@@ -77,6 +77,25 @@ async def test_login_sets_a_strict_httponly_session_cookie(client: httpx.AsyncCl
     assert 401 == (await client.get("/")).status_code
 
 
+async def test_a_session_ends_at_logout_even_for_a_copy_of_its_cookie(
+        client: httpx.AsyncClient) -> None:
+    """Logging out MUST end the session on the server: a copy of its cookie (another tab,
+    a stolen value) is refused afterwards, while another operator's session goes on."""
+    async def session() -> str:
+        csrf = csrf_of((await client.get("/login")).text)
+        good = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf})
+        assert 303 == good.status_code
+        return good.cookies["tasks_dashboard_auth"]
+    mine, other = await session(), await session()
+    csrf = csrf_of((await client.get("/login")).text)
+    client.cookies.set("tasks_dashboard_auth", mine)
+    assert 303 == (await client.post("/logout", data={"csrf_token": csrf})).status_code
+    client.cookies.set("tasks_dashboard_auth", mine)  # the copy
+    assert 401 == (await client.get("/")).status_code
+    client.cookies.set("tasks_dashboard_auth", other)
+    assert 200 == (await client.get("/")).status_code
+
+
 async def test_a_post_without_the_csrf_token_is_refused(
         client: httpx.AsyncClient, app: App) -> None:
     """With the session cookie, cancel and respond need the form's CSRF token."""

@@ -80,6 +80,8 @@ class Guard:
         self.token = token.encode() if token is not None else None
         self.authorize = authorize
         self._secret = secrets.token_bytes(32)
+        self._ended: dict[str, float] = {}
+        """Sessions ended by a logout: their id and when they would have expired."""
 
     @property
     def login_enabled(self) -> bool:
@@ -95,15 +97,35 @@ class Guard:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token)
 
     def session_cookie(self) -> str:
-        """A fresh session cookie value: the instant it was issued, signed."""
-        issued = str(int(time.time()))
-        return f"{issued}.{self._mac('auth', issued)}"
+        """A fresh session cookie value: the instant it was issued and a random session
+        id, signed."""
+        body = f"{int(time.time())}.{secrets.token_hex(16)}"
+        return f"{body}.{self._mac('auth', body)}"
+
+    def _session(self, value: str) -> tuple[int, str] | None:
+        """``(issued, session id)`` of a cookie this process signed, else ``None``."""
+        body, _, mac = value.rpartition(".")
+        issued, _, sid = body.partition(".")
+        if not issued.isdigit() or not sid \
+                or not hmac.compare_digest(mac, self._mac("auth", body)):
+            return None
+        return int(issued), sid
 
     def _session_valid(self, value: str) -> bool:
-        issued, _, mac = value.partition(".")
-        if not issued.isdigit() or not hmac.compare_digest(mac, self._mac("auth", issued)):
-            return False
-        return 0 <= time.time() - int(issued) < SESSION_S
+        session = self._session(value)
+        return (session is not None and 0 <= time.time() - session[0] < SESSION_S
+                and session[1] not in self._ended)
+
+    def end_session(self, value: str | None) -> None:
+        """Refuse the session of cookie ``value`` from now on (logout): a copy of the cookie
+        no longer lets anyone in. An ended session is remembered until it would have
+        expired anyway."""
+        session = None if value is None else self._session(value)
+        if session is None:
+            return
+        now = time.time()
+        self._ended = {sid: until for sid, until in self._ended.items() if until > now}
+        self._ended[session[1]] = session[0] + SESSION_S
 
     async def allows(self, request: Request) -> bool:
         """Whether ``request`` comes from an operator. A failing callback says no.

@@ -234,12 +234,14 @@ class Views:
         return response
 
     async def logout(self, request: Request) -> Response:
-        """End the session (its cookie is dropped).
+        """End the session: refused from now on, even to a copy of its cookie, and the
+        cookie dropped.
 
         Raises:
             HTTPException: 403 without the CSRF token.
         """
         await self.guard.form(request)
+        self.guard.end_session(request.cookies.get(AUTH_COOKIE))
         response = RedirectResponse(request.url_for("login").path, status_code=303)
         path = request.scope.get("root_path") or "/"
         response.headers.append("set-cookie", cookie(AUTH_COOKIE, "", path, max_age=0))
