@@ -32,6 +32,10 @@ async def test_no_token_and_no_callback_is_refused(app: App) -> None:
         create_app(app)
     with pytest.raises(DashboardConfigError, match="at least 8"):
         create_app(app, token="short")
+    for blank in (" " * 8, "\t" * 12, " secret-token", "secret-token\n"):
+        # blank, or one a Bearer header (stripped) could never match
+        with pytest.raises(DashboardConfigError, match="whitespace"):
+            create_app(app, token=blank)
 
 
 async def test_every_page_refuses_a_request_without_the_token(

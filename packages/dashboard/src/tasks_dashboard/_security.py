@@ -74,6 +74,9 @@ class Guard:
         if token is not None and (not isinstance(token, str) or len(token) < 8):
             raise DashboardConfigError("the operator token must be a string of at least 8 "
                                        "characters")
+        if token is not None and (not token.strip() or token != token.strip()):
+            raise DashboardConfigError("the operator token must not be blank nor begin or "
+                                       "end with whitespace")
         if authorize is not None and not callable(authorize):
             raise DashboardConfigError("authorize must be a callable: authorize(request) "
                                        "-> bool")
