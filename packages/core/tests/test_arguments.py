@@ -5,6 +5,7 @@ the bad argument in the message (the mutation run, ``nox -s mutants``, holds the
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from tasks_core import Access, Cancelled, InvalidInput, Lease, Owner, rules
@@ -60,6 +61,24 @@ def test_a_limit_of_1000_is_taken_and_1001_refused() -> None:
     for bad in (0, -1, 1001, True, 1.0):
         with pytest.raises(InvalidInput):
             rules.check_limit(bad, maximum=1000)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("given", "options", "message"), [
+    (0, {}, "limit must be a positive integer, not 0"),
+    (1001, {"maximum": 1000, "what": "--scan"}, "--scan must be an integer in 1..1000, not 1001"),
+    (2.5, {"maximum": 10}, "limit must be an integer in 1..10, not 2.5"),
+    ("5", {}, "limit must be a positive integer, not '5'"),
+    (10**5000, {"maximum": 10}, "limit must be an integer in 1..10, not an integer too long "
+                                "to print"),
+], ids=["zero", "past-maximum", "float", "str", "too-long-to-print"])
+def test_a_refused_size_names_what_its_bounds_and_the_value_as_given(
+    given: object, options: dict[str, Any], message: str
+) -> None:
+    """A refused size MUST say which size, its bounds and the value as it was given (never
+    rounded into the bound: the CLI prints this line as its refusal)."""
+    with pytest.raises(InvalidInput) as refused:
+        rules.check_limit(given, **options)  # type: ignore[arg-type]
+    assert message == str(refused.value)
 
 
 def test_a_batch_of_1000_items_is_taken_and_1001_refused() -> None:
