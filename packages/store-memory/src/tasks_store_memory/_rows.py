@@ -57,8 +57,7 @@ class Row:
         ``now``: ``rules.counts_as_active`` of the snapshot last written, read from what is
         kept beside the document — so a damaged document still counts, as the SQL and
         MongoDB stores count from their tenant, status and expiry columns."""
-        return (self.tenant == tenant and not self.status.terminal
-                and (self.expires_at is None or now < self.expires_at))
+        return self.tenant == tenant and rules.active_at(self.status, self.expires_at, now)
 
 
 class _Place(NamedTuple):

@@ -40,6 +40,7 @@ from tasks_core.rules._leases import (
     start_claim,
 )
 from tasks_core.rules._snapshots import (
+    active_at,
     available_at,
     check_replace,
     counts_as_active,
@@ -58,6 +59,7 @@ __all__ = [
     "BatchItem",
     "Decision",
     "Right",
+    "active_at",
     "apply_event",
     "authorize_event",
     "available_at",

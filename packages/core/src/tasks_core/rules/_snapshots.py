@@ -147,7 +147,14 @@ def check_replace(current: Snapshot, replace: Snapshot, now: datetime) -> None:
 
 def counts_as_active(snapshot: Snapshot, now: datetime) -> bool:
     """Whether ``snapshot`` counts against ``max_active_tasks_per_scope``."""
-    return not snapshot.terminal and not snapshot.expired(now)
+    return active_at(snapshot.status, snapshot.expires_at, now)
+
+
+def active_at(status: TaskStatus, expires_at: datetime | None, now: datetime) -> bool:
+    """:func:`counts_as_active` from a task's status and expiry alone — what a store keeps
+    beside the document, so that a damaged document still counts as last written: not
+    finished, and not expired at ``now``."""
+    return not status.terminal and (expires_at is None or now < expires_at)
 
 
 # -- listing -----------------------------------------------------------------------------
