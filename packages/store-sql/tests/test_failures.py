@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from tasks_core import (
-    Completed,
+    Failed,
     ManualClock,
     NewTask,
     Owner,
@@ -81,7 +81,8 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
             await conn.execute(sa.update(store.tables.locks).values(value=0))
         await store.create(_new("t"))
         held = await store.claim("t", "w1", 30)
-        done = Completed(event_id="done", result="r")
+        # (a failure: its record is a history row, where a completion's is the task's)
+        done = Failed(event_id="done", error="Boom")
         async with store.engine.connect() as blocker, store.engine.connect() as monitor:
             trans = await blocker.begin()
             # (never the blocker itself: only the store's waiting session may be killed)
@@ -89,7 +90,7 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
             # An uncommitted row with the same key makes the store's event insert wait.
             await blocker.execute(
                 sa.insert(events).values(
-                    task_id="t", event_id="done", revision=99, kind="completed",
+                    task_id="t", event_id="done", revision=99, kind="failed",
                     committed_at=held.lease.expires_at, record="{}",
                 )
             )

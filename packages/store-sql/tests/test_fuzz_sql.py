@@ -13,7 +13,7 @@ from conftest import Opener
 from sqlalchemy.ext.asyncio import create_async_engine
 from tasks_contract_tests.garbage import JSON_GARBAGE, SECRET, check_contained, seed
 from tasks_contract_tests.properties import PropertyChecks
-from tasks_core import Completed, ManualClock, StoreCorrupt
+from tasks_core import Failed, ManualClock, StoreCorrupt
 from tasks_store_sql import SQLStore
 
 
@@ -72,15 +72,16 @@ async def test_a_garbage_history_record_costs_only_that_history(any_opener: Open
         ids = [seeded.victim, *seeded.others[:1]]
         for task_id in ids:
             _, lease = await store.claim(task_id, "w1", 30)
-            await store.transition(task_id, 0, Completed(event_id="done", result=None), lease)
+            # (a failure: its record is a history row, where a completion's is the task's)
+            await store.transition(task_id, 0, Failed(event_id="done", error="Boom"), lease)
         await _damage(store, seeded.victim, lambda text: json.dumps({"event": SECRET}),
                       events=True)
         with pytest.raises(StoreCorrupt) as caught:
             await store.history(seeded.victim, tenant=None)
         assert seeded.victim == caught.value.task_id
         assert SECRET not in str(caught.value)
-        assert "completed" == (await store.get(seeded.victim, tenant=None)).status
-        assert ["completed"] == [r.kind for r in await store.history(ids[1], tenant=None)]
+        assert "failed" == (await store.get(seeded.victim, tenant=None)).status
+        assert ["failed"] == [r.kind for r in await store.history(ids[1], tenant=None)]
     finally:
         await store.aclose()
 

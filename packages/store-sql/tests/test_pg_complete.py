@@ -104,7 +104,8 @@ async def _stored_as_decided(
     store: SQLStore, before: Snapshot, done: Transition, now: datetime
 ) -> None:
     """``done`` was committed at the instant the rules take at ``now``, and the row, its
-    text and its history record are what they decide."""
+    text and the history record it stands for (no ``task_events`` row) are what they
+    decide."""
     assert done.record is not None
     assert done.record.committed_at == rules.next_commit_time(before, now)
     expected = rules.apply_event(before, done.record.event, done.record.committed_at)
@@ -114,9 +115,11 @@ async def _stored_as_decided(
     assert done.record == record
     row = await _row(store, snapshot.id)
     assert row["snapshot"] == _codec.encode_snapshot(snapshot)  # byte for byte
-    columns = _codec.projection(snapshot, row["claim_token"])
+    columns = _codec.projection(snapshot, row["claim_token"], record.event_id)
     assert {k: row[k] for k in columns} == columns
-    assert (await _records(store, snapshot.id))[-1] == _codec.encode_model(record)
+    assert row["final_event"] == record.event_id
+    assert _codec.encode_model(record) not in await _records(store, snapshot.id)
+    assert (await store.history(snapshot.id, tenant=None))[-1] == record
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=["none", "traps", "numbers", "text"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tasks_core import Completed, NewTask, Owner, Work
+from tasks_core import Completed, Failed, NewTask, Owner, Work
 from tasks_store_sql import PostgresStore, SQLStore
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import drop_namespace
@@ -45,13 +45,14 @@ async def store(postgres_url: str) -> AsyncIterator[SQLStore]:
 
 
 async def _tasks_with_history(store: SQLStore) -> None:
-    """Three finished tasks ``t0``…``t2``, each with a history entry ``done``."""
+    """Three failed tasks ``t0``…``t2``, each with a history entry ``done`` (a
+    failure's record is a history row; a completion's is the task's own)."""
     for n in range(3):
         await store.create(NewTask(id=f"t{n}", tenant="default", owner=OWNER,
                                    work=Work(name="job")))
         claim = await store.claim(f"t{n}", "w1", 30)
         await store.transition(f"t{n}", claim.snapshot.revision,
-                               Completed(event_id="done", result=n), claim.lease)
+                               Failed(event_id="done", error=f"E{n}"), claim.lease)
 
 
 async def _run_generic(

@@ -297,13 +297,15 @@ class StoreBase:
     ) -> None:
         """Write ``snapshot`` over ``row``: ``UPDATE … WHERE id AND row_version`` (the row
         is locked, so this cannot miss; if it does, nothing is committed)."""
-        await self._save_rows(conn, [(row.id, row.row_version, snapshot, token)])
+        await self._save_rows(conn, [(row.id, row.row_version, snapshot, token, None)])
 
     async def _save_rows(
-        self, conn: AsyncConnection, rows: Sequence[tuple[str, int, Snapshot, str | None]]
+        self,
+        conn: AsyncConnection,
+        rows: Sequence[tuple[str, int, Snapshot, str | None, str | None]],
     ) -> None:
-        """Write each ``(id, row_version, snapshot, token)`` over its locked row, in one
-        call.
+        """Write each ``(id, row_version, snapshot, token, final_event)`` over its locked
+        row, in one call (``final_event``: ``_codec.projection``).
 
         Raises:
             StoreUnavailable: a row changed under its lock; nothing is committed.
@@ -311,9 +313,9 @@ class StoreBase:
         if not rows:
             return
         params = []
-        for task_id, version, snapshot, token in rows:
+        for task_id, version, snapshot, token, final_event in rows:
             values = {"b_id": task_id, "b_version": version, "b_next": version + 1}
-            projected = _codec.projection(snapshot, token)
+            projected = _codec.projection(snapshot, token, final_event)
             for name, value in projected.items():
                 values["p_" + name] = value
             params.append(values)

@@ -3,8 +3,11 @@ changes it (:class:`Loaded`, a ``LoadedTask``), and the rows a plan writes.
 
 The caller locks the rows the items name (id order), reads the clock after the locks and
 attaches the history entries of the items' event ids; the kit decides; the caller writes
-each changed row once (``UPDATE … WHERE id AND row_version``) with the plan's records,
-watchers (:func:`watcher_rows`), wakeups and cancel notices, in the same transaction.
+each changed row once (``UPDATE … WHERE id AND row_version``) with the plan's records
+(:func:`history_rows`: those a row does not stand for), watchers (:func:`watcher_rows`),
+wakeups and cancel notices, in the same transaction. A row stands for the record of the
+event that completed its run (``final_event``, ``_codec.final_record``): a replay of
+that event finds it there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from tasks_core.models import Snapshot
 
 from tasks_store_sql import _codec
 
-__all__ = ["Loaded", "changed_rows", "watcher_rows"]
+__all__ = ["Loaded", "changed_rows", "history_rows", "watcher_rows"]
 
 
 @dataclass(eq=False)
@@ -33,6 +36,8 @@ class Loaded:
         row_version: the version read under the lock (the write is guarded by it).
         events: the history entries of this task whose event ids the batch names
             (stored JSON text, or a record the batch itself applied).
+        final_event: the id of the event that completed the run, whose record the row
+            stands for (the column; set when the batch completes the run).
     """
 
     id: str
@@ -42,6 +47,7 @@ class Loaded:
     events: dict[str, str | EventRecord] = field(default_factory=dict)
     _snapshot: Snapshot | None = None
     changed: bool = False
+    final_event: str | None = None
 
     @property
     def snapshot(self) -> Snapshot:
@@ -58,15 +64,20 @@ class Loaded:
         """A reader of the history entry of ``event_id`` (``None``: never applied)."""
         entry = self.events.get(event_id)
         if entry is None:
+            if event_id == self.final_event:
+                return lambda: _codec.final_record(self.snapshot, event_id)
             return None
         if isinstance(entry, EventRecord):
             return lambda: entry
         return lambda: _codec.decode_record(self.id, entry)
 
     def update(self, snapshot: Snapshot, record: EventRecord) -> None:
-        """Keep the task as an applied event left it, and the event's record."""
+        """Keep the task as an applied event left it, and the event's record (the row
+        stands for it when it completed the run)."""
         self.put(snapshot, self.token)
         self.events[record.event.event_id] = record
+        if _codec.kept_in_row(snapshot, record):
+            self.final_event = record.event.event_id
 
     def put(self, snapshot: Snapshot, token: str | None) -> None:
         """Record a new state of the row and its token (written once, at the end)."""
@@ -76,7 +87,16 @@ class Loaded:
 
     def values(self) -> dict[str, Any]:
         """The columns to write (see :func:`tasks_store_sql._codec.projection`)."""
-        return _codec.projection(self.snapshot, self.token)
+        return _codec.projection(self.snapshot, self.token, self.final_event)
+
+
+def history_rows(
+    events: Iterable[tuple[str, EventRecord]], loaded: Mapping[str, Loaded]
+) -> list[tuple[str, EventRecord]]:
+    """The records of a plan that need a ``task_events`` row: all but those a written
+    row stands for (:attr:`Loaded.final_event`)."""
+    return [(task_id, record) for task_id, record in events
+            if loaded[task_id].final_event != record.event.event_id]
 
 
 def changed_rows(loaded: Mapping[str, Loaded]) -> list[Loaded]:

@@ -145,7 +145,7 @@ class ClaimOps(ReadOps):
         claim order of each task offered."""
         seen: set[str] = set()
         keys: dict[str, ClaimOrder] = {}
-        saves: list[tuple[str, int, Snapshot, str | None]] = []
+        saves: list[tuple[str, int, Snapshot, str | None, str | None]] = []
         failures: list[Started] = []
         while not scan.done:
             batch: list[tuple[Any, TaskRow]] = []
@@ -168,7 +168,7 @@ class ClaimOps(ReadOps):
                 if started is None:
                     continue
                 saves.append((row.id, row.row_version, started.snapshot,
-                              _token(started, row.token)))
+                              _token(started, row.token), None))
                 if started.failure is not None:
                     failures.append(started)
         await self._save_rows(conn, saves)

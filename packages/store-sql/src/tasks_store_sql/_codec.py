@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, TypeAdapter
 from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
-from tasks_core.events import EventRecord
+from tasks_core.events import Completed, EventRecord
 from tasks_core.models import Instant, Snapshot, TaskStatus, detached
 
 __all__ = [
@@ -37,7 +37,9 @@ __all__ = [
     "encode_model",
     "encode_snapshot",
     "event_row",
+    "final_record",
     "instant_json",
+    "kept_in_row",
     "member_rows",
     "projection",
     "status_value",
@@ -218,8 +220,14 @@ def status_value(status: TaskStatus) -> str:
     return TaskStatus.PENDING.value if status == TaskStatus.RUNNING else status.value
 
 
-def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
+def projection(
+    snapshot: Snapshot, token: str | None, final_event: str | None = None
+) -> dict[str, Any]:
     """Every column of the ``tasks`` row but ``id`` and ``row_version``.
+
+    ``final_event`` is the id of the event that completed the run, whose record the row
+    stands for (:func:`final_record`); a row whose snapshot is not ``completed`` holds
+    none, whatever is given (a new run of the same id starts without it).
 
     ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL`` once the
     holder released it or wrote its last event), so "live lease" is
@@ -247,7 +255,35 @@ def projection(snapshot: Snapshot, token: str | None) -> dict[str, Any]:
         "expires_at": snapshot.expires_at,
         "max_deliveries": snapshot.work.max_deliveries,
         "snapshot": encode_snapshot(snapshot),
+        "final_event": final_event if snapshot.status == TaskStatus.COMPLETED else None,
     }
+
+
+def final_record(snapshot: Snapshot, event_id: str) -> EventRecord:
+    """The history record of the ``completed`` event ``event_id`` that finished the run
+    of ``snapshot``, derived from the snapshot: no event applies to a finished task, so
+    its revision, result and ``finished_at`` are the event's revision, result and
+    commit instant for as long as the run is stored.
+
+    Raises:
+        StoreCorrupt: the snapshot cannot hold such an event (a damaged row).
+    """
+    if snapshot.status != TaskStatus.COMPLETED or snapshot.finished_at is None:
+        raise StoreCorrupt(snapshot.id)
+    try:
+        event = Completed(event_id=event_id, result=snapshot.result)
+    except ValueError:
+        raise StoreCorrupt(snapshot.id) from None
+    return EventRecord(event=event, revision=snapshot.revision,
+                       committed_at=snapshot.finished_at, status=TaskStatus.COMPLETED)
+
+
+def kept_in_row(snapshot: Snapshot, record: EventRecord) -> bool:
+    """Whether the row of ``snapshot`` (the task as ``record``'s event left it) stands
+    for ``record``: the event completed the run and :func:`final_record` gives it back
+    exactly. Anything else is a ``task_events`` row."""
+    return (record.kind == "completed" and snapshot.status == TaskStatus.COMPLETED
+            and final_record(snapshot, record.event_id) == record)
 
 
 def event_row(task_id: str, record: EventRecord) -> dict[str, Any]:

@@ -22,7 +22,7 @@ __all__ = ["Prebuilt"]
 _PROJECTION = (
     "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
     "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "neg_priority",
-    "updated_at", "expires_at", "snapshot", "max_deliveries",
+    "updated_at", "expires_at", "snapshot", "max_deliveries", "final_event",
 )
 """The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
 
@@ -36,7 +36,8 @@ class Prebuilt:
     fetch_locked: sa.Select[Any]
     """The row of ``b_id``, locked for update (where the dialect locks rows)."""
     lock_rows: sa.Select[Any]
-    """The rows of ``b_ids`` (a list), locked in id order."""
+    """``(id, snapshot, claim_token, row_version, final_event)`` of the rows of ``b_ids``
+    (a list), locked in id order."""
     find_events: sa.Select[Any]
     """``(task_id, event_id, record)`` of events ``b_event_ids`` of tasks ``b_ids``."""
     save: sa.Update
@@ -60,7 +61,8 @@ class Prebuilt:
         fetch = sa.select(*columns).where(t.c.id == sa.bindparam("b_id"))
         ids: sa.BindParameter[Any] = sa.bindparam("b_ids", expanding=True)
         lock_rows = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version,
+                      t.c.final_event)
             .where(t.c.id.in_(ids))
             .order_by(t.c.id)
         )

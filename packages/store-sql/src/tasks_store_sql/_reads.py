@@ -17,7 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules
-from tasks_core.errors import StoreCorrupt, TaskNotFound, Unavailable
+from tasks_core.errors import InvalidInput, StoreCorrupt, TaskNotFound, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot
 
@@ -40,12 +40,7 @@ class ReadOps(ListOps):
         rules.check_tenant(tenant)
         row = await self._fetch(conn, task_id, lock=False)
         now = await self._now(conn)
-        if row is None:
-            raise TaskNotFound(task_id)
-        snapshot = row.decode()
-        if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
-            raise TaskNotFound(task_id)
-        return snapshot, now
+        return _seen(task_id, None if row is None else row.decode(), tenant, now), now
 
     async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
         """The current snapshot (see ``TaskStore.get``).
@@ -72,16 +67,26 @@ class ReadOps(ListOps):
             StoreUnavailable: transient failure.
         """
         await self._ensure_ready()
-        events = self.tables.events
+        t, events = self.tables.tasks, self.tables.events
 
         async def op(conn: AsyncConnection) -> list[EventRecord]:
-            await self._visible(conn, task_id, tenant)
-            rows = await conn.execute(
+            rules.check_tenant(tenant)
+            if not isinstance(task_id, str):
+                raise InvalidInput("task_id must be a string")
+            row = (await conn.execute(  # the row's final event with the run it ended
+                sa.select(t.c.snapshot, t.c.final_event).where(t.c.id == task_id))).first()
+            now = await self._now(conn)
+            snapshot = _seen(task_id, None if row is None
+                             else _codec.decode_snapshot(task_id, row[0]), tenant, now)
+            found = await conn.execute(
                 sa.select(events.c.record)
                 .where(events.c.task_id == task_id)
                 .order_by(events.c.revision)
             )
-            return [_codec.decode_record(task_id, r[0]) for r in rows]
+            records = [_codec.decode_record(task_id, r[0]) for r in found]
+            if row is not None and row[1] is not None:  # the last record
+                records.append(_codec.final_record(snapshot, row[1]))
+            return records
 
         return await self._db.run(op, write=False)
 
@@ -184,3 +189,17 @@ class ReadOps(ListOps):
             )
 
         await self._db.run(op, write=True)
+
+
+def _seen(
+    task_id: str, snapshot: Snapshot | None, tenant: str | None, now: datetime
+) -> Snapshot:
+    """``snapshot`` (``None``: no row) if a reader of ``tenant`` may see it at ``now``.
+
+    Raises:
+        TaskNotFound: no row, another tenant's task, or an expired one.
+    """
+    if snapshot is None or (tenant is not None and snapshot.tenant != tenant) \
+            or snapshot.expired(now):
+        raise TaskNotFound(task_id)
+    return snapshot

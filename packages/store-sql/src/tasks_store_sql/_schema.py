@@ -164,9 +164,11 @@ class Tables:
     order (``run_at`` beside it, for statements that clear ``retry_at`` in SQL), after
     ``neg_priority``, minus the task's priority (ascending in claim order);
     ``row_version`` grows on every write (claims and progress included), ``revision``
-    only with applied events. ``task_events``: the applied events of the
-    current run, keyed ``(task_id, event_id)`` (the replay check), unique ``(task_id,
-    revision)``. ``task_members``: owner and watchers of each task, so listings by
+    only with applied events; ``final_event``, on a completed task, the id of the event
+    that completed it, whose record the row stands for (``_codec.final_record``: the
+    commonest record costs no row of its own). ``task_events``: the other applied
+    events of the current run, keyed ``(task_id, event_id)`` (the replay check), unique
+    ``(task_id, revision)``. ``task_members``: owner and watchers of each task, so listings by
     principal are a join. ``ix_tasks_counts`` (``tenant, queue, status``, every row)
     serves ``counts``: an index-only scan, whose repeated keys PostgreSQL stores once per
     run of equal keys (B-tree deduplication). ``task_locks``: lock rows — ``creators``
@@ -230,6 +232,7 @@ class Tables:
             sa.Column("expires_at", Instant(), nullable=True),
             sa.Column("snapshot", Document(), nullable=False),
             sa.Column("max_deliveries", sa.Integer, nullable=True),
+            sa.Column("final_event", Ident(EVENT_ID_BYTES), nullable=True),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
             sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),
             mysql_charset="utf8mb4",

@@ -23,7 +23,7 @@ from tasks_core.models import Lease
 from tasks_core.storekit import TransitionPlan, plan_transitions
 
 from tasks_store_sql import _codec
-from tasks_store_sql._batch import Loaded, changed_rows, watcher_rows
+from tasks_store_sql._batch import Loaded, changed_rows, history_rows, watcher_rows
 from tasks_store_sql._claims import ClaimOps
 
 __all__ = ["TransitionOps"]
@@ -104,7 +104,8 @@ class TransitionOps(ClaimOps):
         """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
         found = await conn.execute(self._statements.lock_rows, {"b_ids": ids})
         take = self.decoded.take
-        return {r[0]: Loaded(r[0], r[1], r[2], r[3], _snapshot=take(r[0], r[1])) for r in found}
+        return {r[0]: Loaded(r[0], r[1], r[2], r[3], _snapshot=take(r[0], r[1]),
+                             final_event=r[4]) for r in found}
 
     async def _find_events(
         self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]
@@ -129,11 +130,13 @@ class TransitionOps(ClaimOps):
         """
         t = self.tables
         await self._save_rows(
-            conn, [(r.id, r.row_version, r.snapshot, r.token) for r in changed_rows(loaded)]
+            conn, [(r.id, r.row_version, r.snapshot, r.token, r.final_event)
+                   for r in changed_rows(loaded)]
         )
-        if plan.events:
+        recorded = history_rows(plan.events, loaded)
+        if recorded:
             await conn.execute(
-                sa.insert(t.events), [_codec.event_row(i, r) for i, r in plan.events]
+                sa.insert(t.events), [_codec.event_row(i, r) for i, r in recorded]
             )
         if plan.watchers:
             await conn.execute(sa.insert(t.members), watcher_rows(plan.watchers))

@@ -111,11 +111,12 @@ class PostgresBase(SQLStore):
         loaded: dict[str, Loaded] = {}
         latest: datetime | None = None
         raced = False
-        for task_id, text, token, version, seen, now, event_id, record in records:
+        for task_id, text, token, version, seen, now, event_id, record, final in records:
             row = loaded.get(task_id)
             if row is None:
                 row = loaded[task_id] = Loaded(task_id, text, token, version,
-                                               _snapshot=self.decoded.take(task_id, text))
+                                               _snapshot=self.decoded.take(task_id, text),
+                                               final_event=final)
             raced = raced or seen != version
             latest = now if latest is None else max(latest, now)
             if event_id is not None:

@@ -1,5 +1,5 @@
 """PostgreSQL's completion of a claimed run as one statement: ``rules.apply_event`` of a
-``completed`` event, with its history record, in SQL.
+``completed`` event in SQL, the row standing for its history record (``final_event``).
 
 It applies a ``completed`` event only to a row that is still the exact text the run's
 claim returned (the same ``row_version``), under the lease's token, alive by the store
@@ -46,7 +46,7 @@ COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("id", sa.Text()), ("version", sa.BigInteger()), ("token", sa.Text()),
     ("event_id", sa.Text()), ("revision", sa.Integer()), ("head", sa.Text()),
     ("cut", sa.Integer()), ("ttl_end", postgresql.TIMESTAMP(timezone=True)),
-    ("retention", sa.BigInteger()), ("record", sa.Text()),
+    ("retention", sa.BigInteger()),
 )
 """One list parameter per column (:func:`tasks_store_sql.postgres._statements.joined`), one
 element per completion."""
@@ -138,15 +138,10 @@ class Completions:
         retention = None
         if snapshot.retention_s is not None:
             retention = round(snapshot.retention_s * 1000)
-        revision = snapshot.revision + 1
-        record = "".join((
-            '{"event":', spelled, ',"revision":', str(revision), ',"committed_at":', MARK_AT,
-            ',"status":"completed","retry_at":null,"error":null,"accepted":null}',
-        ))
         self.kept[snapshot.id] = (index, kept, event)
         for column, value in zip(self.columns, (  # in the order of COLUMNS
-            snapshot.id, version, lease.token, event.event_id, revision, head, cut, ttl_end,
-            retention, record,
+            snapshot.id, version, lease.token, event.event_id, snapshot.revision + 1, head,
+            cut, ttl_end, retention,
         ), strict=True):
             column.append(value)
         return True
@@ -200,9 +195,10 @@ def completion_statement(tables: Tables) -> Statement:
     the lease's end, ``min(expiry, commit)``); the statement spells them in
     (:func:`~tasks_store_sql.postgres._statements.instant_text`) and the expiry
     ``min(ttl_end, commit + retention)`` after them (``rules.ttl_end``: the TTL counts
-    from ``run_at``, else the creation); the history record is made
-    the same way. A JSON text never holds a raw control character, so the marks cannot be
-    confused with any value.
+    from ``run_at``, else the creation). A JSON text never holds a raw control character,
+    so the marks cannot be confused with any value. The row's ``final_event`` is the
+    event's id: the row stands for its record (``_codec.final_record``, which gives back
+    exactly what ``rules.apply_event`` records for a ``completed`` event).
 
     Returns one row per completion written: ``id`` and its ``committed_at``.
     """
@@ -267,24 +263,8 @@ def completion_statement(tables: Tables) -> Statement:
             updated_at=decided.c.at,
             expires_at=expires,
             snapshot=text,
+            final_event=decided.c.event_id,
         )
         .returning(t.c.id, t.c.updated_at)
-        .cte("u")
     )
-    record = sa.func.replace(decided.c.record, marks[MARK_AT], instant_text(decided.c.at))
-    recorded = (
-        sa.insert(ev)
-        .from_select(
-            ["task_id", "event_id", "revision", "kind", "committed_at", "record"],
-            sa.select(
-                decided.c.id, decided.c.event_id, decided.c.revision,
-                sa.bindparam("kind", "completed", type_=sa.Text), decided.c.at, record,
-            ).where(decided.c.id.in_(sa.select(written.c.id))),
-        )
-        .returning(ev.c.task_id)
-        .cte("e")
-    )
-    return Statement.of(
-        sa.select(written.c.id, written.c.updated_at)
-        .where(written.c.id.in_(sa.select(recorded.c.task_id)))
-    )
+    return Statement.of(written)

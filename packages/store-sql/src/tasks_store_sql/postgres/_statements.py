@@ -51,6 +51,7 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("available_at", _TIMESTAMP), ("neg_priority", sa.SmallInteger()),
     ("updated_at", _TIMESTAMP),
     ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
+    ("final_event", sa.Text()),
 )
 """The projection columns (``_codec.projection``) and their types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
@@ -173,11 +174,12 @@ class Statements:
 
     @functools.cached_property
     def lock(self) -> Statement:
-        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``."""
+        """Lock rows ``ids`` (id order); ``now``; their history entries of ``event_ids``
+        (with the row's ``final_event``)."""
         t, ev = self.tables.tasks, self.tables.events
         ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
         locked = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.final_event)
             .where(t.c.id == sa.any_(ids))
             .order_by(t.c.id)
             .with_for_update()
@@ -196,7 +198,7 @@ class Statements:
             sa.select(
                 locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
                 before.scalar_subquery().label("seen"), store_clock().label("now"),
-                history.c.event_id, history.c.record,
+                history.c.event_id, history.c.record, locked.c.final_event,
             ).select_from(locked.outerjoin(history, sa.true()))
         )
 

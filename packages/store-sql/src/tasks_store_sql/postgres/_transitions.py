@@ -17,7 +17,7 @@ from tasks_core.events import Transition
 from tasks_core.models import built
 from tasks_core.storekit import plan_transitions
 
-from tasks_store_sql._batch import changed_rows, watcher_rows
+from tasks_store_sql._batch import changed_rows, history_rows, watcher_rows
 from tasks_store_sql.postgres._claims import PostgresClaims
 from tasks_store_sql.postgres._complete_sql import plan as plan_completions
 
@@ -81,7 +81,7 @@ class PostgresTransitions(PostgresClaims):
         async def op(driver: Any) -> list[Transition | TasksError]:
             loaded, now = await self._lock(driver, ids, event_ids)
             plan = plan_transitions(items, loaded, now or rules.tick(datetime.now(UTC)))
-            await self._write(driver, changed_rows(loaded), plan.events,
+            await self._write(driver, changed_rows(loaded), history_rows(plan.events, loaded),
                               watcher_rows(plan.watchers), sorted(plan.wake),
                               sorted(plan.cancelled))
             return plan.results
