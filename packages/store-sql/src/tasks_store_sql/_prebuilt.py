@@ -23,6 +23,7 @@ _PROJECTION = (
     "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
     "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "neg_priority",
     "updated_at", "expires_at", "snapshot", "max_deliveries", "final_event",
+    "owner",
 )
 """The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
 

@@ -51,7 +51,7 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("available_at", _TIMESTAMP), ("neg_priority", sa.SmallInteger()),
     ("updated_at", _TIMESTAMP),
     ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
-    ("final_event", sa.Text()),
+    ("final_event", sa.Text()), ("owner", sa.Text()),
 )
 """The projection columns (``_codec.projection``) and their types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
