@@ -20,6 +20,7 @@ from conftest import Opener
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import ManualClock, RetryPolicy, RetryRequested, rules
 from tasks_store_sql import SQLStore, _codec, migrate
+from tasks_store_sql._stored import Stored, stored_columns
 
 pytestmark = pytest.mark.anyio
 
@@ -32,10 +33,10 @@ async def _columns(store: SQLStore) -> Columns:
     t = store.tables.tasks
     async with store.engine.connect() as conn:
         rows = (await conn.execute(
-            sa.select(t.c.id, t.c.available_at, t.c.run_at, t.c.snapshot))).all()
+            sa.select(t.c.id, t.c.available_at, t.c.run_at, *stored_columns(t)))).all()
     found = {}
-    for task_id, available, run_at, text in rows:
-        snapshot = _codec.decode_snapshot(task_id, text)
+    for task_id, available, run_at, *stored in rows:
+        snapshot = _codec.decode_snapshot(task_id, Stored(*stored))
         assert run_at == snapshot.run_at, task_id
         found[task_id] = (available, run_at, rules.available_at(snapshot))
     return found

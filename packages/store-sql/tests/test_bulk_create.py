@@ -15,6 +15,7 @@ from conftest import Opener
 from tasks_contract_tests._kit import new_task
 from tasks_core import CapacityExceeded, ManualClock, Owner, Snapshot, TaskQuery, rules
 from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql._stored import encode_body
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +24,7 @@ BOB = Owner("bob")
 
 
 async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
-    """The row of ``created`` holds exactly it: the codec's text and its columns (every
+    """The row of ``created`` holds exactly it: the codec's body and its columns (every
     one of its projection)."""
     t = store.tables.tasks
     projected = _codec.projection(created, None)
@@ -31,7 +32,7 @@ async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
         row = (await conn.execute(
             sa.select(*(t.c[name] for name in projected), t.c.row_version)
             .where(t.c.id == created.id))).one()
-    assert row.snapshot == _codec.encode_snapshot(created)
+    assert row.snapshot == encode_body(created)
     assert (row.created_at, row.expires_at, row.run_at, row.available_at) == (
         created.created_at, created.expires_at, created.run_at, rules.available_at(created))
     assert {name: row._mapping[t.c[name]] for name in projected} == projected

@@ -1,11 +1,11 @@
 """PostgreSQL's ``claim_next`` and the rows it claims: the values it keeps, the rows it leaves.
 
-The claim statement rewrites the claim's keys of the stored JSON text and leaves every
-other value as it was: the user's values read back exactly, down to the spelling of their
-numbers. Rows it cannot handle (past the delivery limit, not JSON at all, stored in the
-layout or before the column of an older version) go to the claim decided in Python, which
-lays them out anew. Also: the isolation a claim runs at whatever the server's default, and
-the worker's re-read of a claim it held (``worker_snapshot``), one statement on the driver.
+The claim statement writes the claim's columns and never the body: the user's values read
+back exactly, down to the spelling of their numbers. Rows past the delivery limit, or
+stored before the column of an older version, go to the claim decided in Python; a body
+that is not JSON costs only its own task. Also: the isolation a claim runs at whatever the
+server's default, and the worker's re-read of a claim it held (``worker_snapshot``), one
+statement on the driver.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from _pg_claim_kit import WORKER
 from _pg_claim_kit import claim_matches_the_rules as _claim_matches_the_rules
 from _pg_claim_kit import refuse_python_claims as _python_claims_refused
 from _pg_claim_kit import rewrite_row as _rewrite
-from _pg_claim_kit import stored_snapshot as _before
-from _pg_claim_kit import stored_text as _stored_text
+from _stored_kit import stored_row as _stored_row
 from conftest import Opener
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import LeaseLost, ManualClock, TaskStatus, rules
-from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql import SQLStore
 
 pytestmark = pytest.mark.anyio
 
@@ -53,18 +52,15 @@ async def test_a_claim_keeps_every_other_value_as_it_was_written(
     store: SQLStore, clock: ManualClock
 ) -> None:
     task = await store.create(new_task(input=TRICKY_INPUT))
-    before = await _stored_text(store, task.id)
+    before = await _stored_row(store, task.id)
 
     got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1)
 
     assert [c.snapshot.id for c in got] == [task.id]
-    after = await _stored_text(store, task.id)
+    after = await _stored_row(store, task.id)
     assert after != before  # it was written by the claim statement
-
-    def kept(text: str) -> dict[str, Any]:
-        return {k: v for k, v in _spelled(text).items() if k not in _codec.HEAD_KEYS}
-
-    assert kept(after) == kept(before)
+    assert after.body == before.body  # byte for byte
+    assert _spelled(after.body)["work"] == _spelled(before.body)["work"]
     for snapshot in (got[0].snapshot, await store.get(task.id, tenant=None)):
         value = snapshot.work.input
         assert value == TRICKY_INPUT
@@ -73,9 +69,11 @@ async def test_a_claim_keeps_every_other_value_as_it_was_written(
         assert math.copysign(1.0, value["minus_zero"]) == -1.0
 
 
-async def test_a_record_that_is_not_json_sends_the_claim_down_the_locked_path(
+async def test_a_record_that_is_not_json_costs_only_its_own_task(
     store: SQLStore, clock: ManualClock
 ) -> None:
+    """The statement claims a row whose body is not JSON (it reads no body), the claim
+    does not decode and is left to its lease, logged; the other tasks are served."""
     ids = []
     for _ in range(3):
         ids.append((await store.create(new_task())).id)
@@ -89,7 +87,7 @@ async def test_a_record_that_is_not_json_sends_the_claim_down_the_locked_path(
     got = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=5)
 
     assert [c.snapshot.id for c in got] == ids[1:]
-    assert await _stored_text(store, ids[0]) == "{not json tasks-corrupt"
+    assert (await _stored_row(store, ids[0])).body == "{not json tasks-corrupt"
 
 
 async def test_a_task_past_its_delivery_limit_is_failed_by_the_next_claim(
@@ -127,12 +125,12 @@ async def test_a_stricter_default_isolation_gets_an_explicit_read_committed_clai
     assert list(store._db._read_committed.values()) == [False]
 
 
-async def test_the_statement_claims_rows_laid_out_by_the_codec_alone(
+async def test_the_statement_claims_rows_whatever_their_values_spell(
     store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A row the codec wrote is claimed by the statement (no claim in Python), whatever
-    its values spell — ``"id"`` keys and quotes in the input, a progress message that
-    looks like the end of the head."""
+    """A row is claimed by the statement (no claim in Python), whatever its values spell
+    — ``"id"`` keys and quotes in the input, a progress message that looks like JSON —
+    and a recovered lease's progress cleared."""
     tricky = {**TRICKY_INPUT, "deep": {"x": 1, "id": "a", "q": ',"id":"'}}
     task = await store.create(new_task(input=tricky))
     first = (await store.claim_next("w-old", LEASE_S, queues=["default"], limit=1))[0]
@@ -145,55 +143,23 @@ async def test_the_statement_claims_rows_laid_out_by_the_codec_alone(
     assert again.work.input == tricky
 
 
-async def test_rows_of_an_older_version_are_claimed_in_python_and_laid_out_anew(
+async def test_a_row_without_a_delivery_limit_column_is_claimed_in_python(
     store: SQLStore, clock: ManualClock
 ) -> None:
-    """Text in another key order (every version before the head layout), text whose head
-    holds the claim's keys alone (the versions before the completion statement) and a
-    row without a delivery limit column (stored before migration 0004) are claimed
-    exactly as the rules say, by the claim in Python, whose write lays the row out for
-    the statement."""
-    old_layout = await store.create(new_task())
-    clock.advance(1)
-    claim_head = await store.create(new_task())
-    clock.advance(1)
+    """A row stored before migration 0004 (no delivery limit in its column) is left by
+    the statement to the claim in Python, exactly as the rules say, whose write stores
+    the limit for the statement."""
     no_limit = await store.create(new_task())
-    before = await _before(store, old_layout.id)
-    await _rewrite(store, old_layout.id, snapshot=before.model_dump_json())
-    claims_only = await _before(store, claim_head.id)
-    head = claims_only.model_dump_json(include=set(_codec.CLAIM_KEYS))
-    rest = claims_only.model_dump_json(exclude=set(_codec.CLAIM_KEYS))
-    await _rewrite(store, claim_head.id, snapshot=head[:-1] + "," + rest[1:])
     await _rewrite(store, no_limit.id, max_deliveries=None)
     clock.advance(1)
 
-    await _claim_matches_the_rules(store, clock, old_layout.id)
-    await _claim_matches_the_rules(store, clock, claim_head.id)
     await _claim_matches_the_rules(store, clock, no_limit.id)
-    assert (await _stored_text(store, claim_head.id)).startswith('{"status":')
 
     t = store.tables.tasks
     async with store._db.engine.connect() as conn:
-        limits = (await conn.execute(
-            sa.select(t.c.max_deliveries).where(t.c.id.in_([old_layout.id, no_limit.id]))
-        )).scalars().all()
-    assert limits == [before.work.max_deliveries] * 2
-
-
-async def test_a_head_with_a_key_of_another_version_goes_to_the_claim_in_python(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    """A head holding anything but the head's keys is not rewritten by the statement
-    (which would drop the key): the claim in Python decides on the whole text."""
-    task = await store.create(new_task())
-    text = await _stored_text(store, task.id)
-    odd = text.replace('{"status":"pending",', '{"status":"pending","retry_count":0,', 1)
-    assert odd != text
-    assert _codec.decode_snapshot(task.id, odd) == await _before(store, task.id)
-    await _rewrite(store, task.id, snapshot=odd)
-    clock.advance(1)
-
-    await _claim_matches_the_rules(store, clock, task.id)
+        limit = (await conn.execute(
+            sa.select(t.c.max_deliveries).where(t.c.id == no_limit.id))).scalar()
+    assert limit == no_limit.work.max_deliveries
 
 
 async def test_worker_snapshot_is_one_read_on_the_driver_and_reads_as_the_sql_path(

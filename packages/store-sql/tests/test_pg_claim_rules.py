@@ -1,12 +1,12 @@
 """PostgreSQL's one-statement ``claim_next``: the same claim as ``rules.start_claim``.
 
 On PostgreSQL ``claim_next`` is a single statement that locks the candidates, reads the
-clock after the locks and rewrites the claim's keys of each stored snapshot in SQL
+clock after the locks and writes the claim's columns of each row in SQL
 (``tasks_store_sql.postgres._claim_sql``). These tests hold it to the rules: what it stores
 and returns is exactly what ``rules.start_claim`` decides from the snapshot before the claim
 (every field, a recovered lease, progress and a due retry cleared, ``started_at`` kept,
-claims past ``start`` held, a delayed task at its ``run_at``), whether the statement of new
-tasks (the fresh head) or the one that takes a stored head apart writes it.
+claims past ``start`` held, a delayed task at its ``run_at``), column for column as the
+codec writes it, and the body never rewritten.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import pytest
 import sqlalchemy as sa
 from _pg_claim_kit import WORKER
 from _pg_claim_kit import claim_matches_the_rules as _claim_matches_the_rules
-from _pg_claim_kit import head_and_rest as _split
 from _pg_claim_kit import refuse_python_claims as _python_claims_refused
-from _pg_claim_kit import rewrite_row as _rewrite
-from _pg_claim_kit import stored_snapshot as _before
-from _pg_claim_kit import stored_text as _stored_text
+from _stored_kit import stored_as_projected as _projected
+from _stored_kit import stored_row as _stored_row
+from _stored_kit import stored_snapshot as _before
 from tasks_contract_tests._kit import LEASE_S, new_task
-from tasks_core import Completed, ManualClock, RetryPolicy, RetryRequested, TaskStatus, rules
-from tasks_store_sql import SQLStore, _codec
-from tasks_store_sql.postgres import _claim_sql as _pg_claim
-from tasks_store_sql.postgres._statements import one_queue
+from tasks_core import ManualClock, RetryPolicy, RetryRequested, TaskStatus, rules
+from tasks_store_sql import SQLStore
 
 pytestmark = pytest.mark.anyio
 
@@ -69,67 +66,11 @@ async def test_a_due_retry_clears_retry_at(store: SQLStore, clock: ManualClock) 
     await _claim_matches_the_rules(store, clock, task.id)
 
 
-async def _fresh(store: SQLStore, clock: ManualClock) -> dict[str, bool]:
-    """Which claimable rows the claim statement would claim by the fresh form (by id) at
-    the store clock."""
-    locked = _pg_claim._locked(store.tables, one_queue(store.tables.tasks))
-    query = sa.select(locked.c.id, _pg_claim._fresh(locked)).params(
-        now=rules.tick(clock.now()), limit=100, queue="default")
-    async with store._db.engine.begin() as conn:
-        rows = (await conn.execute(query)).all()
-        await conn.rollback()  # the candidates' locks
-    return {task_id: bool(fresh) for task_id, fresh in rows}
-
-
-async def test_a_new_task_is_claimed_by_the_fresh_form_exactly_as_the_rules_say(
-    store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every task the codec writes at creation begins with the fresh head, so its first
-    claim writes the new head without taking the stored one apart — with a TTL and a
-    retention, and with input whose keys spell the head's own (``started_at``,
-    ``finished_at``, ``id``)."""
-    spelling = {"started_at": None, "finished_at": None, "id": "x", "updated_at": "2026"}
-    plain = await store.create(new_task())
-    clock.advance(1)
-    timed = await store.create(new_task(ttl_s=3600, retention_s=60, input=spelling))
-    clock.advance(1)
-    assert await _fresh(store, clock) == {plain.id: True, timed.id: True}
-    _python_claims_refused(store, monkeypatch)
-
-    await _claim_matches_the_rules(store, clock, plain.id)
-    await _claim_matches_the_rules(store, clock, timed.id)
-    assert (await store.get(timed.id, tenant=None)).work.input == spelling
-
-
-async def test_a_claimed_released_or_replaced_task_is_not_fresh(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    """Only a task never claimed has the fresh head: a released task (one delivery, a
-    lease generation) and a new run of a finished key (its lease generation kept) are
-    claimed by taking the head apart."""
-    released = await store.create(new_task())
-    first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
-    await store.release(first.lease)
-    clock.advance(1)
-    finished = await store.create(new_task())
-    done = await store.claim(finished.id, WORKER, LEASE_S)
-    ended = await store.transition(finished.id, done.snapshot.revision,
-                                   Completed(event_id="done"), done.lease)
-    clock.advance(1)
-    again = await store.create(new_task(finished.id), replace=ended.snapshot)
-    assert again.lease_generation == 1
-    clock.advance(1)
-
-    assert await _fresh(store, clock) == {released.id: False, finished.id: False}
-    await _claim_matches_the_rules(store, clock, released.id)
-    await _claim_matches_the_rules(store, clock, finished.id)
-
-
 async def test_new_and_released_tasks_are_claimed_together_oldest_first(
     store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The statement of new tasks only leaves a released task alone; the claim of any
-    head takes it next, in the same ``claim_next``, which returns both oldest first."""
+    """A released task and a new one are claimed by the statement together, the
+    oldest first."""
     released = await store.create(new_task())
     first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
     await store.release(first.lease)
@@ -150,32 +91,12 @@ async def test_new_and_released_tasks_are_claimed_together_oldest_first(
         assert await _before(store, claim.snapshot.id) == expected[claim.snapshot.id]
 
 
-async def test_a_fresh_head_with_a_key_between_its_instants_is_taken_apart(
-    store: SQLStore, clock: ManualClock
-) -> None:
-    """A head that begins like a fresh one but holds another key after its
-    ``updated_at`` is not fresh: the fresh form would drop the key (here a later lease
-    generation, which the decoded snapshot takes), so the claim decides on the whole
-    text."""
-    task = await store.create(new_task())
-    text = await _stored_text(store, task.id)
-    odd = text.replace(',"started_at":null,', ',"lease_generation":7,"started_at":null,', 1)
-    assert odd != text
-    await _rewrite(store, task.id, snapshot=odd)
-    assert (await _before(store, task.id)).lease_generation == 7
-    clock.advance(1)
-
-    assert await _fresh(store, clock) == {task.id: False}
-    await _claim_matches_the_rules(store, clock, task.id)
-    assert (await store.get(task.id, tenant=None)).lease_generation == 8
-
-
 async def test_claims_past_start_are_held_by_the_statements_as_the_rules_say(
     store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``claim_next(start=1)`` of a released task and two new ones: both statements write
+    """``claim_next(start=1)`` of a released task and two new ones: the statement writes
     the claims (no claim in Python), the first started and the others held, each stored
-    byte for byte as ``rules.start_claim(held=...)`` lays it out."""
+    column for column as ``rules.start_claim(held=...)`` decides."""
     released = await store.create(new_task())
     first = (await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1))[0]
     await store.release(first.lease)
@@ -197,27 +118,22 @@ async def test_claims_past_start_are_held_by_the_statements_as_the_rules_say(
         TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.CLAIMED]
     for task_id in ids:
         assert await _before(store, task_id) == expected[task_id]
-        assert _split(await _stored_text(store, task_id)) == _split(
-            _codec.encode_snapshot(expected[task_id]))
+        assert await _stored_row(store, task_id) == _projected(expected[task_id])
 
 
 async def test_a_scheduled_task_is_claimed_by_the_statements_at_its_run_at(
     store: SQLStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A delayed task's text ends with ``,"run_at":"…"``, past the head: its first claim is
-    the fresh statement's once ``run_at`` has come (not a moment before), and a due retry
-    of it the statement's that takes heads apart, which sets ``available_at`` back to
-    ``run_at`` — each stored byte for byte as ``rules.start_claim`` decides."""
+    """A delayed task is claimed by the statement once ``run_at`` has come (not a moment
+    before), and a due retry of it too, which sets ``available_at`` back to ``run_at`` —
+    each stored column for column as ``rules.start_claim`` decides."""
     task = await store.create(new_task(delay_s=5, retry=RetryPolicy.fixed(5.0, attempts=3)))
     clock.advance(4.999)
-    assert await _fresh(store, clock) == {}
     assert await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1) == []
     clock.advance(0.001)
-    assert await _fresh(store, clock) == {task.id: True}
     _python_claims_refused(store, monkeypatch)
     await _claim_matches_the_rules_then_retry(store, clock, task.id)
     clock.advance(6)
-    assert await _fresh(store, clock) == {task.id: False}
     await _claim_matches_the_rules(store, clock, task.id)
     t = store.tables.tasks
     async with store._db.engine.connect() as conn:
@@ -236,7 +152,7 @@ async def _claim_matches_the_rules_then_retry(
     expected, _, _, _ = rules.start_claim(before, WORKER, LEASE_S, now)
     [claim] = await store.claim_next(WORKER, LEASE_S, queues=["default"], limit=1)
     assert await _before(store, task_id) == expected
-    assert _split(await _stored_text(store, task_id)) == _split(_codec.encode_snapshot(expected))
+    assert await _stored_row(store, task_id) == _projected(expected)
     retried = await store.transition(task_id, claim.snapshot.revision,
                                      RetryRequested(event_id="r1", error="Boom"), claim.lease)
     assert retried.snapshot.retry_at is not None

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from _stored_kit import stored_as_projected, stored_row
 from conftest import Opener
 from tasks_contract_tests._kit import finished_task, new_task
 from tasks_core import (
@@ -35,6 +36,7 @@ from tasks_core import (
     rules,
 )
 from tasks_store_sql import SQLStore, _codec
+from tasks_store_sql._stored import encode_body
 from tasks_store_sql.postgres import _creates as _pg
 
 pytestmark = pytest.mark.anyio
@@ -77,9 +79,11 @@ async def _row(store: SQLStore, task_id: str) -> Any:
 
 
 async def _stored_as_returned(store: SQLStore, created: Snapshot) -> None:
-    """The row holds exactly ``created``: the codec's text of it, and its columns."""
+    """The row holds exactly ``created``: the codec's body of it, and its columns (the
+    head's as a new task's)."""
     row = await _row(store, created.id)
-    assert row.snapshot == _codec.encode_snapshot(created)
+    assert row.snapshot == encode_body(created)
+    assert await stored_row(store, created.id) == stored_as_projected(created)
     assert (row.created_at, row.updated_at, row.expires_at) == (
         created.created_at, created.updated_at, created.expires_at)
     assert (row.run_at, row.available_at) == (created.run_at, rules.available_at(created))

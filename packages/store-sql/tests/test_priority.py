@@ -12,10 +12,13 @@ from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
+from _stored_kit import stored_as_projected, stored_row, stored_snapshot
 from conftest import Opener
 from tasks_contract_tests._kit import LEASE_S, new_task
 from tasks_core import ManualClock, RetryPolicy, RetryRequested, Snapshot, rules
 from tasks_store_sql import SQLStore, _codec, migrate
+from tasks_store_sql._schema import head_columns
+from tasks_store_sql._stored import Stored, stored_columns
 
 pytestmark = pytest.mark.anyio
 
@@ -26,9 +29,10 @@ async def _columns(store: SQLStore) -> dict[str, tuple[int, int]]:
     """Each task's stored ``neg_priority`` and the priority of its decoded snapshot."""
     t = store.tables.tasks
     async with store.engine.connect() as conn:
-        rows = (await conn.execute(sa.select(t.c.id, t.c.neg_priority, t.c.snapshot))).all()
-    return {task_id: (stored, _codec.decode_snapshot(task_id, text).priority)
-            for task_id, stored, text in rows}
+        rows = (await conn.execute(
+            sa.select(t.c.id, t.c.neg_priority, *stored_columns(t)))).all()
+    return {task_id: (stored, _codec.decode_snapshot(task_id, Stored(*row)).priority)
+            for task_id, stored, *row in rows}
 
 
 async def _check(store: SQLStore) -> None:
@@ -71,7 +75,8 @@ async def test_migration_0007_fills_neg_priority_from_the_stored_text(
         t = store.tables.tasks
         values = _codec.projection(
             rules.new_snapshot(new_task("broken", priority=9), clock.now()), None)
-        for later in ("neg_priority", "final_event", "owner"):  # (not columns at 0006)
+        for later in ("neg_priority", "final_event", "owner",
+                      *(c.name for c in head_columns())):  # (not columns at 0006)
             del values[later]
         values["snapshot"] = '{"priority": 9, not json'
         async with store.engine.begin() as conn:  # a record that is not JSON at all
@@ -124,18 +129,10 @@ async def test_the_statements_claim_every_priority_in_claim_order(
 
     assert [c.snapshot.id for c in got] == [urgent.id, released.id, plain.id, low.id]
     for claim in got:
-        text = await _text(store, claim.snapshot.id)
-        assert text == _codec.encode_snapshot(expected[claim.snapshot.id])
-        assert json.loads(text).get("priority", 0) == claim.snapshot.priority
-
-
-async def _text(store: SQLStore, task_id: str) -> str:
-    t = store.tables.tasks
-    async with store.engine.connect() as conn:
-        text = (await conn.execute(sa.select(t.c.snapshot).where(t.c.id == task_id))).scalar()
-    assert isinstance(text, str)
-    return text
+        stored = await stored_row(store, claim.snapshot.id)
+        assert stored == stored_as_projected(expected[claim.snapshot.id])
+        assert json.loads(stored.body).get("priority", 0) == claim.snapshot.priority
 
 
 async def _stored(store: SQLStore, task_id: str) -> Snapshot:
-    return Snapshot.model_validate_json(await _text(store, task_id))
+    return await stored_snapshot(store, task_id)

@@ -1,41 +1,96 @@
-"""The layout of a stored snapshot (``_codec.encode_snapshot``): the keys a claim or a
-completion writes first, ending at the first ``,"id":"``, then every other key — ASCII
-text, whatever the values.
+"""The layout of a task in its row (``_stored``): the keys a claim or a completion writes
+(``HEAD_KEYS``) as columns, every other key in the body — ASCII JSON text without the
+values at their defaults — and the two decode to the snapshot they came from, whatever
+the values spell.
 
-The PostgreSQL claim and completion statements rely on it to rewrite the head without
-parsing the rest; every reader decodes it like text of any other key order.
+The PostgreSQL claim and completion statements rely on it to write columns only.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from tasks_contract_tests._kit import BOB, new_task
-from tasks_core import ManualClock, RetryPolicy, rules
+from tasks_core import (
+    Completed,
+    InputRequested,
+    ManualClock,
+    RetryPolicy,
+    RetryRequested,
+    Snapshot,
+    rules,
+)
+from tasks_core.errors import StoreCorrupt
+from tasks_core.events import Cancelled
 from tasks_store_sql import _codec
+from tasks_store_sql._stored import HEAD_KEYS, Stored
 
 TRAPS = {"x": 1, "id": "a", "quote": ',"id":"', "accent": "é\u2028", "emoji": "\U0001f600"}
+WORKER = 'w,"id":"é'
 
 
-@pytest.mark.parametrize("values", [{"n": 1}, TRAPS], ids=["ascii", "escaped"])
-def test_the_head_holds_the_keys_claims_and_completions_write_and_ends_at_the_first_id_key(
-    values: dict[str, object],
-) -> None:
+def _stored(snapshot: Snapshot) -> Stored:
+    return _codec.stored_of(_codec.projection(snapshot, None))
+
+
+def _lives(values: Any) -> list[Snapshot]:
+    """A task's snapshots through claims (held, recovered), progress, input, a retry and
+    each ending."""
     now = rules.tick(ManualClock().now())
-    snapshot = rules.new_snapshot(new_task(input=values), now)
-    claimed, _, _, _ = rules.start_claim(snapshot, "w,\"id\":\"é", 30.0, now)
+    later = now + timedelta(seconds=1)
+    task = rules.new_snapshot(new_task(input=values, retry=RetryPolicy.fixed(1.0, attempts=3),
+                                       ttl_s=60), now)
+    held, _, _, _ = rules.start_claim(task, WORKER, 30.0, now, held=True)
+    claimed, token, lease, _ = rules.start_claim(task, WORKER, 30.0, now)
+    assert lease is not None
+    progressed = rules.report_progress(claimed, token, lease, 50.0, "é½", now)
+    asked = _applied(progressed, InputRequested(event_id="a", key="k", request=values), now)
+    retried = _applied(claimed, RetryRequested(event_id="r", error="E", message="é"), now)
+    again, _, _, _ = rules.start_claim(retried, WORKER, 30.0, later + timedelta(seconds=2))
+    recovered, _, _, _ = rules.start_claim(claimed, WORKER, 30.0, now + timedelta(seconds=31))
+    ends = [_applied(claimed, Completed(event_id="c", result=values), later),
+            _applied(claimed, Cancelled(event_id="x"), later)]
+    return [task, held, claimed, progressed, asked, retried, again, recovered, *ends]
 
-    text = _codec.encode_snapshot(claimed)
 
-    assert text.isascii()
-    cut = text.index(',"id":"')
-    assert list(json.loads(text[:cut] + "}")) == list(_codec.HEAD_KEYS)
-    rest = json.loads("{" + text[cut + 1:])
-    assert next(iter(rest)) == "id"
-    assert not set(rest) & set(_codec.HEAD_KEYS)
-    assert _codec.decode_snapshot(claimed.id, text) == claimed
+def _applied(snapshot: Snapshot, event: Any, at: datetime) -> Snapshot:
+    applied = rules.apply_event(snapshot, event, rules.next_commit_time(snapshot, at))
+    assert applied is not None
+    return applied[0]
+
+
+@pytest.mark.parametrize("values", [{"n": 1}, TRAPS, None, [1.5, 2**70]],
+                         ids=["ascii", "escaped", "none", "numbers"])
+def test_every_state_of_a_task_decodes_from_its_columns_and_body(values: Any) -> None:
+    for snapshot in _lives(values):
+        stored = _stored(snapshot)
+        assert stored.body.isascii()
+        body = json.loads(stored.body)
+        assert not set(body) & set(HEAD_KEYS)
+        assert _codec.decode_snapshot(snapshot.id, stored) == snapshot
+
+
+def test_a_claim_and_a_completion_change_columns_only() -> None:
+    """The body of a task is what it was at creation through claims, progress and its
+    end (a question, an answer or a retry changes keys of the body)."""
+    first, *rest = _lives(TRAPS)
+    unchanged = [s for s in rest if s.retry_count == 0 and not s.input_history]
+    assert len(unchanged) == 6
+    assert {_stored(s).body for s in unchanged} == {_stored(first).body}
+
+
+def test_damaged_columns_or_body_are_corrupt_never_another_snapshot() -> None:
+    snapshot = _lives({"n": 1})[2]
+    stored = _stored(snapshot)
+    for damaged in (stored._replace(body="{not json"), stored._replace(body="{}"),
+                    stored._replace(revision="x"), stored._replace(progress="{"),  # type: ignore[arg-type]
+                    stored._replace(claim_generation=None), stored._replace(status="nope"),
+                    stored._replace(body=stored.body.replace(snapshot.id, "other"))):
+        with pytest.raises(StoreCorrupt):
+            _codec.decode_snapshot(snapshot.id, damaged)
 
 
 @pytest.mark.parametrize("at", [
@@ -46,20 +101,20 @@ def test_an_instant_is_spelled_as_the_snapshot_spells_it(at: datetime) -> None:
 
     spelled = _codec.instant_json(at)
 
-    assert f'"created_at":{spelled}' in _codec.encode_snapshot(snapshot)
+    assert f'"created_at":{spelled}' in _stored(snapshot).body
+    assert f'"created_at":{spelled}' in snapshot.model_dump_json()
 
 
 def test_text_cut_at_its_instants_joins_back_with_them() -> None:
     at = datetime(1500, 6, 1, 12, 0, 0, 239000, tzinfo=UTC)
-    ttl = timedelta(seconds=90)
-    snapshot = rules.new_snapshot(new_task(input={"n": 1}, ttl_s=90), at)
-    text = _codec.encode_snapshot(snapshot)
+    snapshot = rules.new_snapshot(new_task(input={"n": 1}, delay_s=90), at)
+    text = _stored(snapshot).body
 
-    cut = _codec.cut_at_instants(text, {at: (2, 0), at + ttl: (1, 90_000)})
+    cut = _codec.cut_at_instants(text, {at: (1, 0), at + timedelta(seconds=90): (1, 90_000)})
 
     assert cut is not None
     parts, shifts = cut
-    assert shifts == [0, 90_000, 0]  # updated_at, expires_at, created_at (milliseconds)
+    assert shifts == [0, 90_000]  # created_at, run_at (milliseconds)
     spelled = [_codec.instant_json(at + timedelta(milliseconds=ms)) for ms in shifts]
     assert "".join(p + s for p, s in zip(parts, [*spelled, ""], strict=True)) == text
 
@@ -67,48 +122,42 @@ def test_text_cut_at_its_instants_joins_back_with_them() -> None:
 def test_text_that_spells_an_instant_once_more_is_not_cut() -> None:
     at = datetime(1500, 6, 1, 12, 0, 0, 239000, tzinfo=UTC)
     value = _codec.instant_json(at).strip('"')
-    text = _codec.encode_snapshot(rules.new_snapshot(new_task(input={"v": value}), at))
+    text = _stored(rules.new_snapshot(new_task(input={"v": value}), at)).body
 
-    assert _codec.cut_at_instants(text, {at: (2, 0)}) is None
-    assert _codec.cut_at_instants(text, {at: (3, 0)}) is not None
-
-
-def _rest(text: str) -> dict[str, object]:
-    """The keys after the head of stored text, as JSON."""
-    rest: dict[str, object] = json.loads("{" + text[text.index(',"id":"') + 1:])
-    return rest
+    assert _codec.cut_at_instants(text, {at: (1, 0)}) is None
+    assert _codec.cut_at_instants(text, {at: (2, 0)}) is not None
 
 
 @pytest.mark.parametrize("values", [{"n": 1}, TRAPS], ids=["ascii", "escaped"])
-def test_the_rest_leaves_out_every_value_at_its_default_and_decodes_the_same(
+def test_the_body_leaves_out_every_value_at_its_default_and_decodes_the_same(
     values: dict[str, object],
 ) -> None:
     now = rules.tick(ManualClock().now())
     snapshot = rules.new_snapshot(new_task(input=values), now)
 
-    text = _codec.encode_snapshot(snapshot)
+    stored = _stored(snapshot)
 
-    rest = _rest(text)
-    assert set(rest) == {"id", "tenant", "owner", "work", "run_id", "created_at"}
-    assert rest["work"] == {"name": "job", "input": values}
-    assert _codec.decode_snapshot(snapshot.id, text) == snapshot
+    body = json.loads(stored.body)
+    assert set(body) == {"id", "tenant", "owner", "work", "run_id", "created_at"}
+    assert body["work"] == {"name": "job", "input": values}
+    assert _codec.decode_snapshot(snapshot.id, stored) == snapshot
 
 
-def test_the_rest_keeps_every_value_that_is_not_its_default() -> None:
+def test_the_body_keeps_every_value_that_is_not_its_default() -> None:
     now = rules.tick(ManualClock().now())
     snapshot = rules.new_snapshot(new_task(
         queue="q", watchers=(BOB,), max_deliveries=3, timeout_s=5.0, ttl_s=60.0,
         retention_s=0.0, delay_s=1.0, priority=-7, retry=RetryPolicy.exponential(1.0, attempts=2),
     ), now)
 
-    text = _codec.encode_snapshot(snapshot)
+    stored = _stored(snapshot)
 
-    rest = _rest(text)
+    body = json.loads(stored.body)
     assert {"queue": "q", "priority": -7, "ttl_s": 60.0, "retention_s": 0.0}.items() <= (
-        rest.items())
-    assert {"watchers", "run_at"} <= set(rest)
-    work = rest["work"]
+        body.items())
+    assert {"watchers", "run_at"} <= set(body)
+    work = body["work"]
     assert isinstance(work, dict)
     assert {"max_deliveries": 3, "timeout_s": 5.0}.items() <= work.items()
     assert "retry_policy" in work
-    assert _codec.decode_snapshot(snapshot.id, text) == snapshot
+    assert _codec.decode_snapshot(snapshot.id, stored) == snapshot

@@ -45,6 +45,7 @@ from tasks_store_sql._schema import (
     prefix_of,
 )
 from tasks_store_sql._scopes import Room, scope_lock
+from tasks_store_sql._stored import STORED_COLUMNS, Stored, stored_columns
 from tasks_store_sql._url import Target, parse_url, sqlite_path_of
 from tasks_store_sql._writers import WriterQueue, writer_queue
 
@@ -56,13 +57,19 @@ _memory_ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class TaskRow:
-    """A ``tasks`` row as operations need it."""
+    """A ``tasks`` row as operations need it (read by :meth:`StoreBase._task_columns`)."""
 
     id: str
-    snapshot: str
+    stored: Stored
     token: str | None
     row_version: int
     revision: int
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> TaskRow:
+        """The row read as ``StoreBase._task_columns`` (and any columns after them)."""
+        width = len(STORED_COLUMNS)
+        return cls(row[0], Stored(*row[1:1 + width]), *row[1 + width:4 + width])
 
     def decode(self) -> Snapshot:
         """The stored snapshot.
@@ -70,7 +77,7 @@ class TaskRow:
         Raises:
             StoreCorrupt: it fails validation.
         """
-        return _codec.decode_snapshot(self.id, self.snapshot)
+        return _codec.decode_snapshot(self.id, self.stored)
 
 
 class StoreBase:
@@ -275,8 +282,10 @@ class StoreBase:
         )
 
     def _task_columns(self) -> list[sa.ColumnElement[Any]]:
+        """What :class:`TaskRow` reads: the id, the stored task, the token, the row's
+        version and the revision."""
         t = self.tables.tasks
-        return [t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.revision]
+        return [t.c.id, *stored_columns(t), t.c.claim_token, t.c.row_version, t.c.revision]
 
     @functools.cached_property
     def _statements(self) -> Prebuilt:
@@ -290,7 +299,7 @@ class StoreBase:
             raise InvalidInput("task_id must be a string")
         stmt = self._statements.fetch_locked if lock else self._statements.fetch
         row = (await conn.execute(stmt, {"b_id": task_id})).first()
-        return None if row is None else TaskRow(*row)
+        return None if row is None else TaskRow.of(row)
 
     async def _save(
         self, conn: AsyncConnection, row: TaskRow, snapshot: Snapshot, token: str | None
@@ -319,8 +328,8 @@ class StoreBase:
             for name, value in projected.items():
                 values["p_" + name] = value
             params.append(values)
-            # (a rolled-back write leaves an entry no stored text matches: never taken)
-            self.decoded.keep(task_id, projected["snapshot"], snapshot)
+            # (a rolled-back write leaves an entry no stored row matches: never taken)
+            self.decoded.keep(task_id, _codec.stored_of(projected), snapshot)
         if len(params) == 1 or conn.dialect.supports_sane_multi_rowcount:
             written = (await conn.execute(self._statements.save, params)).rowcount
         else:  # (asyncpg counts no executemany: one statement per row)

@@ -12,7 +12,7 @@ that event finds it there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot
 
 from tasks_store_sql import _codec
+from tasks_store_sql._stored import STORED_COLUMNS, Stored
 
 __all__ = ["Loaded", "changed_rows", "history_rows", "watcher_rows"]
 
@@ -31,7 +32,7 @@ class Loaded:
 
     Attributes:
         id: the task id.
-        text: the stored snapshot (JSON text), decoded on first use.
+        stored: the task as the row stores it, decoded on first use.
         token: the lease token column.
         row_version: the version read under the lock (the write is guarded by it).
         events: the history entries of this task whose event ids the batch names
@@ -41,13 +42,21 @@ class Loaded:
     """
 
     id: str
-    text: str
+    stored: Stored
     token: str | None
     row_version: int
     events: dict[str, str | EventRecord] = field(default_factory=dict)
     _snapshot: Snapshot | None = None
     changed: bool = False
     final_event: str | None = None
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> Loaded:
+        """A row read as ``id``, the stored columns (``_stored.STORED_COLUMNS``), the token
+        and the row's version."""
+        width = len(STORED_COLUMNS)
+        token, row_version = row[1 + width:3 + width]
+        return cls(row[0], Stored(*row[1:1 + width]), token, row_version)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -57,7 +66,7 @@ class Loaded:
             StoreCorrupt: the stored snapshot fails validation.
         """
         if self._snapshot is None:
-            self._snapshot = _codec.decode_snapshot(self.id, self.text)
+            self._snapshot = _codec.decode_snapshot(self.id, self.stored)
         return self._snapshot
 
     def earlier(self, event_id: str) -> Callable[[], EventRecord] | None:

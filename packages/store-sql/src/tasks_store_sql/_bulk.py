@@ -91,8 +91,7 @@ class BulkCreates(WaitOps):
         """The stored rows holding any id of ``batch`` (locked, but on SQLite, whose
         writers are serialized)."""
         t = self.tables.tasks
-        stmt = sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version,
-                         t.c.revision).where(t.c.id.in_([new.id for new in batch]))
+        stmt = sa.select(*self._task_columns()).where(t.c.id.in_([new.id for new in batch]))
         if self._db.kind != "sqlite":
             stmt = stmt.with_for_update()
-        return [TaskRow(*row) for row in await conn.execute(stmt)]
+        return [TaskRow.of(row) for row in await conn.execute(stmt)]

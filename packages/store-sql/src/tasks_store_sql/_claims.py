@@ -190,7 +190,8 @@ class ClaimOps(ReadOps):
         stmt = self._statements.candidates
         params = {"b_queues": queues, "b_now": now, "b_seen": sorted(seen), "b_limit": limit}
         rows = (await conn.execute(stmt, params)).all()
-        return [((r[5], r[6], r[0]), TaskRow(*r[:5])) for r in rows]
+        width = len(self._task_columns())  # then neg_priority and available_key
+        return [((r[width], r[width + 1], r[0]), TaskRow.of(r)) for r in rows]
 
     async def next_available(self, queues: Sequence[str]) -> datetime | None:
         """The earliest available instant after the store's ``now`` of a task of

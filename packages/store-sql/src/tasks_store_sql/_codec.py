@@ -1,33 +1,34 @@
-"""Rows <-> core models. The only module that knows how a task is laid out in SQL.
+"""Rows <-> core models: a task's row (:func:`projection`; the snapshot's layout in it is
+:mod:`tasks_store_sql._stored`'s), its history records, its watchers' rows, and the
+snapshots decoded lately (:class:`Decoded`).
 
-A snapshot is stored as JSON text beside the projection columns queries filter on; the
-lease token only ever lives in its own column. Decoding a row that fails validation
-raises ``StoreCorrupt`` naming the task id and nothing of the stored text. The stored
-text has a fixed layout: the keys a claim or a completion rewrites (:data:`HEAD_KEYS`)
-come first, then every other key from ``"id"`` on, those at their defaults left out; the
-first ``,"id":"`` of a task that has not finished ends its head — which PostgreSQL's
-claim and completion statements (:mod:`tasks_store_sql.postgres`) rewrite while copying
-the rest byte for byte (see :data:`HEAD_KEYS`). Key order and left-out defaults mean
-nothing to a reader: any other layout decodes the same.
+The lease token only ever lives in its own column. Decoding what fails validation raises
+``StoreCorrupt`` naming the task id and nothing of what is stored.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import Completed, EventRecord
-from tasks_core.models import Instant, Snapshot, TaskStatus, detached
+from tasks_core.models import Snapshot, TaskStatus, detached
+
+from tasks_store_sql._stored import (
+    STORED_COLUMNS,
+    Stored,
+    decode_snapshot,
+    encode,
+    encode_body,
+    head_values,
+    instant_json,
+)
 
 __all__ = [
-    "CLAIM_KEYS",
-    "COMPLETION_KEYS",
-    "HEAD_KEYS",
     "Decoded",
     "Kept",
     "cut_at_instants",
@@ -35,76 +36,32 @@ __all__ = [
     "decode_snapshot",
     "encode",
     "encode_model",
-    "encode_snapshot",
     "event_row",
     "final_record",
     "instant_json",
     "kept_in_row",
     "member_rows",
     "projection",
-    "status_value",
+    "stored_of",
 ]
 
 
-CLAIM_KEYS = frozenset({
-    "progress", "retry_at", "deliveries", "claim", "lease_generation", "updated_at",
-    "started_at",
-})
-"""The snapshot keys a claim writes (``rules.start_claim``)."""
-COMPLETION_KEYS = frozenset({
-    "status", "revision", "result", "error", "cancel_reason", "input_requests", "claim",
-    "retry_at", "updated_at", "finished_at", "expires_at",
-})
-"""The snapshot keys a terminal event may write (``rules.apply_event``)."""
-HEAD_KEYS = tuple(key for key in Snapshot.model_fields if key in CLAIM_KEYS | COMPLETION_KEYS)
-"""The head of the stored text: what a claim or a completion writes, in the order of the
-model's fields — ``{"status":…,"expires_at":…,"id":"…",…}``. A JSON string never holds an
-unescaped ``"``, no model inside the head has a key ``id``, and the head of a task that
-has not finished holds no object or array of the user's (its ``result`` and ``error`` are
-``null``, its ``input_requests`` empty unless it waits for input), so the first
-``,"id":"`` of such text is where the head ends."""
-_HEAD = set(HEAD_KEYS)
-_INSTANT = TypeAdapter(Instant)
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-def encode(document: Any) -> str:
-    """Compact JSON text (ASCII-escaped, so any string survives any column charset)."""
-    return _ENCODER.encode(document)
-
-
-def decode_snapshot(task_id: str, text: Any) -> Snapshot:
-    """The snapshot stored as ``text`` for ``task_id`` (parsed and validated in one pass by
-    pydantic-core).
-
-    Raises:
-        StoreCorrupt: the text is not a valid snapshot of that task.
-    """
-    try:
-        snapshot = Snapshot.model_validate_json(text)
-    except (ValueError, TypeError, RecursionError):
-        raise StoreCorrupt(task_id) from None
-    if snapshot.id != task_id:
-        raise StoreCorrupt(task_id)
-    return snapshot
-
-
 class Kept(NamedTuple):
-    """A decoded snapshot, the exact text it was decoded from, and the ``row_version`` of
-    the row that held that text (``None`` where the writer did not learn it)."""
+    """A decoded snapshot, exactly what it was decoded from, and the ``row_version`` of
+    the row that stored that (``None`` where the writer did not learn it)."""
 
-    text: str
+    stored: Stored
     snapshot: Snapshot
     row_version: int | None = None
 
 
 class Decoded:
-    """Snapshots decoded lately, each kept with the exact text it was decoded from, so that
-    reading the same text again — a completion locking the row its claim returned — takes
-    the snapshot instead of validating the text a second time. What is kept is
+    """Snapshots decoded lately, each kept with exactly what it was decoded from, so that
+    reading the same again — a completion locking the row its claim returned — takes
+    the snapshot instead of validating it a second time. What is kept is
     ``models.detached`` from what the caller was handed (a snapshot is frozen, the JSON values
-    in it are not), and equal text decodes to an equal snapshot, so handing one out twice
-    is safe.
+    in it are not), and equal stored values decode to an equal snapshot, so handing one
+    out twice is safe.
 
     Each entry is given back once (:meth:`take`, :meth:`pop`) and the oldest are dropped
     beyond ``size``: what a process keeps is bounded whatever becomes of its claims. A
@@ -118,11 +75,11 @@ class Decoded:
         self._lock = threading.Lock()
 
     def keep(
-        self, task_id: str, text: str, snapshot: Snapshot, row_version: int | None = None
+        self, task_id: str, stored: Stored, snapshot: Snapshot, row_version: int | None = None
     ) -> None:
-        """Remember that ``text`` of ``task_id`` decodes to ``snapshot`` (and was stored
+        """Remember that ``stored`` of ``task_id`` decodes to ``snapshot`` (and was stored
         at ``row_version``)."""
-        kept = Kept(text, detached(snapshot), row_version)
+        kept = Kept(stored, detached(snapshot), row_version)
         with self._lock:
             entries = self._entries
             entries.pop(task_id, None)
@@ -130,12 +87,12 @@ class Decoded:
             if len(entries) > self.size:
                 del entries[next(iter(entries))]
 
-    def take(self, task_id: str, text: str) -> Snapshot | None:
-        """The snapshot kept for exactly this ``text`` of ``task_id`` (forgotten now), or
+    def take(self, task_id: str, stored: Stored) -> Snapshot | None:
+        """The snapshot kept for exactly this ``stored`` of ``task_id`` (forgotten now), or
         ``None``: decode it."""
         with self._lock:
             kept = self._entries.pop(task_id, None)
-        return kept.snapshot if kept is not None and kept.text == text else None
+        return kept.snapshot if kept is not None and kept.stored == stored else None
 
     def peek(self, task_id: str) -> Kept | None:
         """What is kept for ``task_id`` (still kept)."""
@@ -168,25 +125,6 @@ def encode_model(model: BaseModel) -> str:
     return text if text.isascii() else encode(model.model_dump(mode="json"))
 
 
-def encode_snapshot(snapshot: Snapshot) -> str:
-    """The stored text of ``snapshot``: its head (:data:`HEAD_KEYS`, every key), then the
-    rest without the values at their defaults, nested ones included (a fresh task's rest
-    is about a third of the full one; decoding gives the defaults back). ASCII, like
-    :func:`encode_model`."""
-    head = snapshot.model_dump_json(include=_HEAD)
-    rest = snapshot.model_dump_json(exclude=_HEAD, exclude_defaults=True)
-    if head.isascii() and rest.isascii():
-        return head[:-1] + "," + rest[1:]
-    return encode(snapshot.model_dump(mode="json", include=_HEAD)
-                  | snapshot.model_dump(mode="json", exclude=_HEAD, exclude_defaults=True))
-
-
-def instant_json(value: datetime) -> str:
-    """How the stored text spells the instant ``value``: pydantic's JSON string of it
-    (``"2026-11-30T21:35:02.239000Z"``, without the fraction on a whole second)."""
-    return _INSTANT.dump_json(value).decode()
-
-
 def cut_at_instants(
     text: str, instants: dict[datetime, tuple[int, int]]
 ) -> tuple[list[str], list[int]] | None:
@@ -215,15 +153,11 @@ def cut_at_instants(
     return parts, [shift for _, _, shift in found]
 
 
-def status_value(status: TaskStatus) -> str:
-    """The stored status (``running`` is derived, never stored)."""
-    return TaskStatus.PENDING.value if status == TaskStatus.RUNNING else status.value
-
-
 def projection(
     snapshot: Snapshot, token: str | None, final_event: str | None = None
 ) -> dict[str, Any]:
-    """Every column of the ``tasks`` row but ``id`` and ``row_version``.
+    """Every column of the ``tasks`` row but ``id`` and ``row_version``: the head's
+    (:func:`tasks_store_sql._stored.head_values`), the body, and those queries filter on.
 
     ``final_event`` is the id of the event that completed the run, whose record the row
     stands for (:func:`final_record`); a row whose snapshot is not ``completed`` holds
@@ -238,26 +172,26 @@ def projection(
     """
     claim = snapshot.claim
     return {
+        **head_values(snapshot),
         "tenant": snapshot.tenant,
         "queue": snapshot.queue,
-        "status": status_value(snapshot.status),
-        "revision": snapshot.revision,
         "run_id": snapshot.run_id,
         "claim_token": token,
-        "claim_generation": claim.generation if claim else None,
         "claim_expires_at": claim.expires_at if claim and not claim.ended else None,
-        "retry_at": snapshot.retry_at,
         "created_at": snapshot.created_at,
         "run_at": snapshot.run_at,
         "available_at": rules.available_at(snapshot),
         "neg_priority": -snapshot.priority,
-        "updated_at": snapshot.updated_at,
-        "expires_at": snapshot.expires_at,
         "max_deliveries": snapshot.work.max_deliveries,
-        "snapshot": encode_snapshot(snapshot),
+        "snapshot": encode_body(snapshot),
         "final_event": final_event if snapshot.status == TaskStatus.COMPLETED else None,
         "owner": None if snapshot.owner is None else snapshot.owner.user_id,
     }
+
+
+def stored_of(projected: dict[str, Any]) -> Stored:
+    """What a row written with the columns ``projected`` (:func:`projection`) stores."""
+    return Stored(*(projected[name] for name in STORED_COLUMNS))
 
 
 def final_record(snapshot: Snapshot, event_id: str) -> EventRecord:

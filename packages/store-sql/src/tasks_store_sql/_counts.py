@@ -26,6 +26,7 @@ from tasks_core.models import TaskStatus
 from tasks_store_sql import _codec
 from tasks_store_sql._base import StoreBase
 from tasks_store_sql._schema import pending, waiting
+from tasks_store_sql._stored import Stored, stored_columns
 
 __all__ = ["CountOps"]
 
@@ -57,7 +58,7 @@ class CountOps(StoreBase):
             rows = (await conn.execute(self._counting(tenant, now))).all()
             tally: Counter[tuple[str, TaskStatus]] = Counter()
             seen: set[str] = set()
-            for kind, task_id, owner, queue, status, number, expires, lease, run_at, doc in rows:
+            for kind, task_id, owner, queue, status, number, expires, lease, run_at, *doc in rows:
                 stored = (queue, TaskStatus(status))
                 if kind == COUNTS:
                     tally[stored] += number
@@ -67,7 +68,8 @@ class CountOps(StoreBase):
                 seen.add(task_id)
                 tally[stored] -= 1
                 if expires is None or expires > now:
-                    tally[(queue, _presented(task_id, stored[1], lease, run_at, doc, now))] += 1
+                    read = None if doc[0] is None else Stored(*doc)
+                    tally[(queue, _presented(task_id, stored[1], lease, run_at, read, now))] += 1
             return {key: number for key, number in tally.items() if number > 0}
 
         return await self._db.run(op, write=False)
@@ -85,14 +87,14 @@ class CountOps(StoreBase):
                       sa.cast(sa.null(), t.c.expires_at.type),
                       sa.cast(sa.null(), t.c.claim_expires_at.type),
                       sa.cast(sa.null(), t.c.run_at.type),
-                      sa.cast(sa.null(), t.c.snapshot.type))
+                      *(sa.cast(sa.null(), c.type) for c in stored_columns(t)))
             .where(*scope)
             .group_by(t.c.tenant, t.c.queue, t.c.status)
         )
         leased = sa.and_(pending(t.c.status), t.c.claim_expires_at > now)
         row = sa.select(sa.literal(ROW), t.c.id, t.c.tenant, t.c.queue, t.c.status,
                         sa.literal(1), t.c.expires_at, t.c.claim_expires_at, t.c.run_at,
-                        sa.case((leased, t.c.snapshot), else_=sa.null()))
+                        *(sa.case((leased, c), else_=sa.null()) for c in stored_columns(t)))
         return sa.union_all(  # one arm per index (a row in two arms is read twice)
             counted,
             row.where(t.c.expires_at <= now),
@@ -102,7 +104,7 @@ class CountOps(StoreBase):
 
 
 def _presented(task_id: str, stored: TaskStatus, lease: datetime | None,
-               run_at: datetime | None, doc: str | None, now: datetime) -> TaskStatus:
+               run_at: datetime | None, doc: Stored | None, now: datetime) -> TaskStatus:
     """The status a visible row reads at ``now`` (``rules.present`` on its columns; the
     document decides ``claimed`` against ``running``)."""
     if stored != TaskStatus.PENDING:

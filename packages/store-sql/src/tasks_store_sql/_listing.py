@@ -28,6 +28,7 @@ from tasks_core.models import Snapshot, TaskQuery, TaskStatus
 from tasks_store_sql import _codec
 from tasks_store_sql._counts import CountOps
 from tasks_store_sql._schema import LISTED, inline, listed, pending, task_indexes, unclaimed
+from tasks_store_sql._stored import STORED_COLUMNS, Stored, stored_columns
 from tasks_store_sql._types import Instant
 
 __all__ = ["CANDIDATES", "WALK", "ListOps"]
@@ -48,7 +49,7 @@ NOW = sa.bindparam("now", type_=Instant())
 """The store's instant of the listing (every statement here binds it as ``now``)."""
 LIMIT = sa.bindparam("limit", type_=sa.Integer)
 CANDIDATES_BOUND = sa.bindparam("candidates", type_=sa.Integer)
-Rows = builtins.list[tuple[str, str]]
+Rows = builtins.list[tuple[str, Stored]]
 
 
 class ListOps(CountOps):
@@ -76,9 +77,9 @@ class ListOps(CountOps):
             while len(page) < query.limit:
                 want = query.limit - len(page)
                 rows = await self._rows(conn, query, now, after, want)
-                for task_id, text in rows:
+                for task_id, stored in rows:
                     try:
-                        snapshot = _codec.decode_snapshot(task_id, text)
+                        snapshot = _codec.decode_snapshot(task_id, stored)
                     except StoreCorrupt:
                         reports.corrupt_skipped(log, task_id, "a listing")
                         continue
@@ -93,7 +94,7 @@ class ListOps(CountOps):
 
     async def _rows(self, conn: AsyncConnection, query: TaskQuery, now: datetime,
                     after: str | None, want: int) -> Rows:
-        """The first ``want`` rows ``(id, snapshot)`` after ``after`` in id order that the
+        """The first ``want`` rows ``(id, stored)`` after ``after`` in id order that the
         statement's conditions match (fewer: there are no more)."""
         values = {"now": now, "after": after, "queue": query.queue, "tenant": query.tenant,
                   "walk": self.walk, "candidates": self.candidates, "limit": want}
@@ -105,8 +106,9 @@ class ListOps(CountOps):
             return _pairs((await conn.execute(plain, values)).all())
         walk = self._statement("walk", query, after is not None)
         walked = (await conn.execute(walk, {**values, "limit": want + 1})).all()
-        rows = [(task_id, text) for task_id, text, hit, _ in walked if hit][:want]
-        fence = next((task_id for task_id, _, _, n in walked if n == self.walk), None)
+        rows = [pair for pair, row in zip(_pairs(walked), walked, strict=True)
+                if row[-2]][:want]  # (hit, then n: the walk's last columns)
+        fence = next((row[0] for row in walked if row[-1] == self.walk), None)
         if len(rows) == want or fence is None:
             return rows
         values.update(after=fence, limit=want - len(rows))
@@ -155,19 +157,20 @@ class ListOps(CountOps):
         comes twice."""
         t = self.tables.tasks
         if query.principal is None:
-            return self._matching(query, sa.select(t.c.id, t.c.snapshot), t.c.id, after)
+            return self._matching(query, sa.select(t.c.id, *stored_columns(t)), t.c.id, after)
         m = self.tables.members
         member = sa.bindparam("member", type_=t.c.tenant.type)
         user = sa.bindparam("user", type_=t.c.owner.type)
-        owned = sa.select(t.c.id, t.c.snapshot).where(t.c.tenant == member, t.c.owner == user)
-        watched = (sa.select(t.c.id, t.c.snapshot)
+        owned = sa.select(t.c.id, *stored_columns(t)).where(t.c.tenant == member,
+                                                           t.c.owner == user)
+        watched = (sa.select(t.c.id, *stored_columns(t))
                    .select_from(m.join(t, t.c.id == m.c.task_id))
                    .where(m.c.tenant == member, m.c.user_id == user))
         both = sa.union_all(
             sa.select(self._matching(query, owned, t.c.id, after).subquery()),
             sa.select(self._matching(query, watched, m.c.task_id, after).subquery()),
         ).subquery("principal")
-        return sa.select(both.c.id, both.c.snapshot).order_by(both.c.id).limit(LIMIT)
+        return sa.select(*both.c).order_by(both.c.id).limit(LIMIT)
 
     def _matching(self, query: TaskQuery, stmt: sa.Select[Any], key: sa.ColumnElement[str],
                   after: bool) -> sa.Select[Any]:
@@ -192,14 +195,14 @@ class ListOps(CountOps):
         cursor = [t.c.id > sa.bindparam("after")] if after else []
         walk = sa.bindparam("walk", type_=sa.Integer)
         walked = (
-            sa.select(t.c.id, t.c.snapshot, sa.case((hit, 1), else_=0).label("hit"),
+            sa.select(t.c.id, *stored_columns(t), sa.case((hit, 1), else_=0).label("hit"),
                       sa.func.row_number().over(order_by=t.c.id).label("n"))
             .where(*self._tenant(query), *cursor)
             .order_by(t.c.id)
             .limit(walk)
             .subquery("walked")
         )
-        return (sa.select(walked.c.id, walked.c.snapshot, walked.c.hit, walked.c.n)
+        return (sa.select(*walked.c)
                 .where(sa.or_(walked.c.hit == 1, walked.c.n == walk))
                 .order_by(walked.c.id)
                 .limit(LIMIT))
@@ -240,7 +243,7 @@ class ListOps(CountOps):
             arms.append(sa.select(arm.c.id))
         found = sa.union_all(*arms).subquery("found")
         first = sa.select(found.c.id).order_by(found.c.id).limit(LIMIT).subquery("first")
-        return (sa.select(t.c.id, t.c.snapshot)
+        return (sa.select(t.c.id, *stored_columns(t))
                 .join(first, t.c.id == first.c.id)
                 .order_by(t.c.id))
 
@@ -282,4 +285,6 @@ class ListOps(CountOps):
 
 
 def _pairs(rows: Any) -> Rows:
-    return [(row[0], row[1]) for row in rows]
+    """``(id, stored)`` of rows read as ``id`` and the stored columns (and any after)."""
+    width = len(STORED_COLUMNS)
+    return [(row[0], Stored(*row[1:1 + width])) for row in rows]

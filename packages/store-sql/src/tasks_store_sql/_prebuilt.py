@@ -16,16 +16,15 @@ import sqlalchemy as sa
 
 from tasks_store_sql._candidates import claimable_rows, waiting_rows
 from tasks_store_sql._schema import Tables
+from tasks_store_sql._stored import stored_columns
 
-__all__ = ["Prebuilt"]
+__all__ = ["Prebuilt", "projected"]
 
-_PROJECTION = (
-    "tenant", "queue", "status", "revision", "run_id", "claim_token", "claim_generation",
-    "claim_expires_at", "retry_at", "created_at", "run_at", "available_at", "neg_priority",
-    "updated_at", "expires_at", "snapshot", "max_deliveries", "final_event",
-    "owner",
-)
-"""The columns of ``_codec.projection`` (bound as ``p_<column>``)."""
+
+def projected(tasks: sa.Table) -> list[str]:
+    """The columns ``_codec.projection`` gives: every one but ``id`` and ``row_version``."""
+    return [c.name for c in tasks.columns if c.name not in ("id", "row_version")]
+
 
 
 @dataclass(frozen=True)
@@ -37,13 +36,13 @@ class Prebuilt:
     fetch_locked: sa.Select[Any]
     """The row of ``b_id``, locked for update (where the dialect locks rows)."""
     lock_rows: sa.Select[Any]
-    """``(id, snapshot, claim_token, row_version, final_event)`` of the rows of ``b_ids``
-    (a list), locked in id order."""
+    """``(id, *stored, claim_token, row_version, final_event)`` of the rows of ``b_ids``
+    (a list; ``stored``: ``_stored.STORED_COLUMNS``), locked in id order."""
     find_events: sa.Select[Any]
     """``(task_id, event_id, record)`` of events ``b_event_ids`` of tasks ``b_ids``."""
     save: sa.Update
-    """Every projection column (bound as ``p_<column>``), ``row_version = b_next``, where
-    ``id = b_id`` and ``row_version = b_version``."""
+    """Every projection column (:func:`projected`, bound as ``p_<column>``),
+    ``row_version = b_next``, where ``id = b_id`` and ``row_version = b_version``."""
     candidates: sa.Select[Any]
     """The first claimable rows in claim order, ``(neg_priority, available_at, id)``, of
     queues ``b_queues`` at ``b_now``, but ``b_seen``, at most ``b_limit``, with
@@ -62,7 +61,7 @@ class Prebuilt:
         fetch = sa.select(*columns).where(t.c.id == sa.bindparam("b_id"))
         ids: sa.BindParameter[Any] = sa.bindparam("b_ids", expanding=True)
         lock_rows = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version,
+            sa.select(t.c.id, *stored_columns(t), t.c.claim_token, t.c.row_version,
                       t.c.final_event)
             .where(t.c.id.in_(ids))
             .order_by(t.c.id)
@@ -97,7 +96,7 @@ class Prebuilt:
                 .where(t.c.id == sa.bindparam("b_id"),
                        t.c.row_version == sa.bindparam("b_version"))
                 .values(row_version=sa.bindparam("b_next"),
-                        **{name: sa.bindparam("p_" + name) for name in _PROJECTION})
+                        **{name: sa.bindparam("p_" + name) for name in projected(t)})
             ),
             candidates=candidates,
             next_available=waiting_rows(t, [queues], now),

@@ -23,6 +23,7 @@ from tasks_core.models import Snapshot
 
 from tasks_store_sql import _codec
 from tasks_store_sql._listing import ListOps
+from tasks_store_sql._stored import Stored, stored_columns
 
 __all__ = ["ReadOps"]
 
@@ -74,18 +75,19 @@ class ReadOps(ListOps):
             if not isinstance(task_id, str):
                 raise InvalidInput("task_id must be a string")
             row = (await conn.execute(  # the row's final event with the run it ended
-                sa.select(t.c.snapshot, t.c.final_event).where(t.c.id == task_id))).first()
+                sa.select(t.c.final_event, *stored_columns(t)).where(t.c.id == task_id)
+            )).first()
             now = await self._now(conn)
-            snapshot = _seen(task_id, None if row is None
-                             else _codec.decode_snapshot(task_id, row[0]), tenant, now)
+            snapshot = _seen(task_id, None if row is None else _codec.decode_snapshot(
+                task_id, Stored(*row[1:])), tenant, now)
             found = await conn.execute(
                 sa.select(events.c.record)
                 .where(events.c.task_id == task_id)
                 .order_by(events.c.revision)
             )
             records = [_codec.decode_record(task_id, r[0]) for r in found]
-            if row is not None and row[1] is not None:  # the last record
-                records.append(_codec.final_record(snapshot, row[1]))
+            if row is not None and row[0] is not None:  # the last record
+                records.append(_codec.final_record(snapshot, row[0]))
             return records
 
         return await self._db.run(op, write=False)
@@ -138,7 +140,7 @@ class ReadOps(ListOps):
             while len(reaped) < limit:
                 want = min(limit - len(reaped), 500)
                 stmt = (  # the expiry index, soonest expired first
-                    sa.select(t.c.id, t.c.snapshot)
+                    sa.select(t.c.id, *stored_columns(t))
                     .where(t.c.expires_at <= now)
                     .order_by(t.c.expires_at, t.c.id)
                     .limit(want)
@@ -149,9 +151,9 @@ class ReadOps(ListOps):
                     stmt = stmt.with_for_update(skip_locked=True)
                 rows = (await conn.execute(stmt)).all()
                 batch = []
-                for task_id, text in rows:
+                for task_id, *stored in rows:
                     try:
-                        snapshot = _codec.decode_snapshot(task_id, text)
+                        snapshot = _codec.decode_snapshot(task_id, Stored(*stored))
                     except StoreCorrupt:
                         log.warning("reap skipped the corrupt record of task %r", task_id)
                         kept.append(task_id)
@@ -180,10 +182,10 @@ class ReadOps(ListOps):
             if row is None:
                 raise TaskNotFound(task_id)
             try:
-                document = json.loads(row.snapshot)
+                document = json.loads(row.stored.body)
             except ValueError:
                 document = {"id": task_id}
-            document["revision"] = "not a number: tasks-corrupt-secret"
+            document["work"] = "not a work: tasks-corrupt-secret"
             await conn.execute(
                 sa.update(t).where(t.c.id == task_id).values(snapshot=_codec.encode(document))
             )

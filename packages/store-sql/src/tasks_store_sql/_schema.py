@@ -28,6 +28,7 @@ __all__ = [
     "Tables",
     "active",
     "check_namespace",
+    "head_columns",
     "inline",
     "listed",
     "pending",
@@ -150,6 +151,28 @@ def task_indexes(
     ]
 
 
+def head_columns() -> list[sa.Column[Any]]:
+    """The columns of the snapshot's head that ``tasks`` had no column for before
+    migration 0012 (``_stored.HEAD_KEYS``; status, revision, ``retry_at``, ``updated_at``,
+    ``expires_at`` and the claim's generation were columns already): JSON text of the
+    progress, result, error and input requests; the cancel reason; the counters; the
+    claim's worker, end and flags (``_stored.claim_flags``); the run's instants."""
+    return [
+        sa.Column("progress", Document(), nullable=True),
+        sa.Column("result", Document(), nullable=True),
+        sa.Column("error", Document(), nullable=True),
+        sa.Column("cancel_reason", sa.String(32), nullable=True),
+        sa.Column("deliveries", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("input_requests", Document(), nullable=True),
+        sa.Column("claim_worker", sa.String(TOKEN_CHARS), nullable=True),
+        sa.Column("claim_until", Instant(), nullable=True),
+        sa.Column("claim_flags", sa.SmallInteger, nullable=True),
+        sa.Column("lease_generation", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("started_at", Instant(), nullable=True),
+        sa.Column("finished_at", Instant(), nullable=True),
+    ]
+
+
 def prefix_of(namespace: str | None) -> str:
     """The table-name prefix of ``namespace``."""
     return f"{namespace}_" if namespace else ""
@@ -159,8 +182,9 @@ def prefix_of(namespace: str | None) -> str:
 class Tables:
     """The tables of one namespace.
 
-    ``tasks``: one row per task, the JSON snapshot (``snapshot``) beside projection
-    columns for every query. ``claim_token`` lives only here, never in the JSON;
+    ``tasks``: one row per task — the snapshot's head as columns and the rest of it as
+    JSON text (``snapshot``, the body: :mod:`tasks_store_sql._stored`) beside the
+    columns queries filter on. ``claim_token`` lives only here, never in the JSON;
     ``claim_expires_at`` is the expiry of a lease that has not ended (``NULL``
     otherwise); ``available_at`` is ``rules.available_at`` of the snapshot, the claim
     order (``run_at`` beside it, for statements that clear ``retry_at`` in SQL), after
@@ -238,6 +262,7 @@ class Tables:
             sa.Column("max_deliveries", sa.Integer, nullable=True),
             sa.Column("final_event", Ident(EVENT_ID_BYTES), nullable=True),
             sa.Column("owner", Ident(NAME_BYTES), nullable=True),
+            *head_columns(),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
             sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),
             mysql_charset="utf8mb4",

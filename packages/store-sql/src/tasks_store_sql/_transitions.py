@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,6 +26,7 @@ from tasks_core.storekit import TransitionPlan, plan_transitions
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, changed_rows, history_rows, watcher_rows
 from tasks_store_sql._claims import ClaimOps
+from tasks_store_sql._stored import STORED_COLUMNS, Stored
 
 __all__ = ["TransitionOps"]
 
@@ -103,9 +105,17 @@ class TransitionOps(ClaimOps):
     ) -> dict[str, Loaded]:
         """Lock the rows of ``ids`` in id order (SQLite: the write lock is held already)."""
         found = await conn.execute(self._statements.lock_rows, {"b_ids": ids})
-        take = self.decoded.take
-        return {r[0]: Loaded(r[0], r[1], r[2], r[3], _snapshot=take(r[0], r[1]),
-                             final_event=r[4]) for r in found}
+        return {row.id: row for row in map(self._loaded, found)}
+
+    def _loaded(self, found: Sequence[Any]) -> Loaded:
+        """A row read as ``lock_rows`` reads it (the snapshot kept for what it stores,
+        if any)."""
+        task_id, *rest = found
+        width = len(STORED_COLUMNS)
+        stored = Stored(*rest[:width])
+        token, version, final_event = rest[width:]
+        return Loaded(task_id, stored, token, version,
+                      _snapshot=self.decoded.take(task_id, stored), final_event=final_event)
 
     async def _find_events(
         self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]

@@ -25,8 +25,9 @@ from tasks_core.events import EventRecord
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
 from tasks_store_sql._dialect import kind_of
+from tasks_store_sql._stored import STORED_COLUMNS, Stored
 from tasks_store_sql._url import parse_url
-from tasks_store_sql.postgres._claim_sql import claim_statement, fresh_claim_statement
+from tasks_store_sql.postgres._claim_sql import claim_statement
 from tasks_store_sql.postgres._complete_sql import completion_statement
 from tasks_store_sql.postgres._create_sql import CreateStatements
 from tasks_store_sql.postgres._statements import (
@@ -71,17 +72,15 @@ class PostgresBase(SQLStore):
         super().__init__(url, **options)
         self.sql = CreateStatements(self.tables, self._channel, self._cancel_channel)
         """The hot path's statements, each compiled when first used."""
-        self._claim_sql: dict[tuple[bool, bool], Statement] = {}
+        self._claim_sql: dict[bool, Statement] = {}
 
-    def claim_sql(self, *, one: bool, fresh: bool) -> Statement:
-        """The claim statement of one queue or several, of fresh rows only or of any
-        (:mod:`._claim_sql`), built when first used, like :attr:`sql`'s."""
-        key = (one, fresh)
-        if key not in self._claim_sql:
+    def claim_sql(self, *, one: bool) -> Statement:
+        """The claim statement of one queue or several (:mod:`._claim_sql`), built when
+        first used, like :attr:`sql`'s."""
+        if one not in self._claim_sql:
             queue = one_queue(self.tables.tasks) if one else many_queues(self.tables.tasks)
-            build = fresh_claim_statement if fresh else claim_statement
-            self._claim_sql[key] = build(self.tables, queue)
-        return self._claim_sql[key]
+            self._claim_sql[one] = claim_statement(self.tables, queue)
+        return self._claim_sql[one]
 
     @functools.cached_property
     def complete(self) -> Statement:
@@ -111,11 +110,14 @@ class PostgresBase(SQLStore):
         loaded: dict[str, Loaded] = {}
         latest: datetime | None = None
         raced = False
-        for task_id, text, token, version, seen, now, event_id, record, final in records:
+        width = len(STORED_COLUMNS)
+        for task_id, *values in records:
+            stored = Stored(*values[:width])
+            token, version, seen, now, event_id, record, final = values[width:]
             row = loaded.get(task_id)
             if row is None:
-                row = loaded[task_id] = Loaded(task_id, text, token, version,
-                                               _snapshot=self.decoded.take(task_id, text),
+                row = loaded[task_id] = Loaded(task_id, stored, token, version,
+                                               _snapshot=self.decoded.take(task_id, stored),
                                                final_event=final)
             raced = raced or seen != version
             latest = now if latest is None else max(latest, now)

@@ -29,6 +29,7 @@ from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
 from tasks_store_sql._schema import MISSING_COUNTER
 from tasks_store_sql._scopes import Room, room_for, scope_lock
+from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS, _inserted
 from tasks_store_sql.postgres._creates import PostgresCreates
 from tasks_store_sql.postgres._statements import _TIMESTAMP, Statement, _counts
@@ -50,10 +51,11 @@ class PostgresBulk(PostgresCreates):
 
     @functools.cached_property
     def _taken_sql(self) -> Statement:
-        """The rows of the ids of array ``ids``, locked."""
+        """The rows of the ids of array ``ids``, locked (as ``_batch.Loaded.of`` reads
+        them)."""
         t = self.tables.tasks
         return Statement.of(
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            sa.select(t.c.id, *stored_columns(t), t.c.claim_token, t.c.row_version)
             .where(t.c.id == sa.func.any(sa.bindparam("ids", type_=_TEXT)))
             .with_for_update()
         )
@@ -109,7 +111,7 @@ class PostgresBulk(PostgresCreates):
             now = rules.tick(clock)
             found = await driver.fetch(self._taken_sql.sql, *self._taken_sql.args(
                 ids=[new.id for new in batch]))
-            taken = {row[0]: Loaded(*row).snapshot for row in found}
+            taken = {row[0]: Loaded.of(row).snapshot for row in found}
             storekit.refuse_taken(batch, taken, now)
             storekit.check_stored_room(len(batch), total, limits)
             rooms: dict[str, tuple[Room, int]] = {}

@@ -1,15 +1,13 @@
-"""PostgreSQL's claims and leases on asyncpg: ``claim_next`` in up to three tiers,
+"""PostgreSQL's claims and leases on asyncpg: ``claim_next`` in up to two tiers,
 ``claim``, ``renew``, ``report_progress`` and ``release`` in one lock and one write each,
 and ``worker_snapshot`` in one read.
 
-``claim_next`` of shared queues runs (1) the fresh-claim statement (new tasks only,
-:func:`._claim_sql.fresh_claim_statement`); when it left a candidate alone, (2) the
-statement that claims any head (:func:`._claim_sql.claim_statement`); and when that one
-left a candidate alone or failed on unreadable text, (3) the SQL store's own claim
-decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`, inherited), which fails a
-task past its delivery limit and skips corrupt records. A statement is its own
-transaction at READ COMMITTED; candidates ranked past ``start`` are held. ``claim_next``
-with limited queues (``limits``, ``exclusive``) is the SQL store's.
+``claim_next`` of shared queues runs (1) the claim statement
+(:func:`._claim_sql.claim_statement`); when it left a candidate alone, (2) the SQL
+store's own claim decided by :mod:`tasks_core.storekit` (:meth:`_claim_locked`,
+inherited), which fails a task past its delivery limit and skips corrupt records. A
+statement is its own transaction at READ COMMITTED; candidates ranked past ``start`` are
+held. ``claim_next`` with limited queues (``limits``, ``exclusive``) is the SQL store's.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import logging
 from datetime import datetime
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped,unused-ignore]
 from tasks_core import rules
 from tasks_core.errors import LeaseLost, StoreCorrupt, TaskNotFound
 from tasks_core.models import Claim, Lease, Snapshot, built
@@ -29,15 +26,13 @@ from tasks_core.storekit import ClaimRequest, Started, claim_one
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
 from tasks_store_sql._claims import ClaimOrder
+from tasks_store_sql._stored import STORED_COLUMNS, Stored
 from tasks_store_sql.postgres._base import PostgresBase
 from tasks_store_sql.postgres._statements import MILLISECOND, join_list
 
 __all__ = ["PostgresClaims"]
 
 log = logging.getLogger("tasks_store_sql")
-UNREADABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
-"""What PostgreSQL raises on stored text the claim statement cannot take apart (not JSON,
-not an object, nested past its stack, a counter that is not an integer)."""
 
 
 class PostgresClaims(PostgresBase):
@@ -53,15 +48,10 @@ class PostgresClaims(PostgresBase):
         start = limit if request.start is None else request.start
         worker_id, lease_for = request.worker_id, request.lease_for
         claims, left_alone = await self._claim_statement(worker_id, lease_for, names, limit,
-                                                         start, fresh=True)
-        if left_alone and len(claims) < limit:  # candidates that were not new tasks
-            more, left_alone = await self._claim_statement(
-                worker_id, lease_for, names, limit - len(claims), _unstarted(start, claims),
-                fresh=False)
-            claims += more
-            if left_alone is None or (left_alone and len(claims) < limit):
-                claims += await self._claim_locked(dataclasses.replace(
-                    request, limit=limit - len(claims), start=_unstarted(start, claims)))
+                                                         start)
+        if left_alone and len(claims) < limit:  # for the rules to decide
+            claims += await self._claim_locked(dataclasses.replace(
+                request, limit=limit - len(claims), start=_unstarted(start, claims)))
             claims.sort(key=lambda keyed: keyed[0])  # claim order as they were candidates
         return [claim for _, claim in claims]
 
@@ -74,14 +64,12 @@ class PostgresClaims(PostgresBase):
 
     async def _claim_statement(
         self, worker_id: str, lease_for: float, names: list[str], limit: int, start: int,
-        *, fresh: bool,
-    ) -> tuple[list[tuple[ClaimOrder, Claim]], bool | None]:
-        """The claims one claim statement writes (``fresh``: the one that claims new
-        tasks only; candidates ranked past ``start`` held), each with its claim order as
-        a candidate, and whether it left a candidate alone (``None``: the statement
-        failed on a record that is not JSON, before it wrote anything)."""
+    ) -> tuple[list[tuple[ClaimOrder, Claim]], bool]:
+        """The claims the claim statement writes (candidates ranked past ``start`` held),
+        each with its claim order as a candidate, and whether it left a candidate
+        alone."""
         one = len(names) == 1
-        statement = self.claim_sql(one=one, fresh=fresh)
+        statement = self.claim_sql(one=one)
         args = statement.args(
             now=self._now_arg(),
             limit=limit,
@@ -92,42 +80,40 @@ class PostgresClaims(PostgresBase):
             **({"queue": names[0]} if one else {"queues": names}),
         )
 
-        async def op(driver: Any) -> list[Any] | None:
-            try:
-                return list(await driver.fetch(statement.sql, *args))
-            except UNREADABLE:  # a snapshot that is not JSON at all: nothing was written
-                return None
+        async def op(driver: Any) -> list[Any]:
+            return list(await driver.fetch(statement.sql, *args))
 
         records = await self._db.run_driver(op, single_statement=True)
-        if records is None:
-            return [], None
         claims: list[tuple[ClaimOrder, Claim]] = []
         left_alone = False
-        for record in sorted(records):  # by rank
-            _, task_id, now, text, token, version, neg_priority, available = record
-            if text is None:
+        width = len(STORED_COLUMNS)
+        for record in sorted(records, key=lambda found: found[0]):  # by rank
+            _, task_id, now, *values = record
+            stored = Stored(*values[:width])
+            token, version, neg_priority, available = values[width:]
+            if token is None:  # (a claimed row has its new token)
                 left_alone = True
                 continue
-            claim = self._claimed(task_id, now, text, token, version, worker_id)
+            claim = self._claimed(task_id, now, stored, token, version, worker_id)
             if claim is not None:
                 claims.append(((neg_priority, available, task_id), claim))
         return claims, left_alone
 
     def _claimed(
-        self, task_id: str, now: datetime, text: str, token: str, version: int,
+        self, task_id: str, now: datetime, stored: Stored, token: str, version: int,
         worker_id: str,
     ) -> Claim | None:
         """The claim the claim statement wrote (``None``, logged, for a record that does
         not decode: it keeps the lease the statement gave it, and costs only itself). The
         decoded snapshot is kept, with the row's version, for the completion of this run
-        (:mod:`._complete_sql`, else the lock that reads this text again)."""
+        (:mod:`._complete_sql`, else the lock that reads this row again)."""
         try:
-            snapshot = _codec.decode_snapshot(task_id, text)
+            snapshot = _codec.decode_snapshot(task_id, stored)
         except StoreCorrupt:
             log.warning("claim_next claimed task %r, whose record is corrupt; left to its "
                         "lease", task_id)
             return None
-        self.decoded.keep(task_id, text, snapshot, version)
+        self.decoded.keep(task_id, stored, snapshot, version)
         claim = snapshot.claim
         assert claim is not None  # the statement wrote it
         lease = built(  # (the worker id was checked, the token made by the rules)
@@ -173,9 +159,9 @@ class PostgresClaims(PostgresBase):
                 statement.sql, *statement.args(now=self._now_arg(), id=lease.task_id))
             if row is None:
                 raise LeaseLost()
-            text, token, now = row
+            *values, token, now = row
             now = rules.tick(now)
-            snapshot = _codec.decode_snapshot(lease.task_id, text)
+            snapshot = _codec.decode_snapshot(lease.task_id, Stored(*values))
             rules.check_lease(snapshot, token, lease, now)
             return rules.present(snapshot, now)
 

@@ -1,18 +1,17 @@
 """PostgreSQL's completion of a claimed run as one statement: ``rules.apply_event`` of a
 ``completed`` event in SQL, the row standing for its history record (``final_event``).
 
-It applies a ``completed`` event only to a row that is still the exact text the run's
-claim returned (the same ``row_version``), under the lease's token, alive by the store
-clock read after the lock, with no history entry of that event id: then the rules'
-outcome is ``applied`` at ``max(clock, updated_at + 1 ms)``. Anything else is left to the
-transaction that decides in Python. The new text is the kept head rewritten and the rest
-copied byte for byte (:func:`completion_statement`); ``test_pg_complete.py`` holds the
-stored text, byte for byte, to the codec's text of what ``rules.apply_event`` decides.
+It applies a ``completed`` event only to a row that is still exactly what the run's claim
+returned (the same ``row_version``), under the lease's token, alive by the store clock
+read after the lock, with no history entry of that event id: then the rules' outcome is
+``applied`` at ``max(clock, updated_at + 1 ms)``. Anything else is left to the
+transaction that decides in Python. It writes the head's columns only, never the body
+(:func:`completion_statement`); ``test_pg_complete.py`` holds every column to
+``_codec.projection`` of what ``rules.apply_event`` decides.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,73 +25,27 @@ from tasks_core.models import Lease, Snapshot, TaskStatus
 
 from tasks_store_sql._codec import Decoded, Kept
 from tasks_store_sql._schema import Tables
+from tasks_store_sql._stored import ENDED, RECOVERED, json_text
 from tasks_store_sql.postgres._statements import (
     SEPARATOR,
     Statement,
-    instant_text,
     join_list,
     joined,
     later,
     store_clock,
 )
 
-__all__ = ["MARK_AT", "MARK_LEASE", "Completions", "completion_statement", "plan"]
+__all__ = ["Completions", "completion_statement", "plan"]
 
-MARK_AT = "\x01"
-"""Where a template spells the commit instant."""
-MARK_LEASE = "\x02"
-"""Where a template spells the end of the lease."""
 COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("id", sa.Text()), ("version", sa.BigInteger()), ("token", sa.Text()),
-    ("event_id", sa.Text()), ("revision", sa.Integer()), ("head", sa.Text()),
-    ("cut", sa.Integer()), ("ttl_end", postgresql.TIMESTAMP(timezone=True)),
-    ("retention", sa.BigInteger()),
+    ("event_id", sa.Text()), ("revision", sa.Integer()), ("result", sa.Text()),
+    ("ttl_end", postgresql.TIMESTAMP(timezone=True)), ("retention", sa.BigInteger()),
 )
 """One list parameter per column (:func:`tasks_store_sql.postgres._statements.joined`), one
 element per completion."""
-NULLABLE = frozenset({"ttl_end", "retention"})
+NULLABLE = frozenset({"result", "ttl_end", "retention"})
 """The columns whose elements may be ``None``."""
-
-_DONE = (
-    '{"status":"completed","revision":', ',"progress":null,"result":',
-    ',"error":null,"cancel_reason":null,"retry_at":null,"deliveries":',
-)
-"""The completed head's first keys, around its revision and result."""
-_CLAIMED_HEAD = re.compile(
-    re.escape('{"status":"pending","revision":') + r"(\d+)"
-    + re.escape(',"progress":null,"result":null,"error":null,"cancel_reason":null,'
-                '"retry_at":null,"deliveries":')
-    + r"(\d+" + re.escape(',"input_requests":{},"claim":{"worker_id":')
-    + r'"(?:[^"\\]|\\.)*"' + re.escape(',"generation":') + r"\d+)"
-    + re.escape(',"expires_at":"') + r'[^"]*' + re.escape('","ended":false,"recovered":')
-    + r"(true|false)" + r"(?:" + re.escape(',"held":true') + r")?"
-    + r"(" + re.escape('},"lease_generation":') + r"\d+)"
-    + re.escape(',"updated_at":"') + r'[^"]*"'
-    + r"(" + re.escape(',"started_at":"') + r'[^"]*")'
-    + re.escape(',"finished_at":null,"expires_at":') + r'(?:null|"[^"]*")'
-    + r"(?=" + re.escape(',"id":"') + r")"
-)
-"""A claimed task's head in the codec's layout: its revision, the deliveries through the
-claim's generation, ``recovered``, the claim's end through the lease generation (an ended
-claim is held no more: ``held`` is dropped), and ``started_at``; the rest of the text
-begins where it ends (at ``,"id":"``)."""
-_RESULT = ',"result":'
-
-
-def _head(text: str, revision: int, result: str) -> tuple[str, int] | None:
-    """The new head of claimed ``text`` at ``revision`` completed with ``result`` (JSON
-    text), marked where the instants go, and where the rest of ``text`` begins (1-based);
-    ``None`` when ``text`` is not a claimed task's head in the codec's layout."""
-    found = _CLAIMED_HEAD.match(text)
-    if found is None or found[1] != str(revision):
-        return None
-    head = "".join((
-        _DONE[0], str(revision + 1), _DONE[1], result, _DONE[2],
-        found[2], ',"expires_at":', MARK_LEASE, ',"ended":true,"recovered":', found[3],
-        found[4], ',"updated_at":', MARK_AT, found[5], ',"finished_at":', MARK_AT,
-        ',"expires_at":',
-    ))
-    return head, found.end() + 1
 
 
 @dataclass
@@ -126,22 +79,17 @@ class Completions:
             or lease.worker_id != claim.worker_id
         ):
             return False
-        spelled = event.model_dump_json()
-        if not spelled.isascii() or SEPARATOR in lease.token:
+        result = None if event.result is None else json_text(event.result)
+        if SEPARATOR in lease.token:
             return False  # (JSON text, task and event ids never hold the separator)
-        made = _head(kept.text, snapshot.revision,
-                     spelled[spelled.index(_RESULT) + len(_RESULT):-1])
-        if made is None:
-            return False
-        head, cut = made
         ttl_end = rules.ttl_end(snapshot)
         retention = None
         if snapshot.retention_s is not None:
             retention = round(snapshot.retention_s * 1000)
         self.kept[snapshot.id] = (index, kept, event)
         for column, value in zip(self.columns, (  # in the order of COLUMNS
-            snapshot.id, version, lease.token, event.event_id, snapshot.revision + 1, head,
-            cut, ttl_end, retention,
+            snapshot.id, version, lease.token, event.event_id, snapshot.revision + 1, result,
+            ttl_end, retention,
         ), strict=True):
             column.append(value)
         return True
@@ -183,35 +131,32 @@ def completion_statement(tables: Tables) -> Statement:
     trip: a group commit of completions costs one statement, no snapshot encoded.
 
     A completion is planned (:func:`plan`) when the store still holds what the run's
-    claim returned (:class:`tasks_store_sql._codec.Kept`: the text, its snapshot and the
-    ``row_version``). Everything ``rules.decide_transition`` checks follows from the
-    statement's conditions and the kept snapshot (task, generation and worker of the
+    claim returned (:class:`tasks_store_sql._codec.Kept`: what was stored, its snapshot
+    and the ``row_version``). Everything ``rules.decide_transition`` checks follows from
+    the statement's conditions and the kept snapshot (task, generation and worker of the
     lease, the revision, a task not finished). A stale or expired lease, a write since the
-    claim, an event id seen before, another layout or text that is not ASCII is written
-    by nothing here and goes to the transaction, which refuses or replays as before.
+    claim or an event id seen before is written by nothing here and goes to the
+    transaction, which refuses or replays as before.
 
-    Python puts the new head together from the kept text with marks where only the
-    database knows the instant (:data:`MARK_AT`: the commit instant; :data:`MARK_LEASE`:
-    the lease's end, ``min(expiry, commit)``); the statement spells them in
-    (:func:`~tasks_store_sql.postgres._statements.instant_text`) and the expiry
-    ``min(ttl_end, commit + retention)`` after them (``rules.ttl_end``: the TTL counts
-    from ``run_at``, else the creation). A JSON text never holds a raw control character,
-    so the marks cannot be confused with any value. The row's ``final_event`` is the
-    event's id: the row stands for its record (``_codec.final_record``, which gives back
-    exactly what ``rules.apply_event`` records for a ``completed`` event).
+    It writes what ``rules.apply_event`` writes for a ``completed`` event: the status,
+    revision and result; the claim ended at ``min(expiry, commit)`` (``held`` dropped,
+    ``recovered`` kept); no retry, no input requests; ``updated_at`` and ``finished_at``
+    the commit instant; the expiry ``min(ttl_end, commit + retention)``
+    (``rules.ttl_end``: the TTL counts from ``run_at``, else the creation). The row's
+    ``final_event`` is the event's id: the row stands for its record
+    (``_codec.final_record``, which gives back exactly what ``rules.apply_event``
+    records for a ``completed`` event).
 
     Returns one row per completion written: ``id`` and its ``committed_at``.
     """
     t, ev = tables.tasks, tables.events
-    marks = {mark: sa.bindparam(f"mark_{ord(mark)}", mark, type_=sa.Text)
-             for mark in (MARK_AT, MARK_LEASE)}
     lists = {name: joined(f"{name}s", type_, nullable=name in NULLABLE)
              for name, type_ in COLUMNS}
     items = sa.func.unnest(*lists.values()).table_valued(
         *(name for name, _ in COLUMNS)).render_derived()
     locked = (
         sa.select(t.c.id, t.c.row_version, t.c.claim_token, t.c.claim_expires_at,
-                  t.c.updated_at, t.c.snapshot)
+                  t.c.updated_at)
         .where(t.c.id == sa.any_(lists["id"]))
         .order_by(t.c.id)
         .with_for_update()
@@ -229,7 +174,7 @@ def completion_statement(tables: Tables) -> Statement:
                                        ev.c.event_id == items.c.event_id)
     )
     decided = (
-        sa.select(items, clocked.c.snapshot, clocked.c.claim_expires_at, at.label("at"))
+        sa.select(items, at.label("at"))
         .select_from(clocked.join(items, items.c.id == clocked.c.id))
         .where(
             clocked.c.row_version == items.c.version,
@@ -240,17 +185,8 @@ def completion_statement(tables: Tables) -> Statement:
         .cte("d")
         .prefix_with("MATERIALIZED")
     )
-    expires = sa.func.least(decided.c.ttl_end, later(decided.c.at, decided.c.retention))
-    head = sa.func.replace(
-        sa.func.replace(decided.c.head, marks[MARK_AT], instant_text(decided.c.at)),
-        marks[MARK_LEASE],
-        instant_text(sa.func.least(decided.c.claim_expires_at, decided.c.at)),
-    )
-    text = sa.func.concat(
-        head,
-        sa.func.coalesce(instant_text(expires), sa.bindparam("null", "null", type_=sa.Text)),
-        sa.func.substr(decided.c.snapshot, decided.c.cut),
-    )
+    kept = sa.bindparam("recovered_bit", RECOVERED, type_=sa.SmallInteger)
+    ended = sa.bindparam("ended_bit", ENDED, type_=sa.SmallInteger)
     written = (
         sa.update(t)
         .where(t.c.id == decided.c.id, t.c.row_version == decided.c.version)
@@ -258,11 +194,15 @@ def completion_statement(tables: Tables) -> Statement:
             row_version=t.c.row_version + 1,
             status=sa.bindparam("completed", TaskStatus.COMPLETED.value, type_=sa.Text),
             revision=decided.c.revision,
+            result=decided.c.result,
             claim_expires_at=sa.null(),
+            claim_until=sa.func.least(t.c.claim_until, decided.c.at),
+            claim_flags=t.c.claim_flags.op("&")(kept).op("|")(ended),
             retry_at=sa.null(),
+            input_requests=sa.null(),
             updated_at=decided.c.at,
-            expires_at=expires,
-            snapshot=text,
+            finished_at=decided.c.at,
+            expires_at=sa.func.least(decided.c.ttl_end, later(decided.c.at, decided.c.retention)),
             final_event=decided.c.event_id,
         )
         .returning(t.c.id, t.c.updated_at)

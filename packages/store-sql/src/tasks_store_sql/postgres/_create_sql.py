@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, Tables, active
+from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._statements import (
     ROW_COLUMNS,
     Statement,
@@ -58,10 +59,10 @@ class CreateStatements(Statements):
 
     @functools.cached_property
     def existing(self) -> Statement:
-        """The row of ``id``, locked."""
+        """The row of ``id``, locked (as ``_batch.Loaded.of`` reads it)."""
         t = self.tables.tasks
         return Statement.of(
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version)
+            sa.select(t.c.id, *stored_columns(t), t.c.claim_token, t.c.row_version)
             .where(t.c.id == sa.bindparam("id"))
             .with_for_update()
         )

@@ -34,6 +34,7 @@ from tasks_store_sql._batch import Loaded
 from tasks_store_sql._grouped import Grouped
 from tasks_store_sql._schema import MISSING_COUNTER
 from tasks_store_sql._scopes import room_for_one, scope_lock
+from tasks_store_sql._stored import HEAD_KEYS
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS
 from tasks_store_sql.postgres._statements import MILLISECOND
 from tasks_store_sql.postgres._transitions import PostgresTransitions
@@ -86,7 +87,7 @@ class PostgresCreates(PostgresTransitions):
 
         async def taken(driver: Any) -> Loaded | None:
             found = await driver.fetchrow(sql.existing.sql, *sql.existing.args(id=new.id))
-            return None if found is None else Loaded(*found)
+            return None if found is None else Loaded.of(found)
 
         async def refuse(driver: Any, limit: str, now: datetime, checked: bool) -> None:
             """A taken id is refused before any capacity limit."""
@@ -187,8 +188,8 @@ class PostgresCreates(PostgresTransitions):
                       for name, at in _clocked(snapshot).items()}
             instants: dict[datetime, tuple[int, int]] = {}  # {instant: (times, shift)}
             for name, at in _clocked(snapshot).items():
-                if at is not None:  # (created_at and updated_at: one instant, no shift)
-                    times, _ = instants.get(at, (0, 0))
+                if at is not None and name not in HEAD_KEYS:  # (the body's; a head
+                    times, _ = instants.get(at, (0, 0))  # instant is a column)
                     instants[at] = (times + 1, shifts[name] or 0)
             columns = _codec.projection(snapshot, None)
             cut = _codec.cut_at_instants(columns["snapshot"], instants)

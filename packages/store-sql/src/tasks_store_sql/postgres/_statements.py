@@ -24,6 +24,7 @@ from tasks_core.models import TaskStatus
 
 from tasks_store_sql._candidates import claimable_rows
 from tasks_store_sql._schema import Tables
+from tasks_store_sql._stored import STORED_COLUMNS, stored_columns
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -52,6 +53,10 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("updated_at", _TIMESTAMP),
     ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
     ("final_event", sa.Text()), ("owner", sa.Text()),
+    ("progress", sa.Text()), ("result", sa.Text()), ("error", sa.Text()),
+    ("cancel_reason", sa.Text()), ("deliveries", sa.Integer()), ("input_requests", sa.Text()),
+    ("claim_worker", sa.Text()), ("claim_until", _TIMESTAMP), ("claim_flags", sa.SmallInteger()),
+    ("lease_generation", sa.Integer()), ("started_at", _TIMESTAMP), ("finished_at", _TIMESTAMP),
 )
 """The projection columns (``_codec.projection``) and their types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
@@ -179,7 +184,8 @@ class Statements:
         t, ev = self.tables.tasks, self.tables.events
         ids, event_ids = _array("ids", _TEXT), _array("event_ids", _TEXT)
         locked = (
-            sa.select(t.c.id, t.c.snapshot, t.c.claim_token, t.c.row_version, t.c.final_event)
+            sa.select(t.c.id, *stored_columns(t), t.c.claim_token, t.c.row_version,
+                      t.c.final_event)
             .where(t.c.id == sa.any_(ids))
             .order_by(t.c.id)
             .with_for_update()
@@ -196,7 +202,8 @@ class Statements:
         # made while the events table was small: no plan reads other tasks' history.
         return Statement.of(
             sa.select(
-                locked.c.id, locked.c.snapshot, locked.c.claim_token, locked.c.row_version,
+                locked.c.id, *(locked.c[name] for name in STORED_COLUMNS),
+                locked.c.claim_token, locked.c.row_version,
                 before.scalar_subquery().label("seen"), store_clock().label("now"),
                 history.c.event_id, history.c.record, locked.c.final_event,
             ).select_from(locked.outerjoin(history, sa.true()))
@@ -204,10 +211,10 @@ class Statements:
 
     @functools.cached_property
     def read(self) -> Statement:
-        """Task ``id``'s snapshot and lease token, unlocked, and ``now``."""
+        """Task ``id``'s stored columns and lease token, unlocked, and ``now``."""
         t = self.tables.tasks
         return Statement.of(
-            sa.select(t.c.snapshot, t.c.claim_token, store_clock().label("now"))
+            sa.select(*stored_columns(t), t.c.claim_token, store_clock().label("now"))
             .where(t.c.id == sa.bindparam("id", type_=sa.Text))
         )
 

@@ -20,7 +20,7 @@ class PostgresStore(PostgresBulk, serves=on_asyncpg):
     """The SQL store on PostgreSQL with asyncpg (see ``SQLStore`` for URLs and options).
 
     Its hot path runs prebuilt statements on the driver's connection: ``claim_next`` in
-    up to three tiers (:mod:`._claims`), ``claim``/``renew``/``report_progress``/
+    up to two tiers (:mod:`._claims`), ``claim``/``renew``/``report_progress``/
     ``release`` in one lock and one write, ``transition_many`` with the completions of
     claimed runs in one statement (:mod:`._transitions`), and creates of one event loop
     together in one statement (:mod:`._creates`), ``create_many`` in a few (:mod:`._bulk`).
