@@ -1,15 +1,16 @@
 """Alembic migrations of the SQL store, shipped inside the package.
 
 Each revision reads the namespace's table prefix with :func:`prefix` and builds every name
-from it. Revisions are frozen history: a schema change is a new revision, and
+from it; one that rewrites rows reads them with :func:`batches`. Revisions are frozen history: a schema change is a new revision, and
 ``tests/test_migrations.py`` proves that the chain builds exactly ``_schema.Tables``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["prefix"]
+__all__ = ["batches", "prefix"]
 
 
 def prefix(op: Any) -> str:
@@ -18,3 +19,18 @@ def prefix(op: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("tasks_prefix must be a string")
     return value
+
+
+def batches(op: Any, statement: Any, size: int = 1000) -> Iterator[Sequence[Any]]:
+    """The rows of the select ``statement`` in batches of ``size``, in the order of its
+    first column (unique: a task id), each read when the one before was handled — a
+    revision that rewrites rows never holds a whole table in memory."""
+    key = statement.selected_columns[0]
+    after = ""
+    while True:
+        rows = op.get_bind().execute(statement.where(key > after).order_by(key)
+                                     .limit(size)).all()
+        if not rows:
+            return
+        yield rows
+        after = rows[-1][0]

@@ -13,18 +13,16 @@ Revises: 0009
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import prefix
+from tasks_store_sql.migrations import batches, prefix
 
 revision = "0010"
 down_revision = "0009"
 
-_BATCH = 1000
 _RECORD_KEYS = {"event", "revision", "committed_at", "status", "retry_at", "error",
                 "accepted"}
 
@@ -51,19 +49,6 @@ def _record(event_id: str, revision: int, snapshot: dict[str, Any]) -> dict[str,
             "status": "completed", "retry_at": None, "error": None, "accepted": None}
 
 
-def _batches(statement: sa.Select[Any]) -> Iterator[Sequence[Any]]:
-    """The rows of ``statement`` (ordered by a unique first column) in batches."""
-    after = ""
-    key = statement.selected_columns[0]
-    while True:
-        rows = op.get_bind().execute(statement.where(key > after).order_by(key)
-                                     .limit(_BATCH)).all()
-        if not rows:
-            return
-        yield rows
-        after = rows[-1][0]
-
-
 def upgrade() -> None:
     """Add the column; move each completed task's last history record into it when the
     snapshot gives that record back (same event, revision, result and commit instant)."""
@@ -76,7 +61,7 @@ def upgrade() -> None:
              .select_from(tasks.join(events, sa.and_(events.c.task_id == tasks.c.id,
                                                      events.c.revision == tasks.c.revision)))
              .where(tasks.c.status == "completed", events.c.kind == "completed"))
-    for rows in _batches(found):
+    for rows in batches(op, found):
         moved = []
         for task_id, event_id, revision_, text, record in rows:
             try:
@@ -103,7 +88,7 @@ def downgrade() -> None:
     with_final = sa.select(tasks.c.id, tasks.c.final_event, tasks.c.revision,
                            tasks.c.snapshot, tasks.c.updated_at).where(
         tasks.c.final_event.is_not(None))
-    for rows in _batches(with_final):
+    for rows in batches(op, with_final):
         bind.execute(sa.insert(events), [
             {"task_id": task_id, "event_id": event_id, "revision": revision_,
              "kind": "completed", "committed_at": updated_at,

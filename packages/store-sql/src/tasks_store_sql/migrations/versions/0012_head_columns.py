@@ -1,13 +1,10 @@
 """The snapshot's head in columns: the keys a claim or a completion writes become columns
-of ``tasks`` (progress, result, error, cancel reason, deliveries, input requests, the
-claim's worker, end and flags, the lease generation, ``started_at``, ``finished_at``;
-status, revision, ``retry_at``, ``updated_at``, ``expires_at`` and the claim's generation
-were columns already) and the ``snapshot`` text keeps the rest (the body), which a claim
-or a completion never rewrites.
+of ``tasks`` (those that were not columns already) and the ``snapshot`` text keeps the
+rest (the body), which a claim or a completion never rewrites.
 
 The upgrade takes each stored text apart (a text that is not a JSON object is left as it
-is: it was unreadable and stays so); the downgrade puts the head back at the front of the
-text. Both in plain JSON, in batches (this file keeps no code of the store's).
+is: unreadable before, unreadable after); the downgrade puts the head back at the front
+of the text. Both in plain JSON, in batches (this file keeps no code of the store's).
 
 Revision ID: 0012
 Revises: 0011
@@ -16,19 +13,17 @@ Revises: 0011
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import prefix
+from tasks_store_sql.migrations import batches, prefix
 
 revision = "0012"
 down_revision = "0011"
 
-_BATCH = 1000
 _ENDED, _RECOVERED, _HELD = 1, 2, 4
 _HEAD = ("status", "revision", "progress", "result", "error", "cancel_reason", "retry_at",
          "deliveries", "input_requests", "claim", "lease_generation", "updated_at",
@@ -78,19 +73,6 @@ def _spelled(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
-def _batches(statement: sa.Select[Any]) -> Iterator[Sequence[Any]]:
-    """The rows of ``statement`` (its first column the task id) in batches, in id order."""
-    after = ""
-    key = statement.selected_columns[0]
-    while True:
-        rows = op.get_bind().execute(statement.where(key > after).order_by(key)
-                                     .limit(_BATCH)).all()
-        if not rows:
-            return
-        yield rows
-        after = rows[-1][0]
-
-
 def _taken_apart(text: str) -> dict[str, Any] | None:
     """The new columns and the body of a stored text (``None``: not a JSON object)."""
     try:
@@ -137,7 +119,7 @@ def upgrade() -> None:
     write = sa.update(tasks).where(tasks.c.id == sa.bindparam("b_id")).values(
         snapshot=sa.bindparam("b_snapshot"),
         **{name: sa.bindparam(f"b_{name}") for name, _ in _NEW})
-    for rows in _batches(sa.select(tasks.c.id, tasks.c.snapshot)):
+    for rows in batches(op, sa.select(tasks.c.id, tasks.c.snapshot)):
         moved = []
         for task_id, text in rows:
             values = _taken_apart(text)
@@ -155,7 +137,7 @@ def downgrade() -> None:
     read = sa.select(tasks.c.id, tasks.c.snapshot, *head, *(tasks.c[n] for n, _ in _NEW))
     write = sa.update(tasks).where(tasks.c.id == sa.bindparam("b_id")).values(
         snapshot=sa.bindparam("b_snapshot"))
-    for rows in _batches(read):
+    for rows in batches(op, read):
         texts = []
         for row in rows:
             values = row._mapping
