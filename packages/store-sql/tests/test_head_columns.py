@@ -1,6 +1,6 @@
-"""Migration 0012: the snapshot's head in columns and the body in the text, up, down and
+"""Migration 0011: the snapshot's head in columns and the body in the text, up, down and
 up again with tasks in every state — each reads the same after every step, the text
-down at 0011 is the whole snapshot again, and the tasks carry on (claimed, completed)
+down at 0010 is the whole snapshot again, and the tasks carry on (claimed, completed)
 after the way back up.
 """
 
@@ -61,7 +61,7 @@ async def _read(store: SQLStore, ids: list[str]) -> dict[str, Any]:
             for i in ids}
 
 
-async def test_migration_0012_goes_up_down_and_up_with_tasks_in_it(
+async def test_migration_0011_goes_up_down_and_up_with_tasks_in_it(
     db_url: str, fresh_namespace: str
 ) -> None:
     clock = ManualClock()
@@ -73,7 +73,7 @@ async def test_migration_0012_goes_up_down_and_up_with_tasks_in_it(
         rows = {i: await stored_row(store, i) for i in ids}
         snapshots = {i: _codec.decode_snapshot(i, rows[i]) for i in ids}
 
-        await migrate(db_url, namespace=fresh_namespace, to="0011")
+        await migrate(db_url, namespace=fresh_namespace, to="0010")
         t = store.tables.tasks
         async with store.engine.connect() as conn:
             texts = dict((await conn.execute(sa.select(t.c.id, t.c.snapshot))).all())

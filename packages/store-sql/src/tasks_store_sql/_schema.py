@@ -137,8 +137,7 @@ def task_indexes(
     available_at)`` over retries and delayed tasks only, serves ``next_available`` (the
     first past ``now`` whatever the priority, which the claim index holds in one range
     per priority). The status index, ``(status, id)`` over :data:`LISTED`, serves listings
-    of those statuses in id order; the owner index, ``(tenant, owner, id)`` over owned
-    tasks, a listing by principal of the tasks it owns in id order."""
+    of those statuses in id order."""
     return [
         ("ix_tasks_claim", [c.queue, c.status, c.neg_priority, c.available_at, c.id],
          unclaimed(c)),
@@ -147,13 +146,12 @@ def task_indexes(
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
         ("ix_tasks_status", [c.status, c.id], listed(c.status)),
-        ("ix_tasks_owner", [c.tenant, c.owner, c.id], c.owner.is_not(None)),
     ]
 
 
 def head_columns() -> list[sa.Column[Any]]:
     """The columns of the snapshot's head that ``tasks`` had no column for before
-    migration 0012 (``_stored.HEAD_KEYS``; status, revision, ``retry_at``, ``updated_at``,
+    migration 0011 (``_stored.HEAD_KEYS``; status, revision, ``retry_at``, ``updated_at``,
     ``expires_at`` and the claim's generation were columns already): JSON text of the
     progress, result, error and input requests; the cancel reason; the counters; the
     claim's worker, end and flags (``_stored.claim_flags``); the run's instants."""
@@ -194,15 +192,13 @@ class Tables:
     that completed it, whose record the row stands for (``_codec.final_record``: the
     commonest record costs no row of its own). ``task_events``: the other applied
     events of the current run, keyed ``(task_id, event_id)`` (the replay check), unique
-    ``(task_id, revision)``. ``owner``: the user id of the task's owner (its tenant is the
-    task's); ``task_members``: the watchers of each task — a listing by principal reads the
-    owner index and the members, both in task id order. ``ix_tasks_counts`` (``tenant,
-    queue, status``, every row) serves ``counts``: an index-only scan, whose repeated keys
-    PostgreSQL stores once per run of equal keys (B-tree deduplication). ``task_locks``:
-    lock rows — ``creators`` (serializes creators; its ``value`` counts stored tasks),
-    ``queue:<name>`` (one per limited queue, which serializes its claimers; its ``value``
-    is the longest rate window in milliseconds any claimer asked for:
-    :mod:`._queue_limits`) and
+    ``(task_id, revision)``. ``task_members``: owner and watchers of each task, so listings by
+    principal are a join. ``ix_tasks_counts`` (``tenant, queue, status``, every row)
+    serves ``counts``: an index-only scan, whose repeated keys PostgreSQL stores once per
+    run of equal keys (B-tree deduplication). ``task_locks``: lock rows — ``creators``
+    (serializes creators; its ``value`` counts stored tasks), ``queue:<name>`` (one per
+    limited queue, which serializes its claimers; its ``value`` is the longest rate
+    window in milliseconds any claimer asked for: :mod:`._queue_limits`) and
     ``scope:<tenant>`` (a bound on the tenant's active tasks: :mod:`._scopes`).
     ``queue_claims``: the claim instants of rate-limited queues, kept for that longest
     window. ``tasks_schema_version``: Alembic's version table.
@@ -261,7 +257,6 @@ class Tables:
             sa.Column("snapshot", Document(), nullable=False),
             sa.Column("max_deliveries", sa.Integer, nullable=True),
             sa.Column("final_event", Ident(EVENT_ID_BYTES), nullable=True),
-            sa.Column("owner", Ident(NAME_BYTES), nullable=True),
             *head_columns(),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
             sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),

@@ -1,8 +1,9 @@
 """Alembic migrations of the SQL store, shipped inside the package.
 
 Each revision reads the namespace's table prefix with :func:`prefix` and builds every name
-from it; one that rewrites rows reads them with :func:`batches`. Revisions are frozen history: a schema change is a new revision, and
-``tests/test_migrations.py`` proves that the chain builds exactly ``_schema.Tables``.
+from it; one that rewrites rows reads them with :func:`batches`. Revisions are frozen
+history: a schema change is a new revision, and ``tests/test_migrations.py`` proves that
+the chain builds exactly ``_schema.Tables``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("available_at", _TIMESTAMP), ("neg_priority", sa.SmallInteger()),
     ("updated_at", _TIMESTAMP),
     ("expires_at", _TIMESTAMP), ("snapshot", sa.Text()), ("max_deliveries", sa.Integer()),
-    ("final_event", sa.Text()), ("owner", sa.Text()),
+    ("final_event", sa.Text()),
     ("progress", sa.Text()), ("result", sa.Text()), ("error", sa.Text()),
     ("cancel_reason", sa.Text()), ("deliveries", sa.Integer()), ("input_requests", sa.Text()),
     ("claim_worker", sa.Text()), ("claim_until", _TIMESTAMP), ("claim_flags", sa.SmallInteger()),

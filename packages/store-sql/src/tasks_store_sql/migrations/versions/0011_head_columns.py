@@ -6,8 +6,8 @@ The upgrade takes each stored text apart (a text that is not a JSON object is le
 is: unreadable before, unreadable after); the downgrade puts the head back at the front
 of the text. Both in plain JSON, in batches (this file keeps no code of the store's).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0011
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
 from tasks_store_sql.migrations import batches, prefix
 
-revision = "0012"
-down_revision = "0011"
+revision = "0011"
+down_revision = "0010"
 
 _ENDED, _RECOVERED, _HELD = 1, 2, 4
 _HEAD = ("status", "revision", "progress", "result", "error", "cancel_reason", "retry_at",
