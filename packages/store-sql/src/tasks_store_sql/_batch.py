@@ -53,10 +53,11 @@ class Loaded:
     @classmethod
     def of(cls, row: Sequence[Any]) -> Loaded:
         """A row read as ``id``, the stored columns (``_stored.STORED_COLUMNS``), the token
-        and the row's version."""
+        and the row's version — and its ``final_event`` where the read selects it next."""
         width = len(STORED_COLUMNS)
-        token, row_version = row[1 + width:3 + width]
-        return cls(row[0], Stored(*row[1:1 + width]), token, row_version)
+        token, row_version, *final = row[1 + width:4 + width]
+        return cls(row[0], Stored(*row[1:1 + width]), token, row_version,
+                   final_event=final[0] if final else None)
 
     @property
     def snapshot(self) -> Snapshot:

@@ -12,7 +12,6 @@ import threading
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel
 from tasks_core import rules
 from tasks_core.errors import StoreCorrupt
 from tasks_core.events import Completed, EventRecord
@@ -24,6 +23,7 @@ from tasks_store_sql._stored import (
     decode_snapshot,
     encode,
     encode_body,
+    encode_model,
     head_values,
     instant_json,
 )
@@ -115,14 +115,6 @@ def decode_record(task_id: str, text: Any) -> EventRecord:
         return EventRecord.model_validate_json(text)
     except (ValueError, TypeError, RecursionError):
         raise StoreCorrupt(task_id) from None
-
-
-def encode_model(model: BaseModel) -> str:
-    """The stored text of a snapshot or event record: pydantic-core's compact JSON when it
-    is ASCII (the common case, and several times faster), else :func:`encode` of its JSON
-    document (non-ASCII text ``\\u``-escaped). Both decode to the same model."""
-    text = model.model_dump_json()
-    return text if text.isascii() else encode(model.model_dump(mode="json"))
 
 
 def cut_at_instants(

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import pydantic_core
 import sqlalchemy as sa
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from tasks_core.errors import StoreCorrupt
 from tasks_core.models import ClaimInfo, Instant, Snapshot, TaskStatus
 
@@ -37,6 +37,7 @@ __all__ = [
     "decode_snapshot",
     "encode",
     "encode_body",
+    "encode_model",
     "head_values",
     "instant_json",
     "json_text",
@@ -146,9 +147,9 @@ def head_values(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "status": status_value(snapshot.status),
         "revision": snapshot.revision,
-        "progress": None if snapshot.progress is None else _model_text(snapshot.progress),
+        "progress": None if snapshot.progress is None else encode_model(snapshot.progress),
         "result": None if snapshot.result is None else json_text(snapshot.result),
-        "error": None if snapshot.error is None else _model_text(snapshot.error),
+        "error": None if snapshot.error is None else encode_model(snapshot.error),
         "cancel_reason": (None if snapshot.cancel_reason is None
                           else snapshot.cancel_reason.value),
         "retry_at": snapshot.retry_at,
@@ -166,8 +167,12 @@ def head_values(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _model_text(model: Any) -> str:
-    text: str = model.model_dump_json()
+def encode_model(model: BaseModel) -> str:
+    """The stored text of a model (a history record, a progress, an error): pydantic-core's
+    compact JSON when it is ASCII (the common case, and several times faster), else
+    :func:`encode` of its JSON document (non-ASCII text ``\\u``-escaped). Both decode to
+    the same model."""
+    text = model.model_dump_json()
     return text if text.isascii() else encode(model.model_dump(mode="json"))
 
 

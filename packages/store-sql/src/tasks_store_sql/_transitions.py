@@ -26,7 +26,6 @@ from tasks_core.storekit import TransitionPlan, plan_transitions
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded, changed_rows, history_rows, watcher_rows
 from tasks_store_sql._claims import ClaimOps
-from tasks_store_sql._stored import STORED_COLUMNS, Stored
 
 __all__ = ["TransitionOps"]
 
@@ -108,14 +107,11 @@ class TransitionOps(ClaimOps):
         return {row.id: row for row in map(self._loaded, found)}
 
     def _loaded(self, found: Sequence[Any]) -> Loaded:
-        """A row read as ``lock_rows`` reads it (the snapshot kept for what it stores,
-        if any)."""
-        task_id, *rest = found
-        width = len(STORED_COLUMNS)
-        stored = Stored(*rest[:width])
-        token, version, final_event = rest[width:]
-        return Loaded(task_id, stored, token, version,
-                      _snapshot=self.decoded.take(task_id, stored), final_event=final_event)
+        """A row read as ``lock_rows`` reads it, with the snapshot kept for what it
+        stores, if any."""
+        row = Loaded.of(found)
+        row._snapshot = self.decoded.take(row.id, row.stored)
+        return row
 
     async def _find_events(
         self, conn: AsyncConnection, loaded: dict[str, Loaded], event_ids: builtins.list[str]
