@@ -75,7 +75,7 @@ async def test_migration_0007_fills_neg_priority_from_the_stored_text(
         t = store.tables.tasks
         values = _codec.projection(
             rules.new_snapshot(new_task("broken", priority=9), clock.now()), None)
-        for later in ("neg_priority", "final_event",
+        for later in ("neg_priority", "final_event", "owner",
                       *(c.name for c in head_columns())):  # (not columns at 0006)
             del values[later]
         values["snapshot"] = '{"priority": 9, not json'

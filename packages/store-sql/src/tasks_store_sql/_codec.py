@@ -177,6 +177,7 @@ def projection(
         "max_deliveries": snapshot.work.max_deliveries,
         "snapshot": encode_body(snapshot),
         "final_event": final_event if snapshot.status == TaskStatus.COMPLETED else None,
+        "owner": None if snapshot.owner is None else snapshot.owner.user_id,
     }
 
 
@@ -225,17 +226,9 @@ def event_row(task_id: str, record: EventRecord) -> dict[str, Any]:
 
 
 def member_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
-    """The ``task_members`` rows of the owner and watchers."""
+    """The ``task_members`` rows of the watchers but the owner (a column of the task's
+    row: :func:`projection`)."""
     rows = []
-    if snapshot.owner is not None:
-        rows.append(
-            {
-                "tenant": snapshot.owner.tenant,
-                "user_id": snapshot.owner.user_id,
-                "task_id": snapshot.id,
-                "role": "owner",
-            }
-        )
     for watcher in snapshot.watchers:
         if watcher == snapshot.owner:
             continue

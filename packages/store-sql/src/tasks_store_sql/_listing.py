@@ -1,9 +1,9 @@
 """``list`` on the SQL path, every dialect: a query's tasks in id order, a page at a time.
 
-A listing reads the rows in id order (the primary key, a tenant's index, a principal's
-members) and keeps those the query matches. Rule: whatever path it takes, a page is the
-first ``limit`` matching tasks after ``after`` in id order; expired and corrupt records
-are left out without shortening it. A listing by status that the status index does not
+A listing reads the rows in id order (the primary key, a tenant's index, a principal's owner
+index and members) and keeps those the query matches. Rule: whatever path it takes, a page
+is the first ``limit`` matching tasks after ``after`` in id order; expired and corrupt
+records are left out without shortening it. A listing by status that the status index does not
 serve walks at most :attr:`ListOps.walk` rows past its cursor, up to a fence; short of a
 page, it counts the rows stored with those statuses (index-only, up to
 :attr:`ListOps.candidates`): fewer, and the rest past the fence is read from the indexes
@@ -150,15 +150,32 @@ class ListOps(CountOps):
         return sa.or_(sa.false(), *(self._status_is(s) for s in sorted(statuses)))
 
     def _listing(self, query: TaskQuery, after: bool) -> sa.Select[Any]:
-        """The plain walk: matching rows after ``after`` in id order, as far as it must."""
+        """The plain walk: matching rows after ``after`` in id order, as far as it must;
+        by principal, the first of the tasks it owns (the owner index, in id order) and
+        of those it watches (the members' primary key, in task id order) — a watcher row
+        never names the owner (``rules.apply_event``, ``_codec.member_rows``), so no task
+        comes twice."""
         t = self.tables.tasks
-        key: sa.ColumnElement[str] = t.c.id
-        stmt = sa.select(t.c.id, *stored_columns(t))
-        if query.principal is not None:  # the members' primary key, in task id order
-            m = self.tables.members
-            key = m.c.task_id
-            stmt = stmt.select_from(m.join(t, t.c.id == m.c.task_id)).where(
-                m.c.tenant == sa.bindparam("member"), m.c.user_id == sa.bindparam("user"))
+        row = sa.select(t.c.id, *stored_columns(t))
+        if query.principal is None:
+            return self._matching(query, row, t.c.id, after)
+        m = self.tables.members
+        member = sa.bindparam("member", type_=t.c.tenant.type)
+        user = sa.bindparam("user", type_=t.c.owner.type)
+        owned = row.where(t.c.tenant == member, t.c.owner == user)
+        watched = (row.select_from(m.join(t, t.c.id == m.c.task_id))
+                   .where(m.c.tenant == member, m.c.user_id == user))
+        both = sa.union_all(
+            sa.select(self._matching(query, owned, t.c.id, after).subquery()),
+            sa.select(self._matching(query, watched, m.c.task_id, after).subquery()),
+        ).subquery("principal")
+        return sa.select(*both.c).order_by(both.c.id).limit(LIMIT)
+
+    def _matching(self, query: TaskQuery, stmt: sa.Select[Any], key: sa.ColumnElement[str],
+                  after: bool) -> sa.Select[Any]:
+        """``stmt`` narrowed to the rows ``query`` matches past ``after``, the first
+        ``limit`` in the order of ``key`` (the task id, as the index read stores it)."""
+        t = self.tables.tasks
         stmt = stmt.where(*self._scope(query), *self._tenant(query))
         if after:
             stmt = stmt.where(key > sa.bindparam("after"))

@@ -137,7 +137,8 @@ def task_indexes(
     available_at)`` over retries and delayed tasks only, serves ``next_available`` (the
     first past ``now`` whatever the priority, which the claim index holds in one range
     per priority). The status index, ``(status, id)`` over :data:`LISTED`, serves listings
-    of those statuses in id order."""
+    of those statuses in id order; the owner index, ``(tenant, owner, id)`` over owned
+    tasks, a listing by principal of the tasks it owns in id order."""
     return [
         ("ix_tasks_claim", [c.queue, c.status, c.neg_priority, c.available_at, c.id],
          unclaimed(c)),
@@ -146,6 +147,7 @@ def task_indexes(
         ("ix_tasks_expires", [c.expires_at, c.id], c.expires_at.is_not(None)),
         ("ix_tasks_active", [c.tenant, c.status, c.expires_at], active(c.status)),
         ("ix_tasks_status", [c.status, c.id], listed(c.status)),
+        ("ix_tasks_owner", [c.tenant, c.owner, c.id], c.owner.is_not(None)),
     ]
 
 
@@ -192,13 +194,15 @@ class Tables:
     that completed it, whose record the row stands for (``_codec.final_record``: the
     commonest record costs no row of its own). ``task_events``: the other applied
     events of the current run, keyed ``(task_id, event_id)`` (the replay check), unique
-    ``(task_id, revision)``. ``task_members``: owner and watchers of each task, so listings by
-    principal are a join. ``ix_tasks_counts`` (``tenant, queue, status``, every row)
-    serves ``counts``: an index-only scan, whose repeated keys PostgreSQL stores once per
-    run of equal keys (B-tree deduplication). ``task_locks``: lock rows — ``creators``
-    (serializes creators; its ``value`` counts stored tasks), ``queue:<name>`` (one per
-    limited queue, which serializes its claimers; its ``value`` is the longest rate
-    window in milliseconds any claimer asked for: :mod:`._queue_limits`) and
+    ``(task_id, revision)``. ``owner``: the user id of the task's owner (its tenant is the
+    task's); ``task_members``: the watchers of each task — a listing by principal reads the
+    owner index and the members, both in task id order. ``ix_tasks_counts`` (``tenant,
+    queue, status``, every row) serves ``counts``: an index-only scan, whose repeated keys
+    PostgreSQL stores once per run of equal keys (B-tree deduplication). ``task_locks``:
+    lock rows — ``creators`` (serializes creators; its ``value`` counts stored tasks),
+    ``queue:<name>`` (one per limited queue, which serializes its claimers; its ``value``
+    is the longest rate window in milliseconds any claimer asked for:
+    :mod:`._queue_limits`) and
     ``scope:<tenant>`` (a bound on the tenant's active tasks: :mod:`._scopes`).
     ``queue_claims``: the claim instants of rate-limited queues, kept for that longest
     window. ``tasks_schema_version``: Alembic's version table.
@@ -258,6 +262,7 @@ class Tables:
             sa.Column("max_deliveries", sa.Integer, nullable=True),
             sa.Column("final_event", Ident(EVENT_ID_BYTES), nullable=True),
             *head_columns(),
+            sa.Column("owner", Ident(NAME_BYTES), nullable=True),
             sa.Index(f"{p}ix_tasks_tenant", "tenant", "id"),
             sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),
             mysql_charset="utf8mb4",

@@ -170,7 +170,7 @@ def _inserted(
 NEW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("tenant", sa.Text()), ("queue", sa.Text()), ("status", sa.Text()),
     ("revision", sa.Integer()), ("run_id", sa.Text()), ("max_deliveries", sa.Integer()),
-    ("neg_priority", sa.SmallInteger()),
+    ("neg_priority", sa.SmallInteger()), ("owner", sa.Text()),
 )
 """The columns of a new task that :func:`_created` takes as they are; the lease and
 retry columns of a new task are ``NULL``, and it computes the instants and the text."""

@@ -57,6 +57,7 @@ ROW_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
     ("cancel_reason", sa.Text()), ("deliveries", sa.Integer()), ("input_requests", sa.Text()),
     ("claim_worker", sa.Text()), ("claim_until", _TIMESTAMP), ("claim_flags", sa.SmallInteger()),
     ("lease_generation", sa.Integer()), ("started_at", _TIMESTAMP), ("finished_at", _TIMESTAMP),
+    ("owner", sa.Text()),
 )
 """The projection columns (``_codec.projection``) and their types."""
 EVENT_COLUMNS: tuple[tuple[str, sa.types.TypeEngine[Any]], ...] = (
