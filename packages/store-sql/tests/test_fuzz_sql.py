@@ -87,11 +87,13 @@ async def test_a_garbage_history_record_costs_only_that_history(any_opener: Open
 
 
 @pytest.mark.anyio
-async def test_a_garbage_creation_time_on_sqlite_costs_only_its_record(
-    sqlite_opener: Opener,
+@pytest.mark.parametrize("column", ["created_at", "updated_at", "run_at"])
+async def test_a_garbage_instant_on_sqlite_costs_only_its_record(
+    sqlite_opener: Opener, column: str,
 ) -> None:
-    """SQLite keeps instants as text, so a hand-edited ``created_at`` can hold anything; a
-    record with garbage there MUST NOT stop ``claim_next`` from serving the others."""
+    """SQLite keeps instants as text, so a hand-edited instant column can hold anything; a
+    record with garbage there MUST NOT stop ``claim_next`` from serving the others, and
+    reads as corrupt."""
     clock = ManualClock()
     store = await sqlite_opener(clock=clock)
     try:
@@ -101,10 +103,12 @@ async def test_a_garbage_creation_time_on_sqlite_costs_only_its_record(
         try:
             async with engine.begin() as conn:
                 await conn.execute(sa.update(t).where(t.c.id == seeded.victim)
-                                   .values(created_at=sa.type_coerce("garbage", sa.String)))
+                                   .values({column: sa.type_coerce("garbage", sa.String)}))
         finally:
             await engine.dispose()
         claimed = await store.claim_next("w1", 30, queues=["default"], limit=10)
         assert set(seeded.others) <= {c.snapshot.id for c in claimed}
+        with pytest.raises(StoreCorrupt):
+            await store.get(seeded.victim, tenant=None)
     finally:
         await store.aclose()

@@ -1,7 +1,7 @@
-"""Migration 0011: the snapshot's head in columns and the body in the text, up, down and
-up again with tasks in every state — each reads the same after every step, the text
-down at 0010 is the whole snapshot again, and the tasks carry on (claimed, completed)
-after the way back up.
+"""Migrations 0011 (the snapshot's head in columns and the body in the text) and 0013 (the
+body without the keys the row holds anyway), up, down and up again with tasks in every
+state — each reads the same after every step, the text down a step is what the release
+before wrote, and the tasks carry on (claimed, completed) after the way back up.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tasks_core import (
     Completed,
     InputRequested,
     ManualClock,
+    Owner,
     RetryPolicy,
     RetryRequested,
     Snapshot,
@@ -24,7 +25,7 @@ from tasks_core import (
 )
 from tasks_store_sql import SQLStore, _codec, migrate
 from tasks_store_sql._schema import head_columns
-from tasks_store_sql._stored import HEAD_KEYS
+from tasks_store_sql._stored import HEAD_KEYS, OUT_OF_BODY
 
 pytestmark = pytest.mark.anyio
 
@@ -101,5 +102,41 @@ async def test_migration_0011_goes_up_down_and_up_with_tasks_in_it(
             assert ended.snapshot.status == TaskStatus.COMPLETED
         asking = await store.get("asking", tenant=None)
         assert asking.input_requests == {"k": TRICKY}
+    finally:
+        await store.aclose()
+
+
+async def test_migration_0013_goes_up_down_and_up_with_tasks_in_it(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """Down at 0012 each body is the snapshot but its head, as that release wrote it (the
+    row's keys back in it); up again they are out, and every task reads as before."""
+    clock = ManualClock()
+    await migrate(db_url, namespace=fresh_namespace)
+    store = await SQLStore.open(db_url, namespace=fresh_namespace, clock=clock)
+    try:
+        ids = await _every_state(store, clock)
+        await store.create(new_task("nobody's", owner=None))
+        await store.create(new_task("elsewhere", owner=Owner("carol", tenant="t2"), queue="e"))
+        ids += ["nobody's", "elsewhere"]
+        before = await _read(store, ids)
+        snapshots = {i: _codec.decode_snapshot(i, await stored_row(store, i)) for i in ids}
+
+        await migrate(db_url, namespace=fresh_namespace, to="0012")
+        t = store.tables.tasks
+        async with store.engine.connect() as conn:
+            texts = dict((await conn.execute(sa.select(t.c.id, t.c.snapshot))).all())
+        for i in ids:
+            written = snapshots[i].model_dump_json(exclude=set(HEAD_KEYS), exclude_defaults=True)
+            assert json.loads(texts[i]) == json.loads(written)
+
+        await migrate(db_url, namespace=fresh_namespace)
+        assert await _read(store, ids) == before
+        for i in ids:
+            again = await stored_row(store, i)
+            assert _codec.decode_snapshot(i, again) == snapshots[i]
+            assert not set(json.loads(again.body)) & OUT_OF_BODY
+        claims = await store.claim_next("w3", LEASE_S, queues=["default", "e"], limit=5)
+        assert sorted(c.snapshot.id for c in claims) == ["elsewhere", "nobody's", "pending"]
     finally:
         await store.aclose()

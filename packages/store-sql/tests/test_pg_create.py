@@ -125,22 +125,21 @@ async def test_on_the_database_clock_the_instants_are_the_databases(
 
 
 @pytest.fixture
-def spelled(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A string that spells the stand-in instant, which is fixed for the test."""
-    stand_in = datetime(1500, 6, 1, 12, 0, 0, 1000, tzinfo=UTC)
-    monkeypatch.setattr(_pg, "_stand_in", lambda: stand_in)
-    return _codec.instant_json(stand_in).strip('"')
+def spelled() -> str:
+    """A string that spells the instant the statement's snapshots are made at."""
+    return _codec.instant_json(_pg._STAND_IN).strip('"')
 
 
-async def test_a_value_that_spells_the_stand_in_leaves_the_create_to_the_transaction(
+async def test_a_value_that_spells_the_stand_in_is_stored_as_given_by_the_statement(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements, spelled: str,
 ) -> None:
+    """The body holds no instant of the clock's, so nothing in it is replaced."""
     store = closing(await postgres_opener(clock=clock))
 
     created = await store.create(new_task(input={"when": spelled}))
 
-    assert statements == [[None]]  # nothing written by the statement; the transaction created it
+    assert statements == [[created]]
     assert created.work.input == {"when": spelled}
     assert created.created_at == clock.now()
     assert await store.get(created.id, tenant="default") == created
@@ -303,7 +302,7 @@ async def test_a_group_that_would_fill_a_tenant_is_left_to_the_transaction(
         await _stored_as_returned(store, snapshot)
 
 
-async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_transaction(
+async def test_in_a_group_a_task_that_spells_the_stand_in_is_made_by_the_statement(
     postgres_opener: Opener, closing: Callable[[SQLStore], SQLStore], clock: ManualClock,
     statements: Statements, spelled: str,
 ) -> None:
@@ -312,10 +311,10 @@ async def test_in_a_group_only_the_task_that_spells_the_stand_in_goes_to_the_tra
         new_task("lead"), new_task("spells", input=[spelled]), new_task("plain")
     ])
 
-    assert statements.outcomes()[1:] == [made[0], None, made[2]]
+    assert statements.outcomes()[1:] == made
     for created in made:
         assert await store.get(created.id, tenant="default") == created
-    await _stored_as_returned(store, made[2])
+        await _stored_as_returned(store, created)
 
 
 async def test_delayed_tasks_of_a_group_are_made_by_the_statement_at_its_clock(

@@ -9,7 +9,6 @@ The lease token only ever lives in its own column. Decoding what fails validatio
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from tasks_core import rules
@@ -31,7 +30,6 @@ from tasks_store_sql._stored import (
 __all__ = [
     "Decoded",
     "Kept",
-    "cut_at_instants",
     "decode_record",
     "decode_snapshot",
     "encode",
@@ -115,34 +113,6 @@ def decode_record(task_id: str, text: Any) -> EventRecord:
         return EventRecord.model_validate_json(text)
     except (ValueError, TypeError, RecursionError):
         raise StoreCorrupt(task_id) from None
-
-
-def cut_at_instants(
-    text: str, instants: dict[datetime, tuple[int, int]]
-) -> tuple[list[str], list[int]] | None:
-    """``text`` cut where it spells each of ``instants`` (``{instant: (how many times text
-    must spell it, its shift)}``) and the shift of each cut, in order; ``None`` when it
-    spells one of them another number of times (a user's value that spells it too).
-
-    Joining the parts with the instants spelled back in (:func:`instant_json`) gives
-    ``text`` again, which lets a store put in instants only its database knows.
-    """
-    found: list[tuple[int, str, int]] = []  # (where, spelling, shift)
-    for instant, (times, shift) in instants.items():
-        spelled = instant_json(instant)
-        at = text.find(spelled)
-        while at >= 0:
-            found.append((at, spelled, shift))
-            at = text.find(spelled, at + len(spelled))
-        if sum(1 for _, seen, _ in found if seen == spelled) != times:
-            return None
-    found.sort()
-    parts, start = [], 0
-    for at, spelled, _ in found:  # quoted, with no quote inside: spellings never overlap
-        parts.append(text[start:at])
-        start = at + len(spelled)
-    parts.append(text[start:])
-    return parts, [shift for _, _, shift in found]
 
 
 def projection(

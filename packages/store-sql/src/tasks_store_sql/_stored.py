@@ -1,10 +1,12 @@
 """How a task's snapshot is laid out in its row: the keys a claim or a completion writes
-(:data:`HEAD_KEYS`) as columns, every other key as JSON text written once (the
+(:data:`HEAD_KEYS`) and the keys the row holds anyway (:data:`ROW_KEYS`: id, tenant,
+owner, queue, run, creation, ``run_at``) as columns, every other key as JSON text written once (the
 ``snapshot`` column, the *body*).
 
 Rules: a claim or a completion changes columns only, never the body, so neither rewrites
-the document a task was created with; the body holds no head key and leaves out every
-value at its default, nested ones included (decoding gives the defaults back); JSON text
+the document a task was created with; the body holds no key a column holds (an owner of
+another tenant than the task's, which no ``NewTask`` allows, stays in it) and leaves out
+every value at its default, nested ones included (decoding gives the defaults back); JSON text
 is ASCII (``\\u``-escaped), so any string survives any column charset. A task is read
 back as :class:`Stored` — the body and the head's columns, in the order of
 :data:`STORED_COLUMNS` — and decoded by pydantic-core in one pass over the head spelled
@@ -30,7 +32,9 @@ __all__ = [
     "ENDED",
     "HEAD_KEYS",
     "HELD",
+    "OUT_OF_BODY",
     "RECOVERED",
+    "ROW_KEYS",
     "STORED_COLUMNS",
     "Stored",
     "claim_flags",
@@ -58,7 +62,14 @@ COMPLETION_KEYS = frozenset({
 HEAD_KEYS = tuple(key for key in Snapshot.model_fields if key in CLAIM_KEYS | COMPLETION_KEYS)
 """The head: the keys a claim or a completion writes, in the order of the model's fields.
 Each is a column; none is in the body."""
-_HEAD = set(HEAD_KEYS)
+ROW_KEYS = ("id", "tenant", "owner", "queue", "run_id", "created_at", "run_at")
+"""The keys the row holds as columns of their own (the owner as its user id), written with
+the row (a create, a new run); none is in the body, so the body holds no instant the store
+clock gives."""
+OUT_OF_BODY = frozenset(HEAD_KEYS) | frozenset(ROW_KEYS)
+"""Every key a column holds."""
+_LEFT_OUT = set(OUT_OF_BODY)
+_LEFT_OUT_BUT_OWNER = _LEFT_OUT - {"owner"}
 
 ENDED, RECOVERED, HELD = 1, 2, 4
 """The bits of ``claim_flags``: the claim's ``ended``, ``recovered`` and ``held``."""
@@ -87,6 +98,12 @@ class Stored(NamedTuple):
     started_at: datetime | None
     finished_at: datetime | None
     expires_at: datetime | None
+    tenant: str
+    owner: str | None
+    queue: str
+    run_id: str
+    created_at: datetime
+    run_at: datetime | None
 
 
 STORED_COLUMNS = ("snapshot", *Stored._fields[1:])
@@ -132,12 +149,15 @@ def claim_flags(claim: ClaimInfo) -> int:
 
 
 def encode_body(snapshot: Snapshot) -> str:
-    """The body of ``snapshot``: every key but the head's, the values at their defaults
+    """The body of ``snapshot``: every key no column holds, the values at their defaults
     left out (ASCII)."""
-    text = snapshot.model_dump_json(exclude=_HEAD, exclude_defaults=True)
+    owner = snapshot.owner
+    left_out = (_LEFT_OUT if owner is None or owner.tenant == snapshot.tenant
+                else _LEFT_OUT_BUT_OWNER)
+    text = snapshot.model_dump_json(exclude=left_out, exclude_defaults=True)
     if text.isascii():
         return text
-    return encode(snapshot.model_dump(mode="json", exclude=_HEAD, exclude_defaults=True))
+    return encode(snapshot.model_dump(mode="json", exclude=left_out, exclude_defaults=True))
 
 
 def head_values(snapshot: Snapshot) -> dict[str, Any]:
@@ -181,7 +201,11 @@ def _or_null(text: str | None) -> str:
 
 
 def _instant(value: datetime | None) -> str:
-    return "null" if value is None else instant_json(value)
+    if value is None:
+        return "null"
+    if not isinstance(value, datetime):  # SQLite text that is no instant (``_types``)
+        raise TypeError("not an instant")
+    return instant_json(value)
 
 
 def _claim_text(stored: Stored) -> str:
@@ -198,13 +222,23 @@ def _claim_text(stored: Stored) -> str:
     ))
 
 
-def _text(stored: Stored) -> str:
-    """The JSON text of the task: the head spelled from its columns, then the body."""
+def _text(task_id: str, stored: Stored) -> str:
+    """The JSON text of the task: the keys its columns hold spelled from them, then the
+    body (whose keys come last, so a key it holds wins)."""
     body = stored.body
     if not body.startswith("{") or body == "{}":
         raise ValueError("not a body")
+    owner = stored.owner
     return "".join((
-        '{"status":', encode(stored.status),
+        '{"id":', encode(task_id),
+        ',"tenant":', encode(stored.tenant),
+        ',"owner":', "null" if owner is None
+        else f'{{"user_id":{encode(owner)},"tenant":{encode(stored.tenant)}}}',
+        ',"queue":', encode(stored.queue),
+        ',"run_id":', encode(stored.run_id),
+        ',"created_at":', _instant(stored.created_at),
+        ',"run_at":', _instant(stored.run_at),
+        ',"status":', encode(stored.status),
         ',"revision":', str(int(stored.revision)),
         ',"progress":', _or_null(stored.progress),
         ',"result":', _or_null(stored.result),
@@ -232,7 +266,7 @@ def decode_snapshot(task_id: str, stored: Stored) -> Snapshot:
         StoreCorrupt: what is stored is not a valid snapshot of that task.
     """
     try:
-        snapshot = Snapshot.model_validate_json(_text(stored))
+        snapshot = Snapshot.model_validate_json(_text(task_id, stored))
     except (ValueError, TypeError, AttributeError, RecursionError):
         raise StoreCorrupt(task_id) from None
     if snapshot.id != task_id:

@@ -6,7 +6,9 @@
   or trailing spaces), plain ``VARCHAR`` (BINARY collation) on SQLite.
 - :class:`Instant`: an aware UTC instant, millisecond resolution: ``timestamptz`` on
   PostgreSQL, ``DATETIME(3)`` in UTC on MariaDB/MySQL, ISO text on SQLite. The session
-  time zone never changes what is stored or read back.
+  time zone never changes what is stored or read back. SQLite's text can hold anything (a
+  hand edit): text that is not an instant is read back as it is, never raised in the
+  driver, so the record that holds it — and only that one — decodes as corrupt.
 - :class:`Document`: JSON text of any size (``LONGTEXT`` on MariaDB/MySQL).
 
 Rule: these types are frozen — migrations import them, so changing one changes history.
@@ -79,11 +81,21 @@ class Instant(TypeDecorator[datetime]):
             return value
         return value.replace(tzinfo=None)
 
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        """On SQLite, :meth:`process_result_value` alone (the driver's own parse of the
+        text would raise for the whole result)."""
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+        return lambda value: self.process_result_value(value, dialect)
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):
-            value = datetime.fromisoformat(value)
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                return value  # type: ignore[no-any-return]  # (damage: module docstring)
         if not isinstance(value, datetime):
             raise TypeError("not an instant")
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

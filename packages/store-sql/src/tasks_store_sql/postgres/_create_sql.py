@@ -26,7 +26,6 @@ from tasks_store_sql.postgres._statements import (
     _json_rows,
     _now_param,
     _woken,
-    instant_text,
     later,
     store_clock,
 )
@@ -244,13 +243,11 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
 
     The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
     the columns :data:`NEW_COLUMNS`, ``ttl`` and ``delay`` (milliseconds after the
-    clock of the expiry and of ``run_at``, or ``null``) and ``pieces``, their snapshot
-    text cut at its instants — ``[part, shift]`` pairs, each part followed by the clock's
-    instant plus ``shift`` milliseconds (``created_at``, ``updated_at``: ``0``;
-    ``expires_at``: ``ttl``; ``run_at``: ``delay``; ``null`` after the last part). The
-    ``created_at``, ``updated_at``, ``run_at``, ``available_at`` (``run_at``, else the
-    creation) and ``expires_at`` columns are the clock's too; their members come as
-    :func:`_inserted` takes them.
+    clock of the expiry and of ``run_at``, or ``null``) and ``body``, the snapshot's text
+    as stored (it holds no instant: ``_stored.ROW_KEYS``). The ``created_at``,
+    ``updated_at``, ``run_at``, ``available_at`` (``run_at``, else the creation) and
+    ``expires_at`` columns are the clock's; their members come as :func:`_inserted` takes
+    them.
 
     Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
     past ``most`` or without the creators' row), and the counted, granted and notified
@@ -267,29 +264,16 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     )  # evaluated once, after the lock
     rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
                                ("ttl", sa.BigInteger()), ("delay", sa.BigInteger()),
-                               ("pieces", postgresql.JSON())])
+                               ("body", sa.Text())])
     scopes = _scopes(tables, rows, locked)
     full = sa.exists(sa.select(scopes.c.tenant).where(
         scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
     clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
-    pieces = sa.func.json_array_elements(rows.c.pieces).table_valued(
-        sa.column("piece", postgresql.JSON()), with_ordinality="k"
-    ).render_derived("p")
-    shift = sa.cast(pieces.c.piece[1].astext, sa.BigInteger)
-    text = (
-        sa.select(sa.func.string_agg(
-            sa.func.concat(pieces.c.piece[0].astext,
-                           instant_text(later(clocked.c.now, shift))),
-            postgresql.aggregate_order_by(sa.bindparam("nothing", "", type_=sa.Text),
-                                          pieces.c.k),
-        ))
-        .scalar_subquery()
-    )
     run_at = later(clocked.c.now, rows.c.delay)  # NULL without a delay
     values = sa.select(
         rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in NEW_COLUMNS),
         clocked.c.now, clocked.c.now, run_at, sa.func.coalesce(run_at, clocked.c.now),
-        later(clocked.c.now, rows.c.ttl), text,
+        later(clocked.c.now, rows.c.ttl), rows.c.body,
     ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
     names = ["id", "row_version", *(name for name, _ in NEW_COLUMNS),
              "created_at", "updated_at", "run_at", "available_at", "expires_at", "snapshot"]

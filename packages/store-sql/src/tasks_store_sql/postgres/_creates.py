@@ -3,8 +3,9 @@ in one statement (:meth:`PostgresCreates.create_at_once`), the rest in a transac
 
 The statement locks the creators' row, reads the clock after that lock, and inserts the
 tasks, their members, the count and the ``NOTIFY`` while the store stays within both
-capacity limits; each snapshot text comes from Python cut at its instants, and the
-statement spells the clock into the cuts. What it cannot decide alone — a taken id, a
+capacity limits; each body comes from Python as it is stored (it holds no instant the
+clock gives: ``_stored.ROW_KEYS``), and the statement puts the clock's instants in the
+columns. What it cannot decide alone — a taken id, a
 group that would pass a limit, a replacement — goes to the transaction (``BEGIN``, the
 lock with the clock, the checks in Python, the insert, ``COMMIT``).
 """
@@ -12,10 +13,9 @@ lock with the clock, the checks in Python, the insert, ``COMMIT``).
 from __future__ import annotations
 
 import asyncio
-import secrets
 import weakref
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -34,7 +34,6 @@ from tasks_store_sql._batch import Loaded
 from tasks_store_sql._grouped import Grouped
 from tasks_store_sql._schema import MISSING_COUNTER
 from tasks_store_sql._scopes import room_for_one, scope_lock
-from tasks_store_sql._stored import HEAD_KEYS
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS
 from tasks_store_sql.postgres._statements import MILLISECOND
 from tasks_store_sql.postgres._transitions import PostgresTransitions
@@ -163,16 +162,16 @@ class PostgresCreates(PostgresTransitions):
         (it may be full: the transaction counts it; then none is created) — for the
         transaction that decides (:meth:`_create`).
 
-        Each snapshot is made in Python at a stand-in instant, its text cut where it
-        spells that instant (and a delay's ``run_at``, the TTL's expiry), and the
-        statement spells in the clock it reads after the creators' lock: what is stored is
-        exactly the snapshot made at that clock, which is returned. A task given an
-        instant ``run_at`` (clamped to the clock) goes to the transaction.
+        Each snapshot is made in Python at a stand-in instant; its body holds none of its
+        instants, and the statement writes the instant columns from the clock it reads
+        after the creators' lock (a delay's ``run_at``, the TTL's expiry: shifted from it):
+        what is stored is exactly the snapshot made at that clock, which is returned. A
+        task given an instant ``run_at`` (clamped to the clock) goes to the transaction.
 
         Raises:
             StoreUnavailable: transient failure; nothing was written.
         """
-        made: dict[str, tuple[Snapshot, datetime]] = {}
+        made: dict[str, Snapshot] = {}
         rows: list[dict[str, Any]] = []
         members: list[dict[str, Any]] = []
         seen: set[str] = set()
@@ -182,26 +181,16 @@ class PostgresCreates(PostgresTransitions):
             seen.add(new.id)
             if new.run_at is not None:  # clamped to the clock: decide in a transaction
                 continue
-            stand_in = _stand_in()
-            snapshot = rules.new_snapshot(new, stand_in)
-            shifts = {name: None if at is None else (at - stand_in) // MILLISECOND
+            snapshot = rules.new_snapshot(new, _STAND_IN)
+            shifts = {name: None if at is None else (at - _STAND_IN) // MILLISECOND
                       for name, at in _clocked(snapshot).items()}
-            instants: dict[datetime, tuple[int, int]] = {}  # {instant: (times, shift)}
-            for name, at in _clocked(snapshot).items():
-                if at is not None and name not in HEAD_KEYS:  # (the body's; a head
-                    times, _ = instants.get(at, (0, 0))  # instant is a column)
-                    instants[at] = (times + 1, shifts[name] or 0)
             columns = _codec.projection(snapshot, None)
-            cut = _codec.cut_at_instants(columns["snapshot"], instants)
-            if cut is None:  # the user's values spell the stand-in: decide in a transaction
-                continue
-            made[new.id] = (snapshot, stand_in)
-            parts, cuts = cut
+            made[new.id] = snapshot
             rows.append({
                 "n": len(rows), "id": new.id,
                 **{name: columns[name] for name, _ in NEW_COLUMNS},
                 "ttl": shifts["expires_at"], "delay": shifts["run_at"],
-                "pieces": list(zip(parts, [*cuts, None], strict=True)),
+                "body": columns["snapshot"],
             })
             members += _codec.member_rows(snapshot)
         if not made:
@@ -219,9 +208,9 @@ class PostgresCreates(PostgresTransitions):
         if ids:
             now = rules.tick(clock)
             for task_id in ids:
-                snapshot, stand_in = made[task_id]
+                snapshot = made[task_id]
                 created[task_id] = replaced(snapshot, **{
-                    name: None if at is None else now + (at - stand_in)
+                    name: None if at is None else now + (at - _STAND_IN)
                     for name, at in _clocked(snapshot).items()})
         outcomes: list[Snapshot | None] = []
         for new in news:
@@ -254,11 +243,6 @@ def _clocked(snapshot: Snapshot) -> dict[str, datetime | None]:
             "run_at": snapshot.run_at, "expires_at": snapshot.expires_at}
 
 
-_STAND_IN_FROM = datetime(1100, 1, 1, tzinfo=UTC)
-_STAND_IN_SPAN_MS = 700 * 365 * 86_400_000
-
-
-def _stand_in() -> datetime:
-    """A random instant no store clock gives (between the years 1100 and 1800, whole
-    milliseconds), for a snapshot whose instants the database puts in."""
-    return _STAND_IN_FROM + timedelta(milliseconds=secrets.randbelow(_STAND_IN_SPAN_MS))
+_STAND_IN = datetime(2000, 1, 1, tzinfo=UTC)
+"""The instant a new task's snapshot is made at before the statement reads the clock:
+its instants are columns, written from the clock and these shifts from it."""

@@ -33,7 +33,6 @@ __all__ = [
     "ROW_COLUMNS",
     "Statement",
     "Statements",
-    "instant_text",
     "later",
     "many_queues",
     "oldest_claimable",
@@ -317,23 +316,6 @@ def later(
     of seconds only, the same length in every zone.
     """
     return instant + milliseconds * sa.bindparam("millisecond", MILLISECOND, type_=sa.Interval)
-
-
-INSTANT_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
-"""How the JSON of a snapshot spells an instant (pydantic's UTC form)."""
-WHOLE_SECOND = ".000000"
-"""The fraction pydantic leaves out of an instant on a whole second."""
-
-
-def instant_text(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """``value`` (a ``timestamptz``) as the JSON string a snapshot stores for it, spelled
-    as pydantic spells it (:func:`tasks_store_sql._codec.instant_json`)."""
-    utc = sa.func.timezone(sa.bindparam("utc", "UTC", type_=sa.Text), value)
-    quote = sa.bindparam("quote", '"', type_=sa.Text)
-    spelled = sa.func.to_char(utc, sa.bindparam("instant_format", INSTANT_FORMAT, type_=sa.Text))
-    whole = sa.bindparam("whole_second", WHOLE_SECOND, type_=sa.Text)
-    return sa.func.replace(quote + spelled + quote, whole,
-                           sa.bindparam("nothing", "", type_=sa.Text))
 
 
 def _json_rows(name: str, columns: list[tuple[str, sa.types.TypeEngine[Any]]]) -> Any:
