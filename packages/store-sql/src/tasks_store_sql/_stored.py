@@ -117,6 +117,9 @@ def stored_columns(tasks: sa.Table) -> list[sa.Column[Any]]:
 
 _INSTANT = TypeAdapter(Instant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+_string = json.encoder.encode_basestring_ascii
+"""A string as :func:`encode` spells it (``TypeError`` for anything else), without its
+dispatch: a read spells several."""
 
 
 def encode(document: Any) -> str:
@@ -213,7 +216,7 @@ def _claim_text(stored: Stored) -> str:
         return "null"
     flags = int(stored.claim_flags or 0)
     return "".join((
-        '{"worker_id":', encode(stored.claim_worker),
+        '{"worker_id":', _string(stored.claim_worker),
         ',"generation":', str(int(stored.claim_generation)),  # type: ignore[arg-type]
         ',"expires_at":', _instant(stored.claim_until),
         ',"ended":', "true" if flags & ENDED else "false",
@@ -230,21 +233,21 @@ def _text(task_id: str, stored: Stored) -> str:
         raise ValueError("not a body")
     owner = stored.owner
     return "".join((
-        '{"id":', encode(task_id),
-        ',"tenant":', encode(stored.tenant),
+        '{"id":', _string(task_id),
+        ',"tenant":', _string(stored.tenant),
         ',"owner":', "null" if owner is None
-        else f'{{"user_id":{encode(owner)},"tenant":{encode(stored.tenant)}}}',
-        ',"queue":', encode(stored.queue),
-        ',"run_id":', encode(stored.run_id),
+        else f'{{"user_id":{_string(owner)},"tenant":{_string(stored.tenant)}}}',
+        ',"queue":', _string(stored.queue),
+        ',"run_id":', _string(stored.run_id),
         ',"created_at":', _instant(stored.created_at),
         ',"run_at":', _instant(stored.run_at),
-        ',"status":', encode(stored.status),
+        ',"status":', _string(stored.status),
         ',"revision":', str(int(stored.revision)),
         ',"progress":', _or_null(stored.progress),
         ',"result":', _or_null(stored.result),
         ',"error":', _or_null(stored.error),
         ',"cancel_reason":', "null" if stored.cancel_reason is None
-        else encode(stored.cancel_reason),
+        else _string(stored.cancel_reason),
         ',"retry_at":', _instant(stored.retry_at),
         ',"deliveries":', str(int(stored.deliveries)),
         ',"input_requests":', stored.input_requests or "{}",
