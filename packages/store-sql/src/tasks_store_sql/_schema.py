@@ -25,6 +25,7 @@ __all__ = [
     "MISSING_COUNTER",
     "NAME_BYTES",
     "SCOPE_PREFIX",
+    "TASKS_FILLFACTOR",
     "Tables",
     "active",
     "check_namespace",
@@ -42,6 +43,9 @@ ID_BYTES = 1024
 NAME_BYTES = 256
 EVENT_ID_BYTES = 256
 TOKEN_CHARS = 256
+TASKS_FILLFACTOR = 50
+"""PostgreSQL: how full an insert leaves a page of ``tasks`` (percent, migration 0014):
+the rest is room for the versions its rows' claims and completions write, pruned there."""
 COUNTER = "creators"
 """The lock row creators hold; its ``value`` is the number of stored tasks (named
 ``tasks`` before migration 0005, whose rename stops the creates of code that keeps no
@@ -267,6 +271,7 @@ class Tables:
             sa.Index(f"{p}ix_tasks_counts", "tenant", "queue", "status"),
             mysql_charset="utf8mb4",
             mysql_engine="InnoDB",
+            postgresql_with={"fillfactor": TASKS_FILLFACTOR},
         )
         for name, columns, where in task_indexes(tasks.c):
             sa.Index(f"{p}{name}", *columns, postgresql_where=where, sqlite_where=where)

@@ -1,17 +1,20 @@
 """Alembic migrations of the SQL store, shipped inside the package.
 
 Each revision reads the namespace's table prefix with :func:`prefix` and builds every name
-from it; one that rewrites rows reads them with :func:`batches`. Revisions are frozen
+from it; one that rewrites rows reads them with :func:`batches` and writes stored JSON with
+:func:`json_text` and :func:`spelled_instant`. Revisions are frozen
 history: a schema change is a new revision, and ``tests/test_migrations.py`` proves that
 the chain builds exactly ``_schema.Tables``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["batches", "prefix"]
+__all__ = ["batches", "json_text", "prefix", "spelled_instant"]
 
 
 def prefix(op: Any) -> str:
@@ -35,3 +38,18 @@ def batches(op: Any, statement: Any, size: int = 1000) -> Iterator[Sequence[Any]
             return
         yield rows
         after = rows[-1][0]
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text, ASCII-escaped, as the store writes it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def spelled_instant(value: datetime | None) -> str | None:
+    """An instant as a snapshot's JSON spells it (without the fraction on a whole
+    second)."""
+    if value is None:
+        return None
+    value = value.astimezone(UTC)
+    fraction = f".{value.microsecond:06d}" if value.microsecond else ""
+    return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"

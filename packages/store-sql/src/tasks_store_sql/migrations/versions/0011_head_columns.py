@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import batches, prefix
+from tasks_store_sql.migrations import batches, json_text, prefix, spelled_instant
 
 revision = "0011"
 down_revision = "0010"
@@ -49,9 +49,6 @@ def _tasks() -> sa.TableClause:
     )
 
 
-def _text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
 
 def _parsed(text: str | None) -> Any:
     return None if text is None else json.loads(text)
@@ -61,16 +58,6 @@ def _instant(text: Any) -> datetime | None:
     if text is None:
         return None
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(UTC)
-
-
-def _spelled(value: datetime | None) -> str | None:
-    """An instant as a snapshot's JSON spells it (without the fraction on a whole
-    second)."""
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    fraction = f".{value.microsecond:06d}" if value.microsecond else ""
-    return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 def _taken_apart(text: str) -> dict[str, Any] | None:
@@ -88,13 +75,13 @@ def _taken_apart(text: str) -> dict[str, Any] | None:
 
     def text_of(key: str) -> str | None:
         value = document.get(key)
-        return None if value is None else _text(value)
+        return None if value is None else json_text(value)
 
     return {
         "b_progress": text_of("progress"), "b_result": text_of("result"),
         "b_error": text_of("error"), "b_cancel_reason": document.get("cancel_reason"),
         "b_deliveries": document.get("deliveries") or 0,
-        "b_input_requests": _text(requests) if requests else None,
+        "b_input_requests": json_text(requests) if requests else None,
         "b_claim_worker": None if claim is None else claim.get("worker_id"),
         "b_claim_until": None if claim is None else _instant(claim.get("expires_at")),
         "b_claim_flags": None if claim is None else (
@@ -103,7 +90,7 @@ def _taken_apart(text: str) -> dict[str, Any] | None:
         "b_lease_generation": document.get("lease_generation") or 0,
         "b_started_at": _instant(document.get("started_at")),
         "b_finished_at": _instant(document.get("finished_at")),
-        "b_snapshot": _text({k: v for k, v in document.items() if k not in _HEAD}),
+        "b_snapshot": json_text({k: v for k, v in document.items() if k not in _HEAD}),
     }
 
 
@@ -150,7 +137,7 @@ def downgrade() -> None:
             flags = values["claim_flags"] or 0
             claim = None if values["claim_worker"] is None else {
                 "worker_id": values["claim_worker"], "generation": values["claim_generation"],
-                "expires_at": _spelled(values["claim_until"]), "ended": bool(flags & _ENDED),
+                "expires_at": spelled_instant(values["claim_until"]), "ended": bool(flags & _ENDED),
                 "recovered": bool(flags & _RECOVERED), **({"held": True} if flags & _HELD else {}),
             }
 
@@ -158,16 +145,16 @@ def downgrade() -> None:
                 "status": values["status"], "revision": values["revision"],
                 "progress": _parsed(values["progress"]), "result": _parsed(values["result"]),
                 "error": _parsed(values["error"]), "cancel_reason": values["cancel_reason"],
-                "retry_at": _spelled(values["retry_at"]), "deliveries": values["deliveries"],
+                "retry_at": spelled_instant(values["retry_at"]), "deliveries": values["deliveries"],
                 "input_requests": _parsed(values["input_requests"]) or {}, "claim": claim,
                 "lease_generation": values["lease_generation"],
-                "updated_at": _spelled(values["updated_at"]),
-                "started_at": _spelled(values["started_at"]),
-                "finished_at": _spelled(values["finished_at"]),
-                "expires_at": _spelled(values["expires_at"]),
+                "updated_at": spelled_instant(values["updated_at"]),
+                "started_at": spelled_instant(values["started_at"]),
+                "finished_at": spelled_instant(values["finished_at"]),
+                "expires_at": spelled_instant(values["expires_at"]),
                 **body,
             }
-            texts.append({"b_id": values["id"], "b_snapshot": _text(document)})
+            texts.append({"b_id": values["id"], "b_snapshot": json_text(document)})
         if texts:
             op.get_bind().execute(write, texts)
     table = f"{prefix(op)}tasks"

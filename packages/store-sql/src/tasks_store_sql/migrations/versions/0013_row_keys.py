@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import batches, prefix
+from tasks_store_sql.migrations import batches, json_text, prefix, spelled_instant
 
 revision = "0013"
 down_revision = "0012"
@@ -41,25 +41,12 @@ def _tasks() -> sa.TableClause:
     )
 
 
-def _text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
 
 def _instant(text: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(UTC)
     except ValueError:
         return None
-
-
-def _spelled(value: datetime | None) -> str | None:
-    """An instant as a snapshot's JSON spells it (without the fraction on a whole
-    second)."""
-    if value is None:
-        return None
-    value = value.astimezone(UTC)
-    fraction = f".{value.microsecond:06d}" if value.microsecond else ""
-    return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 def _owner(row: Any) -> dict[str, str] | None:
@@ -106,7 +93,7 @@ def _rewrite(body_of: Callable[[Any, dict[str, Any]], dict[str, Any]]) -> None:
             document = _document(values["snapshot"])
             if document is not None:
                 texts.append({"b_id": values["id"],
-                              "b_snapshot": _text(body_of(values, document))})
+                              "b_snapshot": json_text(body_of(values, document))})
         if texts:
             op.get_bind().execute(write, texts)
 
@@ -119,9 +106,9 @@ def _without_row_keys(row: Any, document: dict[str, Any]) -> dict[str, Any]:
 
 def _with_row_keys(row: Any, document: dict[str, Any]) -> dict[str, Any]:
     queue = {} if row["queue"] == _DEFAULT else {"queue": row["queue"]}
-    run_at = {} if row["run_at"] is None else {"run_at": _spelled(row["run_at"])}
+    run_at = {} if row["run_at"] is None else {"run_at": spelled_instant(row["run_at"])}
     return {"id": row["id"], "tenant": row["tenant"], "owner": _owner(row), **queue,
-            "run_id": row["run_id"], "created_at": _spelled(row["created_at"]), **run_at,
+            "run_id": row["run_id"], "created_at": spelled_instant(row["created_at"]), **run_at,
             **document}
 
 
