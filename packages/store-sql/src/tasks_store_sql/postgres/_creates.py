@@ -5,9 +5,9 @@ The statement locks the creators' row, reads the clock after that lock, and inse
 tasks, their members, the count and the ``NOTIFY`` while the store stays within both
 capacity limits; each body comes from Python as it is stored (it holds no instant the
 clock gives: ``_stored.ROW_KEYS``), and the statement puts the clock's instants in the
-columns. What it cannot decide alone — a taken id, a
-group that would pass a limit, a replacement — goes to the transaction (``BEGIN``, the
-lock with the clock, the checks in Python, the insert, ``COMMIT``).
+columns. What it cannot decide alone — a taken id, a group that would pass a limit, a
+replacement — goes to the transaction (``BEGIN``, the lock with the clock, the checks in
+Python, the insert, ``COMMIT``).
 """
 
 from __future__ import annotations
