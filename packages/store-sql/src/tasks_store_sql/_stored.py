@@ -1,17 +1,14 @@
 """How a task's snapshot is laid out in its row: the keys a claim or a completion writes
-(:data:`HEAD_KEYS`) and the keys the row holds anyway (:data:`ROW_KEYS`: id, tenant, owner,
-queue, run, creation, ``run_at``) as columns, every other key as JSON text written once
-(the ``snapshot`` column, the *body*).
+(:data:`HEAD_KEYS`) and the keys the row holds anyway (:data:`ROW_KEYS`) as columns, every
+other key as JSON text written once (the ``snapshot`` column, the *body*).
 
-Rules: a claim or a completion changes columns only, never the body, so neither rewrites
-the document a task was created with; the body holds no key a column holds (an owner of
-another tenant than the task's, which no ``NewTask`` allows, stays in it) and leaves out
-every value at its default, nested ones included (decoding gives the defaults back); JSON
-text is ASCII (``\\u``-escaped), so any string survives any column charset. A task is read
-back as :class:`Stored` — the body and the columns, in the order of
-:data:`STORED_COLUMNS` — and decoded by pydantic-core in one pass over the columns'
-keys spelled from them, then the body (:func:`decode_snapshot`); anything that fails is
-``StoreCorrupt`` naming the task id and nothing of what is stored.
+Rules: a claim or a completion changes columns only, never the body; the body holds no key
+a column holds (an owner of another tenant than the task's, which no ``NewTask`` allows,
+stays in it) and leaves out every value at its default, nested ones included; JSON text is
+ASCII (``\\u``-escaped), so any string survives any column charset. A task is read back as
+:class:`Stored` (the body and the columns, in the order of :data:`STORED_COLUMNS`) and
+decoded by pydantic-core in one pass over the columns' keys, then the body
+(:func:`decode_snapshot`); anything that fails is ``StoreCorrupt`` naming only the task id.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@
   "C"`` on PostgreSQL, ``VARBINARY`` on MariaDB/MySQL (whose text collations ignore case
   or trailing spaces), plain ``VARCHAR`` (BINARY collation) on SQLite.
 - :class:`Instant`: an aware UTC instant, millisecond resolution: ``timestamptz`` on
-  PostgreSQL, ``DATETIME(3)`` in UTC on MariaDB/MySQL, ISO text on SQLite. The session
-  time zone never changes what is stored or read back. SQLite's text can hold anything (a
-  hand edit): text that is not an instant is read back as it is, never raised in the
-  driver, so the record that holds it — and only that one — decodes as corrupt.
+  PostgreSQL, ``DATETIME(3)`` in UTC on MariaDB/MySQL, ISO text on SQLite (text that is no
+  instant, a hand edit, is read back as it is: only its record decodes as corrupt).
 - :class:`Document`: JSON text of any size (``LONGTEXT`` on MariaDB/MySQL).
 
 Rule: these types are frozen — migrations import them, so changing one changes history.

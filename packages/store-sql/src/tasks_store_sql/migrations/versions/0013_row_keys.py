@@ -1,13 +1,11 @@
-"""The body without the keys the row holds anyway: ``id``, ``tenant``, ``owner``,
-``queue``, ``run_id``, ``created_at`` and ``run_at`` are columns of ``tasks`` already, so
-the ``snapshot`` text stops repeating them (a read spells them from the columns, the
-body's own keys last).
+"""The body without the keys the row holds anyway (``id``, ``tenant``, ``owner``, ``queue``,
+``run_id``, ``created_at``, ``run_at``): a read spells them from the columns, the body's
+own keys last.
 
-The upgrade takes each of those keys out of a stored body when its column gives back the
-same value (one that does not stays, and goes on winning as it did); a text that is not a
-JSON object is left as it is. The downgrade puts every key back from the columns, the
-body's own keys winning. Both in plain JSON, in batches (this file keeps no code of the
-store's). No column changes.
+The upgrade takes each key out of a stored body when its column gives back the same value
+(one that does not stays, and goes on winning); a text that is not a JSON object is left
+as it is. The downgrade puts every key back from the columns, the body's keys winning.
+Both in plain JSON, in batches (this file keeps no code of the store's).
 
 Revision ID: 0013
 Revises: 0012
