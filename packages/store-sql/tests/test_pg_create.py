@@ -35,8 +35,8 @@ from tasks_core import (
     TaskQuery,
     rules,
 )
-from tasks_store_sql import SQLStore, _codec
-from tasks_store_sql._stored import encode_body
+from tasks_store_sql import SQLStore
+from tasks_store_sql._stored import encode_body, instant_json
 from tasks_store_sql.postgres import _creates as _pg
 
 pytestmark = pytest.mark.anyio
@@ -127,7 +127,7 @@ async def test_on_the_database_clock_the_instants_are_the_databases(
 @pytest.fixture
 def spelled() -> str:
     """A string that spells the instant the statement's snapshots are made at."""
-    return _codec.instant_json(_pg._STAND_IN).strip('"')
+    return instant_json(_pg._STAND_IN).strip('"')
 
 
 async def test_a_value_that_spells_the_stand_in_is_stored_as_given_by_the_statement(

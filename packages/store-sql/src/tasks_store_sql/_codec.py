@@ -24,7 +24,6 @@ from tasks_store_sql._stored import (
     encode_body,
     encode_model,
     head_values,
-    instant_json,
 )
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "encode_model",
     "event_row",
     "final_record",
-    "instant_json",
     "kept_in_row",
     "member_rows",
     "projection",

@@ -1,8 +1,9 @@
 """Alembic migrations of the SQL store, shipped inside the package.
 
 Each revision reads the namespace's table prefix with :func:`prefix` and builds every name
-from it; one that rewrites rows reads them with :func:`batches` and writes stored JSON with
-:func:`json_text` and :func:`spelled_instant`. Revisions are frozen
+from it; one that rewrites rows reads them with :func:`batches` (a stored text at a time:
+:func:`rewrite_snapshots`, :func:`json_object`) and writes stored JSON with :func:`json_text`
+and :func:`spelled_instant`. Revisions are frozen
 history: a schema change is a new revision, and ``tests/test_migrations.py`` proves that
 the chain builds exactly ``_schema.Tables``.
 """
@@ -10,11 +11,14 @@ the chain builds exactly ``_schema.Tables``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["batches", "json_text", "prefix", "spelled_instant"]
+import sqlalchemy as sa
+
+__all__ = ["batches", "json_object", "json_text", "prefix", "rewrite_snapshots",
+           "spelled_instant"]
 
 
 def prefix(op: Any) -> str:
@@ -53,3 +57,33 @@ def spelled_instant(value: datetime | None) -> str | None:
     value = value.astimezone(UTC)
     fraction = f".{value.microsecond:06d}" if value.microsecond else ""
     return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+
+
+def json_object(text: Any) -> dict[str, Any] | None:
+    """The JSON object a stored text holds (``None``: not JSON, or not an object)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def rewrite_snapshots(
+    op: Any, tasks: Any, read: Any,
+    document_of: Callable[[Any, dict[str, Any]], dict[str, Any]],
+) -> None:
+    """Each ``snapshot`` of the rows ``read`` selects (the task id first) that holds a JSON
+    object, written back as :func:`json_text` of ``document_of(row mapping, object)``; a
+    text that holds none stays as it is."""
+    write = sa.update(tasks).where(tasks.c.id == sa.bindparam("b_id")).values(
+        snapshot=sa.bindparam("b_snapshot"))
+    for rows in batches(op, read):
+        texts = []
+        for row in rows:
+            values = row._mapping
+            document = json_object(values["snapshot"])
+            if document is not None:
+                texts.append({"b_id": values["id"],
+                              "b_snapshot": json_text(document_of(values, document))})
+        if texts:
+            op.get_bind().execute(write, texts)

@@ -19,7 +19,14 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import batches, json_text, prefix, spelled_instant
+from tasks_store_sql.migrations import (
+    batches,
+    json_object,
+    json_text,
+    prefix,
+    rewrite_snapshots,
+    spelled_instant,
+)
 
 revision = "0011"
 down_revision = "0010"
@@ -49,7 +56,6 @@ def _tasks() -> sa.TableClause:
     )
 
 
-
 def _parsed(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -62,11 +68,8 @@ def _instant(text: Any) -> datetime | None:
 
 def _taken_apart(text: str) -> dict[str, Any] | None:
     """The new columns and the body of a stored text (``None``: not a JSON object)."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
+    document = json_object(text)
+    if document is None:
         return None
     claim = document.get("claim")
     if not isinstance(claim, dict):
@@ -116,47 +119,36 @@ def upgrade() -> None:
             op.get_bind().execute(write, moved)
 
 
+def _with_head(values: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """The stored text's document at 0010: the head from the columns, then the body."""
+    flags = values["claim_flags"] or 0
+    claim = None if values["claim_worker"] is None else {
+        "worker_id": values["claim_worker"], "generation": values["claim_generation"],
+        "expires_at": spelled_instant(values["claim_until"]), "ended": bool(flags & _ENDED),
+        "recovered": bool(flags & _RECOVERED), **({"held": True} if flags & _HELD else {}),
+    }
+    return {
+        "status": values["status"], "revision": values["revision"],
+        "progress": _parsed(values["progress"]), "result": _parsed(values["result"]),
+        "error": _parsed(values["error"]), "cancel_reason": values["cancel_reason"],
+        "retry_at": spelled_instant(values["retry_at"]), "deliveries": values["deliveries"],
+        "input_requests": _parsed(values["input_requests"]) or {}, "claim": claim,
+        "lease_generation": values["lease_generation"],
+        "updated_at": spelled_instant(values["updated_at"]),
+        "started_at": spelled_instant(values["started_at"]),
+        "finished_at": spelled_instant(values["finished_at"]),
+        "expires_at": spelled_instant(values["expires_at"]),
+        **body,
+    }
+
+
 def downgrade() -> None:
     """Put each head back at the front of its text, then drop the columns."""
     tasks = _tasks()
     head = [tasks.c[name] for name in ("status", "revision", "retry_at", "updated_at",
                                        "expires_at", "claim_generation")]
     read = sa.select(tasks.c.id, tasks.c.snapshot, *head, *(tasks.c[n] for n, _ in _NEW))
-    write = sa.update(tasks).where(tasks.c.id == sa.bindparam("b_id")).values(
-        snapshot=sa.bindparam("b_snapshot"))
-    for rows in batches(op, read):
-        texts = []
-        for row in rows:
-            values = row._mapping
-            try:
-                body = json.loads(values["snapshot"])
-            except ValueError:
-                continue
-            if not isinstance(body, dict):
-                continue
-            flags = values["claim_flags"] or 0
-            claim = None if values["claim_worker"] is None else {
-                "worker_id": values["claim_worker"], "generation": values["claim_generation"],
-                "expires_at": spelled_instant(values["claim_until"]), "ended": bool(flags & _ENDED),
-                "recovered": bool(flags & _RECOVERED), **({"held": True} if flags & _HELD else {}),
-            }
-
-            document = {
-                "status": values["status"], "revision": values["revision"],
-                "progress": _parsed(values["progress"]), "result": _parsed(values["result"]),
-                "error": _parsed(values["error"]), "cancel_reason": values["cancel_reason"],
-                "retry_at": spelled_instant(values["retry_at"]), "deliveries": values["deliveries"],
-                "input_requests": _parsed(values["input_requests"]) or {}, "claim": claim,
-                "lease_generation": values["lease_generation"],
-                "updated_at": spelled_instant(values["updated_at"]),
-                "started_at": spelled_instant(values["started_at"]),
-                "finished_at": spelled_instant(values["finished_at"]),
-                "expires_at": spelled_instant(values["expires_at"]),
-                **body,
-            }
-            texts.append({"b_id": values["id"], "b_snapshot": json_text(document)})
-        if texts:
-            op.get_bind().execute(write, texts)
+    rewrite_snapshots(op, tasks, read, _with_head)
     table = f"{prefix(op)}tasks"
     for name, _ in reversed(_NEW):
         op.drop_column(table, name)

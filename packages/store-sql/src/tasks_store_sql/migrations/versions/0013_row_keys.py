@@ -13,7 +13,6 @@ Revises: 0012
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 from tasks_store_sql._types import Document, Ident, Instant
-from tasks_store_sql.migrations import batches, json_text, prefix, spelled_instant
+from tasks_store_sql.migrations import prefix, rewrite_snapshots, spelled_instant
 
 revision = "0013"
 down_revision = "0012"
@@ -70,30 +69,11 @@ def _same(row: Any) -> dict[str, Callable[[Any], bool]]:
     }
 
 
-def _document(text: str) -> dict[str, Any] | None:
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def _rewrite(body_of: Callable[[Any, dict[str, Any]], dict[str, Any]]) -> None:
+def _rewrite(document_of: Callable[[Any, dict[str, Any]], dict[str, Any]]) -> None:
     tasks = _tasks()
     read = sa.select(tasks.c.id, tasks.c.snapshot, tasks.c.tenant, tasks.c.owner,
                      tasks.c.queue, tasks.c.run_id, tasks.c.created_at, tasks.c.run_at)
-    write = sa.update(tasks).where(tasks.c.id == sa.bindparam("b_id")).values(
-        snapshot=sa.bindparam("b_snapshot"))
-    for rows in batches(op, read):
-        texts = []
-        for row in rows:
-            values = row._mapping
-            document = _document(values["snapshot"])
-            if document is not None:
-                texts.append({"b_id": values["id"],
-                              "b_snapshot": json_text(body_of(values, document))})
-        if texts:
-            op.get_bind().execute(write, texts)
+    rewrite_snapshots(op, tasks, read, document_of)
 
 
 def _without_row_keys(row: Any, document: dict[str, Any]) -> dict[str, Any]:
