@@ -8,11 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from conftest import BEARER, TOKEN
-from tasks_core import App, Owner, SubmitItem, System, TaskStatus
+from conftest import BEARER, TOKEN, build_app
+from tasks_core import App, Owner, SubmitItem, System, TaskContext, TaskStatus
 from tasks_core.cli.main import run
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
-from tasks_dashboard import _reads
+from tasks_core.periodic import TICK_PREFIX
+from tasks_core.random_ids import random_id_floor
+from tasks_core.runtime._scheduler import Scheduler
+from tasks_dashboard import _reads, create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +44,7 @@ async def test_tasks_are_listed_newest_first_and_paged(
 
 async def test_newest_finds_old_tasks_past_an_empty_window(app: App) -> None:
     """Tasks submitted long ago (ids stamped a day back) are found by widening."""
-    old = _reads.stamp_id(int((datetime.now(UTC) - timedelta(days=3)).timestamp() * 1000))
+    old = random_id_floor(int((datetime.now(UTC) - timedelta(days=3)).timestamp() * 1000))
     listing = await _reads.newest(app, System(), limit=10)
     assert [] == listing.items
     assert listing.next is None
@@ -68,6 +71,34 @@ async def test_filters_by_status_queue_owner_tenant_and_key(
     assert [] == await shown("queue=default")
     assert {alice.id, acme.id} == set(await shown("queue=web"))
     assert 400 == (await client.get("/tasks?status=bogus", headers=BEARER)).status_code
+
+
+async def test_periodic_ticks_are_listed_with_the_keyed_tasks_not_the_random_ones(
+        client: httpx.AsyncClient) -> None:
+    """A periodic tick's id begins with ``"::"`` as a random id does but carries no submit
+    time: it MUST be listed under "Keyed tasks" (in id order), never among
+    the newest random-id tasks."""
+    app = build_app("memory://")
+
+    @app.periodic(every=60.0)
+    @app.task(queue="web")
+    async def hourly(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        made = await app.submit("steps", {"count": 1}, Owner("bob"))
+        keyed = await app.submit("steps", {"count": 1}, Owner("bob"), key="a-0")
+        await Scheduler(app._store, app.tasks, app.schedules,  # type: ignore[arg-type]
+                        notify=app.notices.work.notify).run_once()
+        ticks = [s.id for s in await app.list(System(), limit=100)
+                 if s.id.startswith(TICK_PREFIX)]
+        assert len(ticks) == 1
+        transport = httpx.ASGITransport(app=create_app(app, token=TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as web:
+            keyed_page = await web.get("/tasks?view=keyed", headers=BEARER)
+            newest_page = await web.get("/tasks", headers=BEARER)
+    assert sorted([keyed.id, *ticks]) == ids_on(keyed_page.text)  # id order
+    assert [made.id] == ids_on(newest_page.text)
 
 
 @pytest.mark.parametrize("after", ["%00", "a%00b", "%1b[31m", "x" * 1025])

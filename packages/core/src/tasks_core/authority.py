@@ -5,22 +5,21 @@ Principals: ``Owner(user_id, tenant="default")``, a user of one tenant, and
 client call takes one positionally with no default; a bare string is refused.
 
 Ids: ``"alice::report_42"`` (``dedup="owner"``), the key verbatim (``dedup="global"``),
-``"::"`` and 32 hex digits (no key), each prefixed by the tenant outside ``default``. No
-two (tenant, owner, key) triples share an id, :func:`owner_of` reads the owner back, and
-no key can name a random id (:func:`scoped_task_key` says why).
+``"::"`` and 21 digits (no key: :mod:`tasks_core.random_ids`); the keyed ones prefixed
+by the tenant outside ``default``. No two (tenant, owner, key) triples share an id,
+:func:`owner_of` reads the owner back, and no key can name a random id
+(:func:`scoped_task_key` says why).
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
-import time
 from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator
 
 from tasks_core._errors_base import InvalidInput
 from tasks_core._model import Model, plain_init
+from tasks_core.random_ids import random_task_id
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -181,7 +180,7 @@ def scoped_task_key(
     Ids: ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
     ``"acme::alice::report_42"`` in tenant ``acme``; ``dedup="global"``: the key verbatim
     in ``default``, ``"acme::::report"`` in ``acme``; no key: a random id
-    (:func:`random_task_id`), ``"::"`` then 32 hex digits.
+    (:func:`random_task_id`), ``"::"`` then 21 digits.
 
     User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
     (refused for both dedup modes, see docs/design.md). So an owner id has exactly one
@@ -239,25 +238,3 @@ def names(task_id: str, authority: Owner | System) -> bool:
     if owner is not None:
         return owner.tenant == authority.tenant
     return task_id.startswith(f"{authority.tenant}{SEPARATOR}{SEPARATOR}")
-
-
-_RANDOM_ID_PREFIX = SEPARATOR
-_stamps = threading.Lock()
-_last_stamp = 0
-
-
-def random_task_id() -> str:
-    """A fresh random task id: ``"::"``, 16 hex digits that grow with every call in this
-    process (the milliseconds since the epoch times 65,536, plus a count within the
-    millisecond), then 16 random hex digits (64 bits).
-
-    The ``"::"`` prefix keeps random ids out of every id a key builds (see the module
-    docstring). The growing part makes ids submitted one after another by one process
-    sort in submission order, so tasks created within the same store millisecond still
-    run oldest first (claims order by ``(created_at, id)``).
-    """
-    global _last_stamp
-    with _stamps:
-        _last_stamp = max(_last_stamp + 1, (time.time_ns() // 1_000_000) << 16)
-        stamp = _last_stamp
-    return f"{_RANDOM_ID_PREFIX}{stamp:016x}{secrets.token_hex(8)}"

@@ -42,7 +42,7 @@ against no owner's ``max_runs_per_owner``."""
 
 TICK_PREFIX = f"{SEPARATOR}periodic:"
 """Every tick id begins with it: ``"::"`` (never the start of a key-built id) and a word
-(never in a random id, whose ``"::"`` is followed by hex digits)."""
+and a colon (never in a random id: :mod:`tasks_core.random_ids`)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)

@@ -3,11 +3,12 @@
 Counts: a store with the capability ``counts`` counts tasks by queue and status exactly
 (:func:`overview`); without it a count is the length of one ``list`` page per status,
 capped at :data:`COUNT_CAP` (shown as "1000+"). "Newest first" uses the time in random ids
-(``"::"`` and 16 hex digits of milliseconds × 65,536): :func:`newest` reads windows of ids
+(:mod:`tasks_core.random_ids`): :func:`newest` reads windows of ids
 backwards from an instant, narrowing one that holds more than a page and widening after
-one that holds few, then reverses what it found. Keyed ids carry no time: :func:`keyed`
-lists them in id order. An owner filter is the store's listing by principal (its member
-index), kept to the tasks the user owns. Every scan has a budget of rows.
+one that holds few, then reverses what it found. Keyed ids and periodic ticks carry no
+time: :func:`keyed` lists them in id order. An owner filter is the store's listing by
+principal (its member index), kept to the tasks the user owns. Every scan has a budget of
+rows.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tasks_core import App, Owner, Snapshot, System, TaskQuery, TaskStatus
+from tasks_core.periodic import TICK_PREFIX
+from tasks_core.random_ids import random_id_floor, random_id_instant
 
 __all__ = ["COUNT_CAP", "Listing", "QueueRow", "WorkerRow", "keyed", "newest", "overview",
-           "stamp_id", "workers"]
+           "workers"]
 
 COUNT_CAP = 1000
 """Without counts in the store, counts by status stop here (one page of ``list``): more
@@ -33,27 +36,17 @@ OLDEST_PAGE = 100
 RECENT_PAGE = 100
 """The newest finished tasks (of every finished status together) read for the throughput
 of the last hour."""
-RANDOM = "::"
-AFTER_RANDOM = "::g"  # sorts after every random id ("::" and hex digits)
 STATUSES = (TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.CLAIMED, TaskStatus.RUNNING,
             TaskStatus.WAITING_INPUT, TaskStatus.COMPLETED, TaskStatus.FAILED,
             TaskStatus.CANCELLED)
+RANDOM_START = "::"
+"""Every random id and every periodic tick's id begins with it; no keyed id does."""
 TERMINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
-def stamp_id(instant_ms: int) -> str:
-    """The smallest random id of tasks submitted at ``instant_ms`` (ms since the epoch)."""
-    return f"{RANDOM}{max(0, instant_ms) << 16:016x}"
-
-
-def _stamp_ms(task_id: str) -> int | None:
-    """The submit instant (ms) a random id carries, else ``None``."""
-    if not task_id.startswith(RANDOM) or len(task_id) < 18:
-        return None
-    try:
-        return int(task_id[2:18], 16) >> 16
-    except ValueError:
-        return None
+def _random(task_id: str) -> bool:
+    """Whether ``task_id`` is a random id (made without a key)."""
+    return random_id_instant(task_id) is not None
 
 
 @dataclass
@@ -143,7 +136,7 @@ async def _capped_overview(app: App, authority: System, declared: Iterable[str])
             if status is TaskStatus.PENDING and (
                     row.oldest_pending is None or task.created_at < row.oldest_pending):
                 row.oldest_pending = task.created_at
-    since = stamp_id(int((now - timedelta(days=1)).timestamp() * 1000))
+    since = random_id_floor(int((now - timedelta(days=1)).timestamp() * 1000))
     recent = await app.list(authority, status=TERMINAL, after=since, limit=COUNT_CAP)
     hour_ago = now - timedelta(hours=1)
     for task in recent.items:
@@ -193,7 +186,7 @@ async def _window(app: App, base: TaskQuery, lower: str, before: str | None, *, 
         items, more = await _list(app, base.model_copy(update={"after": after, "limit": page}))
         read += len(items)
         for task in items:
-            if not task.id.startswith(RANDOM) or (before is not None and task.id >= before):
+            if not _random(task.id) or (before is not None and task.id >= before):
                 return found, True, read
             found.append(task)
         if more is None:
@@ -205,11 +198,11 @@ async def _window(app: App, base: TaskQuery, lower: str, before: str | None, *, 
 async def _first(app: App, base: TaskQuery, lower_ms: int, before: str | None) -> int | None:
     """The submit instant of the oldest random-id task of ``base`` at or after
     ``lower_ms`` and before the id ``before``, else ``None`` (a read of one task)."""
-    items, _ = await _list(app, base.model_copy(update={"after": stamp_id(lower_ms),
+    items, _ = await _list(app, base.model_copy(update={"after": random_id_floor(lower_ms),
                                                         "limit": 1}))
     if not items or (before is not None and items[0].id >= before):
         return None
-    return _stamp_ms(items[0].id)
+    return random_id_instant(items[0].id)
 
 
 async def _edge(app: App, base: TaskQuery, upper_ms: int, upper: str | None,
@@ -268,7 +261,7 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
     Raises:
         StoreUnavailable: the store failed.
     """
-    upper_ms = _stamp_ms(before) if before else None
+    upper_ms = random_id_instant(before) if before else None
     if upper_ms is None:
         upper_ms = int(datetime.now(UTC).timestamp() * 1000) + 60_000  # clock skew
     upper = before
@@ -279,7 +272,7 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
         if total == 0:
             return Listing([], None, 0)
         items, _ = await _list(app, base.model_copy(update={"limit": total}))
-        kept = [t for t in items if t.id.startswith(RANDOM) and (upper is None or t.id < upper)]
+        kept = [t for t in items if _random(t.id) and (upper is None or t.id < upper)]
         listing = Listing(_page(kept, limit), None, len(items))
         listing.next = listing.items[-1].id if len(kept) > limit else None
         return listing
@@ -298,19 +291,20 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
         lower_ms = max(0, anchor - width)
         whole = anchor - lower_ms <= 1
         tasks, complete, read = await _window(
-            app, base, stamp_id(lower_ms), upper, page=page if whole else trial,
+            app, base, random_id_floor(lower_ms), upper, page=page if whole else trial,
             budget=SCAN_BUDGET if whole else trial)
         scanned += read
         if complete:
             found += [t for t in tasks if keep is None or keep(t)]
-            upper_ms, upper = lower_ms, stamp_id(lower_ms)
+            upper_ms, upper = lower_ms, random_id_floor(lower_ms)
             done = lower_ms == 0
             anchor = lower_ms if tasks else None
             width = max(1, min(width * 4, trial * width // (2 * len(tasks) or 1)))
         elif whole:
             break  # one millisecond holds more than the budget
         else:  # narrower, its end brought down as close to the newest task
-            first, last = _stamp_ms(tasks[0].id) or lower_ms, _stamp_ms(tasks[-1].id) or lower_ms
+            first = random_id_instant(tasks[0].id) or lower_ms
+            last = random_id_instant(tasks[-1].id) or lower_ms
             rate = len(tasks) / max(1, last - first + 1)  # tasks per ms where they were read
             width = max(1, min(int(trial / 2 / rate), width // 2))
             anchor = await _closer(app, base, last, anchor, upper, width)
@@ -334,8 +328,10 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
                 queue: str | None = None, principal: Owner | None = None,
                 after: str | None = None, limit: int = 50,
                 keep: Filter | None = None) -> Listing:
-    """Tasks with keyed ids (every id but the random ones) in id order, after ``after``,
-    the random range skipped; at most :data:`SCAN_BUDGET` tasks read.
+    """Tasks with keyed ids and periodic ticks (every id but the random ones) in id order,
+    after ``after``; the ids below :data:`TICK_PREFIX` that begin with ``"::"`` (random
+    ones, made before the year 2400) are skipped in one step, any other random id as it
+    is read; at most :data:`SCAN_BUDGET` tasks read.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -344,14 +340,14 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
     scanned = 0
     cursor = after
     while scanned < SCAN_BUDGET:
-        if cursor is not None and cursor.startswith(RANDOM) and cursor < AFTER_RANDOM:
-            cursor = AFTER_RANDOM
+        if cursor is not None and RANDOM_START <= cursor < TICK_PREFIX:
+            cursor = TICK_PREFIX
         items, more = await _list(app, _query(authority, statuses, queue, principal, cursor,
                                               min(1000, max(limit * 2, 100))))
         scanned += len(items)
         for task in items:
             cursor = task.id
-            if task.id.startswith(RANDOM):
+            if _random(task.id):
                 continue
             if keep is None or keep(task):
                 found.append(task)

@@ -199,10 +199,12 @@ class ClaimContract(ContractBase):
         ``concurrency=1`` queue stays FIFO.
 
         Troubleshooting: compare ids as plain byte strings (PostgreSQL: ``COLLATE "C"``;
-        MariaDB: a binary collation): a collation that orders letters and digits
-        differently sorts hex digits ``a``–``f`` out of order.
+        MariaDB: a binary collation): a random id's digits are ``-``, ``0-9``, ``A-Z``,
+        ``_`` and ``a-z`` in code-point order, which a collation that ignores case or
+        punctuation sorts differently. (65 ids: the last digit of the growing part takes
+        every one of its 64 values.)
         """
-        made = [random_task_id() for _ in range(12)]
+        made = [random_task_id() for _ in range(65)]
         for task in made:
             await store.create(new_task(task))
         got = [
