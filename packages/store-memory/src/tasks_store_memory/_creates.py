@@ -14,7 +14,6 @@ from tasks_core.errors import CapabilityNotSupported
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 
 from tasks_store_memory._counts import Counts
-from tasks_store_memory._rows import Row
 from tasks_store_memory._wakeups import Wakeups
 
 __all__ = ["Creates"]
@@ -58,8 +57,7 @@ class Creates(Counts):
             )
             snapshots = storekit.new_snapshots(batch, now)
             for snapshot in snapshots:
-                self._rows[snapshot.id] = Row.of(snapshot)
-                self._track(snapshot)
+                self._add(snapshot)
             for queue in dict.fromkeys(snapshot.queue for snapshot in snapshots):
                 self._wakeups.notify(queue)
             return snapshots

@@ -101,6 +101,13 @@ class Records:
         row.view = None if snapshot.terminal else detached(snapshot)
         self._track(snapshot)
 
+    def _add(self, snapshot: Snapshot) -> None:
+        """Store a new task's ``snapshot`` in a row of its own (a replacement's too), its
+        view kept as :meth:`_set` keeps one: the claim that comes next decodes nothing."""
+        row = self._rows[snapshot.id] = Row.of(snapshot)
+        row.view = detached(snapshot)
+        self._track(snapshot)
+
     def _append(self, row: Row, snapshot: Snapshot, record: EventRecord) -> None:
         self._set(row, snapshot)
         row.event_ids[record.event_id] = len(row.history)

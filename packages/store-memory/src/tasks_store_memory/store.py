@@ -155,8 +155,7 @@ class MemoryStore(Creates):
                 rules.check_replace(current, replace, now)
             self._check_capacity(new, now, replacing=current is not None)
             snapshot = rules.new_snapshot(new, now, replace=current)
-            self._rows[new.id] = Row.of(snapshot)
-            self._track(snapshot)
+            self._add(snapshot)
             self._wakeups.notify(snapshot.queue)
             return snapshot
 

@@ -230,7 +230,7 @@ class CreateContract(ContractBase):
     async def test_snapshots_returned_by_every_call_are_the_callers_copies(
         self, store: TaskStore
     ) -> None:
-        """Every snapshot a call returns — from ``list``, ``claim_next``, ``claim``,
+        """Every snapshot a call returns — from ``create``, ``list``, ``claim_next``, ``claim``,
         ``worker_snapshot``, ``renew``, ``report_progress``, ``release`` and
         ``transition`` — MUST be the caller's own: mutating its payload MUST NOT change
         what the store holds, nor what any later call returns.
@@ -247,10 +247,11 @@ class CreateContract(ContractBase):
             snapshot.work.input["items"].append(len(spoiled))
             spoiled.append(snapshot)
 
-        [listed] = await store.list(TaskQuery(tenant=None))
-        spoil(listed)
+        spoil(created)
         [served] = await store.claim_next("w1", 30, queues=["default"])
         spoil(served.snapshot)
+        [listed] = await store.list(TaskQuery(tenant=None))
+        spoil(listed)
         spoil(await store.worker_snapshot(served.lease))
         renewed = await store.renew(served.lease, 30)
         spoil(renewed.snapshot)
