@@ -72,6 +72,20 @@ async def test_a_claim_pre_selects_at_most_the_room_of_each_queue() -> None:
     assert ["a1", "a2", "b1"] == [task_id for task_id, _ in picked]
 
 
+async def test_a_created_task_is_claimed_without_a_decode() -> None:
+    """The snapshot ``create`` and ``create_many`` write is kept as the task's view: the
+    claim that follows decides on it without decoding the document."""
+    store = MemoryStore()
+    await store.create(_new("t"))
+    await store.create_many([_new("u")])
+    decodes: list[str] = []
+    decode = store._decode
+    store._decode = lambda task_id, row: decodes.append(task_id) or decode(task_id, row)  # type: ignore[method-assign]
+    claims = await store.claim_next("w", 30, queues=["default"], limit=2)
+    assert ["t", "u"] == sorted(claim.snapshot.id for claim in claims)
+    assert [] == decodes
+
+
 async def test_a_written_unfinished_snapshot_is_not_decoded_again() -> None:
     """The snapshot a claim writes is kept as the task's view: the completion that
     follows decides on it without decoding the document; a finished task keeps no view

@@ -69,18 +69,20 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
     """
     if value is None and allow_none:
         return None
-    span = _span(low, high, allow_zero)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInput(f"{what} must be a number of seconds in {span}, not "
+        raise InvalidInput(f"{what} must be a number of seconds in "
+                           f"{_span(low, high, allow_zero)}, not "
                            f"{'None' if value is None else 'a ' + type(value).__name__}")
     try:
         seconds = float(value)
     except (OverflowError, ValueError, TypeError):
         seconds = math.nan
     if not math.isfinite(seconds):
-        raise InvalidInput(f"{what} must be a finite number of seconds in {span}")
+        raise InvalidInput(f"{what} must be a finite number of seconds in "
+                           f"{_span(low, high, allow_zero)}")
     if not (low <= seconds <= high) or (seconds == 0 and low == 0 and not allow_zero):
-        raise InvalidInput(f"{what} must be in {span} seconds, not {_given(value)}")
+        raise InvalidInput(f"{what} must be in {_span(low, high, allow_zero)} seconds, not "
+                           f"{_given(value)}")
     return seconds
 
 
