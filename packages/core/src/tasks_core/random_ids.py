@@ -6,7 +6,8 @@ this process makes (the milliseconds since the epoch times 65,536, plus a count 
 the millisecond), then 11 random digits (66 bits). Ids compare by code point on every
 store, so one process's ids sort in the order made; the 23 characters keep a key of the
 SQL indexes within one aligned 32-byte entry. No key-built id begins with ``"::"``, and
-no random id holds ``":"`` after it (a periodic tick's id does).
+no random id holds ``":"`` after it (a periodic tick's id does: ``"::periodic:"``, above
+every random id made before the year 2400).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import secrets
 import threading
 import time
 
-__all__ = ["RANDOM_ID_END", "random_id_floor", "random_id_instant", "random_task_id"]
+__all__ = ["random_id_floor", "random_id_instant", "random_task_id"]
 
 _PREFIX = "::"
 _DIGITS = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
@@ -27,9 +28,6 @@ _FROM_BASE64 = bytes.maketrans(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", _DIGITS.encode()
 )
 _VALUE = {digit: value for value, digit in enumerate(_DIGITS)}
-
-RANDOM_ID_END = _PREFIX + chr(ord(_DIGITS[-1]) + 1)
-"""Sorts after every random id (and after every periodic tick's id)."""
 
 _stamps = threading.Lock()
 _last_stamp = 0
