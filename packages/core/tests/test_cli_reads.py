@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from _runtime_kit import ALICE, BOB, MALLORY, TIMEOUT, fast_worker, make_app
 from rich.console import Console
 from tasks_core import App, ManualClock, TaskContext, UnknownStore
 from tasks_core.cli import _reads
@@ -110,6 +110,25 @@ async def test_workers_lists_the_holders_of_live_leases() -> None:
     assert "LAST HEARTBEAT" in out
     assert "(0s ago)" in out
     assert "no live worker" in gone
+
+
+async def test_workers_shows_only_the_leases_of_tasks_the_caller_can_list() -> None:
+    """``tasks workers --user U`` MUST read as U: workers holding leases only on tasks U
+    cannot list — another owner's, another tenant's — MUST NOT appear (an invisible task
+    reads as a missing one); ``--system`` sees every tenant, ``--tenant`` narrows it."""
+    app = make_app()
+    async with app:
+        for owner, worker in ((ALICE, "w-alice"), (BOB, "w-bob"), (MALLORY, "w-evil")):
+            task = await app.submit("job", None, owner)
+            await app.store.claim(task.id, worker, 30)
+        shown = {}
+        for who in (["--user", "alice"], ["--user", "mallory", "--tenant", "evil"],
+                    ["--user", "carol"], ["--system"], ["--system", "--tenant", "evil"]):
+            _, out = await _cli(app, "workers", *who)
+            shown[" ".join(who)] = [w for w in ("w-alice", "w-bob", "w-evil") if w in out]
+    assert {"--user alice": ["w-alice"], "--user mallory --tenant evil": ["w-evil"],
+            "--user carol": [], "--system": ["w-alice", "w-bob", "w-evil"],
+            "--system --tenant evil": ["w-evil"]} == shown
 
 
 async def test_submit_wait_says_once_that_no_live_worker_serves_the_queue(

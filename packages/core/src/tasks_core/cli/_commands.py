@@ -167,9 +167,10 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
 
 
 async def cmd_workers(app: App, args: argparse.Namespace, console: Console) -> int:
-    """The workers holding live leases: their task counts and last heartbeat."""
-    tenant = getattr(args, "tenant", None)
-    leased, now = await live_leases(app, tenant, args.queue)
+    """The workers holding live leases on tasks the caller can list (``--user U``: U's;
+    ``--system``: every tenant's, or ``--tenant``'s): their task counts and last
+    heartbeat."""
+    leased, now = await live_leases(app, authority_of(args), args.queue)
     if not leased:
         one_line(console, "no live worker: no task holds a live lease")
         return 0

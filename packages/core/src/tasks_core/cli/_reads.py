@@ -107,10 +107,10 @@ async def list_newest_first(
     return rows, rows[-1].id if more and rows else None, capped
 
 
-async def live_leases(app: App, tenant: str | None = None, queue: str | None = None,
+async def live_leases(app: App, authority: Authority, queue: str | None = None,
                       *, most: int = 10_000) -> tuple[list[Snapshot], datetime]:
-    """The tasks holding a live lease (of ``queue``), at most ``most``, and the store's
-    ``now`` they were judged at (read as ``System(tenant)``).
+    """The tasks ``authority`` can list that hold a live lease (of ``queue``), at most
+    ``most``, and the store's ``now`` they were judged at.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -120,7 +120,7 @@ async def live_leases(app: App, tenant: str | None = None, queue: str | None = N
     held: list[Snapshot] = []
     after: str | None = None
     while len(held) < most:
-        page = await app.list(System(tenant), status=LEASED, queue=queue, after=after,
+        page = await app.list(authority, status=LEASED, queue=queue, after=after,
                               limit=MAX_PAGE)
         held.extend(s for s in page.items if s.lease_live(now))
         if page.next_after is None:
@@ -188,7 +188,8 @@ async def _hint_unserved(app: App, task_id: str, authority: Authority,
         elif since is None:
             since = loop.time()
         elif loop.time() - since >= NO_WORKER_AFTER_S:
-            leased, _ = await live_leases(app, snapshot.tenant, snapshot.queue, most=1)
+            leased, _ = await live_leases(app, System(snapshot.tenant), snapshot.queue,
+                                          most=1)  # any worker of the tenant serves it
             if not leased:
                 one_line(console, f"[yellow]no live worker serves queue "
                                   f"{plain(repr(snapshot.queue))}: the task has waited "
