@@ -10,11 +10,11 @@ from tasks_core import (
     Owner,
     System,
     owner_of,
-    random_task_id,
     require_authority,
     scoped_task_key,
 )
 from tasks_core.authority import check_key, check_name
+from tasks_core.random_ids import random_task_id
 
 BAD_NAMES = {
     "empty": "",

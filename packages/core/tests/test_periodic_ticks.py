@@ -14,9 +14,10 @@ from _runtime_kit import make_app
 from hypothesis import given
 from hypothesis import strategies as st
 from tasks_core import InvalidInput, Owner, TaskContext, owner_of, scoped_task_key
-from tasks_core.authority import check_task_id, random_task_id
+from tasks_core.authority import check_task_id
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S
 from tasks_core.periodic import MAX_CATCH_UP, MIN_EVERY_S, TICK_PREFIX, Schedule
+from tasks_core.random_ids import random_task_id
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PARIS = ZoneInfo("Europe/Paris")

@@ -16,8 +16,8 @@ from tasks_core import (
     System,
     TaskNotFound,
     TaskStatus,
-    random_task_id,
 )
+from tasks_core.random_ids import random_task_id
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,6 @@ from tasks_core.authority import (
     Owner,
     System,
     owner_of,
-    random_task_id,
     require_authority,
     scoped_task_key,
 )
@@ -71,6 +70,7 @@ from tasks_core.models import (
 )
 from tasks_core.plugins import StoreSpec, hookimpl
 from tasks_core.policy import Limits, Policy
+from tasks_core.random_ids import random_task_id
 from tasks_core.reasons import CancelReason
 from tasks_core.runtime.app import App, Page, Submitted
 from tasks_core.runtime.worker import Worker

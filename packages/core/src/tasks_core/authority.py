@@ -19,7 +19,6 @@ from pydantic import AfterValidator
 
 from tasks_core._errors_base import InvalidInput
 from tasks_core._model import Model, plain_init
-from tasks_core.random_ids import random_task_id
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -32,7 +31,6 @@ __all__ = [
     "check_task_id",
     "names",
     "owner_of",
-    "random_task_id",
     "require_authority",
     "scoped_task_key",
 ]
@@ -180,7 +178,7 @@ def scoped_task_key(
     Ids: ``dedup="owner"``: ``"alice::report_42"`` in tenant ``default``,
     ``"acme::alice::report_42"`` in tenant ``acme``; ``dedup="global"``: the key verbatim
     in ``default``, ``"acme::::report"`` in ``acme``; no key: a random id
-    (:func:`random_task_id`), ``"::"`` then 21 digits.
+    (:func:`tasks_core.random_ids.random_task_id`), ``"::"`` then 21 digits.
 
     User ids and tenants never contain ``::`` nor end with ``:``; keys never contain ``::``
     (refused for both dedup modes, see docs/design.md). So an owner id has exactly one

@@ -17,9 +17,11 @@ import secrets
 import threading
 import time
 
+from tasks_core.authority import SEPARATOR
+
 __all__ = ["random_id_floor", "random_id_instant", "random_task_id"]
 
-_PREFIX = "::"
+_PREFIX = SEPARATOR  # "::": no key-built id begins with it
 _DIGITS = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _STAMP_DIGITS = 10  # 60 bits: milliseconds << 16 until the year 2527
 _RANDOM_BITS = 66  # 11 digits

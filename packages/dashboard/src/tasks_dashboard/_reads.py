@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tasks_core import App, Owner, Snapshot, System, TaskQuery, TaskStatus
+from tasks_core.authority import SEPARATOR
 from tasks_core.periodic import TICK_PREFIX
 from tasks_core.random_ids import random_id_floor, random_id_instant
 
@@ -39,8 +40,6 @@ of the last hour."""
 STATUSES = (TaskStatus.PENDING, TaskStatus.SCHEDULED, TaskStatus.CLAIMED, TaskStatus.RUNNING,
             TaskStatus.WAITING_INPUT, TaskStatus.COMPLETED, TaskStatus.FAILED,
             TaskStatus.CANCELLED)
-RANDOM_START = "::"
-"""Every random id and every periodic tick's id begins with it; no keyed id does."""
 TERMINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
@@ -340,7 +339,7 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
     scanned = 0
     cursor = after
     while scanned < SCAN_BUDGET:
-        if cursor is not None and RANDOM_START <= cursor < TICK_PREFIX:
+        if cursor is not None and SEPARATOR <= cursor < TICK_PREFIX:  # random ids
             cursor = TICK_PREFIX
         items, more = await _list(app, _query(authority, statuses, queue, principal, cursor,
                                               min(1000, max(limit * 2, 100))))

@@ -26,7 +26,7 @@ from tasks_core import (
     TaskStore,
     Unavailable,
 )
-from tasks_core.authority import random_task_id
+from tasks_core.random_ids import random_task_id
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import (

@@ -25,7 +25,6 @@ from tasks_core.authority import (
     Owner,
     System,
     check_key,
-    random_task_id,
     require_authority,
     scoped_task_key,
 )
@@ -47,6 +46,7 @@ from tasks_core.errors import (
 from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
 from tasks_core.items import SubmitItem
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work
+from tasks_core.random_ids import random_task_id
 from tasks_core.runtime._bulk import refused
 from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
