@@ -227,3 +227,43 @@ async def test_submit_refuses_a_bad_delay_or_instant_writing_nothing(
     await app.aclose()
     with pytest.raises(SystemExit):
         build_parser().parse_args([*SUBMIT, "--delay", "5", "--at", "2031-12-24T09:00Z"])
+
+
+async def test_submit_refuses_an_input_giving_a_key_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--input`` that gives one key twice MUST be refused naming the key, not read as its
+    last value (what Python's ``json`` does), before anything is written."""
+    app = _reports_app()
+    spec = _module(monkeypatch, app)
+    argv = ["submit", "build_report", "--input", '{"month": "2026-11", "month": "2026-12"}',
+            "--user", "alice", "--app", spec]
+    with pytest.raises(InvalidInput, match="--input gives the key 'month' twice"):
+        await _run(*argv)
+    assert [] == list(await app.list(System()))
+    await app.aclose()
+
+
+@pytest.mark.parametrize(("answers", "says"), [
+    (["approve=true", "approve=false"], "the key 'approve' is answered twice"),
+    (['approve={"ok": true, "ok": false}'], "an answer gives the key 'ok' twice"),
+])
+async def test_respond_refuses_a_key_given_twice_changing_nothing(
+    answers: list[str], says: str
+) -> None:
+    """``tasks respond`` MUST refuse two answers to one key, or an answer whose JSON gives
+    a key twice, before anything is written: the task keeps waiting."""
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        return await ctx.request_input("approve", {"q": "ok?"})
+
+    async with app:
+        await _run("submit", "ask", "--key", "q", "--user", "alice", app=app)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, "alice::q", ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            with pytest.raises(InvalidInput, match=says):
+                await _run("respond", "alice::q", *answers, "--user", "alice", app=app)
+            assert TaskStatus.WAITING_INPUT == (await app.get("alice::q", ALICE)).status
+            await app.cancel("alice::q", ALICE)

@@ -3,6 +3,7 @@ requests, and shows stored data as text."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -166,3 +167,28 @@ async def test_the_authorize_callback_decides_every_request(app: App) -> None:
         login = await c.get("/ops/login", headers={"x-user": "nobody"})
         assert 403 == login.status_code  # no login form without a token
     assert {"/ops/", "/ops/static/live.js"} <= set(asked)
+
+
+async def test_an_answer_giving_a_key_twice_is_refused(
+        client: httpx.AsyncClient, app: App) -> None:
+    """The answer box reads JSON as the CLI does: an object that gives one key twice is a
+    bad request naming the key — not its last value — and the task keeps waiting."""
+    submitted = await app.submit("ask", {"question": "ok?"}, Owner("alice"))
+    worker = app.worker(concurrency=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        async for snapshot in app.watch(submitted.id, System()):
+            if snapshot.status == "waiting_input":
+                break
+        page = await client.get("/login")
+        await client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page.text)})
+        task_page = await client.get(f"/task?id={submitted.id}")
+        answer = await client.post("/task/respond", data={
+            "id": submitted.id, "key": "approve", "answer": '{"ok": 1, "ok": 2}',
+            "csrf_token": csrf_of(task_page.text)})
+        assert 400 == answer.status_code
+        assert "the answer gives the key &#39;ok&#39; twice" in answer.text
+        assert "waiting_input" == (await app.get(submitted.id, System())).status
+    finally:
+        await worker.shutdown(drain_timeout=0)
+        await running

@@ -6,6 +6,7 @@ The public API is what ``__all__`` lists; modules starting with ``_`` are privat
 
 from __future__ import annotations
 
+from tasks_core._json import parse_json
 from tasks_core._registry import available_stores, find_store, open_store
 from tasks_core.authority import (
     Access,
@@ -148,6 +149,7 @@ __all__ = [
     "hookimpl",
     "open_store",
     "owner_of",
+    "parse_json",
     "random_task_id",
     "require_authority",
     "scoped_task_key",

@@ -35,14 +35,25 @@ def check_json(value: Any, *, what: str = "value") -> Any:
 def parse_json(text: str, what: str) -> Any:
     """``text`` that a person typed or wrote to a file, parsed as JSON.
 
+    Rule: an object that gives one key twice is refused, not read as its last value (what
+    the ``json`` module would do): the person meant one of the two.
+
     Raises:
         json.JSONDecodeError: not JSON at all (its ``msg`` says where).
         InvalidInput: JSON that Python cannot read (nested too deeply, a number too long),
-            named as ``what``.
+            or an object giving a key twice, named as ``what``.
     """
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in document:
+                raise InvalidInput(f"{what} gives the key {key!r} twice")
+            document[key] = value
+        return document
+
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return json.loads(text, object_pairs_hook=unique)
+    except (json.JSONDecodeError, InvalidInput):
         raise
     except (ValueError, RecursionError):
         raise InvalidInput(f"{what} cannot be read: nested too deeply or a number too "

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus
+from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus, parse_json
 from tasks_core.authority import DEFAULT_TENANT
 
 from tasks_dashboard import _reads
@@ -203,8 +203,8 @@ class Views:
         task_id, key = str(form.get("id", "")), str(form.get("key", ""))
         text = str(form.get("answer", ""))
         try:
-            answer: Any = json.loads(text)
-        except ValueError:
+            answer: Any = parse_json(text, "the answer")
+        except json.JSONDecodeError:
             answer = text
         await self.app.respond(task_id, {key: answer}, SYSTEM)
         return self._back(request, task_id)

@@ -192,6 +192,8 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
         key, sep, raw = pair.partition("=")
         if not sep:
             raise InvalidInput(f"answers look like key=value, not {pair!r}")
+        if key in answers:
+            raise InvalidInput(f"the key {key!r} is answered twice")
         try:
             answers[key] = parse_json(raw, "an answer")
         except json.JSONDecodeError:

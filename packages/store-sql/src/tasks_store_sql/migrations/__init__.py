@@ -5,7 +5,8 @@ from it; one that rewrites rows reads them with :func:`batches` (a stored text a
 :func:`rewrite_snapshots`, :func:`json_object`) and writes stored JSON with :func:`json_text`
 and :func:`spelled_instant`. Revisions are frozen
 history: a schema change is a new revision, and ``tests/test_migrations.py`` proves that
-the chain builds exactly ``_schema.Tables``.
+the chain builds exactly ``_schema.Tables``. These helpers are part of that history: one a
+released revision calls never changes what it does (a new need is a new helper).
 """
 
 from __future__ import annotations
