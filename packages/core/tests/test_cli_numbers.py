@@ -18,7 +18,7 @@ import pytest
 from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, make_app
 from rich.console import Console
 from tasks_core import App, InvalidInput, ManualClock, System, TaskStore
-from tasks_core.cli import _dashboard, _reads, run
+from tasks_core.cli import _dashboard, _reads, build_parser, run
 from tasks_core.cli._options import MAX_PAGE, MAX_PORT, MAX_PROCESSES, MAX_ROUNDS, MAX_SCAN
 from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, check_duration
 from tasks_core.errors import CapabilityNotSupported
@@ -193,6 +193,27 @@ async def test_stress_refuses_a_bad_size_before_it_starts(
     with pytest.raises(InvalidInput, match=option):
         await run(["stress", "--store", "sqlite:///never.db", f"{option}={given}"],
                   console=Console(file=io.StringIO()))
+
+
+async def test_stress_refuses_a_single_writer_as_its_help_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--writers`` races writers against each other: its help says 2..256, and the
+    check MUST say so too (1 passed it and was refused later, by the harness)."""
+    monkeypatch.setitem(sys.modules, "tasks_contract_tests.stress", None)
+    with pytest.raises(InvalidInput, match=r"--writers must be an integer in 2\.\.256, not 1"):
+        await run(["stress", "--store", "sqlite:///never.db", "--writers=1"],
+                  console=Console(file=io.StringIO()))
+
+
+def test_an_integer_past_the_digit_limit_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An integer of 5,000 digits MUST be a usage error saying so, not read as ``inf``
+    (``not inf`` in the refusal)."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ls", "--system", "--limit", "9" * 5000])
+    assert "an integer too long to read" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", [*NOT_NUMBERS, "0", "-5", str(MAX_PORT + 1)])

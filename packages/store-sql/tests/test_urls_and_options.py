@@ -294,6 +294,10 @@ def test_query_options_the_driver_does_not_take_are_refused(url: str, named: str
         ("postgresql://u@h/db?sslmode=requir", "one of disable, allow, prefer"),
         ("postgresql://u@h/db?connect_timeout=soon", "'connect_timeout' has a value"),
         ("postgresql://u@h/db?connect_timeout=-1", "'connect_timeout' has a value"),
+        ("postgresql://u@h/db?command_timeout=1e308", "'command_timeout' has a value"),
+        ("mysql://u@h/db?connect_timeout=0", "'connect_timeout' has a value"),
+        ("mysql://u@h/db?connect_timeout=99999999999", "'connect_timeout' has a value"),
+        ("mysql://u@h/db?read_timeout=0", "'read_timeout' has a value"),
         ("postgresql://u@h/db?sslmode=require&ssl=disable", "'sslmode' and 'ssl'"),
         ("mysql://u@h/db?connect_timeout=5&connect_timeout=6", "more than once"),
         ("sqlite:///x.db?namespace=a&namespace=b", "more than once"),
@@ -361,3 +365,10 @@ def test_a_busy_timeout_that_is_not_a_real_number_in_range_is_refused(
 
 def test_a_busy_timeout_at_its_limit_is_taken() -> None:
     assert SQLStore("sqlite://", busy_timeout=3600) is not None
+
+
+def test_a_driver_timeout_cannot_replace_the_busy_timeout() -> None:
+    """``engine_options={"connect_args": {"timeout": …}}`` would pass an unchecked value
+    (NaN, an infinity) for the wait ``busy_timeout`` sets: refused as ``?timeout=`` is."""
+    with pytest.raises(InvalidInput, match="busy_timeout"):
+        SQLStore("sqlite://", engine_options={"connect_args": {"timeout": float("nan")}})

@@ -6,7 +6,7 @@ Both are declared once, in code, and read by the runtime and the contract suite 
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from tasks_core._model import Model
 
@@ -66,8 +66,8 @@ class StoreLimits(Model):
             keeps one tenant's backlog from crowding out the others.
     """
 
-    max_tasks: int | None = Field(default=None, ge=1, le=NO_LIMIT)
-    max_active_tasks_per_scope: int | None = Field(default=None, ge=1, le=NO_LIMIT)
+    max_tasks: StrictInt | None = Field(default=None, ge=1, le=NO_LIMIT)
+    max_active_tasks_per_scope: StrictInt | None = Field(default=None, ge=1, le=NO_LIMIT)
 
     @property
     def tasks_cap(self) -> int:
@@ -92,7 +92,8 @@ class StoreLimits(Model):
         way every store factory reads its ``max_tasks``/``max_active_tasks_per_scope``.
 
         Raises:
-            InvalidInput: a limit below 1.
+            InvalidInput: a limit that is not an ``int`` (a bool, a string) in
+                ``1..NO_LIMIT``.
         """
         given = {"max_tasks": max_tasks, "max_active_tasks_per_scope": max_active_tasks_per_scope}
         base = (limits or cls()).model_dump()

@@ -82,20 +82,23 @@ def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> froze
     return names
 
 
-def check_limit(limit: int, *, maximum: int | None = None, what: str = "limit") -> int:
+def check_limit(
+    limit: int, *, maximum: int | None = None, minimum: int = 1, what: str = "limit"
+) -> int:
     """Validate a size — a count of tasks, runs or processes (``claim_next``: 1..1000;
     ``reap``: at least 1; the CLI's ``--limit``, ``--scan``…): an ``int`` (not a bool),
-    at least 1 and at most ``maximum`` when given. The message names ``what`` and shows
-    the value as given.
+    at least ``minimum`` (1 unless given) and at most ``maximum`` when given, returned as a
+    plain ``int``. The message names ``what`` and shows the value as given.
 
     Raises:
         InvalidInput: not an integer in range.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 \
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < minimum \
             or (maximum is not None and limit > maximum):
-        span = "a positive integer" if maximum is None else f"an integer in 1..{maximum}"
+        span = (f"an integer in {minimum}..{maximum}" if maximum is not None
+                else "a positive integer" if minimum == 1 else f"an integer from {minimum}")
         raise InvalidInput(f"{what} must be {span}, not {_shown(limit)}")
-    return limit
+    return int(limit)  # an int subclass (an IntEnum) kept as a plain int
 
 
 def _shown(value: object) -> str:
@@ -109,6 +112,10 @@ def _shown(value: object) -> str:
 
 MAX_BATCH = 1000
 """The most items one ``transition_many`` takes (and one ``claim_next`` claims)."""
+
+MAX_RUNNING = 1_000_000
+"""The largest ``max_running``, the largest count of a ``rate`` and the largest
+``concurrency`` of a worker, a queue or ``Limits``."""
 
 BatchItem = tuple[str, int, Event, Lease | Access]
 """One ``transition_many`` item: ``(task_id, expected_revision, event, authority)``."""

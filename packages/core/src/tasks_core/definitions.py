@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal, Protocol
 
+from tasks_core.arguments import MAX_RUNNING, check_limit
 from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
@@ -126,16 +127,13 @@ class Queue:
 
     def __post_init__(self) -> None:
         check_name(self.name, what="queue")
-        if self.concurrency is not None and (
-            isinstance(self.concurrency, bool)
-            or not isinstance(self.concurrency, int)
-            or self.concurrency < 1
-        ):
-            raise InvalidInput("queue concurrency must be a positive integer or None")
+        if self.concurrency is not None:
+            check_limit(self.concurrency, maximum=MAX_RUNNING, what="queue concurrency")
         if not isinstance(self.exclusive, bool):
             raise InvalidInput("exclusive must be True or False")
         if self.exclusive:
-            if self.max_running not in (None, 1):
+            if self.max_running is not None and (
+                    type(self.max_running) is not int or self.max_running != 1):
                 raise InvalidInput("an exclusive queue is max_running=1; give one of them")
             object.__setattr__(self, "max_running", 1)
         elif self.max_running == 1 and not isinstance(self.max_running, bool):

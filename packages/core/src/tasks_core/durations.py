@@ -83,7 +83,7 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
     if not (low <= seconds <= high) or (seconds == 0 and low == 0 and not allow_zero):
         raise InvalidInput(f"{what} must be in {_span(low, high, allow_zero)} seconds, not "
                            f"{_given(value)}")
-    return seconds
+    return seconds or 0.0  # -0.0 is 0
 
 
 def _span(low: float, high: float, allow_zero: bool) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tasks_core._store_models import NO_LIMIT
+from tasks_core.arguments import MAX_RUNNING, check_limit
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import AuthorizationError, InvalidInput
 from tasks_core.models import MAX_MESSAGE_CHARS
@@ -166,12 +167,10 @@ class Limits:
     max_active_tasks_per_scope: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_input_bytes", "max_result_bytes", "concurrency"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInput(f"{name} must be a positive integer")
+        check_limit(self.concurrency, maximum=MAX_RUNNING, what="concurrency")
+        for name in ("max_input_bytes", "max_result_bytes"):
+            check_limit(getattr(self, name), maximum=NO_LIMIT, what=name)
         for name in ("max_runs_per_owner", "max_tasks", "max_active_tasks_per_scope"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 1 <= value <= NO_LIMIT):
-                raise InvalidInput(f"{name} must be a positive integer or None (off)")
+            if value is not None:
+                check_limit(value, maximum=NO_LIMIT, what=f"{name} (None: off)")

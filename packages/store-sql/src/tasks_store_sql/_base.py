@@ -52,6 +52,10 @@ from tasks_store_sql._writers import WriterQueue, writer_queue
 __all__ = ["SchemaMode", "StoreBase", "TaskRow"]
 
 SchemaMode = Literal["create", "upgrade", "check"]
+
+MAX_BUSY_TIMEOUT_S = 3600
+"""The longest ``busy_timeout``, in seconds: how long a SQLite writer waits for its turn
+and for the file's lock before ``StoreUnavailable``."""
 _memory_ids = itertools.count(1)
 
 
@@ -101,7 +105,7 @@ class StoreBase:
             raise InvalidInput("SQLStore needs exactly one of a URL or an engine")
         if schema not in ("create", "upgrade", "check"):
             raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
-        busy_timeout = check_duration(busy_timeout, "busy_timeout", high=3600)
+        busy_timeout = check_duration(busy_timeout, "busy_timeout", high=MAX_BUSY_TIMEOUT_S)
         target: Target | None = parse_url(url) if url is not None else None
         if target is not None and target.namespace is not None:
             if namespace is not None and namespace != target.namespace:

@@ -227,8 +227,17 @@ def sqlite_connect_args(
 ) -> dict[str, Any]:
     """The keyword arguments of ``sqlite3.connect`` the store adds to the URL's: the
     ``busy_timeout`` (how long the pragmas of :func:`prepare_sqlite_connection` may wait),
-    then the application's ``engine_options["connect_args"]``."""
-    return {"timeout": busy_timeout, **(options or {}).get("connect_args", {})}
+    then the application's ``engine_options["connect_args"]``.
+
+    Raises:
+        InvalidInput: ``connect_args`` naming ``timeout``: the store's ``busy_timeout``
+            is that wait (checked as every duration is), as for the URL's ``?timeout=``.
+    """
+    given = dict((options or {}).get("connect_args", {}))
+    if "timeout" in given:
+        raise InvalidInput("engine_options connect_args 'timeout': use the busy_timeout "
+                           "option")
+    return {"timeout": busy_timeout, **given}
 
 
 def prepare_sqlite_connection(dbapi_connection: Any, *, wal: bool) -> None:

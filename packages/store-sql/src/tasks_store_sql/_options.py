@@ -12,11 +12,10 @@ are refused. A timeout in seconds (asyncpg's) is checked by :mod:`tasks_core.dur
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-from tasks_core.durations import check_duration
+from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 
 __all__ = ["QUERY_OPTIONS", "SSL_MODES", "Check", "check_query", "driver_params", "flag_of"]
@@ -41,9 +40,18 @@ def _count(value: str) -> int:
 
 def _seconds(value: str) -> float:
     try:
-        return check_duration(float(value), "seconds", high=math.inf)
+        return check_duration(float(value), "seconds", high=MAX_WAIT_S)
     except InvalidInput:
         raise ValueError("not a positive number of seconds") from None
+
+
+def _whole_seconds(value: str) -> int:
+    seconds = int(value)
+    try:
+        check_duration(seconds, "seconds", high=MAX_WAIT_S)
+    except InvalidInput:
+        raise ValueError("not a positive whole number of seconds") from None
+    return seconds
 
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -124,7 +132,7 @@ _MYSQL_COMMON: dict[str, Check] = {
     # keywords of asyncmy.connect() and aiomysql.connect() alike; SQLAlchemy converts the
     # numbers and flags
     "charset": _text,
-    "connect_timeout": _count,
+    "connect_timeout": _whole_seconds,
     "init_command": _text,
     "sql_mode": _text,
     "unix_socket": _text,
@@ -136,7 +144,7 @@ _MYSQL_COMMON: dict[str, Check] = {
 }
 _ASYNCMY: dict[str, Check] = {
     **_MYSQL_COMMON,
-    "read_timeout": _count,
+    "read_timeout": _whole_seconds,
     "program_name": _text,
     # SQLAlchemy gathers these into the ``ssl`` dict asyncmy takes
     "ssl_ca": _text,

@@ -31,16 +31,16 @@ MAX_PROCESSES = 256
 MAX_PORT = 65535
 """The largest TCP port (``dashboard --port``)."""
 
-SIZES: dict[str, tuple[tuple[str, str, int], ...]] = {
-    "ls": (("limit", "--limit", MAX_PAGE), ("scan", "--scan", MAX_SCAN)),
-    "reap": (("limit", "--limit", MAX_SCAN),),
-    "stress": (("tasks", "--tasks", MAX_SCAN), ("rounds", "--rounds", MAX_ROUNDS),
-               ("writers", "--writers", MAX_PROCESSES),
-               ("workers", "--workers", MAX_PROCESSES)),
-    "dashboard": (("port", "--port", MAX_PORT),),
+SIZES: dict[str, tuple[tuple[str, str, int, int], ...]] = {
+    "ls": (("limit", "--limit", 1, MAX_PAGE), ("scan", "--scan", 1, MAX_SCAN)),
+    "reap": (("limit", "--limit", 1, MAX_SCAN),),
+    "stress": (("tasks", "--tasks", 1, MAX_SCAN), ("rounds", "--rounds", 1, MAX_ROUNDS),
+               ("writers", "--writers", 2, MAX_PROCESSES),
+               ("workers", "--workers", 1, MAX_PROCESSES)),
+    "dashboard": (("port", "--port", 1, MAX_PORT),),
 }
-"""Per command, its sizes only the CLI takes: ``(attribute, option, largest)``; each is
-an integer from 1 to its largest (``None``: not given)."""
+"""Per command, its sizes only the CLI takes: ``(attribute, option, smallest,
+largest)``; each is an integer in that range (``None``: not given)."""
 
 
 def number(text: str) -> int | float:
@@ -54,7 +54,8 @@ def number(text: str) -> int | float:
     try:
         return int(text)
     except ValueError:
-        pass
+        if text.strip().lstrip("+-").isdigit():  # past Python's digit limit
+            raise argparse.ArgumentTypeError("an integer too long to read") from None
     try:
         return float(text)
     except ValueError:
@@ -68,10 +69,11 @@ def check_options(args: argparse.Namespace) -> None:
     Raises:
         InvalidInput: naming the option, with its bounds and the value given.
     """
-    for attribute, option, largest in SIZES.get(args.command, ()):
+    for attribute, option, smallest, largest in SIZES.get(args.command, ()):
         value = getattr(args, attribute, None)
         if value is not None:
-            setattr(args, attribute, check_limit(value, maximum=largest, what=option))
+            setattr(args, attribute, check_limit(value, minimum=smallest, maximum=largest,
+                                                 what=option))
     if args.command == "workers" and args.lease is not None:
         args.lease = check_worker_lease(args.lease, "--lease")
     if args.command == "stress":

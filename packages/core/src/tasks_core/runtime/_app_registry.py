@@ -124,7 +124,7 @@ class Registry:
                 name=name or str(getattr(handler, "__name__", "")),
                 fn=handler,
                 queue=queue,
-                retry=retry or RetryPolicy.none(),
+                retry=RetryPolicy.none() if retry is None else retry,
                 timeout=timeout,
                 max_deliveries=max_deliveries,
                 ttl=ttl,

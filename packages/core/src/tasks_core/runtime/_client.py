@@ -279,8 +279,7 @@ class Client(ClientReads):
         name = definition.name if definition else task
         if not isinstance(name, str):
             raise InvalidInput("task must be a registered task or a task name")
-        default_queue = definition.queue if definition else DEFAULT_QUEUE
-        queue_name = default_queue if queue is None else queue  # "" is refused below
+        queue_name = (definition.queue if definition else DEFAULT_QUEUE) if queue is None else queue
         if not isinstance(queue_name, str):
             raise InvalidInput("queue must be the name of a declared queue")
         if queue_name not in self._queues:
@@ -294,11 +293,12 @@ class Client(ClientReads):
         else:
             task_id = scoped_task_key(check_key(key), owner, dedup=dedup, tenant=tenant)
         granted = check_watchers(watchers, tenant, owner)
+        default_retry = definition.retry if definition else RetryPolicy.none()
         work = Work(
             name=name,
             input=data,
             idempotency_key=idempotency_key,
-            retry_policy=retry or (definition.retry if definition else RetryPolicy.none()),
+            retry_policy=default_retry if retry is None else retry,
             timeout_s=_pick(timeout, definition.timeout if definition else None),
             max_deliveries=(max_deliveries if max_deliveries is not None
                             else definition.max_deliveries if definition else 25),

@@ -107,6 +107,13 @@ class ClientReads(Registry):
             raise TypeError(
                 f"store= takes a store object (a TaskStore), not {type(store).__name__}; "
                 "a store URL is the first argument: App('sqlite:///tasks.db')")
+        for given, kind, name in ((policy, Policy, "policy"), (limits, Limits, "limits")):
+            if given is not None and not isinstance(given, kind):
+                raise TypeError(f"{name}= takes a {kind.__name__}(...), not "
+                                f"{type(given).__name__}")
+        if store_options is not None and not isinstance(store_options, Mapping):
+            raise TypeError(f"store_options= takes a dict of the store's options, not "
+                            f"{type(store_options).__name__}")
         if store is not None and limits is not None:
             _check_store_limits(store, limits)
         super().__init__(queues, retention)

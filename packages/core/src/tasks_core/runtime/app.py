@@ -41,6 +41,8 @@ class App(Client):
 
     Raises:
         InvalidInput: bad arguments (durations: see :mod:`tasks_core.durations`).
+        TypeError: a ``store``, ``policy``, ``limits`` or ``store_options`` of the wrong
+            type.
     """
 
     _sync: SyncApp | None = None

@@ -17,7 +17,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -29,7 +29,7 @@ from tasks_core.durations import (
 )
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.reasons import CancelReason
-from tasks_core.rules import MAX_LEASE_S, check_limit
+from tasks_core.rules import MAX_BATCH, MAX_LEASE_S, check_limit
 from tasks_core.runtime._cancel_watch import CancelWatch, WatchedTasks
 from tasks_core.runtime._claims import AUTO_AHEAD, CLAIMS_IN_FLIGHT, MAX_AHEAD, Claims
 from tasks_core.runtime._group import GroupCommit
@@ -69,7 +69,8 @@ class Worker(Claims):
         queues: queues to serve (default: every queue the app declares).
         concurrency: runs at once (default ``app.limits.concurrency``, 8), at most
             ``storekit.MAX_RUNNING`` (``rules.check_limit``).
-        queue_concurrency: per-queue limits overriding the app's ``Queue.concurrency``.
+        queue_concurrency: per-queue limits overriding the app's ``Queue.concurrency``
+            (declared queues, counts in ``1..MAX_RUNNING``).
         worker_id: default ``"<host>:<pid>:<random>"``.
         lease_for: lease length in seconds; heartbeats renew every ``lease_for / 3``.
         recover: ``"retry"`` runs a task again after its worker died (at least once);
@@ -152,12 +153,11 @@ class Worker(Claims):
                                       allow_zero=True)
         self.drain_timeout = check_duration(drain_timeout, "drain_timeout", high=MAX_WAIT_S,
                                             allow_zero=True)
-        if isinstance(commit_batch, bool) or not isinstance(commit_batch, int) \
-                or not 1 <= commit_batch <= 1000:
-            raise InvalidInput("commit_batch must be an integer in 1..1000")
-        if prefetch != "auto" and (isinstance(prefetch, bool) or not isinstance(prefetch, int)
-                                   or not 0 <= prefetch <= MAX_AHEAD):
-            raise InvalidInput(f"prefetch must be 'auto' or an integer in 0..{MAX_AHEAD}")
+        commit_batch = check_limit(commit_batch, maximum=MAX_BATCH, what="commit_batch")
+        if prefetch != "auto":
+            prefetch = check_limit(prefetch, minimum=0, maximum=MAX_AHEAD,
+                                   what="prefetch ('auto' or a count)")
+        per_queue = _queue_concurrency(queue_concurrency, declared)
         if not isinstance(periodic, bool):
             raise InvalidInput("periodic must be True or False")
         self.periodic = periodic
@@ -169,7 +169,7 @@ class Worker(Claims):
                       and (limits := declared[q].limits) is not None}
         self.limits: dict[str, int] = {}
         for q in self.queues:
-            limit = (queue_concurrency or {}).get(q, declared[q].concurrency)
+            limit = per_queue.get(q, declared[q].concurrency)
             running = declared[q].max_running
             if q in self.exclusive or q in self.fleet:  # claimed on its own, never more
                 limit = min(limit or self.concurrency, running or self.concurrency)
@@ -374,6 +374,24 @@ class Worker(Claims):
 def _default_worker_id() -> str:
     return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(3)}"
 
+
+def _queue_concurrency(given: object, declared: Collection[str]) -> dict[str, int]:
+    """``queue_concurrency`` checked: ``None``, or a mapping of declared queues (a typo is
+    refused; a queue this worker does not serve is left unused) to counts in
+    ``1..MAX_RUNNING``.
+
+    Raises:
+        InvalidInput: not a mapping, an undeclared queue, a count out of range.
+    """
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise InvalidInput("queue_concurrency must be a dict of queue names to counts")
+    unknown = [repr(q) for q in given if q not in declared]
+    if unknown:
+        raise InvalidInput(f"queue_concurrency names undeclared queue(s): {', '.join(unknown)}")
+    return {q: check_limit(count, maximum=MAX_RUNNING, what=f"queue_concurrency[{q!r}]")
+            for q, count in given.items()}
 
 
 async def _wait_until(awaitable: Any, deadline: float) -> None:

@@ -11,26 +11,17 @@ A refused claim is no error: the task stays pending.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tasks_core.arguments import MAX_RUNNING, check_limit
 from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, check_duration
 from tasks_core.errors import InvalidInput
 
 __all__ = ["MAX_RUNNING", "QueueLimits", "QueueRoom"]
 
-MAX_RUNNING = 1_000_000
-"""The largest ``max_running``, the largest count of a ``rate`` and the largest
-``concurrency`` of a worker."""
 
-
-def _count(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or not 1 <= int(value) <= MAX_RUNNING:
-        raise InvalidInput(f"{what} must be an integer from 1 to {MAX_RUNNING}, not {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -55,11 +46,12 @@ class QueueLimits:
         if self.max_running is None and self.rate is None:
             raise InvalidInput("queue limits need max_running, rate or both")
         if self.max_running is not None:
-            object.__setattr__(self, "max_running", _count(self.max_running, "max_running"))
+            object.__setattr__(self, "max_running", check_limit(
+                self.max_running, maximum=MAX_RUNNING, what="max_running"))
         if self.rate is not None:
             if not isinstance(self.rate, tuple) or len(self.rate) != 2:
                 raise InvalidInput("rate must be a pair (claims, seconds), e.g. (100, 60)")
-            claims = _count(self.rate[0], "the claims of rate")
+            claims = check_limit(self.rate[0], maximum=MAX_RUNNING, what="the claims of rate")
             seconds = check_duration(self.rate[1], "the window of rate", high=MAX_WAIT_S,
                                      low=MIN_INTERVAL_S)
             object.__setattr__(self, "rate", (claims, seconds))
