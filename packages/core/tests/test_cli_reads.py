@@ -7,6 +7,7 @@ import asyncio
 import io
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from tasks_core import App, ManualClock, TaskContext, UnknownStore
 from tasks_core.cli import _reads
 from tasks_core.cli.main import run
+from tasks_core.errors import StoreError
 from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, installed
 
 pytestmark = pytest.mark.anyio
@@ -77,6 +79,44 @@ async def test_a_read_never_creates_a_sqlite_file(
     assert str(tmp_path / name) in str(info.value)
     assert "--app" in str(info.value)
     assert [] == os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("command", [
+    ["ls", "--system"], ["show", "x", "--system"], ["workers", "--system"],
+    ["cancel", "x", "--system"], ["respond", "x", "a=1", "--system"],
+    ["dashboard", "--port", "1"]])
+@pytest.mark.parametrize("content", ["empty", "foreign"])
+async def test_a_read_never_creates_the_schema_in_an_existing_file(
+    command: list[str], content: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command on existing tasks (the dashboard too) MUST NOT write the tasks schema
+    into a SQLite file that has none — an empty file, another program's database — but
+    refuse, saying how to make one."""
+    if not installed(EMBEDDED_STORE_URL):
+        pytest.skip("needs tasks-store-sql")
+    monkeypatch.setenv("TASKS_DASHBOARD_TOKEN", "a-long-enough-token")
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as foreign:
+        if content == "foreign":
+            foreign.execute("CREATE TABLE notes (body TEXT)")
+    with pytest.raises(StoreError, match="no tasks schema"):
+        await run([*command, "--store", f"sqlite:///{path}"],
+                  console=_console()[0])
+    with sqlite3.connect(path) as opened:
+        tables = [row[0] for row in opened.execute("SELECT name FROM sqlite_master")]
+    assert (["notes"] if content == "foreign" else []) == tables
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite://", "sqlite:///:memory:"])
+async def test_a_store_private_to_the_process_is_said_to_be(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task submitted to a store that dies with the command (``memory://``, an
+    in-memory SQLite database) MUST come with a note saying so."""
+    if url.startswith("sqlite") and not installed(EMBEDDED_STORE_URL):
+        pytest.skip("needs tasks-store-sql")
+    await run(["submit", "job", "--system", "--store", url], console=_console()[0])
+    assert f"{url} is private to this process" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("url", "path"), [

@@ -96,6 +96,26 @@ def test_load_app_imports_module_attribute(tmp_path: Path, monkeypatch: pytest.M
         load_app("no_such_module_here:app")
 
 
+@pytest.mark.parametrize(("source", "spec", "says"), [
+    ("raise RuntimeError('boom')", "cli_probe_raises:app", "RuntimeError: boom"),
+    ("x = (", "cli_probe_syntax:app", "SyntaxError"),
+    ("", ":app", "--app takes MODULE:ATTR"),
+    ("", ".:app", "--app takes MODULE:ATTR"),
+])
+def test_an_app_module_that_cannot_be_imported_is_one_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, spec: str, says: str
+) -> None:
+    """``--app`` naming no module, or a module that fails as it is imported (its own
+    error, a syntax error), MUST be ``InvalidInput`` quoting that error — one line with
+    exit 2 — not a traceback."""
+    module = spec.partition(":")[0]
+    if source:
+        (tmp_path / f"{module}.py").write_text(source + "\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput, match=says):
+        load_app(spec)
+
+
 async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
     """``tasks demo`` MUST run every scenario to its expected end and print a summary."""
     console, out = _console()

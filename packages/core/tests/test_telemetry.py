@@ -295,6 +295,7 @@ async def test_tasks_worker_metrics_port_serves_on_localhost_by_default() -> Non
     """``tasks worker --metrics-port`` MUST serve on 127.0.0.1 unless ``--metrics-host``
     says otherwise; a port out of range is refused."""
     from tasks_core.cli import _worker_cmd
+    from tasks_core.cli._options import check_options
     from tasks_core.cli.main import build_parser
 
     args = build_parser().parse_args(["worker", "m:app", "--metrics-port", "0"])
@@ -306,5 +307,5 @@ async def test_tasks_worker_metrics_port_serves_on_localhost_by_default() -> Non
     finally:
         endpoint.close()
     bad = build_parser().parse_args(["worker", "m:app", "--metrics-port", "70000"])
-    with pytest.raises(InvalidInput):
-        _worker_cmd._metrics(bad)
+    with pytest.raises(InvalidInput, match=r"--metrics-port must be an integer in 0\.\.65535"):
+        check_options(bad)

@@ -4,6 +4,7 @@ task with its history and event stream, workers by their leases; the CLI command
 from __future__ import annotations
 
 import re
+import socket
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -164,6 +165,17 @@ async def test_cli_refuses_without_a_token(monkeypatch: pytest.MonkeyPatch) -> N
         await run(["dashboard", "--store", "memory://"])
     with pytest.raises(InvalidInput, match="at least 8"):
         await run(["dashboard", "--store", "memory://", "--token", "short"])
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+async def test_cli_refuses_an_address_it_cannot_listen_on(host: str) -> None:
+    """A port already taken, or a host that does not resolve, MUST be the command's own
+    one-line refusal (``InvalidInput``: exit 2), not the web server's log and exit 3."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidInput, match=f"cannot listen on {host}:{port}"):
+            await run(["dashboard", "--store", "memory://", "--token", TOKEN,
+                       "--host", host, "--port", str(port)])
 
 
 async def test_cli_says_to_install_the_dashboard_when_missing(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import socket
 from typing import Any
 
 from rich.console import Console
@@ -61,7 +62,8 @@ async def cmd_dashboard(app: App, args: argparse.Namespace, console: Console) ->
 
     Raises:
         CapabilityNotSupported: tasks-dashboard is not installed.
-        InvalidInput: no operator token, or one the dashboard refuses.
+        InvalidInput: no operator token, or one the dashboard refuses; an address it
+            cannot listen on.
     """
     dashboard = _import("tasks_dashboard")
     uvicorn = _import("uvicorn")
@@ -78,12 +80,28 @@ async def cmd_dashboard(app: App, args: argparse.Namespace, console: Console) ->
         console.print(f"[yellow]note:[/] serving on {args.host}: anyone who can reach it "
                       "sees the login form; put TLS in front of it.")
     await app.open()
-    server = uvicorn.Server(uvicorn.Config(web, host=args.host, port=args.port,
-                                           log_level="warning", lifespan="off",
+    listener = _listen(args.host, args.port)
+    server = uvicorn.Server(uvicorn.Config(web, log_level="warning", lifespan="off",
                                            timeout_graceful_shutdown=2))
     host = f"[{args.host}]" if ":" in args.host else args.host
     console.print(f"tasks dashboard on http://{host}:{args.port}/ over "
                   f"{shown_url(app.url or '')}; log in with the operator token. Ctrl-C "
                   "stops it.")
-    await server.serve()
+    with listener:
+        await server.serve(sockets=[listener])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, bound here so that a refusal is the
+    command's one line (not the web server's log and exit 3).
+
+    Raises:
+        InvalidInput: an unknown host, or an address that cannot be bound (taken, not
+            this machine's).
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:  # socket.gaierror included
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

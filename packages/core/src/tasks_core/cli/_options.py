@@ -38,6 +38,7 @@ SIZES: dict[str, tuple[tuple[str, str, int, int], ...]] = {
                ("writers", "--writers", 2, MAX_PROCESSES),
                ("workers", "--workers", 1, MAX_PROCESSES)),
     "dashboard": (("port", "--port", 1, MAX_PORT),),
+    "worker": (("metrics_port", "--metrics-port", 0, MAX_PORT),),  # 0: any free port
 }
 """Per command, its sizes only the CLI takes: ``(attribute, option, smallest,
 largest)``; each is an integer in that range (``None``: not given)."""

@@ -2,8 +2,9 @@
 following a task (``show --follow``, ``submit --wait``), which says once when no live
 worker serves its queue.
 
-Reading never creates a store: :func:`check_readable` refuses a SQLite file that does not
-exist before the store is opened (opening it would create an empty database). ``ls``
+Reading never creates a store (:func:`open_for_reading`): a SQLite file that does not exist
+is refused before the store is opened, and a SQL store is opened with ``schema="check"``
+(no DDL: an empty or foreign database is refused, never given the tasks tables). ``ls``
 orders by creation, newest first: the store lists by id, so it reads up to ``--scan``
 matching tasks, sorts them by ``(created_at, id)`` descending and shows one page.
 """
@@ -29,7 +30,11 @@ from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.runtime.app import App
 
 __all__ = ["NO_WORKER_AFTER_S", "check_readable", "follow", "list_newest_first",
-           "live_leases", "sqlite_file", "workers_table"]
+           "live_leases", "open_for_reading", "private_to_process", "sqlite_file",
+           "workers_table"]
+
+SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb"})
+"""The URL schemes of tasks-store-sql, whose ``schema="check"`` opens without DDL."""
 
 NO_WORKER_AFTER_S = 5.0
 """How long a followed task waits, available and unclaimed, before the hint is printed."""
@@ -54,6 +59,18 @@ def sqlite_file(url: str) -> str | None:
     return None if path in ("", ":memory:") else os.path.abspath(path)
 
 
+def _scheme(url: str) -> str:
+    return url.partition("://")[0].split("+")[0].lower()
+
+
+def private_to_process(url: str) -> bool:
+    """Whether ``url`` names a store that lives and dies with this process (``memory://``,
+    an in-memory SQLite database)."""
+    path = url.partition("://")[2].partition("?")[0]
+    return _scheme(url) == "memory" or (_scheme(url) == "sqlite"
+                                         and path in ("", "/", "/:memory:"))
+
+
 def check_readable(url: str) -> None:
     """Refuse to read a SQLite store whose file does not exist (opening would create it).
 
@@ -65,6 +82,19 @@ def check_readable(url: str) -> None:
         raise UnknownStore(
             f"no store at {url}: {path} does not exist (reading never creates one); run "
             "where the file is, or name the store: --app module:app or --store URL")
+
+
+def open_for_reading(app: App, url: str) -> None:
+    """Make ``app`` (not open yet) read the store at ``url`` without creating it: a SQLite
+    file must exist (:func:`check_readable`), and a SQL store opens with
+    ``schema="check"`` unless the app's own options name a schema mode.
+
+    Raises:
+        UnknownStore: the SQLite file does not exist.
+    """
+    check_readable(url)
+    if _scheme(url) in SQL_SCHEMES:
+        app.store_options.setdefault("schema", "check")
 
 
 async def list_newest_first(

@@ -31,15 +31,12 @@ def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
     """The Prometheus endpoint ``--metrics-port`` asks for (``None`` without it).
 
     Raises:
-        InvalidInput: the port is out of range or the address cannot be bound.
+        InvalidInput: the address cannot be bound (the port is one of the CLI's sizes).
         CapabilityNotSupported: the Prometheus extra is not installed.
     """
-    port = getattr(args, "metrics_port", None)
+    port = getattr(args, "metrics_port", None)  # checked with the CLI's sizes
     if port is None:
         return None
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise InvalidInput(f"--metrics-port must be an integer in 0..65535 (0: any free "
-                           f"port), not {port!r}")
     try:
         return telemetry.serve_prometheus(port, args.metrics_host)
     except OSError as exc:

@@ -31,7 +31,7 @@ from tasks_core.cli._options import (
     number,
 )
 from tasks_core.cli._periodic import add_periodic_parser
-from tasks_core.cli._reads import check_readable
+from tasks_core.cli._reads import open_for_reading, private_to_process
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError
@@ -41,8 +41,10 @@ from tasks_core.runtime.app import App
 
 __all__ = ["READS", "build_parser", "load_app", "main", "run"]
 
-READS = frozenset({"ls", "show", "workers", "cancel", "respond"})
-"""Commands on tasks that exist: they never create a store (``_reads.check_readable``)."""
+log = logging.getLogger("tasks_core.cli")
+
+READS = frozenset({"ls", "show", "workers", "cancel", "respond", "dashboard"})
+"""Commands on tasks that exist: they never create a store (``_reads.open_for_reading``)."""
 
 
 def load_app(spec: str) -> App:
@@ -50,15 +52,21 @@ def load_app(spec: str) -> App:
     directory or ``sys.path``.
 
     Raises:
-        InvalidInput: the module or attribute is missing, or is not an ``App``.
+        InvalidInput: no module named, the module cannot be imported (its own error, in
+            one line: ``--verbose`` logs the traceback), the attribute is missing or is
+            not an ``App``.
     """
     module_name, _, attribute = spec.partition(":")
+    if not module_name.strip(". "):
+        raise InvalidInput(f"--app takes MODULE:ATTR (e.g. myapp:app), not {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidInput(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the user's module: ImportError, SyntaxError, its own raise
+        log.debug("importing %r failed", module_name, exc_info=True)
+        raise InvalidInput(f"cannot import {module_name!r}: {type(exc).__name__}: {exc} "
+                           "(--verbose shows the traceback)") from None
     app = getattr(module, attribute or "app", None)
     if not isinstance(app, App):
         raise InvalidInput(f"{spec!r} is not an App (expected module:attribute)")
@@ -276,13 +284,13 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     owned = app is None
     app = _app_for(args) if app is None else app
     if owned and args.command in READS and getattr(app, "_store", None) is None:
-        check_readable(app.url or require_default_store_url())
+        open_for_reading(app, app.url or require_default_store_url())
     if args.command not in ("demo", "backends", "stress", "migrate") \
-            and (app.url or "").startswith("memory://"):
+            and private_to_process(app.url or ""):
         Console(stderr=True).print(
-            "[yellow]note:[/] memory:// is private to this process and starts empty; use "
-            "--store sqlite:///tasks.db (needs tasks-store-sql) to share tasks between "
-            "commands and workers.")
+            f"[yellow]note:[/] {plain(app.url or '')} is private to this process and starts "
+            "empty; use --store sqlite:///tasks.db (needs tasks-store-sql) to share tasks "
+            "between commands and workers.", highlight=False)
     try:
         return await COMMANDS[args.command](app, args, console)
     finally:
