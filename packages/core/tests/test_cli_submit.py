@@ -267,3 +267,32 @@ async def test_respond_refuses_a_key_given_twice_changing_nothing(
                 await _run("respond", "alice::q", *answers, "--user", "alice", app=app)
             assert TaskStatus.WAITING_INPUT == (await app.get("alice::q", ALICE)).status
             await app.cancel("alice::q", ALICE)
+
+
+@pytest.mark.parametrize("typed", ["NaN", "Infinity", "-Infinity"])
+async def test_respond_takes_nan_and_infinity_as_the_text_they_are(typed: str) -> None:
+    """``NaN`` and ``Infinity`` are not JSON (Python's ``json`` reads them): an answer of
+    that text MUST be the string, as any other value that is not JSON — it was refused."""
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        return await ctx.request_input("approve", {"q": "ok?"})
+
+    async with app:
+        await _run("submit", "ask", "--key", "n", "--user", "alice", app=app)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, "alice::n", ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+            code, _ = await _run("respond", "alice::n", f"approve={typed}", "--user", "alice",
+                                 app=app)
+            done = await app.wait("alice::n", ALICE, timeout=TIMEOUT)
+    assert (0, TaskStatus.COMPLETED, typed) == (code, done.status, done.result)
+
+
+async def test_submit_input_holding_nan_is_not_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--input '{"month": NaN}'`` MUST be refused as not JSON, naming ``NaN``."""
+    app = _reports_app()
+    with pytest.raises(InvalidInput, match="--input is not JSON: NaN is not JSON"):
+        await _run("submit", "build_report", "--input", '{"month": NaN}', "--user", "alice",
+                   "--app", _module(monkeypatch, app))
+    await app.aclose()

@@ -111,15 +111,20 @@ async def test_a_live_key_in_the_batch_is_joined_and_an_id_twice_joins_the_first
         assert [2] == store.batches[-1:]
 
 
-async def test_a_join_the_submitter_may_not_make_refuses_the_batch_before_writes() -> None:
-    app, _ = _app()
+@pytest.mark.parametrize("batch_create", [True, False])
+async def test_a_join_the_submitter_may_not_make_refuses_naming_the_item(
+    batch_create: bool,
+) -> None:
+    """A join the submitter may not make MUST refuse the batch naming the item, as every
+    other refusal of an item does; with ``batch_create``, before anything is written."""
+    app, _ = _app(store=CapabilityStore(MemoryStore(), batch_create=batch_create))
     async with app:
         await app.submit("send", {"to": "x"}, BOB, key="k", dedup="global")
         items = [SubmitItem("send", {"to": "a"}),
                  SubmitItem("send", {"to": "b"}, key="k", dedup="global")]
-        with pytest.raises(AuthorizationError):
+        with pytest.raises(AuthorizationError, match=r"^item 1: Not authorized"):
             await app.submit_many(items, ALICE)
-        assert 1 == len((await app.list(System())).items)
+        assert (1 if batch_create else 2) == len((await app.list(System())).items)
 
 
 async def test_capacity_holds_for_the_batch_as_a_whole() -> None:

@@ -35,8 +35,10 @@ def check_json(value: Any, *, what: str = "value") -> Any:
 def parse_json(text: str, what: str) -> Any:
     """``text`` that a person typed or wrote to a file, parsed as JSON.
 
-    Rule: an object that gives one key twice is refused, not read as its last value (what
-    the ``json`` module would do): the person meant one of the two.
+    Rules: an object that gives one key twice is refused, not read as its last value (what
+    the ``json`` module would do): the person meant one of the two. ``NaN`` and
+    ``Infinity``, which the ``json`` module reads, are not JSON: text holding them is not
+    JSON at all (so an answer ``NaN`` is the string it reads as).
 
     Raises:
         json.JSONDecodeError: not JSON at all (its ``msg`` says where).
@@ -51,8 +53,11 @@ def parse_json(text: str, what: str) -> Any:
             document[key] = value
         return document
 
+    def not_json(name: str) -> Any:
+        raise json.JSONDecodeError(f"{name} is not JSON", text, text.find(name))
+
     try:
-        return json.loads(text, object_pairs_hook=unique)
+        return json.loads(text, object_pairs_hook=unique, parse_constant=not_json)
     except (json.JSONDecodeError, InvalidInput):
         raise
     except (ValueError, RecursionError):

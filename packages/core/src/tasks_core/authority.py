@@ -200,7 +200,8 @@ def scoped_task_key(
     if dedup != "owner":
         raise InvalidInput("dedup must be 'owner' or 'global'")
     if owner is None:
-        raise InvalidInput("dedup='owner' needs an Owner; use dedup='global' for System")
+        raise InvalidInput("dedup='owner' needs an Owner; use dedup='global' for System "
+                           "(tasks submit --global)")
     if owner.tenant == DEFAULT_TENANT:
         return f"{owner.user_id}{SEPARATOR}{key}"
     return f"{owner.tenant}{SEPARATOR}{owner.user_id}{SEPARATOR}{key}"

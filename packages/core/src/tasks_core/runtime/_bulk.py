@@ -17,7 +17,13 @@ from typing import Any
 
 from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted
-from tasks_core.errors import StoreUnavailable, TaskExists, TaskNotFound
+from tasks_core.errors import (
+    AuthorizationError,
+    InvalidInput,
+    StoreUnavailable,
+    TaskExists,
+    TaskNotFound,
+)
 from tasks_core.models import NewTask, Snapshot
 from tasks_core.policy import Limits, Policy
 from tasks_core.runtime._submit import (
@@ -47,7 +53,8 @@ async def submit_many(
     """Submit every item (module docstring); the outcomes in the order of ``items``.
 
     Raises:
-        AuthorizationError: joining a task the submitter may not join.
+        AuthorizationError: joining a task the submitter may not join (the message names
+            the item: ``item 1: …``).
         CapacityExceeded: a store capacity or ``max_runs_per_owner`` for the batch as a
             whole; nothing written.
         TaskExists: a random id is taken; nothing written.
@@ -62,19 +69,21 @@ async def submit_many(
     for owner in owners:
         ids = {new.id for new, _ in items if new.owner == owner}
         await check_owner_runs(store, limits, owner, items[0][0].tenant, ids)
-    if not store.capabilities.batch_create:
-        return [await submit(store, policy, limits, new, authority, keyed=keyed,
-                             transaction=transaction) for new, keyed in items]
-    taken = await _create_batch(store, policy, items, authority, list(first.values()),
-                                transaction)
+    taken: dict[int, Submitted | Snapshot | None] = {}
+    if store.capabilities.batch_create:
+        taken = await _create_batch(store, policy, items, authority, list(first.values()),
+                                    transaction)
     results: list[Submitted] = []
     for index, (new, keyed) in enumerate(items):
         done = taken.get(index)
         if isinstance(done, Submitted):
             results.append(done)
             continue
-        results.append(await submit(store, policy, limits, new, authority, keyed=keyed,
-                                    transaction=transaction, known=done))
+        try:
+            results.append(await submit(store, policy, limits, new, authority, keyed=keyed,
+                                        transaction=transaction, known=done))
+        except (AuthorizationError, InvalidInput) as exc:
+            raise refused(index, exc) from None
     return results
 
 
@@ -114,7 +123,10 @@ async def _create_batch(
                 outcome.update(await _probe(store, items, left, outcome))
             for i, current in outcome.items():
                 if isinstance(current, Snapshot):
-                    check_join(policy, items[i][0], authority, current)
+                    try:
+                        check_join(policy, items[i][0], authority, current)
+                    except AuthorizationError as exc:
+                        raise refused(i, exc) from None
             continue
         for index, snapshot in zip(left, created, strict=True):
             outcome[index] = Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
