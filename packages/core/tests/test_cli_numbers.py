@@ -171,7 +171,8 @@ async def test_reap_refuses_a_bad_limit_before_the_store_is_opened(
     pytest.importorskip("tasks_store_sql")
     url = f"sqlite:///{tmp_path / 't.db'}"
     with pytest.raises(InvalidInput, match="--limit"):
-        await run(["reap", "--store", url, f"--limit={value}"], console=Console(file=io.StringIO()))
+        await run(["reap", "--system", "--store", url, f"--limit={value}"],
+                  console=Console(file=io.StringIO()))
     with pytest.raises(InvalidInput, match="limit"):
         await App(url).reap(System(), limit=0)
     assert [] == os.listdir(tmp_path)
@@ -319,7 +320,7 @@ def test_the_checks_spell_the_value_exactly() -> None:
     ["workers", "--system", "--lease=1e308"],
     ["ls", "--system", "--limit=-1"],
     ["ls", "--system", "--scan=0"],
-    ["reap", "--limit=inf"],
+    ["reap", "--system", "--limit=inf"],
     ["submit", "job", "--user", "u", "--priority=nan"],
     ["worker", "numapp:app", "--concurrency=1e308"],
     ["dashboard", "--port=nan"],

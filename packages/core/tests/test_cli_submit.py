@@ -59,7 +59,7 @@ async def _run(*argv: str, app: App | None = None, width: int = 200) -> tuple[in
 
 @pytest.mark.parametrize("argv", [SUBMIT, ["ls", "--system"], ["show", "x", "--system"],
                                   ["workers", "--system"], ["cancel", "x", "--system"],
-                                  ["worker"], ["reap"], ["migrate"]])
+                                  ["worker"], ["reap", "--system"], ["migrate"]])
 def test_app_is_an_option_of_every_command_on_tasks(argv: list[str]) -> None:
     """``--app MODULE:ATTR`` MUST be accepted by every command on tasks, after the command
     or before it (default: none)."""
@@ -296,3 +296,21 @@ async def test_submit_input_holding_nan_is_not_json(monkeypatch: pytest.MonkeyPa
         await _run("submit", "build_report", "--input", '{"month": NaN}', "--user", "alice",
                    "--app", _module(monkeypatch, app))
     await app.aclose()
+
+
+@pytest.mark.parametrize("key", [":thumbs_up:x:warning:", "ends-in-a-backslash\\",
+                                 "two\\\\", "[red]x[/]"])
+async def test_one_line_results_print_the_id_exactly(key: str) -> None:
+    """``created: ID`` and ``ID: cancelled`` are parsed by scripts: the id MUST print as it
+    is — no emoji code turned into a picture, no backslash doubled, no markup applied."""
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        created = await _run("submit", "job", "--key", key, "--user", "alice", app=app)
+        cancelled = await _run("cancel", f"alice::{key}", "--user", "alice", app=app)
+    assert f"created: alice::{key}" == created[1].strip()
+    assert f"alice::{key}: cancelled" == cancelled[1].strip()

@@ -299,7 +299,7 @@ async def test_tasks_periodic_lists_last_and_next_ticks() -> None:
     assert latest is not None
     assert following is not None
     async with app:
-        code, out = await _cli(app, "periodic", "--app", "probe:app")
+        code, out = await _cli(app, "periodic", "--app", "probe:app", "--system")
         assert 0 == code
         rows = _rows(out)
         assert {"tick", "nightly"} == set(rows)
@@ -307,9 +307,9 @@ async def test_tasks_periodic_lists_last_and_next_ticks() -> None:
                 f"{following:%Y-%m-%d %H:%M:%S}Z"] == rows["tick"][5:8]
         assert "cron 30 2 * * * (Europe/Paris)" == rows["nightly"][2]
         await _scheduler_of(app).run_once()
-        _, out = await _cli(app, "periodic", "--app", "probe:app")
+        _, out = await _cli(app, "periodic", "--app", "probe:app", "--system")
         assert "pending" == _rows(out)["tick"][6]
-        _, out = await _cli(make_app(clock), "periodic", "--app", "probe:app")
+        _, out = await _cli(make_app(clock), "periodic", "--app", "probe:app", "--system")
         assert "no periodic schedules in probe:app" in out
 
 

@@ -104,6 +104,19 @@ def test_commands_refuse_to_run_without_saying_who_acts(
         build_parser().parse_args([*command, "--user", "alice", "--system"])
 
 
+@pytest.mark.parametrize("command", [["reap"], ["periodic", "--app", "m:app"]])
+def test_admin_commands_refuse_to_run_without_system(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reap`` (every tenant's expired tasks) and ``periodic`` (ticks of every tenant)
+    act as ``System()`` only: they MUST say so with ``--system``, never by default."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(command)
+    assert 2 == info.value.code
+    assert "--system" in capsys.readouterr().err
+    assert build_parser().parse_args([*command, "--system"]).system
+
+
 async def test_show_of_an_invisible_task_reads_as_missing() -> None:
     """``show`` as another user MUST fail exactly as for a missing task."""
     app = _app()
@@ -121,7 +134,7 @@ async def test_reap_and_backends() -> None:
     async with app:
         await app.submit("ask", None, System(), ttl=1)
         clock.advance(2)
-        code, out = await _cli(app, "reap")
+        code, out = await _cli(app, "reap", "--system")
         assert (0, "reaped 1 expired task(s)") == (code, out.splitlines()[0])
         code, out = await _cli(app, "backends")
     assert 0 == code

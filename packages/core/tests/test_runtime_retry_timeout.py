@@ -325,3 +325,34 @@ async def test_the_log_says_when_a_failing_handler_has_no_retry_left(
     assert "ValueError: boom\nTraceback (most recent call last):" in raised[0]
     assert 'raise ValueError("boom")' in raised[0]
     assert [m for _, m in lines if m.startswith(f"task {retried.id!r}: retry 1 scheduled at ")]
+
+
+async def test_an_error_text_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A handler's error message and a ``Retry(error=…)`` name are stored text: the
+    worker's log lines MUST show their line breaks and control characters escaped, so
+    they can neither start a forged line nor drive the terminal that shows the log."""
+    app = make_app(ManualClock())
+    forged = "boom\n2099-01-01 WARNING tasks_core: forged\x1b[2J\r"
+
+    @app.task
+    async def raises(ctx: TaskContext) -> None:
+        raise RuntimeError(forged)
+
+    @app.task
+    async def retries(ctx: TaskContext) -> None:
+        raise Retry("no", error="E\x1b[31mRR\nforged")
+
+    async with app:
+        submitted = [await app.submit(raises, None, ALICE), await app.submit(retries, None, ALICE)]
+        with caplog.at_level("INFO", logger="tasks_core.worker"):
+            async with fast_worker(app):
+                for one in submitted:
+                    await until(app, one.id, ALICE, lambda s: s.terminal)
+    messages = [r.getMessage() for r in caplog.records]
+    about = [m.partition("\nTraceback")[0] for m in messages
+             if any(repr(one.id) in m for one in submitted)]
+    assert len(about) >= 3, messages
+    for message in about:
+        assert not {"\n", "\r", "\x1b"} & set(message), message
+    assert any("boom\\n2099-01-01 WARNING tasks_core: forged\\x1b[2J\\r" in m for m in about)
+    assert any("E\\x1b[31mRR\\nforged" in m for m in about)

@@ -119,6 +119,26 @@ async def test_a_post_without_the_csrf_token_is_refused(
     assert "cancelled" == (await app.get(submitted.id, System())).status
 
 
+async def test_only_the_bearer_token_spares_a_post_its_csrf_token(app: App) -> None:
+    """A POST needs no CSRF token only when it carries the operator token as ``Bearer``:
+    HTTP Basic credentials an ``authorize`` callback accepts — which a browser resends by
+    itself from a cross-site form — need the CSRF token like a session cookie."""
+    def authorize(request: Request) -> bool:
+        return request.headers.get("authorization") == "Basic b3BzOnB3"
+
+    web = create_app(app, token=TOKEN, authorize=authorize)
+    submitted = await app.submit("steps", {"count": 1}, Owner("alice"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=web),
+                                 base_url="http://dash") as client:
+        basic = await client.post("/task/cancel", data={"id": submitted.id},
+                                  headers={"authorization": "Basic b3BzOnB3"})
+        assert 403 == basic.status_code
+        assert "pending" == (await app.get(submitted.id, System())).status
+        bearer = await client.post("/task/cancel", data={"id": submitted.id}, headers=BEARER)
+        assert 303 == bearer.status_code
+    assert "cancelled" == (await app.get(submitted.id, System())).status
+
+
 async def test_stored_markup_is_shown_as_text(client: httpx.AsyncClient, app: App) -> None:
     """A task input holding <script> is escaped on every page that shows it."""
     evil = "<script>alert('owned')</script>"

@@ -49,6 +49,27 @@ def test_bad_urls_are_refused(url: str) -> None:
         parse_url(url)
 
 
+@pytest.mark.parametrize(("query", "named"), [
+    ("serverSelectionTimeoutMS=-1", "'serverSelectionTimeoutMS'"),
+    ("connectTimeoutMS=inf", "'connectTimeoutMS'"),
+    ("socketTimeoutMS=1e400", "'socketTimeoutMS'"),
+    ("maxPoolSize=-1", "'maxPoolSize'"),
+    ("serverSelectionTimeout=5000", "'serverSelectionTimeout'"),
+    ("tlsInsecure=true&tlsAllowInvalidCertificates=true", "s"),
+])
+@pytest.mark.parametrize("scheme", ["mongodb", "mongodb+srv"])
+def test_a_driver_option_the_driver_refuses_is_refused_here(
+    scheme: str, query: str, named: str
+) -> None:
+    """A driver option the driver would only warn about and drop (a timeout of -1 or
+    inf, a pool of -1, a misspelt name, a conflicting pair) MUST be ``InvalidInput``
+    naming it — no connection, no DNS lookup — and never quote the URL's password."""
+    said = "options" if named == "s" else f"option {named}"
+    with pytest.raises(InvalidInput, match=f"MongoDB URL {said} refused by the driver") as refused:
+        parse_url(f"{scheme}://user:s3cret-pw@db.example/tasks?{query}")
+    assert "s3cret-pw" not in str(refused.value)
+
+
 @pytest.mark.anyio
 async def test_unknown_options_are_refused() -> None:
     """An option the store does not know MUST raise ``InvalidInput``."""

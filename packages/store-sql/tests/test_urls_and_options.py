@@ -367,6 +367,25 @@ def test_a_busy_timeout_at_its_limit_is_taken() -> None:
     assert SQLStore("sqlite://", busy_timeout=3600) is not None
 
 
+@pytest.mark.parametrize(("options", "said"), [
+    ({"pool_size": float("nan")}, "pool_size must be an integer in 1..1000, not nan"),
+    ({"pool_size": True}, "pool_size must be an integer"),
+    ({"max_overflow": -1}, "max_overflow must be an integer in 0..1000"),
+    ({"pool_timeout": float("inf")}, "pool_timeout must be a finite number"),
+    ({"no_such_option": 1}, "SQLAlchemy cannot take"),
+    (5, "must be a dict"),
+])
+@pytest.mark.parametrize("url", ["sqlite:///never.db", "postgresql://u@h/db", "mysql://u@h/db"])
+def test_engine_options_sqlalchemy_or_the_pool_cannot_use_are_refused(
+    url: str, options: object, said: str
+) -> None:
+    """``engine_options``' pool numbers are sizes and durations like every other — checked
+    when the store is made, not when the pool first grows — and an option SQLAlchemy
+    refuses is ``InvalidInput``, not its ``TypeError``/``ValueError``."""
+    with pytest.raises(InvalidInput, match=said):
+        SQLStore(url, engine_options=options)  # type: ignore[arg-type]
+
+
 def test_a_driver_timeout_cannot_replace_the_busy_timeout() -> None:
     """``engine_options={"connect_args": {"timeout": …}}`` would pass an unchecked value
     (NaN, an infinity) for the wait ``busy_timeout`` sets: refused as ``?timeout=`` is."""

@@ -24,6 +24,7 @@ from cronsim import CronSim, CronSimError
 
 from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json
+from tasks_core.arguments import check_limit
 from tasks_core.authority import DEFAULT_TENANT, SEPARATOR, System, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 
@@ -92,9 +93,7 @@ class Schedule:
         check_name(self.queue, what="queue")
         if (self.cron is None) == (self.every is None):
             raise InvalidInput("a periodic task takes cron=... or every=..., exactly one")
-        if isinstance(self.catch_up, bool) or not isinstance(self.catch_up, int) \
-                or not 1 <= self.catch_up <= MAX_CATCH_UP:
-            raise InvalidInput(f"catch_up must be an integer in 1..{MAX_CATCH_UP}")
+        check_limit(self.catch_up, maximum=MAX_CATCH_UP, what="catch_up")
         if self.input is not None:
             if not isinstance(self.input, Mapping):
                 raise InvalidInput("input must be a dict of the handler's keyword arguments")

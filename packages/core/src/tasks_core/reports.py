@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 
 from tasks_core import telemetry
+from tasks_core._inert import inert
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot
 from tasks_core.rules import DELIVERY_LIMIT_ERROR
@@ -42,7 +43,7 @@ def delivery_limit(task_id: str, record: EventRecord, *, snapshot: Snapshot | No
     why = record.error.message if record.error is not None else DELIVERY_LIMIT_ERROR
     _worker_log.warning("task %r failed instead of running again: %s (its earlier runs "
                         "ended without an outcome: a crash or a lost lease each time)",
-                        task_id, why)
+                        task_id, inert(why))
 
 
 def corrupt_skipped(log: logging.Logger, task_id: object, where: str) -> None:

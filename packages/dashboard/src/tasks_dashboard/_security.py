@@ -137,8 +137,7 @@ class Guard:
             Nothing: a callback's exception is logged and read as "no".
         """
         if self.token is not None:
-            scheme, _, given = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() == "bearer" and self.token_matches(given.strip()):
+            if self._bearer(request):
                 return True
             cookie = request.cookies.get(AUTH_COOKIE)
             if cookie and self._session_valid(cookie):
@@ -160,17 +159,23 @@ class Guard:
             CSRF_COOKIE, "")
         return self._mac("csrf", sid)
 
+    def _bearer(self, request: Request) -> bool:
+        """Whether ``request`` carries the operator token as ``Authorization: Bearer``."""
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+
     async def form(self, request: Request) -> FormData:
         """The POSTed form, once its CSRF token matches the browser's cookie. A request
-        authenticated by its ``Authorization`` header needs none: browsers never send one
-        on their own.
+        that carries the operator token as ``Authorization: Bearer`` needs none: browsers
+        never send that header on their own. Any other ``Authorization`` (HTTP Basic
+        accepted by an ``authorize`` callback: browsers do resend cached credentials) needs
+        the token like a session cookie.
 
         Raises:
             HTTPException: 403 without a matching CSRF token.
         """
         form = await request.form()
-        if self.token is not None and "authorization" in request.headers \
-                and AUTH_COOKIE not in request.cookies:
+        if self._bearer(request) and AUTH_COOKIE not in request.cookies:
             return form
         sid = request.cookies.get(CSRF_COOKIE, "")
         given = form.get(CSRF_FIELD)

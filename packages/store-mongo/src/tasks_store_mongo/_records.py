@@ -338,8 +338,7 @@ class MongoRecords(MongoBase):
         Raises:
             InvalidInput, StoreUnavailable.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInput("limit must be a positive integer")
+        rules.check_limit(limit)
         now = await self._now()
 
         async def body(session: Any) -> builtins.list[str]:

@@ -5,11 +5,11 @@ Our own query options are taken out before the URL reaches the driver:
 - ``driver=pymongo`` (default) or ``driver=motor``;
 - ``namespace=NAME``: the collection prefix (default ``tasks``).
 
-Everything else (``replicaSet``, ``w``, ``journal``, ``authSource``, ``tls``…) goes to the
-driver as given; a ``w``, ``journal`` or ``fsync`` there replaces the store's default write
-concern ``{w: "majority", j: true}`` (see ``_driver.write_concern_for``).
-``mongodb+srv://`` works the same; ``mongo://`` is an alias of ``mongodb://``.
-The database is the URL path (default ``tasks``).
+Everything else (``replicaSet``, ``w``, ``journal``, ``tls``…) goes to the driver as given
+once PyMongo's check accepts it (else ``InvalidInput``: the client would warn and drop it); a
+``w``, ``journal`` or ``fsync`` there replaces the default write concern ``{w: "majority",
+j: true}`` (``_driver.write_concern_for``). ``mongodb+srv://`` works the same; ``mongo://``
+is an alias of ``mongodb://``. The database is the URL path (default ``tasks``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from pymongo import uri_parser
+from pymongo.errors import ConfigurationError
 from tasks_core.errors import InvalidInput
 
 from tasks_store_mongo._driver import DRIVERS, Driver
@@ -66,7 +68,8 @@ def parse_url(url: str) -> MongoURL:
     """Split a store URL into what the driver gets and what the store keeps.
 
     Raises:
-        InvalidInput: another scheme, an unknown driver, a bad database or namespace.
+        InvalidInput: another scheme, an unknown driver, a bad database or namespace, a
+            driver option the driver refuses.
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput("MongoStore URLs look like 'mongodb://host:27017/tasks'")
@@ -91,6 +94,7 @@ def parse_url(url: str) -> MongoURL:
     namespace = ours.get("namespace")
     if namespace is not None:
         check_namespace(namespace)
+    _check_driver_options(kept)
     netloc = parts.netloc or "localhost"
     client_url = urlunsplit((canonical, netloc, f"/{database}", urlencode(kept), ""))
     return MongoURL(
@@ -99,3 +103,22 @@ def parse_url(url: str) -> MongoURL:
         driver=driver,
         namespace=namespace,
     )
+
+
+def _check_driver_options(options: list[tuple[str, str]]) -> None:
+    """The driver's options as pymongo checks them (no connection, no DNS lookup).
+
+    Raises:
+        InvalidInput: an unknown option or a value pymongo refuses (its message names the
+            option, never the URL's credentials).
+    """
+    if not options:
+        return
+    for given in [[pair] for pair in options] + [options]:  # each, named; then together
+        try:
+            uri_parser.split_options(urlencode(given), validate=True, warn=False,
+                                     normalize=True)
+        except (ValueError, ConfigurationError, OSError) as exc:
+            named = f" {given[0][0]!r}" if len(given) == 1 else "s"
+            raise InvalidInput(f"MongoDB URL option{named} refused by the driver: "
+                               f"{exc}") from None

@@ -36,6 +36,7 @@ from tasks_store_sql._migrate import (
     mismatch,
     schema_state,
 )
+from tasks_store_sql._options import check_engine_options
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import (
     COUNTER,
@@ -106,6 +107,7 @@ class StoreBase:
         if schema not in ("create", "upgrade", "check"):
             raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
         busy_timeout = check_duration(busy_timeout, "busy_timeout", high=MAX_BUSY_TIMEOUT_S)
+        engine_options = check_engine_options(engine_options)
         target: Target | None = parse_url(url) if url is not None else None
         if target is not None and target.namespace is not None:
             if namespace is not None and namespace != target.namespace:

@@ -77,7 +77,8 @@ def create_engine(
 
     Raises:
         InvalidInput: the driver is not installed, or cannot work as installed (says
-            what to install).
+            what to install); ``options`` SQLAlchemy refuses (a pool size of NaN, a
+            keyword it does not take).
     """
     kwargs: dict[str, Any] = dict(options or {})
     if target.kind == "sqlite":
@@ -98,6 +99,8 @@ def create_engine(
     except ImportError as exc:
         raise InvalidInput(f"The {driver} driver is not installed or cannot be imported: "
                            f"{_install_hint(driver)}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:  # SQLAlchemy's own checks
+        raise InvalidInput(f"engine_options SQLAlchemy cannot take: {exc}") from None
     install_connect(engine)
     if target.kind == "sqlite":
         install_sqlite_hooks(engine, wal=not target.memory)

@@ -12,13 +12,15 @@ are refused. A timeout in seconds (asyncpg's) is checked by :mod:`tasks_core.dur
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from tasks_core.arguments import check_limit
 from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 
-__all__ = ["QUERY_OPTIONS", "SSL_MODES", "Check", "check_query", "driver_params", "flag_of"]
+__all__ = ["MAX_POOL", "QUERY_OPTIONS", "SSL_MODES", "Check", "check_engine_options",
+           "check_query", "driver_params", "flag_of"]
 
 Check = Callable[[str], object]
 """Turns an option's text into the value the driver takes; raises ``ValueError``."""
@@ -240,3 +242,35 @@ def driver_params(driver: str, params: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, str):
                 params[name] = _ASYNCPG[name](value)
     return params
+
+
+MAX_POOL = 1000
+"""The largest ``pool_size`` and ``max_overflow`` of ``engine_options``."""
+
+
+def check_engine_options(options: object) -> dict[str, Any]:
+    """``engine_options`` (passed to SQLAlchemy's ``create_async_engine``) once the pool's
+    numbers are checked as every size and duration is: ``pool_size`` a count in
+    ``1..MAX_POOL``, ``max_overflow`` in ``0..MAX_POOL``, ``pool_timeout`` seconds in
+    ``(0, MAX_WAIT_S]``. The rest is SQLAlchemy's to check when the engine is made.
+
+    Raises:
+        InvalidInput: not a mapping of option names, or a pool number out of range.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise InvalidInput("engine_options must be a dict of create_async_engine options")
+    checked = dict(options)
+    if "pool_size" in checked:
+        checked["pool_size"] = check_limit(checked["pool_size"], maximum=MAX_POOL,
+                                           what="engine_options pool_size")
+    if "max_overflow" in checked:
+        checked["max_overflow"] = check_limit(checked["max_overflow"], minimum=0,
+                                              maximum=MAX_POOL,
+                                              what="engine_options max_overflow")
+    if "pool_timeout" in checked:
+        checked["pool_timeout"] = check_duration(checked["pool_timeout"],
+                                                 "engine_options pool_timeout",
+                                                 high=MAX_WAIT_S)
+    return checked

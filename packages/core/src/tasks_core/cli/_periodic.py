@@ -26,9 +26,11 @@ __all__ = ["add_periodic_parser", "cmd_periodic", "schedules_table"]
 
 
 def add_periodic_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-                        common: argparse.ArgumentParser) -> None:
-    """Add ``tasks periodic`` to the subcommands ``sub`` (``common``: ``--store``…)."""
-    p = sub.add_parser("periodic", parents=[common],
+                        common: argparse.ArgumentParser,
+                        operator: argparse.ArgumentParser) -> None:
+    """Add ``tasks periodic`` to the subcommands ``sub`` (``common``: ``--store``…;
+    ``operator``: the required ``--system``: ticks are read across tenants)."""
+    p = sub.add_parser("periodic", parents=[common, operator],
                        help="the schedules of APP (@app.periodic): last and next ticks")
     p.add_argument("--app", metavar="MODULE:ATTR", required=True,
                    help="your App, e.g. myapp:app (its @app.periodic schedules)")

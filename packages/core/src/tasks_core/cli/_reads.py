@@ -224,8 +224,8 @@ async def _hint_unserved(app: App, task_id: str, authority: Authority,
                 one_line(console, f"[yellow]no live worker serves queue "
                                   f"{plain(repr(snapshot.queue))}: the task has waited "
                                   f"{NO_WORKER_AFTER_S:g}s unclaimed and no task of the "
-                                  "queue holds a lease. Start one on this store: tasks "
-                                  f"worker APP --queues {plain(snapshot.queue)}[/]")
+                                  "queue holds a lease. Start one on this store:[/] tasks "
+                                  f"worker APP --queues {plain(snapshot.queue)}")
                 return
             since = loop.time()
         await asyncio.sleep(HINT_POLL_S)

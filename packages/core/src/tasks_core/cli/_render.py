@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.table import Table
 from rich.text import Text
 
+from tasks_core._inert import inert
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.plugins import StoreSpec
@@ -45,18 +46,12 @@ STATUS_STYLE = {
 }
 
 
-def _inert(text: str) -> str:
-    """``text`` with every character that is not printable shown as its escape (``\\x1b``,
-    ``\\u202e``…): stored text never reaches the terminal as a control sequence."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
-
-
 def plain(value: object) -> str:
-    """``value`` for a rich markup string: control characters escaped, markup inert."""
-    return escape(_inert(str(value)))
+    """``value`` for a rich markup string: control characters escaped, markup inert — and
+    printed exactly (on a console with emoji codes off: :func:`output_console`). Rich's
+    ``escape`` doubles a single trailing backslash (lest it escape a tag that follows),
+    which then prints twice: no line here puts a tag right after a value, so it is not."""
+    return escape(inert(str(value)) + " ")[:-1]
 
 
 def shown_url(url: str) -> str:
@@ -82,10 +77,10 @@ def output_console() -> Console:
     """The console of a command's output: the terminal's width on a terminal; into a pipe
     or a file every table at its natural width, each row one line (rich would draw it at
     80 columns and wrap the ids, which scripts read whole); ``$COLUMNS`` still wins."""
-    console = Console()
+    console = Console(emoji=False)
     if console.is_terminal or "COLUMNS" in os.environ:
         return console
-    return Console(width=PIPE_WIDTH)
+    return Console(width=PIPE_WIDTH, emoji=False)
 
 
 def one_line(console: Console, markup: str) -> None:
@@ -93,14 +88,14 @@ def one_line(console: Console, markup: str) -> None:
     a result that scripts parse (``created: ID``) keeps its id whole. Rich otherwise wraps
     at the terminal width — 80 columns when the output is not a terminal. Build
     ``markup`` with :func:`plain` around stored text, which also escapes newlines."""
-    console.print(markup, highlight=False, soft_wrap=True)
+    console.print(markup, highlight=False, soft_wrap=True, emoji=False)
 
 
 def cell(value: object) -> Text:
     """``value`` as a table cell: literal text (never markup), control characters escaped."""
     if isinstance(value, Text):
         return value
-    return Text(_inert(str(value)))
+    return Text(inert(str(value)))
 
 
 def status_text(status: TaskStatus) -> Text:
@@ -281,11 +276,11 @@ class Bars:
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            TextColumn("{task.description}", justify="left"),
+            TextColumn("{task.description}", justify="left", markup=False),
             BarColumn(bar_width=30),
             TaskProgressColumn(),
             TextColumn("{task.fields[status]}"),
-            TextColumn("[dim]{task.fields[note]}"),
+            TextColumn("{task.fields[note]}", style="dim", markup=False),
             console=console,
             auto_refresh=False,
         )
@@ -298,11 +293,11 @@ class Bars:
             value = 100.0
         style = STATUS_STYLE.get(snapshot.status, "")
         status = f"[{style}]{snapshot.status.value}[/]"
-        note = plain(_outcome(snapshot))
+        note = inert(_outcome(snapshot))
         row = self._rows.get(snapshot.id)
         if row is None:
             self._rows[snapshot.id] = self.progress.add_task(
-                plain(label or snapshot.work.name), total=100, completed=round(value),
+                inert(label or snapshot.work.name), total=100, completed=round(value),
                 status=status, note=note,
             )
         else:

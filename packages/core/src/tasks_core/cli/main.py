@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="act as the operator, System (every tenant unless --tenant)")
     who.add_argument("--tenant", help="the tenant (default: 'default' for --user, every "
                                       "tenant for --system)")
+    operator = argparse.ArgumentParser(add_help=False)  # admin commands: System() only
+    operator.add_argument("--system", action="store_true", required=True,
+                          help="act as the operator, System() of every tenant (required: "
+                               "this command is an admin action)")
 
     parser = argparse.ArgumentParser(prog="tasks", parents=[_common(top=True)],
                                      description="Durable background tasks.")
@@ -214,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("answers", nargs="+", metavar="KEY=VALUE",
                    help="an answer per key; VALUE is JSON (or else a string)")
 
-    p = sub.add_parser("reap", parents=[common, withapp], help="delete expired tasks now")
+    p = sub.add_parser("reap", parents=[common, withapp, operator],
+                       help="delete expired tasks now")
     p.add_argument("--limit", type=number, default=1000,
                    help=f"delete at most this many expired tasks, 1..{MAX_SCAN} "
                         "(default 1000)")
@@ -225,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='target revision (default "head"; "base" drops every table)')
     p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
 
-    add_periodic_parser(sub, common)
+    add_periodic_parser(sub, common, operator)
     add_dashboard_parser(sub, common)
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (a few seconds)")
@@ -287,7 +292,7 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
         open_for_reading(app, app.url or require_default_store_url())
     if args.command not in ("demo", "backends", "stress", "migrate") \
             and private_to_process(app.url or ""):
-        Console(stderr=True).print(
+        Console(stderr=True, emoji=False).print(
             f"[yellow]note:[/] {plain(app.url or '')} is private to this process and starts "
             "empty; use --store sqlite:///tasks.db (needs tasks-store-sql) to share tasks "
             "between commands and workers.", highlight=False)
@@ -332,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("tasks_core").setLevel(quiet)
     # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
     # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, emoji=False)
     try:
         return asyncio.run(run(args_list))
     except KeyboardInterrupt:

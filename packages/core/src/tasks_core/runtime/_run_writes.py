@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from tasks_core import telemetry
+from tasks_core._inert import inert
 from tasks_core._json import check_json, json_size
 from tasks_core.definitions import Retry
 from tasks_core.errors import InvalidInput, LeaseLost, TasksError
@@ -52,7 +53,7 @@ def _log_written(task_id: str, event: Event, transition: Transition) -> None:
     if isinstance(event, RetryRequested) and transition.outcome != "unchanged":
         if snapshot.status == TaskStatus.FAILED:
             log.warning("task %r: failed: %s (no retry left after %d attempt(s))", task_id,
-                        event.error, snapshot.retry_count + 1)
+                        inert(event.error), snapshot.retry_count + 1)
         else:
             log.info("task %r: retry %d scheduled at %s (%s)", task_id, snapshot.retry_count,
                      snapshot.retry_at, transition.outcome)
@@ -115,9 +116,10 @@ class RunWrites(RunBase):
         where = _frames(error)
         if isinstance(error, UNRECOVERABLE):
             log.error("task %r: unrecoverable %s: %s; failing without retry\n%s",
-                      self.task_id, name, message, where)
+                      self.task_id, inert(name), inert(message), where)
             return Failed(event_id=self.event_id("failed"), error=name, message=message)
-        log.info("task %r: handler raised %s: %s\n%s", self.task_id, name, message, where)
+        log.info("task %r: handler raised %s: %s\n%s", self.task_id, inert(name), inert(message),
+                 where)
         return RetryRequested(event_id=self.event_id("retry"), error=name, message=message)
 
     async def _write(self, event: Event, *, late: bool = False) -> Any:

@@ -125,9 +125,8 @@ def check_claim_next(
     wanted = check_queues(queues)
     exclusive_set = check_queues(exclusive, allow_empty=True)
     check_limit(limit, maximum=MAX_BATCH)
-    if start is not None and (isinstance(start, bool) or not isinstance(start, int)
-                              or start < 0):
-        raise InvalidInput("start must be None or an integer of at least 0")
+    if start is not None:
+        check_limit(start, minimum=0, what="start (or None)")
     given = {} if limits is None else limits
     if not isinstance(given, Mapping) or not all(
             isinstance(value, QueueLimits) for value in given.values()):
