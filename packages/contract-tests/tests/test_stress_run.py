@@ -18,7 +18,9 @@ import pytest
 from rich.console import Console
 from tasks_contract_tests.chaos import run_chaos
 from tasks_contract_tests.stress import StressSizes, read_ledgers, run_stress
+from tasks_contract_tests.stress import main_async as stress_main
 from tasks_contract_tests.stress._report import markdown
+from tasks_core import InvalidInput
 from tasks_core.cli import run as tasks_cli
 
 pytest.importorskip("tasks_store_sql", reason="the real runs use SQLite (tasks-store-sql)")
@@ -96,9 +98,12 @@ def test_tasks_stress_refuses_a_store_private_to_one_process(
     assert 2 == asyncio.run(tasks_cli(["stress", "--store", "memory://"], console=console))
     assert capsys.readouterr().err.startswith(
         "error: CapabilityNotSupported: the memory store is private to one process")
-    assert 2 == asyncio.run(tasks_cli(["stress", "--store", "sqlite:///x.db", "--writers", "1"],
-                                      console=console))
-    assert "error: InvalidInput: sizes must be positive, with at least 2 writers\n" == (
+    with pytest.raises(InvalidInput, match=r"--writers must be an integer in 2\.\.256, not 1"):
+        asyncio.run(tasks_cli(["stress", "--store", "sqlite:///x.db", "--writers", "1"],
+                              console=console))
+    assert 2 == asyncio.run(stress_main(["--store", "sqlite:///x.db", "--writers", "1"],
+                                        console=console))
+    assert "error: InvalidInput: --writers must be an integer from 2, not 1\n" == (
         capsys.readouterr().err)
 
 

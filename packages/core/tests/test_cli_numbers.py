@@ -281,7 +281,9 @@ async def test_submit_many_refuses_priority_zero_like_any_other(tmp_path: Path) 
     (["worker", "m:app", "--input-park=31622401"], "input_park", "not 31622401"),
     (["worker", "m:app", "--input-park=31622400.5"], "input_park", "not 31622400.5"),
     (["worker", "m:app", "--reap-interval=31622401"], "reap_interval", "not 31622401"),
-    (["submit", "job", "--user", "alice", "--delay=367d"], "--delay", "not 31708800.0"),
+    (["submit", "job", "--user", "alice", "--delay=367d"], "--delay", "not 31708800"),
+    (["submit", "job", "--user", "alice", "--delay=31622401"], "--delay", "not 31622401"),
+    (["submit", "job", "--user", "alice", "--delay=400.5d"], "--delay", "not 34603200.0"),
     (["ls", "--system", "--scan=100001"], "--scan", "not 100001"),
 ])
 async def test_a_refusal_shows_the_value_as_given(

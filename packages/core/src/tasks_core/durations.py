@@ -168,8 +168,10 @@ def parse_duration(text: str, what: str, *, high: float, allow_zero: bool = Fals
     if found is None:
         raise InvalidInput(f"{what} must be a number of seconds or a number with a unit "
                            f"s, m, h or d (e.g. 30s, 5m), not {text!r}")
-    seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    return check_duration(seconds, what, high=high, allow_zero=allow_zero)
+    number = found.group(1)
+    given = int(number) if number.isdigit() else float(number)  # an int shows as digits
+    return check_duration(given * _UNITS[found.group(2)], what, high=high,
+                          allow_zero=allow_zero)
 
 
 def parse_instant(text: str, what: str) -> datetime:

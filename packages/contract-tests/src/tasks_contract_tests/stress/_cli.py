@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 from tasks_core import TasksError, find_store
+from tasks_core.rules import check_limit
 
 from tasks_contract_tests.stress._outcome import Outcome, bounded
 from tasks_contract_tests.stress._report import build_report, print_summary, write_report
@@ -163,9 +164,12 @@ async def main_async(argv: Sequence[str], console: Console | None = None) -> int
     """Run ``tasks stress`` with ``argv``; exit code 0 only when every invariant held."""
     args = build_parser().parse_args(list(argv))
     sizes = sizes_of(args)
-    if min(sizes.tasks, sizes.writers, sizes.workers, sizes.rounds) < 1 or sizes.writers < 2:
-        print("error: InvalidInput: sizes must be positive, with at least 2 writers",
-              file=sys.stderr)
+    try:  # as `tasks stress` checks them (its own are checked before it gets here)
+        for name in ("tasks", "workers", "rounds"):
+            check_limit(getattr(sizes, name), what=f"--{name}")
+        check_limit(sizes.writers, minimum=2, what="--writers")
+    except TasksError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     problem = unsuitable(args.store) or await unreachable(args.store)
     if problem:
