@@ -50,6 +50,18 @@ def _module(monkeypatch: pytest.MonkeyPatch, app: App) -> str:
     return "cli_submit_probe:app"
 
 
+def _asking_app() -> App:
+    """An app on a memory store whose task ``ask`` waits for the input ``approve`` and
+    returns the answer."""
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> Any:
+        return await ctx.request_input("approve", {"q": "ok?"})
+
+    return app
+
+
 async def _run(*argv: str, app: App | None = None, width: int = 200) -> tuple[int, str]:
     out = io.StringIO()
     code = await run(list(argv), app=app, console=Console(file=out, width=width,
@@ -143,11 +155,7 @@ async def test_one_line_results_never_wrap_whatever_the_width() -> None:
     task id unbroken, however long the id and however narrow the console."""
     key = "k" * 100
     task_id = f"alice::{key}"
-    app = make_app()
-
-    @app.task
-    async def ask(ctx: TaskContext) -> Any:
-        return await ctx.request_input("approve", {"q": "ok?"})
+    app = _asking_app()
 
     async with app:
         submitted = await _run("submit", "ask", "--key", key, "--user", "alice", app=app,
@@ -253,11 +261,7 @@ async def test_respond_refuses_a_key_given_twice_changing_nothing(
 ) -> None:
     """``tasks respond`` MUST refuse two answers to one key, or an answer whose JSON gives
     a key twice, before anything is written: the task keeps waiting."""
-    app = make_app()
-
-    @app.task
-    async def ask(ctx: TaskContext) -> Any:
-        return await ctx.request_input("approve", {"q": "ok?"})
+    app = _asking_app()
 
     async with app:
         await _run("submit", "ask", "--key", "q", "--user", "alice", app=app)
@@ -273,11 +277,7 @@ async def test_respond_refuses_a_key_given_twice_changing_nothing(
 async def test_respond_takes_nan_and_infinity_as_the_text_they_are(typed: str) -> None:
     """``NaN`` and ``Infinity`` are not JSON (Python's ``json`` reads them): an answer of
     that text MUST be the string, as any other value that is not JSON — it was refused."""
-    app = make_app()
-
-    @app.task
-    async def ask(ctx: TaskContext) -> Any:
-        return await ctx.request_input("approve", {"q": "ok?"})
+    app = _asking_app()
 
     async with app:
         await _run("submit", "ask", "--key", "n", "--user", "alice", app=app)
