@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 import socket
+import sqlite3
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 from conftest import BEARER, TOKEN, build_app
 from tasks_core import App, Owner, SubmitItem, System, TaskContext, TaskStatus
 from tasks_core.cli.main import run
-from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.errors import CapabilityNotSupported, InvalidInput, StoreError
 from tasks_core.periodic import TICK_PREFIX
 from tasks_core.random_ids import random_id_floor
 from tasks_core.runtime._scheduler import Scheduler
@@ -165,6 +167,20 @@ async def test_cli_refuses_without_a_token(monkeypatch: pytest.MonkeyPatch) -> N
         await run(["dashboard", "--store", "memory://"])
     with pytest.raises(InvalidInput, match="at least 8"):
         await run(["dashboard", "--store", "memory://", "--token", "short"])
+
+
+async def test_cli_never_writes_the_schema_into_an_existing_file(tmp_path: Path) -> None:
+    """``tasks dashboard`` on a SQLite file without the tasks schema (here another program's
+    database) MUST refuse, saying how to make one, and leave the file as it was: the
+    dashboard shows and acts on tasks that exist, it creates no store."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as foreign:
+        foreign.execute("CREATE TABLE notes (body TEXT)")
+    with pytest.raises(StoreError, match="no tasks schema"):
+        await run(["dashboard", "--store", f"sqlite:///{path}", "--token", TOKEN,
+                   "--port", "1"])
+    with sqlite3.connect(path) as opened:
+        assert [("notes",)] == opened.execute("SELECT name FROM sqlite_master").fetchall()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
