@@ -70,7 +70,10 @@ def test_a_limit_of_1000_is_taken_and_1001_refused() -> None:
     ("5", {}, "limit must be a positive integer, not '5'"),
     (10**5000, {"maximum": 10}, "limit must be an integer in 1..10, not an integer too long "
                                 "to print"),
-], ids=["zero", "past-maximum", "float", "str", "too-long-to-print"])
+    (1, {"minimum": 2, "what": "--writers"}, "--writers must be an integer from 2, not 1"),
+    (-1, {"minimum": 0, "maximum": 9}, "limit must be an integer in 0..9, not -1"),
+], ids=["zero", "past-maximum", "float", "str", "too-long-to-print", "below-a-minimum",
+        "below-zero"])
 def test_a_refused_size_names_what_its_bounds_and_the_value_as_given(
     given: object, options: dict[str, Any], message: str
 ) -> None:
