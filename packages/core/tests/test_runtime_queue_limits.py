@@ -5,14 +5,17 @@ before anything starts when bad, and ``exclusive`` as ``max_running=1``."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app, until
 from tasks_core import (
     App,
     CapabilityNotSupported,
+    Claim,
     InvalidInput,
+    Lease,
     ManualClock,
     Queue,
     StoreCapabilities,
@@ -126,3 +129,90 @@ async def test_a_worker_refuses_limits_its_store_cannot_keep() -> None:
             async with fast_worker(app):
                 pass
         assert [] == await (await app.open()).list(TaskQuery(tenant=None))
+
+
+class RenewSignals(DelegatingStore):
+    """Counts the renews that follow ``counting.set()``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.counting = threading.Event()
+        self.renews = 0
+        self.renewed = asyncio.Event()
+
+    async def renew(self, lease: Lease, lease_for: float) -> Claim:
+        claim: Claim = await self.inner.renew(lease, lease_for)
+        if self.counting.is_set():
+            self.renews += 1
+            self.renewed.set()
+        return claim
+
+
+@pytest.mark.parametrize("cause", ["timeout", "cancel"])
+@pytest.mark.parametrize("limits", [{"exclusive": True}, {"max_running": 1, "rate": (1000, 60)}],
+                         ids=["exclusive", "max_running"])
+async def test_a_stopped_sync_handler_holds_its_limited_queue_until_it_returns(
+    cause: str, limits: dict[str, Any]
+) -> None:
+    """On a queue of ``max_running=1``, a sync handler stopped by its timeout or by a
+    cancel runs on in its thread; until it returns, its run keeps renewing the lease, no
+    other claim of the queue succeeds and its next task waits. Then the stop's outcome is
+    written (``TaskTimeout``; the cancel), the next task runs, and no two bodies ever
+    overlapped."""
+    clock = ManualClock()  # leases never lapse on their own
+    store = RenewSignals(MemoryStore(clock=clock))
+    app = App(store=store)
+    app.queue("ledger", **limits)
+    lock = threading.Lock()
+    inside, peak = [0], [0]
+    proceed = threading.Event()
+
+    def enter() -> None:
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+
+    def leave() -> None:
+        with lock:
+            inside[0] -= 1
+
+    @app.task(queue="ledger", timeout=0.05 if cause == "timeout" else None)
+    def post(ctx: TaskContext) -> None:
+        enter()
+        try:
+            assert ctx.token.wait_sync(TIMEOUT)
+            store.counting.set()
+            assert proceed.wait(TIMEOUT)
+        finally:
+            leave()
+
+    @app.task(queue="ledger")
+    def after(ctx: TaskContext) -> None:
+        enter()
+        leave()
+
+    async with app:
+        first = await post.submit(None, ALICE)
+        clock.advance(0.001)
+        second = await after.submit(None, ALICE)
+        async with fast_worker(app, lease_for=0.3):
+            await until(app, first.id, ALICE, lambda s: s.status == TaskStatus.RUNNING)
+            if cause == "cancel":
+                await app.cancel(first.id, ALICE)
+            while store.renews < 2:  # the heartbeat goes on after the stop
+                store.renewed.clear()
+                await asyncio.wait_for(store.renewed.wait(), TIMEOUT)
+            held = await app.get(first.id, ALICE)
+            assert held.claim is not None
+            assert not held.claim.ended
+            assert TaskStatus.PENDING == (await app.get(second.id, ALICE)).status
+            assert [] == await store.claim_next("elsewhere", 30.0, queues=["ledger"],
+                                                exclusive=["ledger"])
+            proceed.set()
+            stopped = await until(app, first.id, ALICE, lambda s: s.terminal
+                                  and s.claim is not None and s.claim.ended)
+            done = await app.wait(second.id, ALICE, timeout=TIMEOUT)
+    expected = ((TaskStatus.FAILED, "TaskTimeout") if cause == "timeout"
+                else (TaskStatus.CANCELLED, "Cancelled"))
+    assert expected == (stopped.status, stopped.error.type if stopped.error else None)
+    assert (TaskStatus.COMPLETED, 1) == (done.status, peak[0])

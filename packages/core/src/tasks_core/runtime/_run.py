@@ -97,6 +97,8 @@ class Run(RunInput):
                     and self.token.cancel(CancelReason.TIMEOUT)):
                 self._stop_early()
         if self._stopped:
+            if self._early is None:  # a limited queue's run waited for its handler
+                await self._stopped_early()
             await self._late(outcome)
             return
         await self._stop_helpers_gracefully(flush=True)
@@ -209,11 +211,21 @@ class Run(RunInput):
     def _stop_early(self) -> None:
         """Stop waiting for the handler: the rest of the slot goes to a task of its own;
         an async handler is cancelled at its await point (never while it runs: the
-        cancel waits for the loop), and this run's task waits for its late outcome."""
+        cancel waits for the loop), and this run's task waits for its late outcome.
+
+        On a queue with a fleet-wide ``max_running`` a timeout or a cancel stops nothing
+        yet: the run keeps its slot and renews its lease until the handler returns (a
+        thread cannot be stopped, and the queue's next task must not start beside it);
+        :meth:`_execute` then writes what the stop writes."""
         self._stopped = True
         self._disarm()
         if self._in_handler and self.task is not None and self.task.is_async:
             self.loop.call_soon(self._cancel_handler)
+        if (self.snapshot.queue in self.env.limited
+                and self.token.reason != CancelReason.SUPERSEDED):
+            log.info("task %r: stopped (%s); queue %r holds its lease until the handler "
+                     "returns", self.task_id, self.token.reason, self.snapshot.queue)
+            return
         self._early = self.env.finish_early(self, self._stopped_early())
 
     def _cancel_handler(self) -> None:

@@ -74,6 +74,9 @@ class RunEnv:
     """Starts the heartbeat of a run of a claim held ahead of its slot (it reads
     ``claimed``) a short run after its start, so that it reads ``running``; a shorter run
     never pays that renew. ``None``: at the usual first heartbeat."""
+    limited: frozenset[str] = frozenset()
+    """The queues with a fleet-wide ``max_running`` (exclusive ones included): a run
+    stopped by its timeout or a cancel keeps its lease and slot until its handler returns."""
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,8 @@ class Worker(Claims):
             finish_early=self._finish_early,
             group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
             tally=self.tally,
+            limited=self.exclusive | {q for q, limits in self.fleet.items()
+                                      if limits.max_running is not None},
         )
         self._work_seen = self.app.notices.work.version
         self.app.notices.changes.add_cancel_listener(self._on_cancel)
