@@ -4,6 +4,7 @@ the bad argument in the message (the mutation run, ``nox -s mutants``, holds the
 
 from __future__ import annotations
 
+import numbers
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -61,6 +62,31 @@ def test_a_limit_of_1000_is_taken_and_1001_refused() -> None:
     for bad in (0, -1, 1001, True, 1.0):
         with pytest.raises(InvalidInput):
             rules.check_limit(bad, maximum=1000)  # type: ignore[arg-type]
+
+
+class Count:
+    """An integer that is not an ``int`` (as a NumPy integer is not)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Count({self.value})"
+
+
+numbers.Integral.register(Count)
+
+
+def test_any_integral_size_is_taken_as_a_plain_int() -> None:
+    """A ``numbers.Integral`` that is not an ``int`` (a NumPy integer) MUST be taken when in
+    range, as a plain ``int``, and refused, shown as given, when not."""
+    taken = rules.check_limit(Count(7), maximum=7)  # type: ignore[arg-type]
+    assert (7, int) == (taken, type(taken))
+    with pytest.raises(InvalidInput, match=r"^limit must be an integer in 1\.\.7, not Count\(8\)$"):
+        rules.check_limit(Count(8), maximum=7)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("given", "options", "message"), [

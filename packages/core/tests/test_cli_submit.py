@@ -314,3 +314,19 @@ async def test_one_line_results_print_the_id_exactly(key: str) -> None:
         cancelled = await _run("cancel", f"alice::{key}", "--user", "alice", app=app)
     assert f"created: alice::{key}" == created[1].strip()
     assert f"alice::{key}: cancelled" == cancelled[1].strip()
+
+
+def test_no_markup_tag_follows_a_plain_value() -> None:
+    """``plain()`` leaves a trailing backslash single, so a markup tag right after a value
+    (``{plain(x)}[/]``) would be escaped by it and print as text: no CLI line MUST put one
+    there (the rule ``plain`` relies on, checked in every module of the CLI)."""
+    import re
+    from pathlib import Path
+
+    import tasks_core.cli
+
+    folder = Path(tasks_core.cli.__file__).parent
+    pattern = re.compile(r"plain\((?:[^()]|\([^()]*\))*\)\}\[")
+    found = [f"{path.name}: {match.group(0)}" for path in sorted(folder.glob("*.py"))
+             for match in pattern.finditer(path.read_text(encoding="utf-8"))]
+    assert [] == found

@@ -74,8 +74,8 @@ def test_limits_concurrency_is_bounded_as_a_worker_is() -> None:
 
 @pytest.mark.parametrize("value", [True, 1.0, Decimal(1)])
 def test_an_exclusive_queue_takes_max_running_1_as_an_int_only(value: Any) -> None:
-    """``exclusive=True`` with ``max_running`` other than the int 1 MUST be refused."""
-    with pytest.raises(InvalidInput, match="exclusive"):
+    """``exclusive=True`` with ``max_running`` other than the integer 1 MUST be refused."""
+    with pytest.raises(InvalidInput, match="max_running must be an integer"):
         Queue("q", exclusive=True, max_running=value)
     assert 1 == Queue("q", exclusive=True, max_running=1).max_running
 

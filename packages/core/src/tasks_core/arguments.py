@@ -4,6 +4,7 @@ batch, a page, a worker's concurrency, the CLI's counts) and ``transition_many``
 
 from __future__ import annotations
 
+import numbers
 import reprlib
 from collections.abc import Collection, Sequence
 from datetime import timedelta
@@ -83,22 +84,24 @@ def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> froze
 
 
 def check_limit(
-    limit: int, *, maximum: int | None = None, minimum: int = 1, what: str = "limit"
+    limit: object, *, maximum: int | None = None, minimum: int = 1, what: str = "limit"
 ) -> int:
     """Validate a size — a count of tasks, runs or processes (``claim_next``: 1..1000;
-    ``reap``: at least 1; the CLI's ``--limit``, ``--scan``…): an ``int`` (not a bool),
-    at least ``minimum`` (1 unless given) and at most ``maximum`` when given, returned as a
-    plain ``int``. The message names ``what`` and shows the value as given.
+    ``reap``: at least 1; the CLI's ``--limit``, ``--scan``…): an integer
+    (``numbers.Integral``, a NumPy integer too; not a bool), at least ``minimum`` (1 unless
+    given) and at most ``maximum`` when given, returned as a plain ``int``. The message
+    names ``what`` and shows the value as given.
 
     Raises:
         InvalidInput: not an integer in range.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < minimum \
-            or (maximum is not None and limit > maximum):
+    value = (int(limit) if not isinstance(limit, bool) and isinstance(limit, numbers.Integral)
+             else None)  # an IntEnum, a NumPy integer: a plain int
+    if value is None or value < minimum or (maximum is not None and value > maximum):
         span = (f"an integer in {minimum}..{maximum}" if maximum is not None
                 else "a positive integer" if minimum == 1 else f"an integer from {minimum}")
         raise InvalidInput(f"{what} must be {span}, not {_shown(limit)}")
-    return int(limit)  # an int subclass (an IntEnum) kept as a plain int
+    return value
 
 
 def _shown(value: object) -> str:

@@ -132,8 +132,8 @@ class Queue:
         if not isinstance(self.exclusive, bool):
             raise InvalidInput("exclusive must be True or False")
         if self.exclusive:
-            if self.max_running is not None and (
-                    type(self.max_running) is not int or self.max_running != 1):
+            if self.max_running is not None and check_limit(
+                    self.max_running, maximum=MAX_RUNNING, what="max_running") != 1:
                 raise InvalidInput("an exclusive queue is max_running=1; give one of them")
             object.__setattr__(self, "max_running", 1)
         elif self.max_running == 1 and not isinstance(self.max_running, bool):

@@ -50,7 +50,8 @@ def plain(value: object) -> str:
     """``value`` for a rich markup string: control characters escaped, markup inert — and
     printed exactly (on a console with emoji codes off: :func:`output_console`). Rich's
     ``escape`` doubles a single trailing backslash (lest it escape a tag that follows),
-    which then prints twice: no line here puts a tag right after a value, so it is not."""
+    which then prints twice: no line here puts a tag right after a value, so it is not
+    (``test_no_markup_tag_follows_a_plain_value`` reads every CLI module for one)."""
     return escape(inert(str(value)) + " ")[:-1]
 
 

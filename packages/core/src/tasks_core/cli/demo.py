@@ -121,7 +121,7 @@ async def run_demo(url: str | None = None, *, console: Console | None = None) ->
         _Item("reminder (delayed 3s)", "send_reminder", {"to": "ops"}, TaskStatus.COMPLETED,
               delay=3.0),
     ]
-    console.print(f"[bold]tasks demo[/] — store [cyan]{plain(shown_url(url))}[/] ({why})",
+    console.print(f"[bold]tasks demo[/] — store [cyan]{plain(shown_url(url))} [/]({why})",
                   highlight=False)
     started = time.monotonic()
     async with app:
