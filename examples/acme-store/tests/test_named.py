@@ -53,3 +53,23 @@ async def test_bad_urls_are_refused(url: str) -> None:
 
     with pytest.raises(InvalidInput, match="acme://<name>"):
         await open_acme(url)
+
+
+async def test_a_read_command_never_makes_a_store() -> None:
+    """``tasks ls`` opens with ``create=False``, which a third-party store honours: a
+    name nobody opened MUST be refused (``UnknownStore``, with how to name the right
+    store) and stay unopened; an open one opens with ``create=False``."""
+    from tasks_core import UnknownStore
+    from tasks_core.cli.main import run
+
+    with pytest.raises(UnknownStore, match="--store URL"):
+        await run(["ls", "--system", "--store", "acme://never-opened"])
+    with pytest.raises(UnknownStore):
+        await open_store("acme://never-opened", create=False)
+    try:
+        store = await open_store("acme://opened")
+        await store.create(_task("t1"))
+        again = await open_store("acme://opened", create=False)
+        assert ["t1"] == [s.id for s in await again.list(TaskQuery(tenant=None))]
+    finally:
+        await drop("acme://opened")

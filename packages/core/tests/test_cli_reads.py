@@ -117,16 +117,6 @@ async def test_a_store_private_to_the_process_is_said_to_be(
     assert f"{url} is private to this process" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("url", "path"), [
-    ("sqlite:///rel/t.db", "rel/t.db"), ("sqlite+aiosqlite:////abs/t.db", "/abs/t.db"),
-    ("sqlite://", None), ("sqlite:///:memory:", None), ("memory://", None),
-    ("sqlite:///file:t.db?mode=ro&uri=true", None), ("postgresql://h/db", None),
-])
-def test_the_file_a_sqlite_url_names(url: str, path: str | None) -> None:
-    """Only a plain SQLite file URL names a file to check (relative to the directory)."""
-    assert (None if path is None else os.path.abspath(path)) == _reads.sqlite_file(url)
-
-
 async def test_workers_lists_the_holders_of_live_leases() -> None:
     """``tasks workers`` MUST list each worker id holding live leases with its task
     counts; its last heartbeat is the lease's expiry less ``--lease`` when given."""

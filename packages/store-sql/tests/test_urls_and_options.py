@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tasks_core import InvalidInput, find_store, open_store
+from tasks_core import InvalidInput, UnknownStore, find_store, open_store
 from tasks_store_sql import SQLStore
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import open_sql
@@ -105,6 +106,25 @@ def test_bad_options_are_refused(options: dict[str, object]) -> None:
     """Bad option values MUST raise ``InvalidInput`` before any I/O."""
     with pytest.raises(InvalidInput):
         SQLStore("sqlite://", **options)
+
+
+@pytest.mark.parametrize("schema", ["create", "upgrade"])
+def test_create_false_with_a_schema_mode_that_runs_ddl_is_refused(schema: str) -> None:
+    """``create=False`` runs no DDL: a ``schema`` that would create or migrate MUST be
+    refused, naming both (``"check"``, or leaving ``schema`` out, is what it means)."""
+    with pytest.raises(InvalidInput, match=f"create=False.*schema='{schema}'"):
+        SQLStore("sqlite://", create=False, schema=schema)  # type: ignore[arg-type]
+    SQLStore("sqlite://", create=False, schema="check")
+
+
+@pytest.mark.anyio
+async def test_create_false_never_makes_a_sqlite_file(tmp_path: Path) -> None:
+    """With ``create=False`` a SQLite file that does not exist MUST be ``UnknownStore``
+    naming it, and stay missing (connecting would have made it)."""
+    path = tmp_path / "missing.db"
+    with pytest.raises(UnknownStore, match=re.escape(str(path))):
+        await open_store(f"sqlite:///{path}", create=False)
+    assert [] == os.listdir(tmp_path)
 
 
 @pytest.mark.anyio

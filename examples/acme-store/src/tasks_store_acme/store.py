@@ -10,12 +10,14 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from tasks_core import InvalidInput
+from tasks_core import InvalidInput, UnknownStore
+from tasks_core.plugins import check_create
 from tasks_store_memory import MemoryStore
 
 __all__ = ["AcmeStore", "drop", "open_acme"]
 
-OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace"})
+OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace",
+                     "create"})
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _stores: dict[tuple[str, str], AcmeStore] = {}
 _lock = threading.Lock()
@@ -62,19 +64,25 @@ def name_of(url: str) -> str:
 
 
 async def open_acme(url: str, **options: Any) -> AcmeStore:
-    """Open (creating on first use) the store named by ``url`` in ``namespace``.
+    """Open (creating on first use, unless ``create=False``) the store named by ``url``
+    in ``namespace``.
 
     Raises:
         InvalidInput: a bad URL, an unknown option, or options for a store already open.
+        UnknownStore: ``create=False`` and no store of that name and namespace exists.
     """
     name = name_of(url)
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise InvalidInput(f"Unknown AcmeStore option(s): {', '.join(unknown)}")
     namespace = options.pop("namespace", None)
+    create = check_create(options.pop("create", True))
     key = (name, namespace or "")
     with _lock:
         store = _stores.get(key)
+        if store is None and not create:
+            raise UnknownStore(f"no store acme://{name} in namespace {namespace or '(default)'} "
+                               "in this process (create=False never makes one)")
         if store is None:
             store = _stores[key] = AcmeStore(name, namespace=namespace, **options)
         elif options:

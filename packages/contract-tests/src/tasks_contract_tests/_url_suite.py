@@ -8,7 +8,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tasks_core import StoreSpec, TaskQuery, TaskStatus, TaskStore, find_store
+from tasks_core import (
+    InvalidInput,
+    SchemaMismatch,
+    StoreSpec,
+    TaskQuery,
+    TaskStatus,
+    TaskStore,
+    UnknownStore,
+    find_store,
+)
 from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests import StoreContract
@@ -73,6 +82,39 @@ class TestStoreAtURL(StoreContract):
         beyond = sorted(k for k, on in store.capabilities.model_dump().items()
                         if on and not spec[k])
         assert [] == beyond, f"the store has {beyond}, which its spec does not declare"
+
+    async def test_create_false_opens_only_a_store_that_exists(
+        self, store_url: str, store_spec: StoreSpec, namespaces: list[str]
+    ) -> None:
+        """Opened with ``create=False`` (what every read command of the CLI asks), a store
+        MUST create nothing: in a namespace nobody made it is refused with
+        ``UnknownStore`` or ``SchemaMismatch`` — and refused again, so the first try wrote
+        nothing — while a namespace holding a store opens and reads its tasks. A
+        ``create`` that is not a bool MUST be ``InvalidInput``. (A plugin whose every open
+        is a fresh store, without ``create_namespace``, only takes the option.)
+
+        Troubleshooting: read ``create`` with ``tasks_core.plugins.check_create``; with
+        ``False`` check for the store's tables, collections or file and raise before any
+        DDL or connect that would make them.
+        """
+        with pytest.raises(InvalidInput):
+            await store_spec.factory(store_url, create="no")
+        namespace = "t" + secrets.token_hex(5)
+        namespaces.append(namespace)  # dropped afterwards, whatever happens here
+        if store_spec.create_namespace is not None:
+            for _ in range(2):
+                with pytest.raises((UnknownStore, SchemaMismatch)):
+                    await store_spec.factory(store_url, namespace=namespace, create=False)
+            await store_spec.create_namespace(store_url, namespace)
+        made = await store_spec.factory(store_url, namespace=namespace)
+        created = await made.create(new_task())
+        await made.aclose()
+        opened = await store_spec.factory(store_url, namespace=namespace, create=False)
+        try:
+            if store_spec.create_namespace is not None:
+                assert created.id == (await opened.get(created.id, tenant=None)).id
+        finally:
+            await opened.aclose()
 
     @pytest.mark.parametrize("kind", ["max_running", "rate"])
     async def test_racing_processes_never_pass_the_queue_limits(

@@ -13,12 +13,13 @@
     ├── CapacityExceeded                       a limit is reached; carries .limit, .retryable
     ├── AuthorizationError      (PermissionError)
     ├── InvalidInput            (ValueError)   bad argument; nothing was written
-    │   └── UnknownStore        (LookupError)  no installed plugin serves that URL or name
+    │   └── UnknownStore        (LookupError)  no plugin serves that URL; create=False: no store
     ├── TaskTimeout             (TimeoutError) a run exceeded its timeout; app.wait ran out
     ├── CapabilityNotSupported                 optional feature the store does not offer
     └── StoreError                             the storage itself failed
         ├── StoreUnavailable                   transient: connection lost, busy, timed out
         ├── StoreCorrupt                       a persisted record fails validation
+        ├── SchemaMismatch                     the store's schema is missing, older or newer
         └── PluginConflict                     two distributions claim one store name
 
 Each class docstring is its default message. Raise with a message only when the message
@@ -45,6 +46,7 @@ __all__ = [
     "LeaseLost",
     "PluginConflict",
     "RevisionConflict",
+    "SchemaMismatch",
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
@@ -121,7 +123,8 @@ class AuthorizationError(TasksError, PermissionError):
 
 
 class UnknownStore(InvalidInput, LookupError):
-    """No installed store plugin serves this URL or name."""
+    """No installed store plugin serves this URL or name, or (opened with
+    ``create=False``) no store is there."""
 
 
 class TaskTimeout(TasksError, TimeoutError):
@@ -134,6 +137,11 @@ class CapabilityNotSupported(TasksError):
 
 class StoreError(TasksError):
     """The store failed."""
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema (tables, collections, their layout) is not the one this code
+    expects: none yet, older, newer, or not a tasks store's."""
 
 
 class StoreUnavailable(StoreError):

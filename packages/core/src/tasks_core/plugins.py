@@ -15,10 +15,12 @@ from typing import Any
 
 import pluggy
 
+from tasks_core.errors import InvalidInput
 from tasks_core.models import StoreCapabilities
 from tasks_core.store import TaskStore
 
-__all__ = ["PROJECT", "Migrate", "StoreFactory", "StoreSpec", "hookimpl", "hookspec"]
+__all__ = ["PROJECT", "Migrate", "StoreFactory", "StoreSpec", "check_create", "hookimpl",
+           "hookspec"]
 
 PROJECT = "tasks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -27,8 +29,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 StoreFactory = Callable[..., Awaitable[TaskStore]]
 """``async factory(url, **options) -> TaskStore``. Options every store accepts:
 ``clock`` (a :class:`~tasks_core.clock.Clock`), ``namespace`` (an isolated name space:
-table prefix, schema, database…), ``max_tasks`` and ``max_active_tasks_per_scope``.
-Unknown options raise ``InvalidInput``."""
+table prefix, schema, database…), ``max_tasks``, ``max_active_tasks_per_scope`` and
+``create`` (:func:`check_create`; ``False``: open only a store that exists — create no file,
+database, table, index or collection, and refuse a missing one with ``UnknownStore`` or
+``SchemaMismatch``; a plugin whose every open is a fresh store in the process takes it and
+opens as usual). Unknown options raise ``InvalidInput``."""
 
 Migrate = Callable[..., Awaitable[tuple[str | None, str | None]]]
 """``async migrate(url, *, to="head", namespace=None) -> (before, after)``: the schema
@@ -67,6 +72,18 @@ class StoreSpec:
     drop_namespace: Callable[[str, str], Awaitable[None]] | None = None
     migrate: Migrate | None = field(default=None, repr=False)
     corrupt: Callable[[Any, str], Awaitable[None]] | None = field(default=None, repr=False)
+
+
+def check_create(create: object) -> bool:
+    """The standard factory option ``create`` (see :data:`StoreFactory`): ``True`` (the
+    stores' default: make what is missing) or ``False`` (open only what exists).
+
+    Raises:
+        InvalidInput: anything but a ``bool``.
+    """
+    if not isinstance(create, bool):
+        raise InvalidInput(f"create must be True or False, not {type(create).__name__}")
+    return create
 
 
 class _Hooks:

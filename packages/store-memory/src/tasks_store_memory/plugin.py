@@ -5,24 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from tasks_core.errors import InvalidInput
-from tasks_core.plugins import StoreSpec, hookimpl
+from tasks_core.plugins import StoreSpec, check_create, hookimpl
 
 from tasks_store_memory.store import MemoryStore
 
-OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace"})
+OPTIONS = frozenset({"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace",
+                     "create"})
 
 
 async def open_memory(url: str, **options: Any) -> MemoryStore:
-    """Open a fresh, empty ``MemoryStore`` for ``memory://``.
+    """Open a fresh, empty ``MemoryStore`` for ``memory://`` (``create=False`` too: the
+    store lives in this process, so nothing outside it is created).
 
     Raises:
-        InvalidInput: another scheme, or an unknown option.
+        InvalidInput: another scheme, or an unknown or bad option.
     """
     if not url.startswith("memory://"):
         raise InvalidInput("MemoryStore URLs look like 'memory://'")
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise InvalidInput(f"Unknown MemoryStore option(s): {', '.join(unknown)}")
+    check_create(options.pop("create", True))
     return MemoryStore(**options)
 
 

@@ -22,9 +22,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from pymongo.errors import OperationFailure
 from tasks_core import reports, rules
 from tasks_core.clock import Clock, utc
-from tasks_core.errors import CapacityExceeded, InvalidInput, StoreCorrupt, StoreUnavailable
+from tasks_core.errors import (
+    CapacityExceeded,
+    InvalidInput,
+    SchemaMismatch,
+    StoreCorrupt,
+    StoreUnavailable,
+)
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
+from tasks_core.plugins import check_create
 
 from tasks_store_mongo import _codec
 from tasks_store_mongo._capabilities import capabilities_for
@@ -82,7 +89,9 @@ class MongoBase:
         max_active_tasks_per_scope: int | None = None,
         owns_client: bool = False,
         client_factory: Callable[[], Any] | None = None,
+        create: bool = True,
     ) -> None:
+        self._makes_missing = check_create(create)
         self.driver: Driver = driver_of(client)
         if not isinstance(database, str) or not database:
             raise InvalidInput("database must be a non-empty string")
@@ -169,6 +178,9 @@ class MongoBase:
         self._transactions = replica_set
         self._caps = capabilities_for(replica_set=replica_set)
         existing = set(await self._db.list_collection_names())
+        if not self._makes_missing:
+            await self._check_existing(existing)
+            return
         for collection in (self._tasks, self._counters, self._queues, self._queue_claims):
             if collection.name not in existing:
                 await self._create_collection(collection.name)
@@ -194,6 +206,23 @@ class MongoBase:
             await self._counters.update_one(
                 {"_id": "tasks"}, {"$setOnInsert": {"n": count}}, upsert=True
             )
+
+    async def _check_existing(self, existing: set[str]) -> None:
+        """``create=False``: the namespace must hold a store of this layout; nothing is
+        written.
+
+        Raises:
+            SchemaMismatch: a collection is missing, or the layout is an earlier one.
+        """
+        where = f"namespace {self.namespace!r} of database {self.database!r}"
+        missing = [c.name for c in (self._tasks, self._counters, self._queues,
+                                    self._queue_claims) if c.name not in existing]
+        if missing:
+            raise SchemaMismatch(f"{where} holds no tasks store (no {', '.join(missing)}): "
+                                 "create=False never makes one; open it once without")
+        if await self._counters.find_one({"_id": "layout", "v": {"$gte": LAYOUT}}) is None:
+            raise SchemaMismatch(f"{where} has an earlier layout: open it once without "
+                                 "create=False to upgrade it")
 
     async def _upgrade_layout(self) -> None:
         """Bring documents and the ``claim_next`` index to this version's layout, once

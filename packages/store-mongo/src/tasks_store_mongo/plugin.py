@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["OPTIONS", "drop_namespace", "open_mongo", "tasks_stores"]
 
 OPTIONS = frozenset(
-    {"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace", "client"}
+    {"clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace", "client",
+     "create"}
 )
 _COLLECTIONS = ("tasks", "counters", "queues", "queue_claims")
 
@@ -31,8 +32,12 @@ async def open_mongo(url: str, **options: Any) -> MongoStore:
     the database and namespace, and the store never closes that client; otherwise the store
     opens a client with the URL's ``driver`` and closes it in ``aclose``.
 
+    ``create=False`` opens only a namespace that holds a store of this layout, creating no
+    collection or index.
+
     Raises:
         InvalidInput: another scheme, an unknown option, a bad driver or namespace.
+        SchemaMismatch: ``create=False`` and no store of this layout in the namespace.
         StoreUnavailable: the server cannot be reached.
     """
     from tasks_store_mongo._driver import open_client, settle

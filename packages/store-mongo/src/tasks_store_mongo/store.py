@@ -78,10 +78,12 @@ class MongoStore(
         Args:
             client: a PyMongo ``AsyncMongoClient`` or a motor ``AsyncIOMotorClient``.
             **options: ``database``, ``namespace``, ``clock``, ``limits``, ``max_tasks``,
-                ``max_active_tasks_per_scope``.
+                ``max_active_tasks_per_scope``, ``create`` (``False``: open only a store
+                that exists, creating no collection or index).
 
         Raises:
             InvalidInput: a bad client or option.
+            SchemaMismatch: ``create=False`` and no store of this layout in the namespace.
             StoreUnavailable: the server cannot be reached.
         """
         store = cls(client, **options)
@@ -90,9 +92,11 @@ class MongoStore(
 
     @operation
     async def setup(self) -> None:
-        """Probe the deployment; create collections and indexes (idempotent).
+        """Probe the deployment; create collections and indexes (idempotent; with
+        ``create=False`` only check that they are there).
 
         Raises:
+            SchemaMismatch: ``create=False`` and no store of this layout in the namespace.
             StoreUnavailable: the server cannot be reached.
         """
         await self._setup()

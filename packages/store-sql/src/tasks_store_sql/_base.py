@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -19,6 +19,7 @@ from tasks_core.durations import check_duration
 from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
+from tasks_core.plugins import check_create
 
 from tasks_store_sql import _codec
 from tasks_store_sql._db import Database
@@ -36,6 +37,7 @@ from tasks_store_sql._migrate import (
     mismatch,
     schema_state,
 )
+from tasks_store_sql._opening import SchemaMode, check_file_exists, schema_mode
 from tasks_store_sql._options import check_engine_options
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import (
@@ -52,7 +54,6 @@ from tasks_store_sql._writers import WriterQueue, writer_queue
 
 __all__ = ["SchemaMode", "StoreBase", "TaskRow"]
 
-SchemaMode = Literal["create", "upgrade", "check"]
 
 MAX_BUSY_TIMEOUT_S = 3600
 """The longest ``busy_timeout``, in seconds: how long a SQLite writer waits for its turn
@@ -98,17 +99,19 @@ class StoreBase:
         limits: StoreLimits | None = None,
         max_tasks: int | None = None,
         max_active_tasks_per_scope: int | None = None,
-        schema: SchemaMode = "create",
+        schema: SchemaMode | None = None,
         busy_timeout: float = 5.0,
         engine_options: Mapping[str, Any] | None = None,
+        create: bool = True,
     ) -> None:
         if (url is None) == (engine is None):
             raise InvalidInput("SQLStore needs exactly one of a URL or an engine")
-        if schema not in ("create", "upgrade", "check"):
-            raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
+        schema = schema_mode(schema, check_create(create))
         busy_timeout = check_duration(busy_timeout, "busy_timeout", high=MAX_BUSY_TIMEOUT_S)
         engine_options = check_engine_options(engine_options)
         target: Target | None = parse_url(url) if url is not None else None
+        if not create and target is not None:
+            check_file_exists(target)
         if target is not None and target.namespace is not None:
             if namespace is not None and namespace != target.namespace:
                 raise InvalidInput("namespace given twice (option and URL) with two values")

@@ -19,7 +19,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
+from tasks_core.errors import InvalidInput, SchemaMismatch, StoreUnavailable
 
 from tasks_store_sql._db import Database
 from tasks_store_sql._errors import translate
@@ -36,10 +36,6 @@ __all__ = [
 
 SchemaState = Literal["empty", "current", "older", "newer", "foreign"]
 LOCK_TIMEOUT_S = 60
-
-
-class SchemaMismatch(StoreError):
-    """The database schema does not match this version of tasks-store-sql."""
 
 
 @functools.cache

@@ -29,6 +29,7 @@ OPTIONS = frozenset(
         "schema",
         "busy_timeout",
         "engine_options",
+        "create",
     }
 )
 

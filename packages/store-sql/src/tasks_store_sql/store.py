@@ -94,7 +94,9 @@ class SQLStore(BulkCreates):
     ``AsyncEngine`` the application owns, instead of a URL: the store never disposes of it);
     ``schema`` — ``"create"`` (default: an empty namespace gets the current schema; an older
     or newer one is refused with ``SchemaMismatch``), ``"upgrade"`` (also migrates an older
-    schema) or ``"check"`` (never runs DDL); ``busy_timeout`` (seconds a SQLite writer waits
+    schema) or ``"check"`` (never runs DDL); ``create=False`` (the stores' standard option:
+    create nothing — schema ``"check"``, and a SQLite file that does not exist is refused
+    with ``UnknownStore``); ``busy_timeout`` (seconds a SQLite writer waits
     for its turn in this process, and then for the file's lock, default 5);
     ``engine_options`` (passed to ``create_async_engine``).
 

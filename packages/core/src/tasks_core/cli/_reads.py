@@ -2,9 +2,9 @@
 following a task (``show --follow``, ``submit --wait``), which says once when no live
 worker serves its queue.
 
-Reading never creates a store (:func:`open_for_reading`): a SQLite file that does not exist
-is refused before the store is opened, and a SQL store is opened with ``schema="check"``
-(no DDL: an empty or foreign database is refused, never given the tasks tables). ``ls``
+Reading never creates a store: ``cli.main`` opens it with every store's ``create=False``
+(a missing SQLite file, an empty database or namespace is refused, never given the tasks
+schema). ``ls``
 orders by creation, newest first: the store lists by id, so it reads up to ``--scan``
 matching tasks, sorts them by ``(created_at, id)`` descending and shows one page.
 """
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from urllib.parse import parse_qsl, unquote
 
 from rich.console import Console
 from rich.live import Live
@@ -25,16 +23,12 @@ from rich.table import Table
 from tasks_core.authority import Authority, System
 from tasks_core.cli._options import MAX_PAGE
 from tasks_core.cli._render import Bars, cell, one_line, plain, tasks_table
-from tasks_core.errors import InvalidInput, UnknownStore
+from tasks_core.errors import InvalidInput
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.runtime.app import App
 
-__all__ = ["NO_WORKER_AFTER_S", "check_readable", "follow", "list_newest_first",
-           "live_leases", "open_for_reading", "private_to_process", "sqlite_file",
+__all__ = ["NO_WORKER_AFTER_S", "follow", "list_newest_first", "live_leases",
            "workers_table"]
-
-SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb"})
-"""The URL schemes of tasks-store-sql, whose ``schema="check"`` opens without DDL."""
 
 NO_WORKER_AFTER_S = 5.0
 """How long a followed task waits, available and unclaimed, before the hint is printed."""
@@ -42,59 +36,6 @@ HINT_POLL_S = 1.0
 """How often a followed task is re-read for the hint."""
 LEASED = (TaskStatus.RUNNING, TaskStatus.CLAIMED, TaskStatus.WAITING_INPUT)
 """The statuses a task holding a live lease reads."""
-
-
-def sqlite_file(url: str) -> str | None:
-    """The absolute path of the file a SQLite store URL names (``sqlite:///rel.db``,
-    ``sqlite:////abs.db``, any ``+driver``); ``None`` for another scheme, the in-memory
-    ``sqlite://`` and a SQLite URI (``uri=true``: its own rules, e.g. ``mode=ro``)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+")[0].lower() != "sqlite":
-        return None
-    path, _, query = rest.partition("?")
-    if any(k == "uri" and v.lower() in ("1", "true", "yes", "on")
-           for k, v in parse_qsl(query)) or not path.startswith("/"):
-        return None
-    path = unquote(path[1:])
-    return None if path in ("", ":memory:") else os.path.abspath(path)
-
-
-def _scheme(url: str) -> str:
-    return url.partition("://")[0].split("+")[0].lower()
-
-
-def private_to_process(url: str) -> bool:
-    """Whether ``url`` names a store that lives and dies with this process (``memory://``,
-    an in-memory SQLite database)."""
-    path = url.partition("://")[2].partition("?")[0]
-    return _scheme(url) == "memory" or (_scheme(url) == "sqlite"
-                                         and path in ("", "/", "/:memory:"))
-
-
-def check_readable(url: str) -> None:
-    """Refuse to read a SQLite store whose file does not exist (opening would create it).
-
-    Raises:
-        UnknownStore: naming the file, and how to name the right store.
-    """
-    path = sqlite_file(url)
-    if path is not None and not os.path.exists(path):
-        raise UnknownStore(
-            f"no store at {url}: {path} does not exist (reading never creates one); run "
-            "where the file is, or name the store: --app module:app or --store URL")
-
-
-def open_for_reading(app: App, url: str) -> None:
-    """Make ``app`` (not open yet) read the store at ``url`` without creating it: a SQLite
-    file must exist (:func:`check_readable`), and a SQL store opens with
-    ``schema="check"`` unless the app's own options name a schema mode.
-
-    Raises:
-        UnknownStore: the SQLite file does not exist.
-    """
-    check_readable(url)
-    if _scheme(url) in SQL_SCHEMES:
-        app.store_options.setdefault("schema", "check")
 
 
 async def list_newest_first(

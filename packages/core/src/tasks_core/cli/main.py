@@ -31,10 +31,9 @@ from tasks_core.cli._options import (
     number,
 )
 from tasks_core.cli._periodic import add_periodic_parser
-from tasks_core.cli._reads import open_for_reading, private_to_process
 from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
-from tasks_core.errors import InvalidInput, TasksError
+from tasks_core.errors import InvalidInput, TasksError, UnknownStore
 from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import ENV_VAR, default_store_url, require_default_store_url
 from tasks_core.runtime.app import App
@@ -44,7 +43,8 @@ __all__ = ["READS", "build_parser", "load_app", "main", "run"]
 log = logging.getLogger("tasks_core.cli")
 
 READS = frozenset({"ls", "show", "workers", "cancel", "respond", "dashboard"})
-"""Commands on tasks that exist: they never create a store (``_reads.open_for_reading``)."""
+"""Commands on tasks that exist: they open the store with ``create=False`` (never create
+one)."""
 
 
 def load_app(spec: str) -> App:
@@ -288,19 +288,31 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     """
     owned = app is None
     app = _app_for(args) if app is None else app
-    if owned and args.command in READS and getattr(app, "_store", None) is None:
-        open_for_reading(app, app.url or require_default_store_url())
-    if args.command not in ("demo", "backends", "stress", "migrate") \
-            and private_to_process(app.url or ""):
+    reading = owned and args.command in READS and getattr(app, "_store", None) is None
+    if reading:
+        app.store_options["create"] = False  # every store's option (plugins.StoreFactory)
+    try:
+        return await COMMANDS[args.command](app, args, console)
+    except UnknownStore as exc:
+        if not reading:
+            raise
+        raise UnknownStore(f"{exc}; reading never creates a store: run where it is, or name "
+                           "it: --app module:app or --store URL") from None
+    finally:
+        if args.command not in ("demo", "stress"):
+            _note_private(app)
+        if owned:
+            await app.aclose()
+
+
+def _note_private(app: App) -> None:
+    """Say that the command's store, if it opened one, lived and died with this process."""
+    store = getattr(app, "_store", None)
+    if store is not None and not store.capabilities.durable:
         Console(stderr=True, emoji=False).print(
             f"[yellow]note:[/] {plain(app.url or '')} is private to this process and starts "
             "empty; use --store sqlite:///tasks.db (needs tasks-store-sql) to share tasks "
             "between commands and workers.", highlight=False)
-    try:
-        return await COMMANDS[args.command](app, args, console)
-    finally:
-        if owned:
-            await app.aclose()
 
 
 async def run(argv: Sequence[str], *, app: App | None = None,
