@@ -3,12 +3,16 @@ per task, and more with every process), one summary line per interval instead.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
-from tasks_core import TaskContext
+from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app
+from tasks_core import App, TaskContext
+from tasks_store_memory import MemoryStore
 from tasks_core.runtime._tally import Tally
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +86,39 @@ def test_a_summary_spans_the_time_since_the_last_line_quiet_intervals_included(
     assert ["worker w1: 1 released in the last 60.0s; 1 running, 0 held",
             "worker w1: 1 completed in the last 15.0s; 1 running, 0 held"] \
         == [r.getMessage() for r in caplog.records]
+
+
+class HeldCommits(DelegatingStore):
+    """Holds every group commit (``transition_many``) until ``release`` is set."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def transition_many(self, items: Sequence[Any]) -> list[Any]:
+        self.entered.set()
+        await self.release.wait()
+        return list(await self.inner.transition_many(items))
+
+
+async def test_the_summary_counts_handlers_running_not_runs_awaiting_their_commit() -> None:
+    """A run whose handler ended and whose outcome waits for the group commit holds no
+    slot: the summary's "running" MUST NOT count it."""
+    store = HeldCommits(MemoryStore())
+    app = App(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(3)]
+        worker = fast_worker(app, concurrency=4)
+        async with worker:
+            await asyncio.wait_for(store.entered.wait(), TIMEOUT)
+            assert worker.tally is not None
+            assert 0 == worker.tally.busy()[0]
+            store.release.set()
+            for task_id in ids:
+                await app.wait(task_id, ALICE, timeout=TIMEOUT)

@@ -29,7 +29,8 @@ class Tally:
 
     Args:
         worker_id: named in each line.
-        busy: ``(running, held)`` now.
+        busy: ``(running, held)`` now: handlers not finished (a run awaiting its group
+            commit is not running), claims held ahead of a slot.
         interval: seconds between lines.
         clock: seconds on a monotonic clock.
     """

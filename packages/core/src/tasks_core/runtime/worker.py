@@ -232,7 +232,7 @@ class Worker(Claims):
                                      max_items=self.commit_batch)
         heartbeats = HeartbeatStarts(self.lease_for / 3)
         held_renews = HeartbeatStarts(SHORT_RUN)
-        self.tally = Tally(self.worker_id, lambda: (len(self.runs), len(self._held)))
+        self.tally = Tally(self.worker_id, lambda: (self._handlers_busy(), len(self._held)))
         self._env = RunEnv(
             store=store, policy=self.app.policy, limits=self.app.limits,
             changes=self.app.notices.changes, work=self.app.notices.work,
