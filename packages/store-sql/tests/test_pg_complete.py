@@ -46,12 +46,6 @@ RESULTS: list[Any] = [
 ]
 
 
-@pytest.fixture
-def store(pg_store: SQLStore) -> SQLStore:
-    """A store on PostgreSQL with the manual ``clock``."""
-    return pg_store
-
-
 def _fast(store: SQLStore) -> PostgresStore:
     assert isinstance(store, PostgresStore)
     return store
