@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tasks_core import InvalidInput, UnknownStore, find_store, open_store
+from tasks_core import InvalidInput, SchemaMismatch, UnknownStore, find_store, open_store
 from tasks_store_sql import SQLStore
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import open_sql
@@ -108,13 +109,19 @@ def test_bad_options_are_refused(options: dict[str, object]) -> None:
         SQLStore("sqlite://", **options)
 
 
-@pytest.mark.parametrize("schema", ["create", "upgrade"])
-def test_create_false_with_a_schema_mode_that_runs_ddl_is_refused(schema: str) -> None:
-    """``create=False`` runs no DDL: a ``schema`` that would create or migrate MUST be
-    refused, naming both (``"check"``, or leaving ``schema`` out, is what it means)."""
-    with pytest.raises(InvalidInput, match=f"create=False.*schema='{schema}'"):
-        SQLStore("sqlite://", create=False, schema=schema)  # type: ignore[arg-type]
-    SQLStore("sqlite://", create=False, schema="check")
+@pytest.mark.anyio
+@pytest.mark.parametrize("schema", ["create", "upgrade", "check"])
+async def test_create_false_runs_no_ddl_whatever_the_schema_mode(
+    schema: str, tmp_path: Path
+) -> None:
+    """``create=False`` forbids what ``schema`` allows: an empty SQLite file opened with
+    it MUST be refused (``SchemaMismatch``) and keep no table, in every schema mode."""
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    with pytest.raises(SchemaMismatch, match="no tasks schema"):
+        await open_store(f"sqlite:///{path}", create=False, schema=schema)
+    with sqlite3.connect(path) as opened:
+        assert [] == opened.execute("SELECT name FROM sqlite_master").fetchall()
 
 
 @pytest.mark.anyio

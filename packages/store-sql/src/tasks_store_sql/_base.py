@@ -99,7 +99,7 @@ class StoreBase:
         limits: StoreLimits | None = None,
         max_tasks: int | None = None,
         max_active_tasks_per_scope: int | None = None,
-        schema: SchemaMode | None = None,
+        schema: SchemaMode = "create",
         busy_timeout: float = 5.0,
         engine_options: Mapping[str, Any] | None = None,
         create: bool = True,

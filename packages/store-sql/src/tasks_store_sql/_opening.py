@@ -1,6 +1,6 @@
 """What a SQL store's opening options ask before anything connects: the schema mode, and
-``create=False`` (every store's option: create nothing), which runs no DDL and refuses a
-SQLite file that does not exist — connecting would make it."""
+``create=False`` (every store's option: create nothing), which runs no DDL whatever
+``schema`` says and refuses a SQLite file that does not exist — connecting would make it."""
 
 from __future__ import annotations
 
@@ -16,21 +16,16 @@ __all__ = ["SchemaMode", "check_file_exists", "schema_mode"]
 SchemaMode = Literal["create", "upgrade", "check"]
 
 
-def schema_mode(schema: SchemaMode | None, create: bool) -> SchemaMode:
-    """The schema mode: ``schema`` as given, else ``"create"`` (``"check"`` with
-    ``create=False``, which runs no DDL).
+def schema_mode(schema: SchemaMode, create: bool) -> SchemaMode:
+    """The schema mode: ``schema``, or ``"check"`` (no DDL) with ``create=False`` — what
+    ``schema`` allows, ``create=False`` forbids.
 
     Raises:
-        InvalidInput: an unknown mode, or one that would run DDL with ``create=False``.
+        InvalidInput: an unknown mode.
     """
-    if schema is None:
-        return "create" if create else "check"
     if schema not in ("create", "upgrade", "check"):
         raise InvalidInput("schema must be 'create', 'upgrade' or 'check'")
-    if not create and schema != "check":
-        raise InvalidInput(f"create=False never creates or migrates a schema; schema={schema!r} "
-                           "would: leave schema out (or 'check')")
-    return schema
+    return schema if create else "check"
 
 
 def check_file_exists(target: Target) -> None:

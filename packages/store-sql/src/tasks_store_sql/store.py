@@ -95,8 +95,8 @@ class SQLStore(BulkCreates):
     ``schema`` — ``"create"`` (default: an empty namespace gets the current schema; an older
     or newer one is refused with ``SchemaMismatch``), ``"upgrade"`` (also migrates an older
     schema) or ``"check"`` (never runs DDL); ``create=False`` (the stores' standard option:
-    create nothing — schema ``"check"``, and a SQLite file that does not exist is refused
-    with ``UnknownStore``); ``busy_timeout`` (seconds a SQLite writer waits
+    create nothing — ``"check"`` whatever ``schema`` says, and a SQLite file that does not
+    exist is refused with ``UnknownStore``); ``busy_timeout`` (seconds a SQLite writer waits
     for its turn in this process, and then for the file's lock, default 5);
     ``engine_options`` (passed to ``create_async_engine``).
 
