@@ -81,6 +81,15 @@ async def test_a_read_never_creates_a_sqlite_file(
     assert [] == os.listdir(tmp_path)
 
 
+async def test_a_read_of_a_url_no_plugin_serves_says_only_that() -> None:
+    """A read command on a URL no installed plugin serves MUST say which plugin to
+    install — not the hint about a store that is not there."""
+    with pytest.raises(UnknownStore) as info:
+        await run(["ls", "--system", "--store", "nosuch://x"], console=_console()[0])
+    assert "'nosuch'" in str(info.value)
+    assert "reading never creates" not in str(info.value)
+
+
 @pytest.mark.parametrize("command", [
     ["ls", "--system"], ["show", "x", "--system"], ["workers", "--system"],
     ["cancel", "x", "--system"], ["respond", "x", "a=1", "--system"]])

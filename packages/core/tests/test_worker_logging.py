@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app
 from tasks_core import App, TaskContext
-from tasks_store_memory import MemoryStore
 from tasks_core.runtime._tally import Tally
+from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from tasks_core._registry import find_store
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._dashboard import add_dashboard_parser
 from tasks_core.cli._options import (
@@ -294,8 +295,8 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     try:
         return await COMMANDS[args.command](app, args, console)
     except UnknownStore as exc:
-        if not reading:
-            raise
+        if not (reading and _served(app.url or default_store_url()[0])):
+            raise  # not a read, or no plugin serves the URL: the error says so
         raise UnknownStore(f"{exc}; reading never creates a store: run where it is, or name "
                            "it: --app module:app or --store URL") from None
     finally:
@@ -303,6 +304,15 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
             _note_private(app)
         if owned:
             await app.aclose()
+
+
+def _served(url: str) -> bool:
+    """Whether an installed plugin serves ``url``."""
+    try:
+        find_store(url)
+    except UnknownStore:
+        return False
+    return True
 
 
 def _note_private(app: App) -> None:
