@@ -62,6 +62,30 @@ def test_queue_limits_take_1_to_1000000_as_plain_numbers() -> None:
     assert (3, (5, 60.0)) == (plain.max_running, plain.rate)
 
 
+@pytest.mark.parametrize(("limits", "message"), [
+    ({"max_running": 0}, "max_running must be an integer in 1..1000000, not 0"),
+    ({"rate": (0, 60)}, "the claims of rate must be an integer in 1..1000000, not 0"),
+    ({"rate": (1_000_001, 60)},
+     "the claims of rate must be an integer in 1..1000000, not 1000001"),
+    ({"rate": (5, 0)}, "the window of rate must be in [0.001, 31622400] seconds, not 0"),
+])
+def test_a_refused_queue_limit_names_itself_and_its_bounds(
+    limits: dict[str, object], message: str
+) -> None:
+    """A refused limit MUST say which one (``max_running``, the claims or the window of
+    ``rate``), its bounds and the value given: the worker prints it as its refusal."""
+    with pytest.raises(InvalidInput) as refused:
+        storekit.QueueLimits(**limits)  # type: ignore[arg-type]
+    assert message == str(refused.value)
+
+
+def test_a_refused_claim_start_names_itself() -> None:
+    """``claim_next``'s ``start`` below 0 MUST be refused naming ``start``."""
+    with pytest.raises(InvalidInput) as refused:
+        storekit.check_claim_next("w1", 30.0, ["q"], 1, (), start=-1)
+    assert "start (or None) must be an integer from 0, not -1" == str(refused.value)
+
+
 @pytest.mark.parametrize("bad", [
     {"max_running": True}, {"max_running": 2.0}, {"max_running": "2"},
     {"rate": (True, 60)}, {"rate": (1, 0.0009)},
