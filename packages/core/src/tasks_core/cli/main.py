@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from tasks_core._registry import find_store
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._dashboard import add_dashboard_parser
 from tasks_core.cli._options import (
@@ -36,7 +35,12 @@ from tasks_core.cli._render import output_console, plain
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput, TasksError, UnknownStore
 from tasks_core.models import TaskStatus
-from tasks_core.runtime._defaults import ENV_VAR, default_store_url, require_default_store_url
+from tasks_core.runtime._defaults import (
+    ENV_VAR,
+    default_store_url,
+    installed,
+    require_default_store_url,
+)
 from tasks_core.runtime.app import App
 
 __all__ = ["READS", "build_parser", "load_app", "main", "run"]
@@ -295,7 +299,7 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     try:
         return await COMMANDS[args.command](app, args, console)
     except UnknownStore as exc:
-        if not (reading and _served(app.url or default_store_url()[0])):
+        if not (reading and installed(app.url or default_store_url()[0])):
             raise  # not a read, or no plugin serves the URL: the error says so
         raise UnknownStore(f"{exc}; reading never creates a store: run where it is, or name "
                            "it: --app module:app or --store URL") from None
@@ -304,15 +308,6 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
             _note_private(app)
         if owned:
             await app.aclose()
-
-
-def _served(url: str) -> bool:
-    """Whether an installed plugin serves ``url``."""
-    try:
-        find_store(url)
-    except UnknownStore:
-        return False
-    return True
 
 
 def _note_private(app: App) -> None:
