@@ -10,6 +10,7 @@ from functools import partial
 
 import pytest
 from tasks_core import (
+    Cancelled,
     Claim,
     Completed,
     InvalidInput,
@@ -21,7 +22,7 @@ from tasks_core import (
 from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import LEASE_S, new_task
+from tasks_contract_tests._kit import ALICE, LEASE_S, access, new_task
 from tasks_contract_tests.contract.warm_races import RACERS, Call, N, Racer
 
 Q = "limited"
@@ -95,6 +96,31 @@ class QueueLimitContract(ContractBase):
         assert [ids[0]] == _ids(again)
         assert again[0].snapshot.claim is not None
         assert again[0].snapshot.claim.recovered
+
+    async def test_a_cancelled_task_keeps_its_place_while_its_holder_renews(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A task cancelled under a live lease MUST keep counting toward ``max_running``
+        while its holder renews that lease (its handler may still run: a worker on a
+        limited queue holds the lease until the handler returns), and free its place when
+        the holder releases it.
+
+        Troubleshooting: count leases neither ended nor expired, whatever the task's
+        status (``storekit.holds_queue``); ``renew`` checks the lease, not the status.
+        """
+        _require(store)
+        ids = await _tasks(store, clock, 2)
+        limits = {Q: QueueLimits(max_running=1, rate=(100, 60))}
+        [held] = await store.claim_next("w1", LEASE_S, queues=[Q], limits=limits)
+        await store.transition(ids[0], held.snapshot.revision, Cancelled(event_id="stop"),
+                               access(ALICE))
+        clock.advance(LEASE_S - 0.001)
+        renewed = await store.renew(held.lease, LEASE_S)
+        clock.advance(LEASE_S - 0.001)
+        assert [] == await store.claim_next("w2", LEASE_S, queues=[Q], limits=limits)
+        await store.release(renewed.lease)
+        again = await store.claim_next("w2", LEASE_S, queues=[Q], limits=limits)
+        assert [ids[1]] == _ids(again)
 
     async def test_a_full_queue_leaves_the_call_its_other_queues(
         self, store: TaskStore, clock: ManualClock
