@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import numbers
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,22 @@ from tasks_core import (
     Worker,
 )
 from tasks_store_memory import MemoryStore
+
+
+class Count:
+    """An integer that is not an ``int`` (as a NumPy integer is not)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Count({self.value})"
+
+
+numbers.Integral.register(Count)
 
 ALICE = Owner("alice")
 BOB = Owner("bob")

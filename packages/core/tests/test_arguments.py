@@ -4,11 +4,11 @@ the bad argument in the message (the mutation run, ``nox -s mutants``, holds the
 
 from __future__ import annotations
 
-import numbers
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from _runtime_kit import Count
 from tasks_core import Access, Cancelled, InvalidInput, Lease, Owner, rules
 
 LEASE = Lease(task_id="alice::job", worker_id="w1", token="t", generation=1,
@@ -64,20 +64,6 @@ def test_a_limit_of_1000_is_taken_and_1001_refused() -> None:
             rules.check_limit(bad, maximum=1000)  # type: ignore[arg-type]
 
 
-class Count:
-    """An integer that is not an ``int`` (as a NumPy integer is not)."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __int__(self) -> int:
-        return self.value
-
-    def __repr__(self) -> str:
-        return f"Count({self.value})"
-
-
-numbers.Integral.register(Count)
 
 
 def test_any_integral_size_is_taken_as_a_plain_int() -> None:

@@ -87,6 +87,57 @@ async def test_sync_calls_from_a_thread_use_the_apps_running_loop() -> None:
                 app.sync.get("x", ALICE)
 
 
+@pytest.mark.anyio
+async def test_sync_watch_yields_every_change_until_the_task_ends() -> None:
+    """``app.sync.watch`` MUST be :meth:`App.watch` for sync code: an iterator of the
+    task's snapshots, each step blocking for the next change, ending by itself after the
+    terminal one; a task the caller cannot see is ``TaskNotFound``, as a missing one."""
+    app = make_app()
+    seen_running = threading.Event()
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        ctx.progress(50, "half")
+        await asyncio.to_thread(seen_running.wait, TIMEOUT)
+        return "done"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            statuses: list[TaskStatus] = []
+
+            def view() -> None:
+                for snapshot in app.sync.watch(t.id, ALICE, poll_interval=0.01):
+                    statuses.append(snapshot.status)
+                    if snapshot.status == TaskStatus.RUNNING:
+                        seen_running.set()
+                with pytest.raises(TaskNotFound):
+                    next(app.sync.watch(t.id, BOB))
+
+            thread = threading.Thread(target=view)
+            thread.start()
+            await asyncio.to_thread(thread.join, TIMEOUT)
+            assert not thread.is_alive()
+    assert TaskStatus.RUNNING in statuses
+    assert TaskStatus.COMPLETED == statuses[-1]
+
+
+def test_a_sync_watch_left_early_ends_on_the_loop() -> None:
+    """Leaving a sync watch before the task ends MUST close the watch on the app's loop
+    (the facade goes on serving calls); its first step reads the task as ``get`` does."""
+    app = _app()
+    try:
+        t = app.sync.submit("job", None, ALICE)
+        changes = app.sync.watch(t.id, ALICE)
+        assert TaskStatus.PENDING == next(changes).status
+        changes.close()
+        with pytest.raises(StopIteration):
+            next(changes)
+        assert TaskStatus.PENDING == app.sync.get(t.id, ALICE).status
+    finally:
+        app.sync.close()
+
+
 def test_sync_refused_on_a_stopped_loop_leaves_no_unawaited_coroutine() -> None:
     """A sync call refused because the app was opened on a loop that no longer runs MUST
     raise its RuntimeError and nothing else (no "coroutine … was never awaited"

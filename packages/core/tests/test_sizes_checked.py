@@ -1,15 +1,28 @@
 """Sizes and option types checked where they are given: every count through
-``rules.check_limit`` (an ``int``, not a bool, in its range), every wrong-typed option a
-named refusal at once — never accepted to fail later, or to stall a queue."""
+``rules.check_limit`` (any integer, not a bool, in its range, kept as a plain ``int``), every
+wrong-typed option a named refusal at once — never accepted to fail later, or to stall a
+queue."""
 
 from __future__ import annotations
 
+import logging
 import math
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from tasks_core import App, InvalidInput, Limits, Queue, RetryPolicy, System, TaskContext
+from _runtime_kit import ALICE, Count, fast_worker, make_app
+from tasks_core import (
+    App,
+    InvalidInput,
+    Limits,
+    Queue,
+    RetryPolicy,
+    SubmitItem,
+    System,
+    TaskContext,
+    TaskQuery,
+)
 from tasks_core.durations import check_duration
 from tasks_store_memory import MemoryStore
 
@@ -109,3 +122,111 @@ def test_a_negative_zero_duration_is_zero() -> None:
 
 async def _noop(ctx: TaskContext) -> None:
     """A handler."""
+
+
+HUGE = 10**5000
+"""An integer past Python's digit limit: its ``repr`` raises ``ValueError``."""
+
+
+def test_every_count_of_the_api_is_kept_as_a_plain_int() -> None:
+    """A NumPy-like integer (``numbers.Integral``, not ``int``) MUST be taken wherever a
+    count is, and kept as a plain ``int`` — never handed on to a store as it was given."""
+    limits = Limits(max_tasks=Count(1000), concurrency=Count(4), max_input_bytes=Count(4096))
+    assert (1000, 4, 4096) == (limits.max_tasks, limits.concurrency, limits.max_input_bytes)
+    assert {int} == {type(limits.max_tasks), type(limits.concurrency),
+                     type(limits.max_input_bytes)}
+    queue = Queue("q", concurrency=Count(2), max_running=Count(3))
+    assert [(2, int), (3, int)] == [(queue.concurrency, type(queue.concurrency)),
+                                    (queue.max_running, type(queue.max_running))]
+    policy = RetryPolicy.fixed(1.0, attempts=Count(3))
+    assert (3, int) == (policy.attempts, type(policy.attempts))
+
+    app = make_app()
+
+    @app.task(priority=Count(5), max_deliveries=Count(7))
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    assert [(5, int), (7, int)] == [(job.priority, type(job.priority)),
+                                    (job.max_deliveries, type(job.max_deliveries))]
+
+
+async def test_a_count_given_per_submit_is_stored_as_a_plain_int() -> None:
+    """``priority=`` and ``max_deliveries=`` of ``submit`` and ``submit_many`` MUST take
+    any integer and store it as a plain ``int``."""
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        one = await app.submit(job, None, ALICE, priority=Count(9), max_deliveries=Count(4))
+        [many] = await app.submit_many([SubmitItem(job, priority=Count(-9))], ALICE)
+        first, second = (await app.get(one.id, ALICE), await app.get(many.id, ALICE))
+    assert [(9, int), (4, int), (-9, int)] == [
+        (first.priority, type(first.priority)),
+        (first.work.max_deliveries, type(first.work.max_deliveries)),
+        (second.priority, type(second.priority))]
+
+
+async def test_an_integer_too_long_to_print_is_refused_by_name() -> None:
+    """A priority past Python's digit limit MUST be ``InvalidInput`` naming the option
+    (``submit``; ``submit_many`` with the item's index; ``@app.task``), nothing written —
+    not the ``ValueError`` its ``repr`` raises."""
+    app = make_app()
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    message = "priority must be an integer in -100..100, not an integer too long to print"
+    with pytest.raises(InvalidInput, match=f"^{message}$"):
+        app.task(name="other", priority=HUGE)(job.fn)
+    async with app:
+        with pytest.raises(InvalidInput, match=f"^{message}$"):
+            await app.submit(job, None, ALICE, priority=HUGE)
+        with pytest.raises(InvalidInput, match=f"^item 1: {message}$"):
+            await app.submit_many([SubmitItem(job), SubmitItem(job, priority=HUGE)], ALICE)
+        store = await app.open()
+        assert [] == await store.list(TaskQuery(tenant=None))
+
+
+@pytest.mark.parametrize("queues", ["emails", b"emails", {"emails": {"max_running": 5}}, 5,
+                                    None])
+def test_queues_of_the_wrong_kind_are_refused(queues: Any) -> None:
+    """``App(queues=…)`` MUST be a list of names or ``Queue``: a string (never one queue
+    per letter), a mapping (never its keys with the options dropped) or a non-list is
+    ``InvalidInput``; so is a worker's."""
+    with pytest.raises(InvalidInput, match=r"^queues must be a list of queue names or Queue"):
+        App("memory://", queues=queues)
+    if queues is not None:
+        with pytest.raises(InvalidInput, match=r"^queues must be a non-empty list of queue "):
+            make_app().worker(queues=queues)
+
+
+@pytest.mark.parametrize("worker_id", [5, "", "x" * 257, b"w"])
+def test_a_bad_worker_id_is_refused_before_the_worker_starts(
+    worker_id: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker id that every store would refuse MUST be ``InvalidInput`` when the worker
+    is made (never a worker that starts and fails every claim); ``None`` is the default."""
+    app = make_app()
+    with pytest.raises(InvalidInput, match=r"^worker_id must be a non-empty string of at "
+                                           r"most 256 characters$"):
+        fast_worker(app, worker_id=worker_id)
+    assert fast_worker(app).worker_id
+    assert "w" * 256 == fast_worker(app, worker_id="w" * 256).worker_id
+    assert [] == [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_an_empty_task_name_is_refused_not_defaulted() -> None:
+    """``@app.task(name="")`` MUST be refused, not read as "the function's name"."""
+    app = make_app()
+
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    with pytest.raises(InvalidInput, match=r"name"):
+        app.task(name="")(job)
+    assert "job" not in app.tasks

@@ -1,11 +1,9 @@
 """Store-call arguments checked once, before anything is read or written: lease
-durations, worker ids, the tenant of a read, queue names, sizes (:func:`check_limit`: a
-batch, a page, a worker's concurrency, the CLI's counts) and ``transition_many`` items."""
+durations, worker ids, the tenant of a read, queue names and ``transition_many`` items
+(sizes: :mod:`tasks_core.sizes`)."""
 
 from __future__ import annotations
 
-import numbers
-import reprlib
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
@@ -81,36 +79,6 @@ def check_queues(queues: Collection[str], *, allow_empty: bool = False) -> froze
     if not names and not allow_empty:
         raise InvalidInput("at least one queue is required")
     return names
-
-
-def check_limit(
-    limit: object, *, maximum: int | None = None, minimum: int = 1, what: str = "limit"
-) -> int:
-    """Validate a size — a count of tasks, runs or processes (``claim_next``: 1..1000;
-    ``reap``: at least 1; the CLI's ``--limit``, ``--scan``…): an integer
-    (``numbers.Integral``, a NumPy integer too; not a bool), at least ``minimum`` (1 unless
-    given) and at most ``maximum`` when given, returned as a plain ``int``. The message
-    names ``what`` and shows the value as given.
-
-    Raises:
-        InvalidInput: not an integer in range.
-    """
-    value = (int(limit) if not isinstance(limit, bool) and isinstance(limit, numbers.Integral)
-             else None)  # an IntEnum, a NumPy integer: a plain int
-    if value is None or value < minimum or (maximum is not None and value > maximum):
-        span = (f"an integer in {minimum}..{maximum}" if maximum is not None
-                else "a positive integer" if minimum == 1 else f"an integer from {minimum}")
-        raise InvalidInput(f"{what} must be {span}, not {_shown(limit)}")
-    return value
-
-
-def _shown(value: object) -> str:
-    """A refused value, never rounded: its ``repr``, a long one elided in the middle
-    (``...``), an integer past Python's digit limit described instead."""
-    try:
-        return reprlib.repr(value)
-    except ValueError:
-        return "an integer too long to print"
 
 
 MAX_BATCH = 1000

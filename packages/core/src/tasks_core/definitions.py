@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal, Protocol
 
-from tasks_core.arguments import MAX_RUNNING, check_limit
+from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
-from tasks_core.models import MAX_PRIORITY, MIN_PRIORITY, RetryPolicy, Snapshot
+from tasks_core.models import MAX_PRIORITY, MIN_PRIORITY, RetryPolicy, Snapshot, Work
+from tasks_core.sizes import check_limit
 from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
@@ -83,16 +84,13 @@ class Submitter(Protocol):
 
 
 def check_priority(priority: object, what: str = "priority") -> int:
-    """Validate a task priority: an integer (not a bool) in [-100, 100].
+    """Validate a task priority: an integer in [-100, 100] (a size's rule:
+    :func:`~tasks_core.sizes.check_limit`), returned as a plain ``int``.
 
     Raises:
         InvalidInput: anything else, naming ``what``.
     """
-    if (isinstance(priority, bool) or not isinstance(priority, int)
-            or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
-        raise InvalidInput(f"{what} must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
-                           f"not {priority!r}")
-    return priority
+    return check_limit(priority, minimum=MIN_PRIORITY, maximum=MAX_PRIORITY, what=what)
 
 
 
@@ -128,7 +126,8 @@ class Queue:
     def __post_init__(self) -> None:
         check_name(self.name, what="queue")
         if self.concurrency is not None:
-            check_limit(self.concurrency, maximum=MAX_RUNNING, what="queue concurrency")
+            object.__setattr__(self, "concurrency", check_limit(
+                self.concurrency, maximum=MAX_RUNNING, what="queue concurrency"))
         if not isinstance(self.exclusive, bool):
             raise InvalidInput("exclusive must be True or False")
         if self.exclusive:
@@ -168,8 +167,9 @@ class TaskDef:
         priority: default priority, -100..100 (``claim_next`` serves higher first).
 
     Raises:
-        InvalidInput: a handler that is not callable, a bad queue name, retry policy,
-            duration (:func:`~tasks_core.durations.check_duration`) or priority.
+        InvalidInput: a handler that is not callable, a bad name, queue name, retry
+            policy, duration (:func:`~tasks_core.durations.check_duration`), priority or
+            delivery limit.
     """
 
     name: str
@@ -193,7 +193,9 @@ class TaskDef:
         check_duration(self.ttl, "ttl", high=MAX_KEEP_S, allow_none=True)
         check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
                        allow_none=True)
-        check_priority(self.priority)
+        object.__setattr__(self, "priority", check_priority(self.priority))
+        work = Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)
+        object.__setattr__(self, "max_deliveries", work.max_deliveries)  # as a task's Work
 
     @functools.cached_property
     def is_async(self) -> bool:

@@ -23,6 +23,7 @@ from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.reasons import CancelReason
+from tasks_core.sizes import integral
 
 __all__ = [
     "Claim",
@@ -110,8 +111,12 @@ TaskId = Annotated[str, AfterValidator(_task_id)]
 Key = Annotated[str, AfterValidator(_key)]
 Instant = Annotated[datetime, AfterValidator(utc)]
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
-Priority = Annotated[int, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)]
+Priority = Annotated[int, BeforeValidator(integral),
+                     Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)]
 """A task's priority: an integer in [-100, 100], 0 by default."""
+Count = Annotated[int, BeforeValidator(integral)]
+"""A count the caller gives (a delivery limit, attempts): any integer as a plain ``int``
+(:mod:`tasks_core.sizes`), bounded by its field."""
 
 
 class TaskStatus(StrEnum):
@@ -156,7 +161,7 @@ class RetryPolicy(Model):
     """
 
     kind: Literal["none", "fixed", "exponential"] = "none"
-    attempts: int = Field(default=1, ge=1, le=10_000, strict=True)
+    attempts: Count = Field(default=1, ge=1, le=10_000, strict=True)
     delay_s: float = Field(default=0.0, ge=0, le=MAX_WAIT_S, strict=True, allow_inf_nan=False)
     cap_s: float | None = Field(default=None, ge=0, le=MAX_WAIT_S, strict=True,
                                 allow_inf_nan=False)
@@ -214,7 +219,7 @@ class Work(Model):
     retry_policy: RetryPolicy = RetryPolicy()
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
                                     allow_inf_nan=False)
-    max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
+    max_deliveries: Count = Field(default=25, ge=1, le=100_000, strict=True)
     trace_context: Annotated[dict[str, str] | None, AfterValidator(_trace_context)] = Field(
         default=None, exclude_if=lambda carrier: carrier is None)
     """The W3C trace context of the submit (``traceparent``, ``tracestate``), set only

@@ -24,9 +24,9 @@ from cronsim import CronSim, CronSimError
 
 from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json
-from tasks_core.arguments import check_limit
 from tasks_core.authority import DEFAULT_TENANT, SEPARATOR, System, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.sizes import check_limit
 
 __all__ = ["MAX_CATCH_UP", "MIN_EVERY_S", "PERIODIC_PRINCIPAL", "TICK_PREFIX", "Schedule"]
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tasks_core._store_models import NO_LIMIT
-from tasks_core.arguments import MAX_RUNNING, check_limit
+from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.errors import AuthorizationError, InvalidInput
 from tasks_core.models import MAX_MESSAGE_CHARS
+from tasks_core.sizes import check_limit
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -167,10 +168,13 @@ class Limits:
     max_active_tasks_per_scope: int | None = None
 
     def __post_init__(self) -> None:
-        check_limit(self.concurrency, maximum=MAX_RUNNING, what="concurrency")
+        checked = {"concurrency": check_limit(self.concurrency, maximum=MAX_RUNNING,
+                                              what="concurrency")}
         for name in ("max_input_bytes", "max_result_bytes"):
-            check_limit(getattr(self, name), maximum=NO_LIMIT, what=name)
+            checked[name] = check_limit(getattr(self, name), maximum=NO_LIMIT, what=name)
         for name in ("max_runs_per_owner", "max_tasks", "max_active_tasks_per_scope"):
             value = getattr(self, name)
             if value is not None:
-                check_limit(value, maximum=NO_LIMIT, what=f"{name} (None: off)")
+                checked[name] = check_limit(value, maximum=NO_LIMIT, what=f"{name} (None: off)")
+        for name, value in checked.items():  # each a plain int (a NumPy integer is not)
+            object.__setattr__(self, name, value)

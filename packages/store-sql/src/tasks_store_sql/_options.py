@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tasks_core.arguments import check_limit
 from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
+from tasks_core.sizes import check_limit
 
 __all__ = ["MAX_POOL", "QUERY_OPTIONS", "SSL_MODES", "Check", "check_engine_options",
            "check_query", "driver_params", "flag_of"]

@@ -52,7 +52,7 @@ def plain(value: object) -> str:
     ``escape`` doubles a single trailing backslash (lest it escape a tag that follows),
     which then prints twice: no line here puts a tag right after a value, so it is not
     (``test_no_markup_tag_follows_a_plain_value`` reads every CLI module for one)."""
-    return escape(inert(str(value)) + " ")[:-1]
+    return escape(inert(value) + " ")[:-1]
 
 
 def shown_url(url: str) -> str:
@@ -96,7 +96,7 @@ def cell(value: object) -> Text:
     """``value`` as a table cell: literal text (never markup), control characters escaped."""
     if isinstance(value, Text):
         return value
-    return Text(inert(str(value)))
+    return Text(inert(value))
 
 
 def status_text(status: TaskStatus) -> Text:

@@ -13,7 +13,6 @@ from tasks_core.arguments import (
     BatchItem,
     check_batch,
     check_lease_for,
-    check_limit,
     check_queues,
     check_tenant,
     check_worker_id,
@@ -50,6 +49,7 @@ from tasks_core.rules._snapshots import (
     tick,
     ttl_end,
 )
+from tasks_core.sizes import check_limit
 
 __all__ = [
     "DELIVERY_LIMIT_ERROR",

@@ -11,7 +11,7 @@ from tasks_core._labels import note_registered
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
 from tasks_core.durations import MAX_KEEP_S, check_duration
 from tasks_core.errors import InvalidInput
-from tasks_core.models import RetryPolicy, Work
+from tasks_core.models import RetryPolicy
 from tasks_core.periodic import Schedule
 from tasks_core.policy import Limits
 from tasks_core.runtime._submit import check_input
@@ -33,6 +33,9 @@ class Registry:
         self.schedules: dict[str, Schedule] = {}
         """Periodic schedules by name (``@app.periodic``)."""
         self._queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
+        given: object = queues
+        if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+            raise InvalidInput("queues must be a list of queue names or Queue(...)")
         for queue in queues:
             self.declare_queue(queue)
 
@@ -121,7 +124,7 @@ class Registry:
 
         def register(handler: Callable[..., Any]) -> TaskDef:
             definition = TaskDef(
-                name=name or str(getattr(handler, "__name__", "")),
+                name=str(getattr(handler, "__name__", "")) if name is None else name,
                 fn=handler,
                 queue=queue,
                 retry=RetryPolicy.none() if retry is None else retry,
@@ -132,7 +135,6 @@ class Registry:
                 priority=priority,
                 app=self,  # type: ignore[arg-type]
             )
-            Work(name=definition.name, timeout_s=timeout, max_deliveries=max_deliveries)
             if definition.name in self.tasks:
                 raise InvalidInput(f"a task named {definition.name!r} is already registered")
             if queue not in self._queues:

@@ -274,7 +274,7 @@ class Client(ClientReads):
         if delay_s is not None and run_at is not None:
             raise InvalidInput("give delay or run_at, not both")
         if priority is not None:
-            check_priority(priority)
+            priority = check_priority(priority)
         definition = self._definition(task)
         name = definition.name if definition else task
         if not isinstance(name, str):

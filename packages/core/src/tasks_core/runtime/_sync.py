@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from tasks_core.authority import Authority
@@ -136,6 +136,19 @@ class SyncApp:
         """Blocking :meth:`App.history`."""
         return self._run(self._app.history(task_id, authority))
 
+    def watch(
+        self, task_id: str, authority: Authority, /, *, poll_interval: float | None = None
+    ) -> Iterator[Snapshot]:
+        """Blocking :meth:`App.watch`: an iterator whose every step blocks until the task's
+        next change (the same snapshots, the same errors); leaving the loop early ends the
+        watch on the app's loop."""
+        changes = self._app.watch(task_id, authority, poll_interval=poll_interval)
+        try:
+            while (snapshot := self._run(_next(changes))) is not None:
+                yield snapshot
+        finally:
+            self._run(changes.aclose())
+
     def wait(
         self, task_id: str, authority: Authority, /, *, timeout: float | None = None
     ) -> Snapshot:
@@ -159,3 +172,8 @@ class SyncApp:
     def reap(self, authority: Authority, /, *, limit: int = 1000) -> builtins.list[str]:
         """Blocking :meth:`App.reap`."""
         return self._run(self._app.reap(authority, limit=limit))
+
+
+async def _next(changes: AsyncGenerator[Snapshot, None]) -> Snapshot | None:
+    """The next snapshot of a watch; ``None`` once it has ended."""
+    return await anext(changes, None)

@@ -17,7 +17,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -29,7 +29,7 @@ from tasks_core.durations import (
 )
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.reasons import CancelReason
-from tasks_core.rules import MAX_BATCH, MAX_LEASE_S, check_limit
+from tasks_core.rules import MAX_BATCH, MAX_LEASE_S, check_limit, check_worker_id
 from tasks_core.runtime._cancel_watch import CancelWatch, WatchedTasks
 from tasks_core.runtime._claims import AUTO_AHEAD, CLAIMS_IN_FLIGHT, MAX_AHEAD, Claims
 from tasks_core.runtime._group import GroupCommit
@@ -71,7 +71,8 @@ class Worker(Claims):
             ``storekit.MAX_RUNNING`` (``rules.check_limit``).
         queue_concurrency: per-queue limits overriding the app's ``Queue.concurrency``
             (declared queues, counts in ``1..MAX_RUNNING``).
-        worker_id: default ``"<host>:<pid>:<random>"``.
+        worker_id: default ``"<host>:<pid>:<random>"``; else a non-empty string of at most
+            256 characters (``rules.check_worker_id``).
         lease_for: lease length in seconds; heartbeats renew every ``lease_for / 3``.
         recover: ``"retry"`` runs a task again after its worker died (at least once);
             ``"fail"`` fails it with "Worker process terminated unexpectedly".
@@ -127,8 +128,11 @@ class Worker(Claims):
     ) -> None:
         self.app = app
         declared = app.queues
+        given: object = queues
+        if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable | None):
+            raise InvalidInput("queues must be a non-empty list of queue names")
         names = list(dict.fromkeys(queues)) if queues is not None else list(declared)
-        if isinstance(queues, str) or not names:
+        if not names:
             raise InvalidInput("queues must be a non-empty list of queue names")
         unknown = [q for q in names if q not in declared]
         if unknown:
@@ -175,7 +179,7 @@ class Worker(Claims):
                 limit = min(limit or self.concurrency, running or self.concurrency)
             if limit is not None:
                 self.limits[q] = limit
-        self.worker_id = worker_id or _default_worker_id()
+        self.worker_id = _default_worker_id() if worker_id is None else check_worker_id(worker_id)
         self.lease_for = lease_for
         self.recover: Literal["retry", "fail"] = recover
         self.input_park = input_park

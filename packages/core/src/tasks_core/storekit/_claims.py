@@ -16,7 +16,6 @@ from tasks_core import reports
 from tasks_core.arguments import (
     MAX_BATCH,
     check_lease_for,
-    check_limit,
     check_queues,
     check_worker_id,
 )
@@ -24,6 +23,7 @@ from tasks_core.errors import InvalidInput, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot
 from tasks_core.rules import available_at, check_claimable, is_claimable, present, start_claim
+from tasks_core.sizes import check_limit
 from tasks_core.storekit._limits import QueueLimits, QueueRoom
 
 __all__ = [

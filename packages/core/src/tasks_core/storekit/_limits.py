@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tasks_core.arguments import MAX_RUNNING, check_limit
+from tasks_core.arguments import MAX_RUNNING
 from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, check_duration
 from tasks_core.errors import InvalidInput
+from tasks_core.sizes import check_limit
 
 __all__ = ["MAX_RUNNING", "QueueLimits", "QueueRoom"]
 
