@@ -4,6 +4,7 @@ the no-live-worker hint of ``submit --wait``, and the ``ls`` table at 100 column
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -61,24 +62,53 @@ async def test_ls_lists_newest_first_and_pages_in_that_order() -> None:
         assert newest[3:6] == _ids(second, ids)
 
 
-@pytest.mark.parametrize("command", [["ls"], ["show", "x"], ["workers"], ["cancel", "x"]])
+PERIODIC_APP = """
+from tasks_core import App
+
+app = App()
+
+
+@app.periodic(every=60)
+@app.task
+async def tick(ctx) -> None:
+    return None
+"""
+
+
+@pytest.fixture
+def periodic_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable app with one schedule (``tasks periodic`` needs ``--app``), outside
+    the directory a command runs in."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "ticking.py").write_text(PERIODIC_APP)
+    monkeypatch.syspath_prepend(str(modules))
+    return "ticking:app"
+
+
+@pytest.mark.parametrize("command", [["ls"], ["show", "x"], ["workers"], ["cancel", "x"],
+                                     ["periodic"], ["reap"]])
 @pytest.mark.parametrize("store", [None, "sqlite:///nothing-here.db"])
 async def test_a_read_never_creates_a_sqlite_file(
-    command: list[str], store: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    command: list[str], store: str | None, tmp_path: Path, periodic_app: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A command on existing tasks MUST refuse a SQLite store whose file is missing —
+    """A command on an existing store MUST refuse a SQLite store whose file is missing —
     naming the file and suggesting ``--app``/``--store`` — and create nothing."""
-    monkeypatch.chdir(tmp_path)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
     monkeypatch.delenv("TASKS_STORE", raising=False)
     if store is None and not installed(EMBEDDED_STORE_URL):
         pytest.skip("the default store is SQLite only with tasks-store-sql installed")
-    argv = [*command, "--system", *(["--store", store] if store else [])]
+    argv = [*command, "--system", *(["--store", store] if store else []),
+            *(["--app", periodic_app] if command == ["periodic"] else [])]
     with pytest.raises(UnknownStore) as info:
         await run(argv, console=_console()[0])
     name = "nothing-here.db" if store else "tasks.db"
-    assert str(tmp_path / name) in str(info.value)
+    assert str(here / name) in str(info.value)
     assert "--app" in str(info.value)
-    assert [] == os.listdir(tmp_path)
+    assert [] == os.listdir(here)
 
 
 async def test_a_read_of_a_url_no_plugin_serves_says_only_that() -> None:
@@ -92,26 +122,30 @@ async def test_a_read_of_a_url_no_plugin_serves_says_only_that() -> None:
 
 @pytest.mark.parametrize("command", [
     ["ls", "--system"], ["show", "x", "--system"], ["workers", "--system"],
-    ["cancel", "x", "--system"], ["respond", "x", "a=1", "--system"]])
+    ["cancel", "x", "--system"], ["respond", "x", "a=1", "--system"], ["reap", "--system"],
+    ["periodic", "--system", "--app", "ticking:app"]])
 @pytest.mark.parametrize("content", ["empty", "foreign"])
 async def test_a_read_never_creates_the_schema_in_an_existing_file(
-    command: list[str], content: str, tmp_path: Path
+    command: list[str], content: str, tmp_path: Path, periodic_app: str
 ) -> None:
-    """A command on existing tasks MUST NOT write the tasks schema into a SQLite file that
-    has none — an empty file, another program's database — but refuse, saying how to make
-    one (``tasks dashboard`` likewise: the dashboard's own tests)."""
+    """A command on an existing store MUST NOT write into a SQLite file without the tasks
+    schema — an empty file, another program's database: no table, no switch of its
+    journal mode, not a byte — but refuse, saying how to make one (``tasks dashboard``
+    likewise: the dashboard's own tests)."""
     if not installed(EMBEDDED_STORE_URL):
         pytest.skip("needs tasks-store-sql")
-    path = tmp_path / "other.db"
-    with sqlite3.connect(path) as foreign:
+    path = tmp_path / "data" / "other.db"
+    path.parent.mkdir()
+    with contextlib.closing(sqlite3.connect(path)) as foreign:
         if content == "foreign":
             foreign.execute("CREATE TABLE notes (body TEXT)")
+            foreign.commit()
+    before = path.read_bytes()
     with pytest.raises(StoreError, match="no tasks schema"):
         await run([*command, "--store", f"sqlite:///{path}"],
                   console=_console()[0])
-    with sqlite3.connect(path) as opened:
-        tables = [row[0] for row in opened.execute("SELECT name FROM sqlite_master")]
-    assert (["notes"] if content == "foreign" else []) == tables
+    assert before == path.read_bytes()
+    assert ["other.db"] == os.listdir(path.parent)
 
 
 @pytest.mark.parametrize("url", ["memory://", "sqlite://", "sqlite:///:memory:"])

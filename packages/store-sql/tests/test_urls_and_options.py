@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -114,14 +115,23 @@ def test_bad_options_are_refused(options: dict[str, object]) -> None:
 async def test_create_false_runs_no_ddl_whatever_the_schema_mode(
     schema: str, tmp_path: Path
 ) -> None:
-    """``create=False`` forbids what ``schema`` allows: an empty SQLite file opened with
-    it MUST be refused (``SchemaMismatch``) and keep no table, in every schema mode."""
-    path = tmp_path / "empty.db"
-    sqlite3.connect(path).close()
-    with pytest.raises(SchemaMismatch, match="no tasks schema"):
-        await open_store(f"sqlite:///{path}", create=False, schema=schema)
-    with sqlite3.connect(path) as opened:
-        assert [] == opened.execute("SELECT name FROM sqlite_master").fetchall()
+    """``create=False`` forbids what ``schema`` allows: an empty SQLite file, or another
+    program's database, opened with it MUST be refused (``SchemaMismatch``) and left
+    byte for byte as it was — no table, and its journal mode not switched to WAL — in
+    every schema mode."""
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    other = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as made:
+        made.execute("CREATE TABLE notes (body TEXT)")
+        made.execute("INSERT INTO notes VALUES ('kept')")
+        made.commit()
+    for path in (empty, other):
+        before = path.read_bytes()
+        with pytest.raises(SchemaMismatch, match="no tasks schema"):
+            await open_store(f"sqlite:///{path}", create=False, schema=schema)
+        assert before == path.read_bytes()
+        assert sorted(os.listdir(tmp_path)) == ["empty.db", "other.db"]
 
 
 @pytest.mark.anyio

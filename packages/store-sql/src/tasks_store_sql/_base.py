@@ -106,11 +106,12 @@ class StoreBase:
     ) -> None:
         if (url is None) == (engine is None):
             raise InvalidInput("SQLStore needs exactly one of a URL or an engine")
-        schema = schema_mode(schema, check_create(create))
+        self._may_create = check_create(create)
+        schema = schema_mode(schema, self._may_create)
         busy_timeout = check_duration(busy_timeout, "busy_timeout", high=MAX_BUSY_TIMEOUT_S)
         engine_options = check_engine_options(engine_options)
         target: Target | None = parse_url(url) if url is not None else None
-        if not create and target is not None:
+        if not self._may_create and target is not None:
             check_file_exists(target)
         if target is not None and target.namespace is not None:
             if namespace is not None and namespace != target.namespace:
@@ -142,7 +143,8 @@ class StoreBase:
         memory = False
         loop_engine = None
         if target is not None:
-            engine = create_engine(target, busy_timeout=busy_timeout, options=engine_options)
+            engine = create_engine(target, busy_timeout=busy_timeout, options=engine_options,
+                                   set_wal=self._may_create)
             loop_engine = loop_engine_factory(target, engine_options)
             memory = target.memory
         assert engine is not None

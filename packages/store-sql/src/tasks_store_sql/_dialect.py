@@ -68,12 +68,16 @@ WRITE = "tasks_write"
 
 
 def create_engine(
-    target: Target, *, busy_timeout: float, options: Mapping[str, Any] | None = None
+    target: Target, *, busy_timeout: float, options: Mapping[str, Any] | None = None,
+    set_wal: bool = True,
 ) -> AsyncEngine:
     """An engine for ``target`` with the settings the store relies on.
 
-    SQLite: WAL, ``synchronous=FULL``, the driver's implicit transactions off and
-    ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by us. PostgreSQL and MariaDB: READ COMMITTED.
+    SQLite: WAL (set on a file unless ``set_wal`` is false: a store opened with
+    ``create=False`` leaves a file's journal mode as it is — a store it made is in WAL
+    already, another program's file must not change), ``synchronous=FULL``, the driver's
+    implicit transactions off and ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by us.
+    PostgreSQL and MariaDB: READ COMMITTED.
 
     Raises:
         InvalidInput: the driver is not installed, or cannot work as installed (says
@@ -103,7 +107,7 @@ def create_engine(
         raise InvalidInput(f"engine_options SQLAlchemy cannot take: {exc}") from None
     install_connect(engine)
     if target.kind == "sqlite":
-        install_sqlite_hooks(engine, wal=not target.memory)
+        install_sqlite_hooks(engine, wal=set_wal and not target.memory)
     return engine
 
 

@@ -47,9 +47,10 @@ __all__ = ["READS", "build_parser", "load_app", "main", "run"]
 
 log = logging.getLogger("tasks_core.cli")
 
-READS = frozenset({"ls", "show", "workers", "cancel", "respond", "dashboard"})
-"""Commands on tasks that exist: they open the store with ``create=False`` (never create
-one)."""
+READS = frozenset({"ls", "show", "workers", "cancel", "respond", "dashboard", "periodic",
+                   "reap"})
+"""Commands on a store that exists (its tasks, its schedules' ticks, its expired tasks):
+they open the store with ``create=False`` (never create one)."""
 
 
 def load_app(spec: str) -> App:

@@ -58,8 +58,10 @@ class Prepared:
 class WriterConnection:
     """One ``sqlite3`` connection and the one thread that uses it (module docstring)."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], *, set_wal: bool) -> None:
         self._connect = connect
+        self._set_wal = set_wal
+        """Whether to switch the file to WAL (``create_engine``'s ``set_wal``)."""
         self._connection: sqlite3.Connection | None = None
         self._thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="tasks-sqlite-writer")
@@ -78,7 +80,7 @@ class WriterConnection:
         if self._connection is None:
             connection = self._connect()
             try:
-                prepare_sqlite_connection(connection, wal=True)
+                prepare_sqlite_connection(connection, wal=self._set_wal)
             except BaseException:
                 connection.close()
                 raise

@@ -65,7 +65,8 @@ class SQLiteStore(SQLStore, serves=on_sqlite_file):
         args, kwargs = dialect.create_connect_args(engine.url)
         kwargs.update(sqlite_connect_args(self._db.busy_timeout,
                                           options.get("engine_options")))
-        self._writer = WriterConnection(functools.partial(sqlite3.connect, *args, **kwargs))
+        self._writer = WriterConnection(functools.partial(sqlite3.connect, *args, **kwargs),
+                                        set_wal=self._may_create)
         t = self.tables
         locks = t.locks
         self._count_one = Prepared(
