@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app
-from tasks_core import App, TaskContext
+from tasks_core import App, RetryPolicy, TaskContext
 from tasks_core.runtime._tally import Tally
 from tasks_store_memory import MemoryStore
 
@@ -45,6 +45,40 @@ async def test_a_worker_logs_no_line_per_task_at_info_and_sums_them_up(
         == summaries
 
 
+async def test_a_summary_counts_each_run_by_what_it_made_of_its_task(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The summary MUST count a run by the task's state it left: a handler that raised
+    with an attempt left as ``retried``, one that raised with none left as ``failed`` (its
+    event was a retry request), one that returned as ``completed``."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    app = make_app()
+
+    async def boom(ctx: TaskContext) -> None:
+        raise RuntimeError("boom")
+
+    last = app.task(name="last_try")(boom)
+    again = app.task(name="tries_again", retry=RetryPolicy.fixed(60.0, attempts=2))(boom)
+
+    @app.task
+    async def fine(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        ids = [(await app.submit(task, None, ALICE)).id for task in (last, fine, again)]
+        worker = fast_worker(app)
+        async with worker:
+            ended = [await app.wait(task_id, ALICE, timeout=TIMEOUT) for task_id in ids[:2]]
+            async for snapshot in app.watch(ids[2], ALICE):
+                if snapshot.retry_count == 1:
+                    break
+    assert ["failed", "completed"] == [snapshot.status for snapshot in ended]
+    summaries = [_no_seconds(r.getMessage()) for r in caplog.records
+                 if "in the last" in r.getMessage()]
+    assert [f"worker {worker.worker_id}: 1 completed, 1 failed, 1 retried in the last Ns; "
+            "0 running, 0 held"] == summaries
+
+
 def test_a_summary_counts_since_the_last_line_and_says_nothing_when_idle(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -56,10 +90,10 @@ def test_a_summary_counts_since_the_last_line_and_says_nothing_when_idle(
         tally.count(kind)
     tally.flush()
     tally.flush()
-    tally.count("retry_requested")
+    tally.count("retried")
     tally.flush()
     assert ["worker w1: 2 completed, 1 failed, 1 released in the last Ns; 3 running, 5 held",
-            "worker w1: 1 retry_requested in the last Ns; 3 running, 5 held"] \
+            "worker w1: 1 retried in the last Ns; 3 running, 5 held"] \
         == [_no_seconds(r.getMessage()) for r in caplog.records]
 
 

@@ -146,7 +146,7 @@ class RunWrites(RunBase):
         _log_written(self.task_id, event, transition)
         if transition.outcome == "applied":
             if self.env.tally is not None:
-                self.env.tally.count(event.kind)
+                self.env.tally.written(event, transition.snapshot)
             if telemetry.active is not None:
                 telemetry.active.written(event, transition)
                 if self._span is not None:
