@@ -8,6 +8,7 @@ given, never rounded into its bound."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import subprocess
 import sys
@@ -301,7 +302,8 @@ async def test_a_refusal_shows_the_value_as_given(
 
 def test_the_checks_spell_the_value_exactly() -> None:
     """``check_duration`` and ``check_limit`` MUST show an int as digits and a float as
-    its shortest exact spelling, the bounds readable (``0.001``, ``31622400``)."""
+    its shortest exact spelling — NaN and the infinities too, and an integer too long to
+    print described — the bounds readable (``0.001``, ``31622400``)."""
     app = make_app()
     with pytest.raises(InvalidInput) as info:
         app.periodic(every=MAX_WAIT_S + 1)(lambda ctx: None)
@@ -311,6 +313,12 @@ def test_the_checks_spell_the_value_exactly() -> None:
         with pytest.raises(InvalidInput) as info:
             check_duration(value, "x", low=MIN_INTERVAL_S, high=MAX_WAIT_S)
         assert f"x must be in [0.001, 31622400] seconds, not {shown}" == str(info.value)
+    for value, shown in [(math.nan, "nan"), (-math.inf, "-inf"), (10**400, "1" + "0" * 400),
+                         (10**5000, "an integer too long to print")]:
+        with pytest.raises(InvalidInput) as info:
+            check_duration(value, "x", low=MIN_INTERVAL_S, high=MAX_WAIT_S)
+        assert (f"x must be a finite number of seconds in [0.001, 31622400], not {shown}"
+                == str(info.value))
     for size, shown in [(0, "0"), (1001, "1001"), (2.5, "2.5"), (10**5000, "an integer")]:
         with pytest.raises(InvalidInput) as info:
             check_limit(size, maximum=1000, what="--limit")  # type: ignore[arg-type]

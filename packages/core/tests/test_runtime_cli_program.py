@@ -99,6 +99,10 @@ def test_load_app_imports_module_attribute(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize(("source", "spec", "says"), [
     ("raise RuntimeError('boom')", "cli_probe_raises:app", "RuntimeError: boom"),
     ("x = (", "cli_probe_syntax:app", "SyntaxError"),
+    ("import sys\nsys.exit(3)", "cli_probe_exit:app", "SystemExit: 3"),
+    ("import sys\nsys.exit('config missing')", "cli_probe_exit_text:app",
+     "SystemExit: config missing"),
+    ("raise BaseException('weird')", "cli_probe_base:app", "BaseException: weird"),
     ("", ":app", "--app takes MODULE:ATTR"),
     ("", ".:app", "--app takes MODULE:ATTR"),
 ])
@@ -106,8 +110,9 @@ def test_an_app_module_that_cannot_be_imported_is_one_refusal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, spec: str, says: str
 ) -> None:
     """``--app`` naming no module, or a module that fails as it is imported (its own
-    error, a syntax error), MUST be ``InvalidInput`` quoting that error — one line with
-    exit 2 — not a traceback."""
+    error, a syntax error, ``sys.exit()``, any ``BaseException``), MUST be
+    ``InvalidInput`` quoting that error — one line with exit 2 — not a traceback, not the
+    module's exit code."""
     module = spec.partition(":")[0]
     if source:
         (tmp_path / f"{module}.py").write_text(source + "\n")

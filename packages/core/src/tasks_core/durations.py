@@ -79,7 +79,7 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
         seconds = math.nan
     if not math.isfinite(seconds):
         raise InvalidInput(f"{what} must be a finite number of seconds in "
-                           f"{_span(low, high, allow_zero)}")
+                           f"{_span(low, high, allow_zero)}, not {_given(value)}")
     if not (low <= seconds <= high) or (seconds == 0 and low == 0 and not allow_zero):
         raise InvalidInput(f"{what} must be in {_span(low, high, allow_zero)} seconds, not "
                            f"{_given(value)}")
@@ -101,12 +101,16 @@ def _number(seconds: float) -> str:
 def _given(value: object) -> str:
     """A refused value as the caller gave it, never rounded (so it cannot read as the
     bound it missed): an integer as digits (``31622401``), a float as its shortest exact
-    spelling (``31622401.0``, ``1e+308``), another real number as ``str`` (``1/2``)."""
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, float):
-        return repr(float(value))
-    return str(value)
+    spelling (``31622401.0``, ``1e+308``, ``nan``, ``inf``), another real number as
+    ``str`` (``1/2``); an integer past Python's digit limit described instead."""
+    try:
+        if isinstance(value, numbers.Integral):
+            return str(int(value))
+        if isinstance(value, float):
+            return repr(float(value))
+        return str(value)
+    except ValueError:
+        return "an integer too long to print"
 
 
 def check_wait_timeout(timeout: object) -> float:

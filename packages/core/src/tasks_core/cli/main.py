@@ -58,8 +58,9 @@ def load_app(spec: str) -> App:
     directory or ``sys.path``.
 
     Raises:
-        InvalidInput: no module named, the module cannot be imported (its own error, in
-            one line: ``--verbose`` logs the traceback), the attribute is missing or is
+        InvalidInput: no module named, the module cannot be imported (its own error —
+            ``sys.exit()`` and any ``BaseException`` but ``KeyboardInterrupt`` included —
+            in one line: ``--verbose`` logs the traceback), the attribute is missing or is
             not an ``App``.
     """
     module_name, _, attribute = spec.partition(":")
@@ -69,10 +70,14 @@ def load_app(spec: str) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module: ImportError, SyntaxError, its own raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the user's module: ImportError, SyntaxError, its own
+        # raise, sys.exit() (which would end the command with the module's code, unsaid)
         log.debug("importing %r failed", module_name, exc_info=True)
-        raise InvalidInput(f"cannot import {module_name!r}: {type(exc).__name__}: {exc} "
-                           "(--verbose shows the traceback)") from None
+        hint = "" if log.isEnabledFor(logging.DEBUG) else " (--verbose shows the traceback)"
+        raise InvalidInput(f"cannot import {module_name!r}: {type(exc).__name__}: "
+                           f"{exc}{hint}") from None
     app = getattr(module, attribute or "app", None)
     if not isinstance(app, App):
         raise InvalidInput(f"{spec!r} is not an App (expected module:attribute)")
