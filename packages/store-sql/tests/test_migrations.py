@@ -146,6 +146,16 @@ async def test_tasks_migrate_moves_the_schema_and_a_refused_store_opens_after_it
     await store.aclose()
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+async def test_tasks_migrate_refuses_an_in_memory_sqlite_database(url: str) -> None:
+    """``tasks migrate`` on an in-memory SQLite database MUST be refused (``InvalidInput``
+    saying why), never "schema already at nothing" for a database it made and lost —
+    with ``--to`` too."""
+    for extra in ((), ("--to", revisions()[0])):
+        with pytest.raises(InvalidInput, match="in-memory SQLite database"):
+            await _tasks("migrate", "--store", url, *extra)
+
+
 async def test_an_older_schema_is_refused_unless_upgrade_is_asked(
     db_url: str, fresh_namespace: str
 ) -> None:

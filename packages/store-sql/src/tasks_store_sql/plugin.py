@@ -63,10 +63,16 @@ async def migrate_schema(
     after (``None``: no schema).
 
     Raises:
-        InvalidInput: a bad URL, namespace or revision.
+        InvalidInput: a bad URL, namespace or revision; an in-memory SQLite database (it
+            lives and dies with the process that opens it: a migration would change a
+            database nobody else sees, and report nothing).
         SchemaMismatch: the namespace is at a revision this code does not know.
         StoreUnavailable: the database is unavailable.
     """
+    if parse_url(url).memory:
+        raise InvalidInput("an in-memory SQLite database (sqlite://) lives and dies with the "
+                           "process that opens it: there is no schema to migrate (the store "
+                           "makes its tables when it opens); migrate a file or a server")
     before = await migrate(url, namespace=namespace, to=to)
     return before, await current_revision(url, namespace=namespace)
 
