@@ -1,11 +1,13 @@
 """The CLI's reads: ``ls`` newest first, reads that never create a store, ``workers``,
-the no-live-worker hint of ``submit --wait``, and the ``ls`` table at 100 columns."""
+the no-live-worker hint of ``submit --wait``, and the ``ls`` table: within the console's
+width on a terminal, at its natural width (outcomes whole) into a pipe."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import io
+import json
 import logging
 import os
 import sqlite3
@@ -14,9 +16,11 @@ from typing import Any
 
 import pytest
 from _runtime_kit import ALICE, BOB, MALLORY, TIMEOUT, fast_worker, make_app
+from rich.cells import cell_len
 from rich.console import Console
-from tasks_core import App, ManualClock, TaskContext, UnknownStore
+from tasks_core import App, ManualClock, RetryPolicy, TaskContext, UnknownStore
 from tasks_core.cli import _reads
+from tasks_core.cli._render import LEFT_OUT_FIRST, output_console
 from tasks_core.cli.main import run
 from tasks_core.errors import StoreError
 from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, installed
@@ -262,6 +266,78 @@ async def test_ls_at_100_columns_keeps_ids_whole_and_outcomes_on_one_line() -> N
     assert 2 == sum(1 for line in lines if "…" in line), out
     assert 2 + 4 == len([line for line in lines if line.strip()]), out  # 3 rules + header
     assert all(len(line) <= 100 for line in lines), out
+
+
+WORDS = "lorem ipsum dolor sit amet " * 20
+
+
+async def _long_outcomes(app: App) -> tuple[list[str], dict[str, str]]:
+    """Tasks with long ids (40 characters, as a periodic tick's) and short ones, ended with
+    long outcomes — a result, an error — and one still pending: their ids, and the one-line
+    outcome of each ended one."""
+
+    @app.task(retry=RetryPolicy.none())
+    async def big(ctx: TaskContext, fail: bool = False) -> Any:
+        if fail:
+            raise ValueError("first line\n" + WORDS)
+        return {"words": WORDS}
+
+    tasks = [await app.submit(big, None, ALICE, key="report:2030-01-01T09:00:00.000Z-" + n)
+             for n in "ab"]
+    tasks += [await app.submit(big, {"fail": True}, ALICE), await app.submit(big, None, ALICE)]
+    async with fast_worker(app):
+        for task in tasks:
+            await app.wait(task.id, ALICE, timeout=TIMEOUT)
+    pending = await app.submit("job", None, ALICE)
+    outcomes = {t.id: json.dumps({"words": WORDS}, separators=(",", ":")) for t in tasks}
+    outcomes[tasks[2].id] = "ValueError: first line " + " ".join(WORDS.split())
+    return [*(t.id for t in tasks), pending.id], outcomes
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 160])
+@pytest.mark.parametrize("wide", [False, True])
+async def test_ls_fits_the_console_with_ids_whole_and_outcomes_cut_with_an_ellipsis(
+    width: int, wide: bool
+) -> None:
+    """Within ``width`` columns the whole ``tasks ls`` table, borders included, MUST fit:
+    every id whole on its row; an outcome shown whole or cut with ``…`` at its end; a
+    column that does not fit left out, named under the table."""
+    app = make_app()
+    async with app:
+        ids, outcomes = await _long_outcomes(app)
+        _, out = await _cli(app, "ls", "--system", *(["--wide"] if wide else []), width=width)
+    lines = out.splitlines()
+    assert all(cell_len(line) <= width for line in lines), out
+    table = [line for line in lines if line.startswith(tuple("┏┃┡│└"))]
+    assert all(line[-1] in "┓┃┩│┘" for line in table), out  # the right border is there
+    headers = [name.strip() for name in table[1].strip("┃").split("┃")]
+    below = " ".join(lines[lines.index(table[-1]) + 1:])  # the caption
+    left_out = [name for name in LEFT_OUT_FIRST if name in below]
+    assert "ID" == headers[0]
+    assert len(LEFT_OUT_FIRST) - (0 if wide else 3) == len(headers) - 1 + len(left_out), out
+    for task_id in ids:
+        [row] = [line for line in table if task_id in line]
+        shown = row.strip("│").split("│")[-1].strip()
+        if task_id in outcomes and "OUTCOME" in headers:
+            whole = outcomes[task_id]
+            assert shown == whole or (whole.startswith(shown[:-1]) and shown[-1] == "…"), row
+
+
+async def test_ls_into_a_pipe_shows_each_outcome_whole_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Into a pipe (no terminal, no ``$COLUMNS``) each outcome MUST be shown whole, on
+    the task's one line (newlines and runs of spaces as one space)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    app = make_app()
+    async with app:
+        ids, outcomes = await _long_outcomes(app)
+        capsys.readouterr()
+        assert 0 == await run(["ls", "--system", "--wide"], app=app, console=output_console())
+    lines = capsys.readouterr().out.splitlines()
+    for task_id in ids:
+        [row] = [line for line in lines if task_id in line]
+        assert task_id not in outcomes or outcomes[task_id] in row, row
 
 
 async def test_an_ordinary_cancel_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:

@@ -6,7 +6,15 @@ claim pre-selects no task its queue has no room for."""
 from __future__ import annotations
 
 import pytest
-from tasks_core import CapacityExceeded, Completed, NewTask, StoreLimits, Work
+from tasks_core import (
+    CapacityExceeded,
+    Completed,
+    InvalidInput,
+    NewTask,
+    StoreLimits,
+    Work,
+    open_store,
+)
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -101,3 +109,14 @@ async def test_a_written_unfinished_snapshot_is_not_decoded_again() -> None:
     assert store._rows["t"].view is None
     assert "completed" == (await store.get("t", tenant="default")).status
     assert ["t"] == decodes
+
+
+@pytest.mark.parametrize("url", ["memory://x", "memory://?max_tasks=1", "memory:///path",
+                                 "memory://user:secret@host"])
+async def test_a_memory_url_with_anything_after_the_scheme_is_refused(url: str) -> None:
+    """``memory://`` alone MUST open the store; anything after the scheme (a host, a path,
+    a ``?option``) MUST be ``InvalidInput`` — never ignored, as if it said something."""
+    store = await open_store("memory://")
+    await store.aclose()
+    with pytest.raises(InvalidInput, match="'memory://' alone"):
+        await open_store(url)

@@ -18,10 +18,13 @@ async def open_memory(url: str, **options: Any) -> MemoryStore:
     store lives in this process, so nothing outside it is created).
 
     Raises:
-        InvalidInput: another scheme, or an unknown or bad option.
+        InvalidInput: a URL other than ``memory://`` (the store has no host, path or URL
+            option: anything after the scheme would be ignored), or an unknown or bad
+            option.
     """
-    if not url.startswith("memory://"):
-        raise InvalidInput("MemoryStore URLs look like 'memory://'")
+    if url != "memory://":
+        raise InvalidInput("the memory store's URL is 'memory://' alone (no host, path or "
+                           "?option: pass options as keywords)")
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise InvalidInput(f"Unknown MemoryStore option(s): {', '.join(unknown)}")

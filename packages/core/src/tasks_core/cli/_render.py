@@ -104,11 +104,12 @@ def status_text(status: TaskStatus) -> Text:
     return Text(status.value, style=STATUS_STYLE.get(status, ""))
 
 
-def short(value: Any, width: int = 48) -> str:
-    """A one-line JSON rendering of ``value``, cut to ``width`` characters."""
+def short(value: Any, width: int | None = 48) -> str:
+    """A one-line JSON rendering of ``value`` (runs of whitespace, newlines too, one space),
+    cut to ``width`` characters with a trailing ``…``; ``width=None``: whole."""
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
     text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def _when(value: datetime | None) -> str:
@@ -121,20 +122,66 @@ def _progress(snapshot: Snapshot) -> str:
     return f"{snapshot.progress.value:5.1f}%"
 
 
-def _outcome(snapshot: Snapshot) -> str:
+def _outcome(snapshot: Snapshot, width: int | None = 48) -> str:
     if snapshot.status == TaskStatus.COMPLETED:
-        return short(snapshot.result)
+        return short(snapshot.result, width)
     if snapshot.error is not None:
-        return short(f"{snapshot.error.type}: {snapshot.error.message}")
+        return short(f"{snapshot.error.type}: {snapshot.error.message}", width)
     if snapshot.input_requests:
         return "asks: " + ", ".join(snapshot.input_requests)
     if snapshot.status == TaskStatus.SCHEDULED and snapshot.run_at is not None:
         return f"runs at {_when(snapshot.run_at)} UTC"
     if snapshot.retry_at is not None and snapshot.last_failure is not None:
-        return short(f"retry after {snapshot.last_failure.type}")
+        return short(f"retry after {snapshot.last_failure.type}", width)
     if snapshot.progress is not None and snapshot.progress.message:
-        return short(snapshot.progress.message)
+        return short(snapshot.progress.message, width)
     return ""
+
+
+COLUMN_FLOOR = 6
+"""The fewest characters a column of ``tasks ls`` other than the id and the outcome is cut
+to before it is left out (one narrower than that is shown whole)."""
+
+OUTCOME_FLOOR = 12
+"""The fewest characters the OUTCOME column is cut to before it is left out."""
+
+LEFT_OUT_FIRST = ("UPDATED", "OWNER", "DELIVERIES", "TRY", "PROGRESS", "QUEUE", "TASK",
+                  "OUTCOME", "STATUS")
+"""The order in which ``tasks ls`` leaves columns out when they do not fit at their floors
+(the id never is)."""
+
+
+def _shrunk(natural: dict[str, int], room: int) -> dict[str, int] | None:
+    """The widths of the columns ``natural`` in ``room`` characters of cells, or None if
+    they do not fit at their floors: the id at its natural width; the outcome cut to the
+    room left; if that is below its floor, the widest other column cut by one, again."""
+    floors = {name: width if name == "ID" else min(width, OUTCOME_FLOOR if name == "OUTCOME"
+                                                  else COLUMN_FLOOR)
+              for name, width in natural.items()}
+    if sum(floors.values()) > room:
+        return None
+    widths = dict(natural)
+    excess = sum(widths.values()) - room
+    if excess > 0 and "OUTCOME" in widths:
+        cut = min(excess, widths["OUTCOME"] - floors["OUTCOME"])
+        widths["OUTCOME"] -= cut
+        excess -= cut
+    for _ in range(max(excess, 0)):
+        widest = max((n for n in widths if widths[n] > floors[n]), key=lambda n: widths[n])
+        widths[widest] -= 1
+    return widths
+
+
+def _fitted(natural: dict[str, int], width: int) -> dict[str, int]:
+    """The columns of a boxed table that fit in ``width`` and their widths (3 characters a
+    column of padding and border, plus 1): cut by :func:`_shrunk`, else left out in the
+    order of :data:`LEFT_OUT_FIRST`; the id alone wider than that is folded."""
+    shown = dict(natural)
+    while (widths := _shrunk(shown, width - 3 * len(shown) - 1)) is None:
+        if len(shown) == 1:
+            return {"ID": max(1, width - 4)}
+        del shown[next(name for name in LEFT_OUT_FIRST if name in shown)]
+    return widths
 
 
 def tasks_table(
@@ -142,30 +189,37 @@ def tasks_table(
     width: int | None = None,
 ) -> Table:
     """The ``tasks ls`` table (``wide``: owner, deliveries and update time too), one line
-    per task: ids whole, never wrapped or cut (scripts read them); within ``width``
-    columns the outcome is cut with an ellipsis (folding a JSON result cut it mid-word)."""
-    table = Table(title=title, header_style="bold", show_lines=False)
+    per task, the whole table (borders included) within ``width`` columns (None: natural
+    width). Ids are whole, never wrapped or cut (scripts read them). The outcome is whole
+    (one line, control characters escaped) when it fits, else cut with ``…`` to the room
+    left; below :data:`OUTCOME_FLOOR` the other columns are cut (with ``…``) too, the widest
+    first, down to :data:`COLUMN_FLOOR`; what still does not fit is left out (in the order
+    of :data:`LEFT_OUT_FIRST`, named in the caption). Only a ``width`` narrower than an id
+    and its borders folds the id, in a table of ids alone."""
     columns = ["ID", "TASK", "QUEUE", "STATUS", "PROGRESS", "TRY"]
     if wide:
         columns += ["DELIVERIES", "OWNER", "UPDATED"]
     columns.append("OUTCOME")
-    rows: list[list[Any]] = []
+    rows: list[dict[str, Text]] = []
     for s in snapshots:
-        row: list[Any] = [s.id, s.work.name, s.queue, status_text(s.status), _progress(s),
-                          str(s.retry_count + 1)]
+        values: list[Any] = [s.id, s.work.name, s.queue, status_text(s.status), _progress(s),
+                             str(s.retry_count + 1)]
         if wide:
-            row += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
-        row.append(_outcome(s))
-        rows.append([cell(value) for value in row])
-    natural = [max([len(column), *(len(row[i].plain) for row in rows)])
-               for i, column in enumerate(columns)]
-    room = None if width is None else max(12, width - sum(natural[:-1]) - 3 * len(columns) - 1)
-    for i, column in enumerate(columns):
-        table.add_column(column, no_wrap=True, overflow="ellipsis",
-                         min_width=natural[i] if column == "ID" else None,
-                         max_width=room if column == "OUTCOME" else None)
+            values += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
+        values.append(_outcome(s, None))
+        rows.append({name: cell(value) for name, value in zip(columns, values, strict=True)})
+    natural = {name: max([len(name), *(row[name].cell_len for row in rows)])
+               for name in columns}
+    widths = natural if width is None else _fitted(natural, width)
+    left_out = [name for name in columns if name not in widths]
+    table = Table(title=title, header_style="bold", show_lines=False,
+                  caption=f"left out, too narrow: {', '.join(left_out)}" if left_out else None)
+    folded = "ID" in widths and widths["ID"] < natural["ID"]
+    for name in widths:
+        table.add_column(name, width=widths[name], no_wrap=not folded,
+                         overflow="fold" if folded else "ellipsis")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(row[name] for name in widths))
     return table
 
 
