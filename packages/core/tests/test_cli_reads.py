@@ -18,7 +18,7 @@ import pytest
 from _runtime_kit import ALICE, BOB, MALLORY, TIMEOUT, fast_worker, make_app
 from rich.cells import cell_len
 from rich.console import Console
-from tasks_core import App, ManualClock, RetryPolicy, TaskContext, UnknownStore
+from tasks_core import App, ManualClock, RetryPolicy, TaskContext, TaskStatus, UnknownStore
 from tasks_core.cli import _reads
 from tasks_core.cli._render import LEFT_OUT_FIRST, output_console
 from tasks_core.cli.main import run
@@ -300,8 +300,8 @@ async def test_ls_fits_the_console_with_ids_whole_and_outcomes_cut_with_an_ellip
     width: int, wide: bool
 ) -> None:
     """Within ``width`` columns the whole ``tasks ls`` table, borders included, MUST fit:
-    every id whole on its row; an outcome shown whole or cut with ``…`` at its end; a
-    column that does not fit left out, named under the table."""
+    every id whole on its row, its status whole when shown; an outcome shown whole or cut
+    with ``…`` at its end; a column that does not fit left out, named under the table."""
     app = make_app()
     async with app:
         ids, outcomes = await _long_outcomes(app)
@@ -317,7 +317,10 @@ async def test_ls_fits_the_console_with_ids_whole_and_outcomes_cut_with_an_ellip
     assert len(LEFT_OUT_FIRST) - (0 if wide else 3) == len(headers) - 1 + len(left_out), out
     for task_id in ids:
         [row] = [line for line in table if task_id in line]
-        shown = row.strip("│").split("│")[-1].strip()
+        cells = [text.strip() for text in row.strip("│").split("│")]
+        if "STATUS" in headers:
+            assert cells[headers.index("STATUS")] in {status.value for status in TaskStatus}
+        shown = cells[-1]
         if task_id in outcomes and "OUTCOME" in headers:
             whole = outcomes[task_id]
             assert shown == whole or (whole.startswith(shown[:-1]) and shown[-1] == "…"), row

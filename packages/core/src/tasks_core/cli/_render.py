@@ -145,6 +145,10 @@ to before it is left out (one narrower than that is shown whole)."""
 OUTCOME_FLOOR = 12
 """The fewest characters the OUTCOME column is cut to before it is left out."""
 
+WHOLE = frozenset({"ID", "STATUS"})
+"""The columns of ``tasks ls`` never cut: the id (scripts read it) and the status (a
+status cut to ``compl…`` or ``cance…`` reads as a guess)."""
+
 LEFT_OUT_FIRST = ("UPDATED", "OWNER", "DELIVERIES", "TRY", "PROGRESS", "QUEUE", "TASK",
                   "OUTCOME", "STATUS")
 """The order in which ``tasks ls`` leaves columns out when they do not fit at their floors
@@ -153,10 +157,11 @@ LEFT_OUT_FIRST = ("UPDATED", "OWNER", "DELIVERIES", "TRY", "PROGRESS", "QUEUE", 
 
 def _shrunk(natural: dict[str, int], room: int) -> dict[str, int] | None:
     """The widths of the columns ``natural`` in ``room`` characters of cells, or None if
-    they do not fit at their floors: the id at its natural width; the outcome cut to the
-    room left; if that is below its floor, the widest other column cut by one, again."""
-    floors = {name: width if name == "ID" else min(width, OUTCOME_FLOOR if name == "OUTCOME"
-                                                  else COLUMN_FLOOR)
+    they do not fit at their floors: :data:`WHOLE` columns at their natural widths; the
+    outcome cut to the room left; if that is below its floor, the widest other column cut
+    by one, again."""
+    floors = {name: width if name in WHOLE else min(width, OUTCOME_FLOOR if name == "OUTCOME"
+                                                   else COLUMN_FLOOR)
               for name, width in natural.items()}
     if sum(floors.values()) > room:
         return None
