@@ -18,6 +18,7 @@ from tasks_core.random_ids import random_task_id
 
 BAD_NAMES = {
     "empty": "",
+    "blank": "   ",
     "separator": "a::b",
     "trailing colon": "alice:",
     "257 bytes": "a" * 257,
@@ -29,7 +30,8 @@ BAD_NAMES = {
 
 @pytest.mark.parametrize("bad", BAD_NAMES.values(), ids=BAD_NAMES.keys())
 def test_owner_user_id_is_validated(bad: str) -> None:
-    """A user id MUST be non-empty, ``::``-free, not end in ``:``, <= 256 bytes, printable."""
+    """A user id MUST be non-empty and not blank, ``::``-free, not end in ``:``, <= 256
+    bytes, printable."""
     with pytest.raises(InvalidInput, match="user_id"):
         Owner(bad)
 

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,6 +237,42 @@ async def test_submit_refuses_a_bad_delay_or_instant_writing_nothing(
     await app.aclose()
     with pytest.raises(SystemExit):
         build_parser().parse_args([*SUBMIT, "--delay", "5", "--at", "2031-12-24T09:00Z"])
+
+
+async def test_a_global_dedup_without_a_key_is_refused_writing_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--global`` makes a key global: without ``--key`` (on the command line, or a
+    ``--many`` line's ``global`` without ``key``) it MUST be refused — never ignored, as
+    if the task had been deduplicated — with nothing written; the API likewise."""
+    app = _reports_app()
+    spec = _module(monkeypatch, app)
+    argv = ["submit", "build_report", "--input", '{"month": "2026-11"}', "--user", "alice"]
+    with pytest.raises(InvalidInput, match="dedup applies to a key"):
+        await _run(*argv, "--global", "--app", spec)
+    lines = tmp_path / "items.jsonl"
+    lines.write_text('{"task": "build_report", "input": {"month": "m"}, "global": true}\n')
+    with pytest.raises(InvalidInput, match="dedup applies to a key"):
+        await _run("submit", "--many", str(lines), "--user", "alice", "--app", spec)
+    with pytest.raises(InvalidInput, match="dedup applies to a key"):
+        await app.submit("build_report", {"month": "m"}, System(), dedup="global")
+    assert [] == list(await app.list(System()))
+    await app.aclose()
+
+
+def test_a_worker_takes_the_reaper_off_or_its_interval_not_both() -> None:
+    """``--reap-interval`` and ``--no-reaper`` contradict each other: a usage error."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "m:app", "--reap-interval", "5", "--no-reaper"])
+    assert build_parser().parse_args(["worker", "m:app", "--no-reaper"]).no_reaper
+
+
+async def test_the_app_given_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tasks --app A worker B`` names the app twice: it MUST be refused, never one of
+    them silently served."""
+    spec = _module(monkeypatch, _reports_app())
+    with pytest.raises(InvalidInput, match="given twice"):
+        await asyncio.wait_for(_run("--app", spec, "worker", spec), TIMEOUT)
 
 
 async def test_submit_refuses_an_input_giving_a_key_twice(

@@ -125,9 +125,10 @@ async def test_input_that_bound_once_binds_again_and_other_keys_are_still_refuse
         assert 8 == len(await app.list(ALICE))
 
 
-@pytest.mark.parametrize("key", ["a::b", "", "x" * 257])
+@pytest.mark.parametrize("key", ["a::b", "", " ", "\t ", "x" * 257])
 async def test_bad_keys_are_refused(key: str) -> None:
-    """Keys with ``::``, empty or longer than 256 bytes MUST be refused."""
+    """Keys with ``::``, empty, blank (whitespace alone) or longer than 256 bytes MUST be
+    refused."""
     app = _app()
     async with app:
         with pytest.raises(InvalidInput):

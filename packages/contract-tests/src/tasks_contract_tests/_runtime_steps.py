@@ -195,6 +195,8 @@ class RuntimeSteps(RuleBasedStateMachine):
         if any(w.tenant != tenant for w in watchers):
             raise Outcome("InvalidInput")
         if key is None:
+            if dedup != "owner":  # dedup applies to a key: refused, never ignored
+                raise Outcome("InvalidInput")
             return "created", None
         if owner is None and dedup == "owner":
             raise Outcome("InvalidInput")

@@ -44,15 +44,16 @@ MAX_ID_BYTES = 1024
 def check_name(value: str, *, what: str = "name") -> str:
     """Validate a user id, tenant or queue name.
 
-    Rules: non-empty, no ``::``, not ending in ``:``, at most 256 UTF-8 bytes, printable.
+    Rules: non-empty and not blank (whitespace alone), no ``::``, not ending in ``:``, at
+    most 256 UTF-8 bytes, printable.
 
     Raises:
         InvalidInput: naming the rule that failed.
     """
     if not isinstance(value, str):
         raise InvalidInput(f"{what} must be a string")
-    if not value:
-        raise InvalidInput(f"{what} must not be empty")
+    if not value.strip():
+        raise InvalidInput(f"{what} must not be {'blank' if value else 'empty'}")
     if SEPARATOR in value:
         raise InvalidInput(f"{what} must not contain '::'")
     if value.endswith(":"):
@@ -65,15 +66,16 @@ def check_name(value: str, *, what: str = "name") -> str:
 
 
 def check_key(key: str) -> str:
-    """Validate a task key: non-empty, printable, no ``::``, at most 256 UTF-8 bytes.
+    """Validate a task key: non-empty and not blank (whitespace alone), printable, no
+    ``::``, at most 256 UTF-8 bytes.
 
     Raises:
         InvalidInput: naming the rule that failed.
     """
     if not isinstance(key, str):
         raise InvalidInput("key must be a string")
-    if not key:
-        raise InvalidInput("key must not be empty")
+    if not key.strip():
+        raise InvalidInput(f"key must not be {'blank' if key else 'empty'}")
     if SEPARATOR in key:
         raise InvalidInput("key must not contain '::'")
     if not key.isprintable():  # before encoding: lone surrogates are not printable

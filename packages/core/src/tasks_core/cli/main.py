@@ -160,9 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a run waits for input before freeing its slot (default 30)")
     p.add_argument("--drain-timeout", type=number, default=5.0,
                    help="seconds to wait for running tasks on SIGTERM (default 5)")
-    p.add_argument("--reap-interval", type=number, default=60.0,
-                   help="seconds between reaper sweeps (default 60)")
-    p.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
+    reaper = p.add_mutually_exclusive_group()
+    reaper.add_argument("--reap-interval", type=number, default=60.0,
+                        help="seconds between reaper sweeps (default 60)")
+    reaper.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
     p.add_argument("--no-periodic", action="store_true",
                    help="do not run the app's periodic schedules in this worker")
     p.add_argument("--metrics-port", type=number, metavar="PORT",
@@ -276,7 +277,11 @@ def _app_for(args: argparse.Namespace) -> App:
         # An unset variable (--store "$URL") must not mean "a fresh default store here".
         raise InvalidInput("--store is empty; give a store URL, or leave the option out "
                            "for the default store")
-    spec = getattr(args, "worker_app", None) or getattr(args, "app", None)
+    given = [spec for spec in (getattr(args, "worker_app", None), getattr(args, "app", None))
+             if spec is not None]
+    if len(given) == 2:
+        raise InvalidInput("the app is given twice (APP and --app): give it once")
+    spec = given[0] if given else None
     if spec is None and args.command == "worker":
         raise InvalidInput("tasks worker runs your app's tasks: tasks worker myapp:app "
                            "(or --app myapp:app)")

@@ -26,7 +26,6 @@ from tasks_core.authority import (
     System,
     check_key,
     require_authority,
-    scoped_task_key,
 )
 from tasks_core.definitions import (
     DEFAULT_QUEUE,
@@ -46,11 +45,10 @@ from tasks_core.errors import (
 from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
 from tasks_core.items import SubmitItem
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work
-from tasks_core.random_ids import random_task_id
 from tasks_core.runtime._bulk import refused
 from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
-from tasks_core.runtime._submit import MAX_RACES, check_input, check_watchers
+from tasks_core.runtime._submit import MAX_RACES, check_input, check_watchers, new_task_id
 from tasks_core.runtime._submit import submit as _submit
 from tasks_core.store import TaskStore
 from tasks_core.storekit import MAX_BATCH
@@ -94,7 +92,7 @@ class Client(ClientReads):
                 ``limits.max_input_bytes``), or ``None``.
             authority: the submitter.
             key: dedup key. ``dedup="owner"``: id ``"<user>::<key>"`` (per owner and
-                tenant); ``"global"``: the key itself. No key: a random id.
+                tenant); ``"global"``: the key itself. No key: a random id (``dedup`` left).
             watchers: principals of the same tenant granted read/cancel/respond.
             queue: a declared queue (default: the task's).
             ttl, retention, retry, timeout, max_deliveries: override the task's defaults.
@@ -288,10 +286,7 @@ class Client(ClientReads):
         data = check_input(input, definition, self.limits)
         tenant = authority.tenant or DEFAULT_TENANT
         owner = authority if isinstance(authority, Owner) else None
-        if key is None:
-            task_id = random_task_id()
-        else:
-            task_id = scoped_task_key(check_key(key), owner, dedup=dedup, tenant=tenant)
+        task_id = new_task_id(key, owner, dedup=dedup, tenant=tenant)
         granted = check_watchers(watchers, tenant, owner)
         default_retry = definition.retry if definition else RetryPolicy.none()
         work = Work(

@@ -19,7 +19,7 @@ from typing import Any
 
 from tasks_core import rules
 from tasks_core._json import check_json, json_size
-from tasks_core.authority import Access, Authority, Owner, System
+from tasks_core.authority import Access, Authority, Owner, System, check_key, scoped_task_key
 from tasks_core.definitions import Submitted, TaskDef
 from tasks_core.errors import (
     AuthorizationError,
@@ -34,6 +34,7 @@ from tasks_core.errors import (
 from tasks_core.events import WatcherAdded
 from tasks_core.models import NewTask, Snapshot, TaskQuery, TaskStatus
 from tasks_core.policy import Limits, Policy
+from tasks_core.random_ids import random_task_id
 from tasks_core.store import TaskStore
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "check_owner_runs",
     "check_watchers",
     "grant_watcher",
+    "new_task_id",
     "submit",
 ]
 
@@ -269,6 +271,21 @@ def check_input(
     if definition is not None:
         definition.check_input(data)
     return data
+
+def new_task_id(key: str | None, owner: Owner | None, *, dedup: str, tenant: str) -> str:
+    """The id of a new task: its ``key`` scoped by ``dedup``
+    (:func:`~tasks_core.authority.scoped_task_key`), or without a key a random id — and
+    then ``dedup`` other than ``"owner"`` is refused, never ignored (the caller meant a key).
+
+    Raises:
+        InvalidInput: a bad key or dedup.
+    """
+    if key is None:
+        if dedup != "owner":
+            raise InvalidInput("dedup applies to a key: give key=, or leave dedup out")
+        return random_task_id()
+    return scoped_task_key(check_key(key), owner, dedup=dedup, tenant=tenant)
+
 
 def check_watchers(
     watchers: Sequence[Owner], tenant: str, owner: Owner | None
