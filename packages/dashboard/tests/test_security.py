@@ -212,3 +212,35 @@ async def test_an_answer_giving_a_key_twice_is_refused(
     finally:
         await worker.shutdown(drain_timeout=0)
         await running
+
+
+async def test_an_answer_that_changes_nothing_is_refused_saying_so(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A form without the answer field (not an empty answer), or an answer to a key the
+    task never asked (or answered already), MUST be a bad request saying nothing changed —
+    never a redirect as if it had been taken — and the task keeps waiting; the question's
+    own key is taken."""
+    submitted = await app.submit("ask", {"question": "ok?"}, Owner("alice"))
+    worker = app.worker(concurrency=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        async for snapshot in app.watch(submitted.id, System()):
+            if snapshot.status == "waiting_input":
+                break
+        page = await client.get("/login")
+        await client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page.text)})
+        csrf = csrf_of((await client.get(f"/task?id={submitted.id}")).text)
+        missing = await client.post("/task/respond", data={
+            "id": submitted.id, "key": "approve", "csrf_token": csrf})
+        assert (400, True) == (missing.status_code, "the form holds no answer" in missing.text)
+        unasked = await client.post("/task/respond", data={
+            "id": submitted.id, "key": "nobody-asked", "answer": "true", "csrf_token": csrf})
+        assert 400 == unasked.status_code
+        assert "nothing changed" in unasked.text
+        assert "waiting_input" == (await app.get(submitted.id, System())).status
+        taken = await client.post("/task/respond", data={
+            "id": submitted.id, "key": "approve", "answer": "true", "csrf_token": csrf})
+        assert 303 == taken.status_code
+    finally:
+        await worker.shutdown(drain_timeout=0)
+        await running

@@ -197,16 +197,24 @@ class Views:
         Raises:
             HTTPException: 403 without the CSRF token.
             TaskNotFound: no such task.
-            InvalidInput: a bad key or answer.
+            InvalidInput: a bad key or answer, no answer at all (a form without the field
+                is not an empty answer), or no open question of that key (answered
+                already, or never asked: nothing changed, as ``tasks respond`` says).
         """
         form = await self.guard.form(request)
         task_id, key = str(form.get("id", "")), str(form.get("key", ""))
-        text = str(form.get("answer", ""))
+        given = form.get("answer")
+        if given is None:
+            raise InvalidInput("the form holds no answer")
+        text = str(given)
         try:
             answer: Any = parse_json(text, "the answer")
         except json.JSONDecodeError:
             answer = text
-        await self.app.respond(task_id, {key: answer}, SYSTEM)
+        result = await self.app.respond(task_id, {key: answer}, SYSTEM)
+        if result.outcome == "unchanged":
+            raise InvalidInput("no open question of this task has that key (answered "
+                               "already, or never asked); nothing changed")
         return self._back(request, task_id)
 
     # -- login ---------------------------------------------------------------------------
