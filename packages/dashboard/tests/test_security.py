@@ -4,7 +4,9 @@ requests, and shows stored data as text."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -189,37 +191,11 @@ async def test_the_authorize_callback_decides_every_request(app: App) -> None:
     assert {"/ops/", "/ops/static/live.js"} <= set(asked)
 
 
-async def test_an_answer_giving_a_key_twice_is_refused(
-        client: httpx.AsyncClient, app: App) -> None:
-    """The answer box reads JSON as the CLI does: an object that gives one key twice is a
-    bad request naming the key — not its last value — and the task keeps waiting."""
-    submitted = await app.submit("ask", {"question": "ok?"}, Owner("alice"))
-    worker = app.worker(concurrency=1)
-    running = asyncio.create_task(worker.run())
-    try:
-        async for snapshot in app.watch(submitted.id, System()):
-            if snapshot.status == "waiting_input":
-                break
-        page = await client.get("/login")
-        await client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page.text)})
-        task_page = await client.get(f"/task?id={submitted.id}")
-        answer = await client.post("/task/respond", data={
-            "id": submitted.id, "key": "approve", "answer": '{"ok": 1, "ok": 2}',
-            "csrf_token": csrf_of(task_page.text)})
-        assert 400 == answer.status_code
-        assert "the answer gives the key &#39;ok&#39; twice" in answer.text
-        assert "waiting_input" == (await app.get(submitted.id, System())).status
-    finally:
-        await worker.shutdown(drain_timeout=0)
-        await running
-
-
-async def test_an_answer_that_changes_nothing_is_refused_saying_so(
-        client: httpx.AsyncClient, app: App) -> None:
-    """A form without the answer field (not an empty answer), or an answer to a key the
-    task never asked (or answered already), MUST be a bad request saying nothing changed —
-    never a redirect as if it had been taken — and the task keeps waiting; the question's
-    own key is taken."""
+@contextlib.asynccontextmanager
+async def waiting_for_an_answer(client: httpx.AsyncClient, app: App) -> AsyncIterator[
+        tuple[str, Callable[[dict[str, str]], Awaitable[httpx.Response]]]]:
+    """A task asking ``approve`` (a worker runs it meanwhile) and the operator logged in:
+    its id and ``answer(fields)``, which posts the answer form with the CSRF token."""
     submitted = await app.submit("ask", {"question": "ok?"}, Owner("alice"))
     worker = app.worker(concurrency=1)
     running = asyncio.create_task(worker.run())
@@ -230,17 +206,38 @@ async def test_an_answer_that_changes_nothing_is_refused_saying_so(
         page = await client.get("/login")
         await client.post("/login", data={"token": TOKEN, "csrf_token": csrf_of(page.text)})
         csrf = csrf_of((await client.get(f"/task?id={submitted.id}")).text)
-        missing = await client.post("/task/respond", data={
-            "id": submitted.id, "key": "approve", "csrf_token": csrf})
-        assert (400, True) == (missing.status_code, "the form holds no answer" in missing.text)
-        unasked = await client.post("/task/respond", data={
-            "id": submitted.id, "key": "nobody-asked", "answer": "true", "csrf_token": csrf})
-        assert 400 == unasked.status_code
-        assert "nothing changed" in unasked.text
-        assert "waiting_input" == (await app.get(submitted.id, System())).status
-        taken = await client.post("/task/respond", data={
-            "id": submitted.id, "key": "approve", "answer": "true", "csrf_token": csrf})
-        assert 303 == taken.status_code
+
+        async def answer(fields: dict[str, str]) -> httpx.Response:
+            return await client.post("/task/respond", data={
+                "id": submitted.id, "csrf_token": csrf, **fields})
+
+        yield submitted.id, answer
     finally:
         await worker.shutdown(drain_timeout=0)
         await running
+
+
+async def test_an_answer_giving_a_key_twice_is_refused(
+        client: httpx.AsyncClient, app: App) -> None:
+    """The answer box reads JSON as the CLI does: an object that gives one key twice is a
+    bad request naming the key — not its last value — and the task keeps waiting."""
+    async with waiting_for_an_answer(client, app) as (task_id, answer):
+        refused = await answer({"key": "approve", "answer": '{"ok": 1, "ok": 2}'})
+        assert 400 == refused.status_code
+        assert "the answer gives the key &#39;ok&#39; twice" in refused.text
+        assert "waiting_input" == (await app.get(task_id, System())).status
+
+
+async def test_an_answer_that_changes_nothing_is_refused_saying_so(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A form without the answer field (not an empty answer), or an answer to a key the
+    task never asked (or answered already), MUST be a bad request saying nothing changed —
+    never a redirect as if it had been taken — and the task keeps waiting; the question's
+    own key is taken."""
+    async with waiting_for_an_answer(client, app) as (task_id, answer):
+        missing = await answer({"key": "approve"})
+        assert (400, True) == (missing.status_code, "the form holds no answer" in missing.text)
+        unasked = await answer({"key": "nobody-asked", "answer": "true"})
+        assert (400, True) == (unasked.status_code, "nothing changed" in unasked.text)
+        assert "waiting_input" == (await app.get(task_id, System())).status
+        assert 303 == (await answer({"key": "approve", "answer": "true"})).status_code
