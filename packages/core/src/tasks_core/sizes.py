@@ -21,7 +21,7 @@ __all__ = ["check_limit", "integral"]
 def integral(value: object) -> object:
     """``value`` as a plain ``int`` when it is an integer (not a bool); anything else as it
     is, for the check that follows to refuse."""
-    if type(value) is int or isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         return value
     return int(value)
 
