@@ -152,14 +152,16 @@ def test_two_distributions_claiming_one_name_conflict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two installed distributions declaring ``acme`` MUST raise PluginConflict naming
-    both, before either is imported."""
+    both, before either is imported — from ``find_store`` and from ``available_stores``
+    (``tasks backends``), which must not show one and hide the other."""
     _fake_distribution(tmp_path, "acme-one", "acme", "acme_one_missing.plugin")
     _fake_distribution(tmp_path, "acme-two", "acme", "acme_two_missing.plugin")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(PluginConflict) as info:
-        find_store("acme://")
-    assert "acme-one" in str(info.value)
-    assert "acme-two" in str(info.value)
+    for look_up in (lambda: find_store("acme://"), available_stores):
+        with pytest.raises(PluginConflict) as info:
+            look_up()
+        assert "acme-one" in str(info.value)
+        assert "acme-two" in str(info.value)
 
 
 def test_plugin_that_declares_a_name_it_does_not_serve(

@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
-from opentelemetry.trace import SpanKind  # noqa: E402
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -126,7 +126,8 @@ async def test_submit_and_run_spans_share_one_trace_through_the_stored_context(
 
 async def test_counters_and_histograms_by_queue_and_task(recorded: Recorded) -> None:
     """Submitted, started, completed, failed (by error), retried and cancelled MUST count
-    by queue and task name; run duration and queue lag MUST be recorded."""
+    by queue and task name; run duration and queue lag MUST be recorded; each run span
+    MUST say what the run made of its task (``retried``, then ``failed``)."""
     app = make_app(store=MemoryStore(), queues=["mail"])  # the system clock: retries come due
 
     @app.task(queue="mail")
@@ -157,6 +158,11 @@ async def test_counters_and_histograms_by_queue_and_task(recorded: Recorded) -> 
                  if p.attributes["task"] == "flaky"]
     assert [2] == [p.count for p in durations]
     assert 1 <= sum(p.count for p in recorded.points("tasks.queue.lag"))
+    runs = [span for span in recorded.spans.get_finished_spans()
+            if span.name == "run" and span.attributes["tasks.id"] == bad.id]
+    # What each run made of its task: the last retry request failed it.
+    assert ["retried", "failed"] == [span.attributes["tasks.outcome"] for span in runs]
+    assert StatusCode.ERROR == runs[-1].status.status_code
 
 
 async def test_names_no_app_registered_count_under_one_label(recorded: Recorded) -> None:
@@ -255,6 +261,18 @@ async def test_the_prometheus_endpoint_serves_the_task_metrics() -> None:
     for name in ("tasks_submitted_total", "tasks_started_total", "tasks_completed_total",
                  "tasks_run_duration_seconds_count", "tasks_queue_lag_seconds_count"):
         assert 1.0 == _sample(body, name, queue="default", task="ok"), name
+
+
+@pytest.mark.parametrize(("port", "host"), [(70000, "127.0.0.1"), (-1, "127.0.0.1"),
+                                            ("9464", "127.0.0.1"), (True, "127.0.0.1"),
+                                            (0, 127001)])
+def test_a_bad_prometheus_address_is_refused_by_name(port: Any, host: Any) -> None:
+    """``serve_prometheus`` MUST refuse a port that is not an integer in 0..65535, or a
+    host that is not a string, with ``InvalidInput`` — before binding, telemetry left
+    off (not the socket's ``OverflowError`` or ``TypeError``)."""
+    with pytest.raises(InvalidInput, match=r"^(port must be an integer in 0\.\.65535|host must)"):
+        telemetry.serve_prometheus(port, host)
+    assert telemetry.active is None
 
 
 def _scrape(url: str) -> str:

@@ -116,6 +116,28 @@ class TestStoreAtURL(StoreContract):
         finally:
             await opened.aclose()
 
+    async def test_the_factory_takes_the_standard_options_and_refuses_others(
+        self, store_url: str, store_spec: StoreSpec, namespaces: list[str]
+    ) -> None:
+        """The factory MUST take every standard option as an ``App`` passes it — both
+        limits ``None`` (off) beside ``namespace`` and ``create`` — and MUST refuse an
+        option it does not know with ``InvalidInput``, never drop it.
+
+        Troubleshooting: read the limits as ``StoreLimits`` does (``None``: off); compare
+        the options given with the set the factory knows before opening anything.
+        """
+        with pytest.raises(InvalidInput):
+            await store_spec.factory(store_url, colour="blue")
+        namespace = "t" + secrets.token_hex(5)
+        namespaces.append(namespace)  # dropped afterwards, whatever happens here
+        store = await store_spec.factory(store_url, namespace=namespace, create=True,
+                                         max_tasks=None, max_active_tasks_per_scope=None)
+        try:
+            created = await store.create(new_task())
+            assert created.id == (await store.get(created.id, tenant=None)).id
+        finally:
+            await store.aclose()
+
     @pytest.mark.parametrize("kind", ["max_running", "rate"])
     async def test_racing_processes_never_pass_the_queue_limits(
         self, store_factory: StoreFactory, store_url: str, namespaces: list[str], kind: str

@@ -22,7 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from tasks_core._labels import task_label
 from tasks_core._model import replaced
-from tasks_core.events import Event, Transition
+from tasks_core.events import Event, Transition, ended_as
 from tasks_core.models import NewTask, Snapshot, TaskStatus
 from tasks_core.rules import available_at
 
@@ -102,8 +102,9 @@ class RunSpan:
         fresh.run(self.activate)
 
     def written(self, event: Event, transition: Transition) -> None:
-        """The run wrote ``event``, applied: its outcome on the span."""
-        self.span.set_attribute("tasks.outcome", event.kind)
+        """The run wrote ``event``, applied: what it made of the task on the span
+        (:func:`~tasks_core.events.ended_as`)."""
+        self.span.set_attribute("tasks.outcome", ended_as(event, transition.snapshot))
         if transition.snapshot.status == TaskStatus.FAILED:
             self.span.set_status(Status(StatusCode.ERROR, transition.snapshot.error.type
                                         if transition.snapshot.error else "failed"))

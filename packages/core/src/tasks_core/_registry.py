@@ -99,7 +99,21 @@ def find_store(url_or_name: str) -> StoreSpec:
     eps = _entry_points(name)
     if not eps:
         raise _miss(name)
-    dists = sorted({_distribution(ep) for ep in eps})
+    matching = [s for s in _loaded(name) if name == s.name or name in s.schemes]
+    if not matching:
+        raise UnknownStore(f"The plugin {_distribution(eps[0])} declares {name!r} but serves "
+                           "no such store")
+    return matching[0]
+
+
+def _loaded(name: str) -> list[StoreSpec]:
+    """The specs of the one plugin of entry-point ``name``, imported only once no other
+    distribution claims the name.
+
+    Raises:
+        PluginConflict: two distributions claim it (names both).
+    """
+    dists = sorted({_distribution(ep) for ep in _entry_points(name)})
     if len(dists) > 1:
         raise PluginConflict(
             f"Store {name!r} is claimed by several distributions: {', '.join(dists)}; "
@@ -108,25 +122,20 @@ def find_store(url_or_name: str) -> StoreSpec:
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(_Hooks)
     pm.load_setuptools_entrypoints(PROJECT, name=name)
-    matching = [s for s in _specs(pm) if name == s.name or name in s.schemes]
-    if not matching:
-        raise UnknownStore(f"The plugin {dists[0]} declares {name!r} but serves no such store")
-    return matching[0]
+    return _specs(pm)
 
 
 def available_stores() -> list[StoreSpec]:
     """Load every installed store plugin (for ``tasks backends``).
 
     Raises:
-        PluginConflict: two distributions claim one store name.
+        PluginConflict: two distributions claim one store name (an entry-point name, or
+            the name of the store a plugin declares).
     """
     by_name: dict[str, StoreSpec] = {}
     owners: dict[str, str] = {}
-    for ep in _entry_points():
-        pm = pluggy.PluginManager(PROJECT)
-        pm.add_hookspecs(_Hooks)
-        pm.load_setuptools_entrypoints(PROJECT, name=ep.name)
-        for spec in _specs(pm):
+    for name in sorted({ep.name for ep in _entry_points()}):
+        for spec in _loaded(name):
             previous = owners.setdefault(spec.name, spec.distribution)
             if previous != spec.distribution:
                 raise PluginConflict(

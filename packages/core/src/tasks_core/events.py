@@ -34,6 +34,7 @@ __all__ = [
     "RetryRequested",
     "Transition",
     "WatcherAdded",
+    "ended_as",
 ]
 
 
@@ -120,6 +121,18 @@ Event: TypeAlias = Annotated[
 
 LEASE_EVENTS = frozenset({"input_requested", "retry_requested", "completed", "failed"})
 """Kinds only the lease holder may send."""
+
+
+def ended_as(event: Event, snapshot: Snapshot) -> str:
+    """What a run's applied ``event`` made of its task (``snapshot``, after it), as the
+    worker's summary line and the run's span name it: a finished task's status
+    (``completed``, ``failed`` — a retry asked for with no attempt left too —,
+    ``cancelled``), ``retried`` for a retry scheduled, else the event's kind."""
+    if snapshot.terminal:
+        return snapshot.status.value
+    if isinstance(event, RetryRequested):
+        return "retried"
+    return event.kind
 
 
 class EventRecord(Model):

@@ -15,7 +15,10 @@ import reprlib
 
 from tasks_core._errors_base import InvalidInput
 
-__all__ = ["check_limit", "integral"]
+__all__ = ["MAX_PORT", "check_limit", "integral"]
+
+MAX_PORT = 65535
+"""The largest TCP port (a port is a size: ``check_limit(port, minimum=0, maximum=MAX_PORT)``)."""
 
 
 def integral(value: object) -> object:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tasks_core._labels import UNREGISTERED, task_label
-from tasks_core.errors import CapabilityNotSupported
+from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.sizes import MAX_PORT, check_limit
 
 if TYPE_CHECKING:
     from tasks_core._otel import Telemetry
@@ -65,9 +66,13 @@ def serve_prometheus(port: int, host: str = "127.0.0.1") -> PrometheusEndpoint:
         The endpoint (``close()`` stops serving and turns telemetry off).
 
     Raises:
+        InvalidInput: ``port`` not an integer in 0..65535, ``host`` not a string.
         CapabilityNotSupported: the Prometheus extra is not installed.
         OSError: the address cannot be bound (in use, or not an address of this host).
     """
+    port = check_limit(port, minimum=0, maximum=MAX_PORT, what="port")
+    if not isinstance(host, str):
+        raise InvalidInput("host must be a string: an address or name of this host")
     try:
         from tasks_core._prometheus import PrometheusEndpoint
     except ImportError:

@@ -219,7 +219,8 @@ class MongoBase:
                                     self._queue_claims) if c.name not in existing]
         if missing:
             raise SchemaMismatch(f"{where} holds no tasks store (no {', '.join(missing)}): "
-                                 "create=False never makes one; open it once without")
+                                 "create=False never makes one; open it once without "
+                                 "create=False (or run a worker) to make it")
         if await self._counters.find_one({"_id": "layout", "v": {"$gte": LAYOUT}}) is None:
             raise SchemaMismatch(f"{where} has an earlier layout: open it once without "
                                  "create=False to upgrade it")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 
 from tasks_core.durations import MAX_WAIT_S, check_duration
-from tasks_core.rules import check_limit
 from tasks_core.runtime.worker import check_worker_lease
+from tasks_core.sizes import MAX_PORT, check_limit
 
 __all__ = ["MAX_PAGE", "MAX_PORT", "MAX_PROCESSES", "MAX_ROUNDS", "MAX_SCAN", "SIZES",
            "check_options", "number"]
@@ -28,8 +28,6 @@ MAX_ROUNDS = 1000
 """The most ``stress --rounds``."""
 MAX_PROCESSES = 256
 """The most processes ``stress --writers`` or ``--workers`` starts."""
-MAX_PORT = 65535
-"""The largest TCP port (``dashboard --port``)."""
 
 SIZES: dict[str, tuple[tuple[str, str, int, int], ...]] = {
     "ls": (("limit", "--limit", 1, MAX_PAGE), ("scan", "--scan", 1, MAX_SCAN)),

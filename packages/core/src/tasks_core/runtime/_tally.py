@@ -2,11 +2,11 @@
 many runs ended and how, and how busy the worker is.
 
 Every outcome a run of the worker wrote is counted by what it made of the task
-(:meth:`Tally.written`): a finished task by its status (``completed``, ``failed`` — a retry
-asked for with no attempt left included —, ``cancelled``), a retry scheduled as
-``retried``, a release as ``released``; each interval, and once more when the worker
-stops, one INFO line gives the counts since the last line and how long that was (nothing
-when nothing ended: the next line then covers the quiet interval too).
+(:func:`~tasks_core.events.ended_as`): a finished task by its status (``completed``,
+``failed`` — a retry asked for with no attempt left included —, ``cancelled``), a retry
+scheduled as ``retried``, a release as ``released``; each interval, and once more when the
+worker stops, one INFO line gives the counts since the last line and how long that was
+(nothing when nothing ended: the next line then covers the quiet interval too).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from tasks_core.events import Event, RetryRequested
+from tasks_core.events import Event, ended_as
 from tasks_core.models import Snapshot
 
 __all__ = ["SUMMARY_INTERVAL", "Tally"]
@@ -55,15 +55,9 @@ class Tally:
         self.counts[kind] += 1
 
     def written(self, event: Event, snapshot: Snapshot) -> None:
-        """Count ``event``, applied, by what it made of the task (``snapshot``, after it):
-        its status when finished, ``retried`` for a retry scheduled, else the event's
-        kind."""
-        if snapshot.terminal:
-            self.count(snapshot.status.value)
-        elif isinstance(event, RetryRequested):
-            self.count("retried")
-        else:
-            self.count(event.kind)
+        """Count ``event``, applied, by what it made of the task (``snapshot``, after it:
+        :func:`~tasks_core.events.ended_as`)."""
+        self.count(ended_as(event, snapshot))
 
     def flush(self) -> None:
         """Log the counts since the last line, if anything ended, and start again."""
