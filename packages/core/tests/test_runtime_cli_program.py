@@ -269,6 +269,37 @@ def test_stress_without_the_contract_suite_refuses_on_one_line(
                                "contract suite: pip install tasks-contract-tests")
 
 
+VERBOSE_PROBE = """
+import logging
+from tasks_core import App
+logging.getLogger("somedriver.command").debug("a driver's payload")
+logging.getLogger("somedriver").warning("a driver's warning")
+logging.getLogger("tasks_store_probe").debug("a store's debug line")
+app = App("memory://")
+"""
+
+
+def test_verbose_shows_tasks_debug_lines_never_a_drivers(tmp_path: Path) -> None:
+    """``-v`` MUST show the DEBUG lines of tasks' own loggers (a store's ``tasks_store_…``
+    too) and a driver's warnings, never a driver's DEBUG log (it holds task payloads); the
+    private-store note MUST be one line whatever the width."""
+    (tmp_path / "verbose_probe.py").write_text(VERBOSE_PROBE)
+    env = {k: v for k, v in os.environ.items() if k not in ("TASKS_STORE", "COLUMNS")}
+    env["COLUMNS"] = "40"
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from tasks_core.cli import main; sys.exit(main())",
+         "ls", "--system", "--app", "verbose_probe:app", "-v"],
+        capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path, env=env,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    assert "a store's debug line" in proc.stderr
+    assert "a driver's warning" in proc.stderr
+    assert "a driver's payload" not in proc.stderr
+    [note] = [line for line in proc.stderr.splitlines() if "private to this process" in line]
+    assert note.startswith("note: memory:// is private")
+    assert note.endswith("between commands and workers.")
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [

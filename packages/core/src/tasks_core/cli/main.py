@@ -325,7 +325,7 @@ def _note_private(app: App) -> None:
     """Say that the command's store, if it opened one, lived and died with this process."""
     store = getattr(app, "_store", None)
     if store is not None and not store.capabilities.durable:
-        Console(stderr=True, emoji=False).print(
+        Console(stderr=True, emoji=False, soft_wrap=True).print(
             f"[yellow]note:[/] {plain(app.url or '')} is private to this process and starts "
             "empty; use --store sqlite:///tasks.db (needs tasks-store-sql) to share tasks "
             "between commands and workers.", highlight=False)
@@ -352,6 +352,14 @@ async def run(argv: Sequence[str], *, app: App | None = None,
         return await interrupts.exit_code(_command(args, app, console))
 
 
+def _ours_or_warning(record: logging.LogRecord) -> bool:
+    """What the console script logs: tasks' own loggers (``tasks_core``, a store's
+    ``tasks_store_…``) at their level — DEBUG with ``--verbose`` — and anything else from
+    WARNING up: a driver's DEBUG log (PyMongo's commands, with task payloads in them) is
+    never turned on by ``-v``."""
+    return record.levelno >= logging.WARNING or record.name.startswith("tasks")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``tasks`` console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -363,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("tasks_core").setLevel(quiet)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_ours_or_warning)
     # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
     # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
     err = Console(stderr=True, soft_wrap=True, emoji=False)
