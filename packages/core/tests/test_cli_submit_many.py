@@ -62,6 +62,8 @@ async def test_every_line_is_one_item_of_one_batch(tmp_path: Path) -> None:
     ('{"task": "send", "key": "g", "global": "yes"}', "line 2: global must be true or false"),
     ('{"task": "send", "key": "g", "global": 1}', "line 2: global must be true or false"),
     ('{"task": 5}', "line 2: task must be a task name"),
+    ('{"task": "send", "delay": "5m", "at": "2030-01-01T00:00Z"}',
+     "line 2: give delay or at, not both"),
     ('{"task": "send", "input": {"to": "b"}, "task": "send"}',
      "line 2: the line gives the key 'task' twice"),
     ('{"task": "send", "input": {"to": "b", "to": "c"}}',

@@ -39,12 +39,15 @@ def test_srv_and_the_mongo_alias_are_accepted() -> None:
         "mongodb://localhost/bad.name",
         "mongodb://localhost/tasks?namespace=$x",
         "mongodb://localhost/tasks?namespace=",
+        "mongodb://localhost/tasks?namespace=a&namespace=b",
+        "mongodb://localhost/tasks?driver=motor&DRIVER=pymongo",
         "localhost:27017",
     ],
 )
 def test_bad_urls_are_refused(url: str) -> None:
-    """Another scheme, an unknown driver, a bad database or namespace MUST raise
-    ``InvalidInput`` before anything connects."""
+    """Another scheme, an unknown driver, a bad database or namespace, or one of our
+    options given twice (never the last one silently) MUST raise ``InvalidInput`` before
+    anything connects."""
     with pytest.raises(InvalidInput):
         parse_url(url)
 

@@ -68,8 +68,8 @@ def parse_url(url: str) -> MongoURL:
     """Split a store URL into what the driver gets and what the store keeps.
 
     Raises:
-        InvalidInput: another scheme, an unknown driver, a bad database or namespace, a
-            driver option the driver refuses.
+        InvalidInput: another scheme, an unknown driver, a bad database or namespace,
+            ``driver`` or ``namespace`` given twice, a driver option the driver refuses.
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput("MongoStore URLs look like 'mongodb://host:27017/tasks'")
@@ -82,6 +82,8 @@ def parse_url(url: str) -> MongoURL:
     kept: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key.lower() in _OURS:
+            if key.lower() in ours:  # never the last one silently
+                raise InvalidInput(f"URL query option {key.lower()!r} is given more than once")
             ours[key.lower()] = value
         else:
             kept.append((key, value))

@@ -72,7 +72,7 @@ def _item(
 
     Raises:
         InvalidInput: not an object, an unknown key, no task, a ``global`` that is not
-            a boolean, a bad delay or instant.
+            a boolean, a bad delay or instant, or both.
     """
     if not isinstance(value, dict):
         raise InvalidInput("each line must be a JSON object")
@@ -89,6 +89,8 @@ def _item(
     if not isinstance(global_key, bool):
         raise InvalidInput("global must be true or false")
     queue = value.get("queue")
+    if "delay" in value and "at" in value:  # the API's message would name run_at
+        raise InvalidInput("give delay or at, not both")
     delay = value.get("delay")
     if isinstance(delay, str):
         delay = parse_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
