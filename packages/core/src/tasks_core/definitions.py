@@ -20,7 +20,7 @@ from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import MAX_PRIORITY, MIN_PRIORITY, RetryPolicy, Snapshot, Work
-from tasks_core.sizes import check_limit
+from tasks_core.sizes import check_limit, integral
 from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
@@ -194,8 +194,8 @@ class TaskDef:
         check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
                        allow_none=True)
         object.__setattr__(self, "priority", check_priority(self.priority))
-        work = Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)
-        object.__setattr__(self, "max_deliveries", work.max_deliveries)  # as a task's Work
+        object.__setattr__(self, "max_deliveries", integral(self.max_deliveries))
+        Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)
 
     @functools.cached_property
     def is_async(self) -> bool:

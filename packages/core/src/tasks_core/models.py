@@ -111,12 +111,8 @@ TaskId = Annotated[str, AfterValidator(_task_id)]
 Key = Annotated[str, AfterValidator(_key)]
 Instant = Annotated[datetime, AfterValidator(utc)]
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
-Priority = Annotated[int, BeforeValidator(integral),
-                     Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)]
+Priority = Annotated[int, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)]
 """A task's priority: an integer in [-100, 100], 0 by default."""
-Count = Annotated[int, BeforeValidator(integral)]
-"""A count the caller gives (a delivery limit, attempts): any integer as a plain ``int``
-(:mod:`tasks_core.sizes`), bounded by its field."""
 
 
 class TaskStatus(StrEnum):
@@ -161,7 +157,7 @@ class RetryPolicy(Model):
     """
 
     kind: Literal["none", "fixed", "exponential"] = "none"
-    attempts: Count = Field(default=1, ge=1, le=10_000, strict=True)
+    attempts: int = Field(default=1, ge=1, le=10_000, strict=True)
     delay_s: float = Field(default=0.0, ge=0, le=MAX_WAIT_S, strict=True, allow_inf_nan=False)
     cap_s: float | None = Field(default=None, ge=0, le=MAX_WAIT_S, strict=True,
                                 allow_inf_nan=False)
@@ -179,7 +175,7 @@ class RetryPolicy(Model):
             InvalidInput: a bad ``delay`` (see :mod:`tasks_core.durations`) or ``attempts``.
         """
         delay_s = check_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
-        return cls(kind="fixed", attempts=attempts, delay_s=delay_s)
+        return cls(kind="fixed", attempts=integral(attempts), delay_s=delay_s)
 
     @classmethod
     def exponential(cls, base: float, *, attempts: int, cap: float | None = None) -> RetryPolicy:
@@ -191,7 +187,8 @@ class RetryPolicy(Model):
         """
         base_s = check_duration(base, "base", high=MAX_WAIT_S, allow_zero=True)
         cap_s = check_duration(cap, "cap", high=MAX_WAIT_S, allow_zero=True, allow_none=True)
-        return cls(kind="exponential", attempts=attempts, delay_s=base_s, cap_s=cap_s)
+        return cls(kind="exponential", attempts=integral(attempts), delay_s=base_s,
+                   cap_s=cap_s)
 
     def allows_retry(self, retry_count: int) -> bool:
         """Whether a run that has already been retried ``retry_count`` times may retry again."""
@@ -219,7 +216,7 @@ class Work(Model):
     retry_policy: RetryPolicy = RetryPolicy()
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
                                     allow_inf_nan=False)
-    max_deliveries: Count = Field(default=25, ge=1, le=100_000, strict=True)
+    max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
     trace_context: Annotated[dict[str, str] | None, AfterValidator(_trace_context)] = Field(
         default=None, exclude_if=lambda carrier: carrier is None)
     """The W3C trace context of the submit (``traceparent``, ``tracestate``), set only

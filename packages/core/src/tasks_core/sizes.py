@@ -3,25 +3,30 @@
 Rule: a size is an integer (any ``numbers.Integral`` — an ``IntEnum``, a NumPy integer —
 never a ``bool``, a float or a string), within its option's bounds, and is kept as a plain
 ``int``. Every size of the public API, the worker, a store call and the CLI passes through
-:func:`check_limit` where it is given; the stored models' integer fields take the same
-integers (:func:`integral`, as a ``BeforeValidator``) and keep their own bounds. A refusal is
-:class:`~tasks_core.errors.InvalidInput` naming the option, its bounds and the value.
+:func:`check_limit` where it is given; a count the API hands to a model
+(``RetryPolicy.fixed(attempts=…)``, ``max_deliveries``) through :func:`integral` first, the
+model keeping its bounds. The stored models take strict ints only: a validator there would
+run at every decode of every task. A refusal is :class:`~tasks_core.errors.InvalidInput`
+naming the option, its bounds and the value.
 """
 
 from __future__ import annotations
 
 import numbers
 import reprlib
+from typing import TypeVar
 
 from tasks_core._errors_base import InvalidInput
 
 __all__ = ["MAX_PORT", "check_limit", "integral"]
 
+_T = TypeVar("_T")
+
 MAX_PORT = 65535
 """The largest TCP port (a port is a size: ``check_limit(port, minimum=0, maximum=MAX_PORT)``)."""
 
 
-def integral(value: object) -> object:
+def integral(value: _T) -> _T | int:
     """``value`` as a plain ``int`` when it is an integer (not a bool); anything else as it
     is, for the check that follows to refuse."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
