@@ -144,7 +144,7 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
             candidates = []
             for task_id, row in self._rows.items():
                 try:
-                    snapshot = self._decode(task_id, row)
+                    snapshot = self._take(task_id, row)
                 except Exception:
                     continue
                 if snapshot.queue in wanted and self._claimable(snapshot, now):
@@ -164,7 +164,7 @@ class ClaimNextChecksBeforeClaiming(MemoryStore):
                 row = self._rows.get(task_id)
                 if row is None:
                     continue
-                started = storekit.started(self._decode(task_id, row), worker_id, lease_for,
+                started = storekit.started(self._take(task_id, row), worker_id, lease_for,
                                            now)
                 self._write(row, started)
                 if started.claim is not None:
@@ -184,7 +184,7 @@ class RevisionCheckedBeforeWriting(MemoryStore):
                 row = self._row(task_id)
                 position = self._find_event(row, event.event_id)
                 rules.decide_transition(
-                    self._decode(task_id, row), row.token,
+                    self._take(task_id, row), row.token,
                     None if position is None
                     else lambda: self._record(row.history[position]),
                     expected_revision, event, authority, now, lease_check=self._lease_check,

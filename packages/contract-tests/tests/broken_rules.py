@@ -91,7 +91,7 @@ class _ServesCancelledTasks(MemoryStore):
                 if len(claims) >= limit:
                     break
                 try:
-                    snapshot = self._decode(task_id, row)
+                    snapshot = self._take(task_id, row)
                 except Exception:
                     continue
                 if (snapshot.queue in queues and snapshot.status == TaskStatus.CANCELLED
@@ -192,7 +192,7 @@ class WaitingTasksNotCounted(MemoryStore):
         active = 0
         for task_id, row in self._rows.items():
             try:
-                snapshot = self._decode(task_id, row)
+                snapshot = self._take(task_id, row)
             except StoreCorrupt:
                 continue
             if task_id == new.id or snapshot.tenant != new.tenant:
@@ -205,9 +205,9 @@ class WaitingTasksNotCounted(MemoryStore):
 
 
 class CorruptRecordsNotCounted(MemoryStore):
-    """Counts a tenant's active tasks by decoding each open record and skipping one that
-    fails validation (what ``MemoryStore`` did before it kept the tenant, status and expiry
-    beside the document): a damaged live task frees a slot."""
+    """Counts a tenant's active tasks by reading each open record and skipping one that
+    reads as damaged (what ``MemoryStore`` did before it counted from the snapshot last
+    written, damaged or not): a damaged live task frees a slot."""
 
     def _active_tasks(self, tenant: str, now: datetime) -> int:
         active = 0
@@ -229,7 +229,7 @@ class TimeoutRetriedWhenAttemptsLeft(MemoryStore):
         if isinstance(event, Failed) and event.reason == "timeout":
             with self._lock:
                 row = self._rows.get(task_id)
-                current = None if row is None else self._decode(task_id, row)
+                current = None if row is None else self._take(task_id, row)
             if current is not None and current.work.retry_policy.allows_retry(
                     current.retry_count):
                 event = RetryRequested(event_id=event.event_id, error=event.error,
@@ -248,7 +248,7 @@ class TimeoutOverwritesACancel(MemoryStore):
                 done.snapshot.status == TaskStatus.CANCELLED):
             with self._lock:
                 row = self._rows[task_id]
-                timed_out = self._decode(task_id, row).model_copy(update={
+                timed_out = self._take(task_id, row).model_copy(update={
                     "cancel_reason": CancelReason.TIMEOUT,
                     "error": ErrorInfo(type=event.error, message=event.message),
                 })
@@ -271,8 +271,8 @@ class _SharesInput(MemoryStore):
     def _share(self, snapshot: Snapshot) -> None:
         self._shared.setdefault(snapshot.id, snapshot)
 
-    def _decode(self, task_id: str, row: _Row) -> Snapshot:
-        snapshot = super()._decode(task_id, row)
+    def _view(self, task_id: str, row: _Row) -> Snapshot:
+        snapshot = super()._view(task_id, row)
         shared = self._shared.get(task_id)
         if shared is None or shared.run_id != snapshot.run_id:
             return snapshot

@@ -55,7 +55,7 @@ class _LaxLeaseStore(MemoryStore):
             row = self._rows.get(lease.task_id)
             if row is None:
                 return lease
-            snapshot = self._decode(lease.task_id, row)
+            snapshot = self._take(lease.task_id, row)
             self._lease_check(snapshot, row.token, lease, now, require_live=live)
             claim = snapshot.claim
             if claim is None or row.token is None:
@@ -205,7 +205,7 @@ class ReleaseResetsDeliveries(MemoryStore):
         fewer = max(0, released.deliveries - 1)
         with self._lock:
             row = self._rows[lease.task_id]
-            stored = self._decode(lease.task_id, row)
+            stored = self._take(lease.task_id, row)
             self._set(row, stored.model_copy(update={"deliveries": fewer}))
         return released.model_copy(update={"deliveries": fewer})
 
@@ -218,7 +218,7 @@ class ReleaseConsumesARetry(MemoryStore):
         more = released.retry_count + 1
         with self._lock:
             row = self._rows[lease.task_id]
-            stored = self._decode(lease.task_id, row)
+            stored = self._take(lease.task_id, row)
             self._set(row, stored.model_copy(update={"retry_count": more}))
         return released.model_copy(update={"retry_count": more})
 
@@ -245,7 +245,7 @@ class CorruptRecordBreaksListing(MemoryStore):
     async def list(self, query: TaskQuery) -> builtins.list[Snapshot]:
         with self._lock:
             for task_id, row in self._rows.items():
-                self._decode(task_id, row)
+                self._take(task_id, row)
         return await super().list(query)
 
 
@@ -277,7 +277,7 @@ class BatchFencedByItsFirstLease(MemoryStore):
                 if first is not None:
                     with self._lock:
                         row = self._rows[task_id]
-                        claim = self._decode(task_id, row).claim
+                        claim = self._take(task_id, row).claim
                         if claim is not None and row.token is not None:
                             authority = authority.model_copy(update={
                                 "token": row.token, "generation": claim.generation,

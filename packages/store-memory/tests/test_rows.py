@@ -230,7 +230,7 @@ def test_a_row_counts_as_active_as_the_rule_reads_its_last_written_snapshot(
     expiry: int | None,
 ) -> None:
     """``Row.counts_as_active`` is ``rules.counts_as_active`` of the snapshot last written
-    (its tenant's only), read without the document — which then stays as it is."""
+    (its tenant's only), damaged record or not."""
     def at(expiry: int | None) -> datetime | None:
         return None if expiry is None else T0 + timedelta(seconds=expiry)
 
@@ -239,6 +239,6 @@ def test_a_row_counts_as_active_as_the_rule_reads_its_last_written_snapshot(
     last = first.model_copy(update={"status": written, "expires_at": at(expiry)})
     row = Row.of(first)
     row.write(last)
-    row.doc = "damaged"
+    row.damaged = True
     assert rules.counts_as_active(last, T0) == row.counts_as_active(ALICE.tenant, T0)
     assert not row.counts_as_active("another", T0)

@@ -80,35 +80,33 @@ async def test_a_claim_pre_selects_at_most_the_room_of_each_queue() -> None:
     assert ["a1", "a2", "b1"] == [task_id for task_id, _ in picked]
 
 
-async def test_a_created_task_is_claimed_without_a_decode() -> None:
-    """The snapshot ``create`` and ``create_many`` write is kept as the task's view: the
-    claim that follows decides on it without decoding the document."""
+async def test_a_row_shares_no_value_with_a_snapshot_given_or_handed_out() -> None:
+    """A row keeps the snapshot last written as its own copy (``models.detached``): its
+    JSON values are never the objects of the ``NewTask``, the claim, the event or a read
+    — so no caller can change what is stored. (The contract suite shows the effect; this
+    shows the copies themselves, which a store that copies on every read only would not
+    have.)"""
     store = MemoryStore()
-    await store.create(_new("t"))
-    await store.create_many([_new("u")])
-    decodes: list[str] = []
-    decode = store._decode
-    store._decode = lambda task_id, row: decodes.append(task_id) or decode(task_id, row)  # type: ignore[method-assign]
-    claims = await store.claim_next("w", 30, queues=["default"], limit=2)
-    assert ["t", "u"] == sorted(claim.snapshot.id for claim in claims)
-    assert [] == decodes
+    new = NewTask(id="t", tenant="default", owner=None, queue="default",
+                  work=Work(name="job", input={"items": [1]}))
+    await store.create(new)
 
+    def kept_input() -> object:
+        return store._rows["t"].snapshot.work.input
 
-async def test_a_written_unfinished_snapshot_is_not_decoded_again() -> None:
-    """The snapshot a claim writes is kept as the task's view: the completion that
-    follows decides on it without decoding the document; a finished task keeps no view
-    (its decode is made when it is read)."""
-    store = MemoryStore()
-    await store.create(_new("t"))
+    assert new.work.input == kept_input()
+    assert new.work.input is not kept_input()
     [claim] = await store.claim_next("w", 30, queues=["default"])
-    decodes: list[str] = []
-    decode = store._decode
-    store._decode = lambda task_id, row: decodes.append(task_id) or decode(task_id, row)  # type: ignore[method-assign]
-    await store.transition("t", claim.snapshot.revision, Completed(event_id="done"), claim.lease)
-    assert [] == decodes
-    assert store._rows["t"].view is None
-    assert "completed" == (await store.get("t", tenant="default")).status
-    assert ["t"] == decodes
+    assert claim.snapshot.work.input is not kept_input()
+    done = Completed(event_id="done", result={"n": [7]})
+    finished = await store.transition("t", claim.snapshot.revision, done, claim.lease)
+    kept = store._rows["t"].snapshot
+    assert {"n": [7]} == kept.result
+    assert kept.result is not done.result
+    assert kept.result is not finished.snapshot.result
+    read = await store.get("t", tenant="default")
+    assert read.result == kept.result
+    assert read.result is not kept.result
 
 
 @pytest.mark.parametrize("url", ["memory://x", "memory://?max_tasks=1", "memory:///path",

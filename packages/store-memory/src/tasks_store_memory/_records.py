@@ -1,27 +1,25 @@
 """The records of ``MemoryStore`` and how it reads and writes them (the lock held):
 :class:`Records`, the base of the store, which adds the ``TaskStore`` operations.
 
-Each record is a JSON document (text), decoded and encoded by pydantic: every decode is
-a snapshot of its own, so a caller can never change what is stored through a snapshot it
-was given, and a damaged document reads as ``StoreCorrupt`` for its task only. The store's
-own decisions read a view cached per task until the next write (:meth:`Records._view`):
-a decode, or the unfinished snapshot just written, detached from the caller's copy
-(``models.detached``); what a call returns is made from :meth:`Records._take`. The open
-tasks are indexed (:class:`~tasks_store_memory._rows.OpenTasks`) so that ``claim_next``
-reads the heads of its queues, and the small hooks at the end are what the contract
-suite's deliberately broken stores override.
+Each row keeps the snapshot last written as an object of the store's own
+(``models.detached`` from the caller's copy: frozen, its JSON values copied), and every
+snapshot a call hands out is detached again (:meth:`Records._take`): a caller can never
+change what is stored through a snapshot it gave or was given. The store's own decisions
+read the kept snapshot itself (:meth:`Records._view`); a damaged record (the contract
+suite's ``_corrupt``) reads as ``StoreCorrupt`` for its task only. The applied events are
+kept as JSON text. The open tasks are indexed (:class:`~tasks_store_memory._rows.OpenTasks`)
+so that ``claim_next`` reads the heads of its queues, and the small hooks at the end are
+what the contract suite's deliberately broken stores override.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from pydantic import ValidationError
 from tasks_core import reports, rules, storekit
 from tasks_core.clock import Clock, SystemClock
 from tasks_core.errors import CapacityExceeded, StoreCorrupt, TaskNotFound
@@ -61,51 +59,44 @@ class Records:
             raise TaskNotFound(task_id)
         return row
 
-    def _decode(self, task_id: str, row: Row) -> Snapshot:
-        """The stored snapshot, decoded afresh: it shares nothing with anything else."""
-        try:
-            return Snapshot.model_validate_json(row.doc)
-        except ValidationError:
-            raise StoreCorrupt(task_id) from None
-
     @staticmethod
     def _record(doc: str) -> EventRecord:
         """An applied event as stored. Only the store writes these records and nothing
-        damages one (``_corrupt`` damages the task's document, which every read of the
-        history decodes first)."""
+        damages one (``_corrupt`` damages the task's record, which every read of the
+        history reads first)."""
         return EventRecord.model_validate_json(doc)
 
     def _view(self, task_id: str, row: Row) -> Snapshot:
-        """The stored snapshot for the store's own decisions: decoded at most once per
-        write and cached (:meth:`_set` keeps an unfinished one as it writes it). Neither
-        it nor anything made from it is handed out while it is cached (a caller could
-        change its payloads, and the next write would store them): what a call returns
-        comes from :meth:`_take`."""
-        if row.view is None:
-            row.view = self._decode(task_id, row)
-        return row.view
+        """The stored snapshot for the store's own decisions, read under the lock: never
+        handed out, nor anything made from it unless that is written in the same step
+        (a claim: :meth:`_set` keeps a detached copy, and the caller's shares values only
+        with the snapshot it replaced). Anything else a call returns comes from
+        :meth:`_take`.
+
+        Raises:
+            StoreCorrupt: the record is damaged.
+        """
+        if row.damaged:
+            raise StoreCorrupt(task_id)
+        return row.snapshot
 
     def _take(self, task_id: str, row: Row) -> Snapshot:
-        """The stored snapshot, the caller's own: the cached view, dropped from the cache
-        (so what is made from it may be handed out), or a fresh decode."""
-        snapshot, row.view = row.view, None
-        return self._decode(task_id, row) if snapshot is None else snapshot
+        """The stored snapshot, the caller's own (``models.detached``): a snapshot a call
+        hands out, or the rules derive one from that it hands out.
+
+        Raises:
+            StoreCorrupt: the record is damaged.
+        """
+        return detached(self._view(task_id, row))
 
     def _set(self, row: Row, snapshot: Snapshot) -> None:
-        """Store ``snapshot`` as the task's document. An unfinished one is kept as the
-        document's view (``detached`` from the caller's: decoding the document gives it, a
-        snapshot's JSON round trip being exact), for the claim or completion that comes
-        next; a finished one is not (kept views of the history would only load the
-        garbage collector)."""
+        """Store ``snapshot`` as the task's record (a copy detached from the caller's)."""
         row.write(snapshot)
-        row.view = None if snapshot.terminal else detached(snapshot)
         self._track(snapshot)
 
     def _add(self, snapshot: Snapshot) -> None:
-        """Store a new task's ``snapshot`` in a row of its own (a replacement's too), its
-        view kept as :meth:`_set` keeps one: the claim that comes next decodes nothing."""
-        row = self._rows[snapshot.id] = Row.of(snapshot)
-        row.view = detached(snapshot)
+        """Store a new task's ``snapshot`` in a row of its own (a replacement's too)."""
+        self._rows[snapshot.id] = Row.of(snapshot)
         self._track(snapshot)
 
     def _append(self, row: Row, snapshot: Snapshot, record: EventRecord) -> None:
@@ -122,18 +113,12 @@ class Records:
         return row, snapshot
 
     def _corrupt(self, task_id: str) -> None:
-        """Damage the stored document of ``task_id`` (contract-suite support only).
-
-        The damage carries the marker ``tasks-corrupt-secret``: the suite checks that
-        ``StoreCorrupt`` never quotes it. What the row keeps beside the document (its
-        tenant, status and expiry) stays as last written, as a database's columns would.
+        """Damage the stored record of ``task_id`` (contract-suite support only): every
+        read of its snapshot is ``StoreCorrupt`` until the next write. What the row counts
+        by (``Row.counts_as_active``) stays as last written, as a database's columns would.
         """
         with self._lock:
-            row = self._row(task_id)
-            doc = json.loads(row.doc)
-            doc["revision"] = "not a number \x00 tasks-corrupt-secret"
-            row.doc = json.dumps(doc)
-            row.view = None
+            self._row(task_id).damaged = True
 
     # -- the index of open tasks ---------------------------------------------------------
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from tasks_core import rules
-from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.models import Snapshot, TaskStatus, detached
 from tasks_core.storekit import ClaimOrder, claim_order
 
 __all__ = ["ClaimLog", "OpenTasks", "Row", "claimable_at"]
@@ -21,43 +21,39 @@ __all__ = ["ClaimLog", "OpenTasks", "Row", "claimable_at"]
 
 @dataclass
 class Row:
-    """One task as stored: its snapshot and history as JSON documents, its lease token,
-    and beside them, as a database keeps columns beside a document, what
-    ``max_active_tasks_per_scope`` counts by (:meth:`counts_as_active`)."""
+    """One task as stored: the snapshot last written, the store's own (``models.detached``
+    from every caller's copy: frozen, and no value in it a caller can reach), its history
+    as JSON text and its lease token."""
 
-    doc: str
-    """The snapshot, as JSON text."""
-    tenant: str
-    """The task's tenant (no write changes it; a replacement is a new row)."""
-    status: TaskStatus
-    expires_at: datetime | None
-    """The status and expiry of the snapshot last written. A damaged ``doc`` leaves these
-    three as they were."""
+    snapshot: Snapshot
+    """The snapshot last written, kept whole even when :attr:`damaged`: what
+    :meth:`counts_as_active` reads, as a database counts from columns beside a damaged
+    document."""
     token: str | None = None
     history: list[str] = field(default_factory=list)
     """The applied events of the current run, as JSON text, oldest first."""
     event_ids: dict[str, int] = field(default_factory=dict)
     """The position in ``history`` of each applied event id."""
-    view: Snapshot | None = None
-    """``doc`` decoded, cached for the store's own decisions (see ``MemoryStore._view``)."""
+    damaged: bool = False
+    """Whether the record reads as damaged (``Records._corrupt``, the contract suite's):
+    every read of the snapshot is ``StoreCorrupt`` until the next write."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Row:
-        """A new task's row, holding ``snapshot``."""
-        return cls(snapshot.model_dump_json(), snapshot.tenant, snapshot.status,
-                   snapshot.expires_at)
+        """A new task's row, holding ``snapshot`` (detached from the caller's)."""
+        return cls(detached(snapshot))
 
     def write(self, snapshot: Snapshot) -> None:
-        """Hold ``snapshot`` as the task's document (and what is kept beside it)."""
-        self.doc = snapshot.model_dump_json()
-        self.status, self.expires_at = snapshot.status, snapshot.expires_at
+        """Hold ``snapshot`` (detached from the caller's) as the task's record."""
+        self.snapshot = detached(snapshot)
+        self.damaged = False
 
     def counts_as_active(self, tenant: str, now: datetime) -> bool:
         """Whether the task counts toward ``tenant``'s ``max_active_tasks_per_scope`` at
-        ``now``: ``rules.counts_as_active`` of the snapshot last written, read from what is
-        kept beside the document — so a damaged document still counts, as the SQL and
-        MongoDB stores count from their tenant, status and expiry columns."""
-        return self.tenant == tenant and rules.active_at(self.status, self.expires_at, now)
+        ``now``: ``rules.counts_as_active`` of the snapshot last written — damaged or not,
+        as the SQL and MongoDB stores count from their tenant, status and expiry columns."""
+        kept = self.snapshot
+        return kept.tenant == tenant and rules.active_at(kept.status, kept.expires_at, now)
 
 
 class _Place(NamedTuple):

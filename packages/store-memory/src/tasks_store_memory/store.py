@@ -1,8 +1,9 @@
 """``MemoryStore``: the volatile reference implementation of the ``TaskStore`` protocol.
 
-Every operation runs to completion under one lock without awaiting; records are kept as
-JSON text, as a database keeps them. :class:`MemoryStore` lists its capabilities, its URL
-format and what its atomicity guarantees.
+Every operation runs to completion under one lock without awaiting; each task's snapshot
+is kept as an object of the store's own, detached from every caller's copy, and its
+history as JSON text. :class:`MemoryStore` lists its capabilities, its URL format and what
+its atomicity guarantees.
 """
 
 from __future__ import annotations
@@ -70,14 +71,12 @@ class MemoryStore(Creates):
     empty store, so every open is already an isolated namespace.
 
     Atomicity: every operation runs to completion under one ``threading.Lock`` without
-    awaiting, so it is atomic with respect to asyncio tasks *and* threads. Records are kept
-    as JSON documents (text), exactly like a database would, and every snapshot a call
-    returns is the caller's own (a decode, or a copy detached from what was written): a
-    value the caller mutates after a call can never leak into the store, and a damaged
-    document reads as ``StoreCorrupt`` for that task only. The store's own decisions read
-    a view cached per task until its next write, and
-    ``claim_next`` reads an index of the open tasks, the claimable ones in claim order
-    (``_records.py``, ``_rows.py``).
+    awaiting, so it is atomic with respect to asyncio tasks *and* threads. Each task's
+    snapshot is kept as a frozen object detached from the caller's copy
+    (``models.detached``), and every snapshot a call returns is detached again: a value
+    the caller mutates before or after a call can never leak into the store; a damaged
+    record reads as ``StoreCorrupt`` for that task only. ``claim_next`` reads an index of
+    the open tasks, the claimable ones in claim order (``_records.py``, ``_rows.py``).
     """
 
     CAPABILITIES = StoreCapabilities(
@@ -260,7 +259,7 @@ class MemoryStore(Creates):
         storekit.check_claim(task_id, worker_id, lease_for)
         with self._locked() as now:
             row = self._row(task_id)
-            started = storekit.claim_one(self._take(task_id, row), worker_id, lease_for, now,
+            started = storekit.claim_one(self._view(task_id, row), worker_id, lease_for, now,
                                          start=self._start_claim)
             self._write(row, started)
         return storekit.claim_result(started)
@@ -297,7 +296,7 @@ class MemoryStore(Creates):
                 if not picked:
                     break
                 for task_id, row in picked:
-                    started = scan.offer(self._take(task_id, row))
+                    started = scan.offer(self._view(task_id, row))
                     if started is not None:
                         self._write(row, started)
             for queue, bounds in request.limits.items():
