@@ -114,7 +114,7 @@ class Records:
 
     def _corrupt(self, task_id: str) -> None:
         """Damage the stored record of ``task_id`` (contract-suite support only): every
-        read of its snapshot is ``StoreCorrupt`` until the next write. What the row counts
+        read of its snapshot is ``StoreCorrupt`` (``Row.damaged``). What the row counts
         by (``Row.counts_as_active``) stays as last written, as a database's columns would.
         """
         with self._lock:

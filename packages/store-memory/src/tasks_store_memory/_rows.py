@@ -36,7 +36,8 @@ class Row:
     """The position in ``history`` of each applied event id."""
     damaged: bool = False
     """Whether the record reads as damaged (``Records._corrupt``, the contract suite's):
-    every read of the snapshot is ``StoreCorrupt`` until the next write."""
+    every read of the snapshot is ``StoreCorrupt``, so no write reaches it (each reads
+    first) until the task is replaced or deleted."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Row:
@@ -46,7 +47,6 @@ class Row:
     def write(self, snapshot: Snapshot) -> None:
         """Hold ``snapshot`` (detached from the caller's) as the task's record."""
         self.snapshot = detached(snapshot)
-        self.damaged = False
 
     def counts_as_active(self, tenant: str, now: datetime) -> bool:
         """Whether the task counts toward ``tenant``'s ``max_active_tasks_per_scope`` at
