@@ -22,7 +22,14 @@ from tasks_core import (
     rules,
 )
 from tasks_core._json import json_size
-from tasks_core.models import MAX_MESSAGE_CHARS, Lease, TaskStatus, built, replaced
+from tasks_core.models import (
+    MAX_MESSAGE_CHARS,
+    Lease,
+    TaskStatus,
+    built,
+    detached,
+    replaced,
+)
 
 
 def _delays(policy: RetryPolicy, retries: int) -> list[float]:
@@ -265,3 +272,41 @@ def test_built_refuses_anything_but_exactly_the_fields(fields: dict[str, Any]) -
     """A missing or an unknown field MUST raise ``TypeError`` (no half-built model)."""
     with pytest.raises(TypeError, match="exactly its fields"):
         built(Lease, **fields)
+
+
+def _containers(value: object) -> list[object]:
+    """Every dict and list reachable from ``value`` through models, dicts, lists and
+    tuples (the containers a caller could change in place)."""
+    found: list[object] = []
+    if isinstance(value, (dict, list)):
+        found.append(value)
+    if isinstance(value, dict):
+        children: list[object] = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        children = list(value)
+    elif hasattr(value, "__pydantic_fields__"):
+        children = [getattr(value, name) for name in type(value).__pydantic_fields__]
+    else:
+        children = []
+    for child in children:
+        found += _containers(child)
+    return found
+
+
+def test_detached_shares_no_changeable_value_with_the_snapshot(snapshot: Snapshot) -> None:
+    """``models.detached`` copies every dict and list a snapshot holds — the input, the
+    trace context, the result, the input requests and the accepted answers — so a store
+    that keeps it shares nothing a caller can change; a snapshot holding none is returned
+    as it is."""
+    work = Work(name="job", input={"items": [1, {"n": 2}]},
+                trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    full = replaced(snapshot, work=work, result={"rows": [[1]]},
+                    input_requests={"ask": {"prompt": ["a"]}},
+                    accepted_input_responses={"ask": {"answer": [True]}})
+    copy = detached(full)
+    assert full == copy
+    kept = {id(container) for container in _containers(copy)}
+    shared = [c for c in _containers(full) if id(c) in kept]
+    assert [] == shared
+    plain = replaced(snapshot, work=Work(name="job"))
+    assert detached(plain) is plain

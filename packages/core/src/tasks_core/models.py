@@ -324,14 +324,22 @@ class Snapshot(Model):
 
 def detached(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with copies of its own of the JSON values a caller can change in place
-    (the input, the result, input requests and accepted answers: every mutable value a
-    snapshot holds; the rest is frozen), or ``snapshot`` itself when it holds none. A store
-    that keeps a snapshot it wrote — as the decode of the text it wrote — keeps this, so
-    that nothing a caller does to the snapshot it was handed reaches what is kept."""
+    (the input and the trace context, the result, input requests and accepted answers:
+    every mutable value a snapshot holds; the rest is frozen), or ``snapshot`` itself when
+    it holds none. A store
+    that keeps snapshot objects (the memory store's rows, the SQL store's decode cache)
+    keeps this of each snapshot it writes, and hands out no object it keeps but through
+    this, so that nothing a caller does to a snapshot it gave or was handed reaches what
+    is kept."""
     changes: dict[str, Any] = {}
     work = snapshot.work
+    work_changes: dict[str, Any] = {}
     if isinstance(work.input, (dict, list)):
-        changes["work"] = replaced(work, input=copy.deepcopy(work.input))
+        work_changes["input"] = copy.deepcopy(work.input)
+    if work.trace_context is not None:
+        work_changes["trace_context"] = dict(work.trace_context)
+    if work_changes:
+        changes["work"] = replaced(work, **work_changes)
     if isinstance(snapshot.result, (dict, list)):
         changes["result"] = copy.deepcopy(snapshot.result)
     if snapshot.input_requests:
