@@ -158,12 +158,13 @@ def check_instant(value: object, what: str, *, allow_none: bool = False) -> date
 
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhd]?)\s*")
+_DURATION = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))\s*([smhd]?)\s*")
 
 
 def parse_duration(text: str, what: str, *, high: float, allow_zero: bool = False) -> float:
     """A duration written on a command line — ``30``, ``30s``, ``1.5m``, ``2h``, ``1d``
-    (seconds without a unit) — checked by :func:`check_duration`.
+    (seconds without a unit) — checked by :func:`check_duration` (a signed number is read,
+    so ``-5s`` is refused as out of range, like any other).
 
     Raises:
         InvalidInput: naming ``what``: not such a text, or out of range.
@@ -173,7 +174,7 @@ def parse_duration(text: str, what: str, *, high: float, allow_zero: bool = Fals
         raise InvalidInput(f"{what} must be a number of seconds or a number with a unit "
                            f"s, m, h or d (e.g. 30s, 5m), not {text!r}")
     number = found.group(1)
-    given = int(number) if number.isdigit() else float(number)  # an int shows as digits
+    given = int(number) if number.lstrip("+-").isdigit() else float(number)  # int: digits
     return check_duration(given * _UNITS[found.group(2)], what, high=high,
                           allow_zero=allow_zero)
 
