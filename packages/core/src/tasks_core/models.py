@@ -326,11 +326,10 @@ def detached(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with copies of its own of the JSON values a caller can change in place
     (the input and the trace context, the result, input requests and accepted answers:
     every mutable value a snapshot holds; the rest is frozen), or ``snapshot`` itself when
-    it holds none. A store
-    that keeps snapshot objects (the memory store's rows, the SQL store's decode cache)
-    keeps this of each snapshot it writes, and hands out no object it keeps but through
-    this, so that nothing a caller does to a snapshot it gave or was handed reaches what
-    is kept."""
+    it holds none. A store that keeps snapshot objects (the memory store's rows, the SQL
+    store's decode cache) keeps this of each snapshot it writes, and hands out no object it
+    keeps but through this, so that nothing a caller does to a snapshot it gave or was
+    handed reaches what is kept."""
     changes: dict[str, Any] = {}
     work = snapshot.work
     work_changes: dict[str, Any] = {}
