@@ -232,19 +232,25 @@ class CreateContract(ContractBase):
     ) -> None:
         """Every snapshot a call returns — from ``create``, ``list``, ``claim_next``, ``claim``,
         ``worker_snapshot``, ``renew``, ``report_progress``, ``release`` and
-        ``transition`` — MUST be the caller's own: mutating its payload MUST NOT change
-        what the store holds, nor what any later call returns.
+        ``transition`` — MUST be the caller's own: mutating its payload (the input, the
+        trace context, the result) MUST NOT change what the store holds, nor what any later
+        call returns.
 
         Troubleshooting: decode every answer from the stored form (or deep-copy it);
         an in-memory store that hands out the objects it keeps (or caches decoded
         snapshots and returns them) lets one caller's mutation reach every other reader.
         """
-        created = await store.create(new_task(input={"items": [1, 2]}))
+        new = new_task(input={"items": [1, 2]})
+        traced = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+        created = await store.create(new.model_copy(update={
+            "work": new.work.model_copy(update={"trace_context": dict(traced)})}))
         spoiled: list[Snapshot] = []
 
         def spoil(snapshot: Snapshot) -> None:
             assert isinstance(snapshot.work.input, dict)
             snapshot.work.input["items"].append(len(spoiled))
+            assert snapshot.work.trace_context is not None
+            snapshot.work.trace_context["tracestate"] = str(len(spoiled))
             spoiled.append(snapshot)
 
         spoil(created)
@@ -267,3 +273,4 @@ class CreateContract(ContractBase):
         [relisted] = await store.list(TaskQuery(tenant=None))
         for read in (await store.get(created.id, tenant=None), relisted):
             assert ({"items": [1, 2]}, {"n": [7]}) == (read.work.input, read.result)
+            assert traced == read.work.trace_context
