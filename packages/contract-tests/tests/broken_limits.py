@@ -9,6 +9,7 @@ import builtins
 from typing import Any
 
 from tasks_core import Claim, InvalidInput, Lease
+from tasks_core._inert import inert
 from tasks_store_memory import MemoryStore
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "ClaimLimitBelow1000",
     "LongLeasesCutTo7Days",
     "WorkerIdsCutAt255",
+    "WorkerIdsEscaped",
 ]
 
 
@@ -34,6 +36,17 @@ class WorkerIdsCutAt255(MemoryStore):
                          ) -> builtins.list[Claim]:
         self._check(worker_id)
         return await super().claim_next(worker_id, lease_for, **options)
+
+
+class WorkerIdsEscaped(MemoryStore):
+    """Takes a worker id that is not printable, escaped, instead of refusing it."""
+
+    async def claim(self, task_id: str, worker_id: str, lease_for: float) -> Claim:
+        return await super().claim(task_id, inert(worker_id), lease_for)
+
+    async def claim_next(self, worker_id: str, lease_for: float, **options: Any
+                         ) -> builtins.list[Claim]:
+        return await super().claim_next(inert(worker_id), lease_for, **options)
 
 
 class ClaimLimitBelow1000(MemoryStore):

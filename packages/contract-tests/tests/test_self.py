@@ -143,6 +143,7 @@ BROKEN: list[tuple[type, str]] = [
     ),
     # limits, at the limit and one past it
     (limits.WorkerIdsCutAt255, "test_a_worker_id_of_256_characters_is_taken_and_257_refused"),
+    (limits.WorkerIdsEscaped, "test_a_worker_id_that_is_not_printable_is_refused"),
     (limits.ClaimLimitBelow1000, "test_claim_next_takes_a_limit_of_1000_and_refuses_1001"),
     (limits.BatchOf1000Refused, "test_transition_many_takes_1000_items_and_refuses_1001"),
     (

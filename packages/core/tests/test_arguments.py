@@ -41,6 +41,15 @@ def test_a_worker_id_of_256_characters_is_taken_and_257_refused() -> None:
             rules.check_worker_id(bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", ["w-\x1b]52;c;AAAA\x07", "w\n", "w\u202e", "a\tb", "w\x00"])
+def test_a_worker_id_with_a_character_that_is_not_printable_is_refused(bad: str) -> None:
+    """A worker id MUST be printable: it is written to log lines and shown by the CLI and
+    the dashboard, where an escape sequence or a line break would act on what shows it."""
+    with pytest.raises(InvalidInput, match=r"^worker_id must be printable"):
+        rules.check_worker_id(bad)
+    assert "host-1 pid 7 \u00e9" == rules.check_worker_id("host-1 pid 7 \u00e9")
+
+
 def test_queues_are_a_non_empty_collection_of_names() -> None:
     """Queues MUST be a collection (not a bare string) of valid names, at least one unless
     ``allow_empty``; a bad name is refused naming the queue."""

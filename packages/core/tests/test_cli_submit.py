@@ -336,6 +336,17 @@ async def test_submit_input_holding_nan_is_not_json(monkeypatch: pytest.MonkeyPa
     await app.aclose()
 
 
+@pytest.mark.parametrize("given", ["", "   "])
+async def test_an_empty_input_is_not_json(given: str) -> None:
+    """``--input ''`` MUST be refused as not JSON (never read as no input), and nothing
+    written: an empty value is a mistake, as an empty ``--key`` or ``--queue`` is."""
+    app = make_app()
+    async with app:
+        with pytest.raises(InvalidInput, match=r"^--input is not JSON: "):
+            await _run("submit", "anything", "--input", given, "--user", "alice", app=app)
+        assert [] == (await app.list(System())).items
+
+
 @pytest.mark.parametrize("key", [":thumbs_up:x:warning:", "ends-in-a-backslash\\",
                                  "two\\\\", "[red]x[/]"])
 async def test_one_line_results_print_the_id_exactly(key: str) -> None:

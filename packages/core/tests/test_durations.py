@@ -161,7 +161,7 @@ OPTIONS = [
     Option("RetryPolicy.exponential(base)", "base",
            _sync(lambda v: RetryPolicy.exponential(v, attempts=2)), MAX_WAIT_S, zero=True),
     Option("RetryPolicy.exponential(cap)", "cap",
-           _sync(lambda v: RetryPolicy.exponential(1, attempts=2, cap=v)), MAX_WAIT_S,
+           _sync(lambda v: RetryPolicy.exponential(0, attempts=2, cap=v)), MAX_WAIT_S,
            zero=True, none=True),
     Option("RetryPolicy(delay_s)", "delay_s",
            _sync(lambda v: RetryPolicy(kind="fixed", attempts=2, delay_s=v)), MAX_WAIT_S,

@@ -50,6 +50,19 @@ async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
         assert (1, "no outstanding question matched") == (code, out.strip()[:31])
 
 
+async def test_show_tells_the_priority_a_task_was_given() -> None:
+    """``show`` MUST print the task's priority (``--priority``, else its task's or 0): it
+    decides the claim order, so a person checking a submit must see it."""
+    app = _app()
+    async with app:
+        await _cli(app, "submit", "ask", "--user", "alice", "--key", "p7", "--priority", "-7")
+        await _cli(app, "submit", "ask", "--user", "alice", "--key", "p0")
+        shown = [(await _cli(app, "show", f"alice::{key}", "--system"))[1] for key in ("p7", "p0")]
+    rows = [[line.split() for line in out.splitlines() if line.split()[:1] == ["priority"]]
+            for out in shown]
+    assert [[["priority", "-7"]], [["priority", "0"]]] == rows
+
+
 async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None:
     """``show --follow`` and ``submit --wait`` MUST follow the task live to its end and
     exit 0 for a completed task; off a terminal the output ends with a newline."""

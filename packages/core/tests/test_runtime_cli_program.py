@@ -20,6 +20,7 @@ from tasks_core import (
     App,
     CapabilityNotSupported,
     InvalidInput,
+    System,
     TaskContext,
     UnknownStore,
     find_store,
@@ -136,6 +137,20 @@ async def test_demo_runs_end_to_end_on_the_memory_store() -> None:
     sql = installed(EMBEDDED_STORE_URL)  # the hint never asks to install what is there
     assert (sql, not sql) == ("Run it on sqlite:///tasks.db" in text,
                               "Install tasks-store-sql" in text)
+
+
+async def test_the_demos_tasks_expire_within_a_day_even_unfinished(tmp_path: Path) -> None:
+    """Every task the demo submits MUST end within a day: kept for a day once finished,
+    and with a ttl of a day, so that the tasks of an interrupted demo do not stay (or get
+    run by the next demo) for ever."""
+    pytest.importorskip("tasks_store_sql")
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    console, out = _console()
+    assert 0 == await run(["demo", "--store", url], console=console), out.getvalue()
+    async with App(url) as app:
+        stored = (await app.list(System())).items
+    assert 8 == len(stored)
+    assert {(86400.0, 86400.0)} == {(s.ttl_s, s.retention_s) for s in stored}
 
 
 def test_console_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:

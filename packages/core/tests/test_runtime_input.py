@@ -136,3 +136,30 @@ async def test_request_input_validates_keys_and_size() -> None:
         async with fast_worker(app):
             done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
     assert ["a::b", "big"] == done.result
+
+
+@pytest.mark.parametrize("request_", [{1, 2}, b"x", "\ud800", {"a": float("nan")}, (1, 2),
+                                      {1: "a"}], ids=["set", "bytes", "surrogate", "nan",
+                                                      "tuple", "int-key"])
+async def test_a_request_that_is_not_json_is_refused_with_invalid_input(request_: Any) -> None:
+    """A request that is not plain JSON MUST raise ``InvalidInput`` naming ``request`` in
+    the handler — as ``submit`` and ``respond`` refuse such input — before anything is
+    written (it raised ``TypeError`` or ``UnicodeEncodeError`` from the size count)."""
+    app = make_app()
+
+    @app.task
+    async def ask(ctx: TaskContext) -> str:
+        try:
+            await ctx.request_input("k", request_)
+        except InvalidInput as exc:
+            return str(exc)
+        return "asked"
+
+    async with app:
+        t = await app.submit(ask, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+        history = await app.history(t.id, ALICE)
+    assert str(done.result).startswith("request")
+    assert not done.input_requests
+    assert "input_requested" not in [record.event.kind for record in history]

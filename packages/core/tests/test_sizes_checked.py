@@ -230,3 +230,21 @@ def test_an_empty_task_name_is_refused_not_defaulted() -> None:
     with pytest.raises(InvalidInput, match=r"name"):
         app.task(name="")(job)
     assert "job" not in app.tasks
+
+
+@pytest.mark.parametrize("name", [" ", "job ", " job", "\tjob"])
+async def test_a_task_name_blank_or_padded_with_whitespace_is_refused(name: str) -> None:
+    """A task name MUST NOT be blank nor begin or end with whitespace — at registration
+    and when a task is submitted by name (the CLI without ``--app``) — refused before
+    anything is written: such a name reads as another one, and no worker would serve it."""
+    app = make_app()
+
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    with pytest.raises(InvalidInput, match=r"^task name must not be blank nor begin or end "):
+        app.task(name=name)(job)
+    async with app:
+        with pytest.raises(InvalidInput, match=r"^task name must not be blank nor begin "):
+            await app.submit(name, None, ALICE)
+        assert [] == (await app.list(ALICE)).items

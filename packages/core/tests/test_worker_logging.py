@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app
-from tasks_core import App, RetryPolicy, TaskContext
+from _runtime_kit import ALICE, LEASED, TIMEOUT, DelegatingStore, fast_worker, make_app, until
+from tasks_contract_tests._kit import submitted_in_order
+from tasks_core import App, ManualClock, RetryPolicy, TaskContext, TaskStatus
 from tasks_core.runtime._tally import Tally
 from tasks_store_memory import MemoryStore
 
@@ -156,3 +157,35 @@ async def test_the_summary_counts_handlers_running_not_runs_awaiting_their_commi
             store.release.set()
             for task_id in ids:
                 await app.wait(task_id, ALICE, timeout=TIMEOUT)
+
+
+async def test_a_drain_logs_no_line_per_task_at_info_and_counts_its_releases(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A drain MUST say nothing per task at INFO — a run asked to stop for the shutdown
+    and a claim held ahead given back unstarted are DEBUG lines (a worker drained with a
+    backlog held would log a line for each) — and the summary line at its stop MUST
+    count every task it gave back as ``released``."""
+    caplog.set_level(logging.DEBUG, logger="tasks_core")
+    clock = ManualClock()
+    app = make_app(store=MemoryStore(clock=clock))
+
+    @app.task
+    async def endless(ctx: TaskContext) -> None:
+        await ctx.sleep(3600)
+
+    async with app:
+        ids = await submitted_in_order(app, endless, clock, 3)
+        worker = fast_worker(app, concurrency=1, prefetch=2)
+        async with worker:
+            await until(app, ids[2], ALICE, lambda s: s.status in LEASED)
+            assert await worker.shutdown(drain_timeout=TIMEOUT)
+        assert [TaskStatus.PENDING] * 3 == [(await app.get(i, ALICE)).status for i in ids]
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert not [line for line in info if any(task_id in line for task_id in ids)]
+    assert all(any(task_id in line and "released" in line for line in debug)
+               for task_id in ids)
+    summaries = [_no_seconds(line) for line in info if "in the last" in line]
+    assert [f"worker {worker.worker_id}: 3 released in the last Ns; 0 running, 0 held"] \
+        == summaries

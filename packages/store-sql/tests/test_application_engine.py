@@ -205,6 +205,41 @@ async def test_a_store_first_used_inside_a_transaction_refuses_a_missing_schema_
         await store.aclose()
 
 
+async def test_a_connection_outside_a_transaction_is_refused_before_anything_is_written(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """``transaction=conn`` on a connection that has not begun a transaction MUST be
+    refused (``InvalidInput`` saying to begin one) by ``create``, ``create_many`` and
+    ``App.submit``, before anything is written — and without beginning one on the
+    caller's connection: SQLAlchemy would autobegin it, and the task vanish when the block
+    ended without a commit.
+
+    Troubleshooting: check ``conn.in_transaction()`` where the store receives the
+    connection, before the schema check runs a statement on it.
+    """
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    app = App(store=store)
+    app.task(name="job")(_job)
+    try:
+        async with app, app_engine.connect() as conn:
+            for call in (lambda: store.create(_new("a"), transaction=conn),
+                         lambda: store.create_many([_new("b")], transaction=conn),
+                         lambda: app.submit("job", None, Owner("alice"), transaction=conn),
+                         lambda: app.submit_many([{"task": "job"}], Owner("alice"),
+                                                 transaction=conn)):
+                with pytest.raises(InvalidInput, match=r"transaction= takes a connection "
+                                   r"inside a transaction: async with conn\.begin\(\)"):
+                    await call()
+                assert not conn.in_transaction()
+        assert [] == await store.list(TaskQuery(tenant=None))
+    finally:
+        await store.aclose()
+
+
+async def _job(ctx: TaskContext) -> None:
+    return None
+
+
 @pytest.fixture
 async def pg_namespace(postgres_url: str) -> AsyncIterator[str]:
     """A namespace with no tables in PostgreSQL, dropped again after the test."""

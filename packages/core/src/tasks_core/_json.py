@@ -109,6 +109,25 @@ def _check(value: Any, path: str, depth: int) -> None:
     raise ValueError(f"{path}: {type(value).__name__} is not JSON")
 
 
+def check_payload(value: Any, what: str, max_bytes: int) -> Any:
+    """Return ``value`` if it is a payload a caller may hand the runtime — a submit's
+    input, ``respond``'s answers, a handler's input request: plain JSON
+    (:func:`check_json`), at most ``max_bytes`` of it (:func:`json_size`, counted only once
+    the value is known to be JSON). The one check of all three.
+
+    Raises:
+        InvalidInput: not JSON (naming the first offending path under ``what``), or larger
+            than ``max_bytes``.
+    """
+    try:
+        check_json(value, what=what)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    if json_size(value) > max_bytes:
+        raise InvalidInput(f"{what} must be at most {max_bytes} bytes of JSON")
+    return value
+
+
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 

@@ -45,13 +45,19 @@ def check_lease_for(lease_for: float) -> timedelta:
 
 
 def check_worker_id(worker_id: str) -> str:
-    """Validate a worker id.
+    """Validate a worker id: a non-empty string of at most 256 printable characters (log
+    lines, the CLI and the dashboard show it; a control character or bidi override would
+    act on what shows it).
 
     Raises:
-        InvalidInput: not a non-empty string of at most 256 characters.
+        InvalidInput: not a non-empty string of at most 256 characters, or a character
+            that is not printable (``str.isprintable``).
     """
     if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
         raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+    if not worker_id.isprintable():
+        raise InvalidInput("worker_id must be printable: no control characters, line "
+                           "breaks or bidi overrides")
     return worker_id
 
 

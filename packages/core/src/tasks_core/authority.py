@@ -26,6 +26,7 @@ __all__ = [
     "Authority",
     "Owner",
     "System",
+    "check_dedup",
     "check_key",
     "check_name",
     "check_task_id",
@@ -164,6 +165,18 @@ def require_authority(authority: object) -> Authority:
     )
 
 
+def check_dedup(dedup: object) -> str:
+    """Validate a dedup mode: ``"owner"`` or ``"global"`` (exactly; checked before the key
+    it applies to, so an unknown mode is named as such with or without a key).
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    if not isinstance(dedup, str) or dedup not in ("owner", "global"):
+        raise InvalidInput(f"dedup must be 'owner' or 'global', not {dedup!r:.40}")
+    return dedup
+
+
 def scoped_task_key(
     key: str, owner: Owner | None, *, dedup: str = "owner", tenant: str | None = None
 ) -> str:
@@ -195,12 +208,11 @@ def scoped_task_key(
         InvalidInput: bad key, tenant, unknown dedup, or owner dedup without an owner.
     """
     check_key(key)
+    check_dedup(dedup)
     if dedup == "global":
         scope = check_name(tenant, what="tenant") if tenant is not None else None
         scope = scope or (owner.tenant if owner is not None else DEFAULT_TENANT)
         return key if scope == DEFAULT_TENANT else f"{scope}{SEPARATOR}{SEPARATOR}{key}"
-    if dedup != "owner":
-        raise InvalidInput("dedup must be 'owner' or 'global'")
     if owner is None:
         raise InvalidInput("dedup='owner' needs an Owner; use dedup='global' for System "
                            "(tasks submit --global)")

@@ -143,7 +143,9 @@ class TaskContext:
 
         Raises:
             RunCancelled: the task was cancelled or the run lost its lease while waiting.
-            InvalidInput: a bad key or request.
+            InvalidInput: a bad key, or a request that is not plain JSON or is larger
+                than ``Limits.max_input_bytes`` (checked as ``submit`` checks its input),
+                before anything is written.
         """
         return await self._hooks.request_input(key, request)
 

@@ -19,12 +19,19 @@ from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, check_name
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
-from tasks_core.models import MAX_PRIORITY, MIN_PRIORITY, RetryPolicy, Snapshot, Work
+from tasks_core.models import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    RetryPolicy,
+    Snapshot,
+    Work,
+    check_retry,
+)
 from tasks_core.sizes import check_limit, integral
 from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
-           "check_priority"]
+           "check_priority", "check_task_name"]
 
 DEFAULT_QUEUE = "default"
 _MOST_BINDS = 64
@@ -92,6 +99,17 @@ def check_priority(priority: object, what: str = "priority") -> int:
     """
     return check_limit(priority, minimum=MIN_PRIORITY, maximum=MAX_PRIORITY, what=what)
 
+
+def check_task_name(name: object) -> None:
+    """Refuse a task name, registered or submitted, that is blank or begins or ends with
+    whitespace (it reads as another name, and no worker would serve it); the rest of the
+    rule (a string of 1–256 printable characters) is ``Work.name``'s.
+
+    Raises:
+        InvalidInput: such a name.
+    """
+    if isinstance(name, str) and (not name.strip() or name != name.strip()):
+        raise InvalidInput("task name must not be blank nor begin or end with whitespace")
 
 
 @dataclass(frozen=True)
@@ -167,9 +185,10 @@ class TaskDef:
         priority: default priority, -100..100 (``claim_next`` serves higher first).
 
     Raises:
-        InvalidInput: a handler that is not callable, a bad name, queue name, retry
-            policy, duration (:func:`~tasks_core.durations.check_duration`), priority or
-            delivery limit.
+        InvalidInput: a handler that is not callable or cannot take the context first, a
+            bad name, queue name, retry policy (:func:`~tasks_core.models.check_retry`),
+            duration (:func:`~tasks_core.durations.check_duration`), priority or delivery
+            limit.
     """
 
     name: str
@@ -186,9 +205,9 @@ class TaskDef:
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise InvalidInput("a task handler must be callable")
+        check_task_name(self.name)
         check_name(self.queue, what="queue")
-        if not isinstance(self.retry, RetryPolicy):
-            raise InvalidInput("retry must be a RetryPolicy")
+        check_retry(self.retry)
         check_duration(self.timeout, "timeout", high=MAX_WAIT_S, allow_none=True)
         check_duration(self.ttl, "ttl", high=MAX_KEEP_S, allow_none=True)
         check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
@@ -196,11 +215,14 @@ class TaskDef:
         object.__setattr__(self, "priority", check_priority(self.priority))
         object.__setattr__(self, "max_deliveries", integral(self.max_deliveries))
         Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)
+        self._check_takes_context()
 
     @functools.cached_property
     def is_async(self) -> bool:
-        """Whether the handler is an ``async def`` (run on the loop, not in a thread)."""
-        return inspect.iscoroutinefunction(self.fn)
+        """Whether the handler is an ``async def``, or an object whose ``__call__`` is one
+        (run on the loop, not in a thread)."""
+        return (inspect.iscoroutinefunction(self.fn)
+                or inspect.iscoroutinefunction(type(self.fn).__call__))
 
     @functools.cached_property
     def _signature(self) -> inspect.Signature | None:
@@ -210,6 +232,25 @@ class TaskDef:
             return inspect.signature(self.fn)
         except (TypeError, ValueError):
             return None
+
+    def _check_takes_context(self) -> None:
+        """Refuse a handler that cannot be called ``fn(ctx, **input)``: its signature has
+        no positional parameter left for the context (``*args`` has room; a
+        ``functools.partial`` or a callable object is read as it is called). A handler
+        without a readable signature is taken as it is.
+
+        Raises:
+            InvalidInput: no room for the context.
+        """
+        signature = self._signature
+        if signature is None:
+            return
+        try:
+            signature.bind_partial(None)
+        except TypeError:
+            raise InvalidInput(
+                f"task {self.name!r}: a task handler takes the context first: "
+                f"def handler(ctx, ...), not {self.name}{signature}") from None
 
     @functools.cached_property
     def _binds(self) -> set[frozenset[str]] | None:

@@ -41,6 +41,7 @@ __all__ = [
     "TaskStatus",
     "Work",
     "built",
+    "check_retry",
     "detached",
     "replaced",
 ]
@@ -153,7 +154,8 @@ class RetryPolicy(Model):
 
     ``attempts`` counts every run, the first included: ``attempts=1`` never retries.
     The n-th retry (n >= 1) waits ``delay_s`` (fixed) or ``min(delay_s * 2**(n-1), cap_s)``
-    (exponential).
+    (exponential). Build one with :meth:`none`, :meth:`fixed` or :meth:`exponential`; one
+    built by hand is checked where a caller gives it (:func:`check_retry`).
     """
 
     kind: Literal["none", "fixed", "exponential"] = "none"
@@ -182,13 +184,13 @@ class RetryPolicy(Model):
         """Retry after ``base``, ``2*base``, ``4*base``… seconds (at most ``cap``).
 
         Raises:
-            InvalidInput: a bad ``base`` or ``cap`` (see :mod:`tasks_core.durations`) or
-                ``attempts``.
+            InvalidInput: a bad ``base`` or ``cap`` (see :mod:`tasks_core.durations`), a
+                ``cap`` below ``base`` (:func:`check_retry`), or a bad ``attempts``.
         """
         base_s = check_duration(base, "base", high=MAX_WAIT_S, allow_zero=True)
         cap_s = check_duration(cap, "cap", high=MAX_WAIT_S, allow_zero=True, allow_none=True)
-        return cls(kind="exponential", attempts=integral(attempts), delay_s=base_s,
-                   cap_s=cap_s)
+        return check_retry(cls(kind="exponential", attempts=integral(attempts),
+                               delay_s=base_s, cap_s=cap_s))
 
     def allows_retry(self, retry_count: int) -> bool:
         """Whether a run that has already been retried ``retry_count`` times may retry again."""
@@ -205,6 +207,31 @@ class RetryPolicy(Model):
         else:
             seconds = 0.0
         return timedelta(milliseconds=round(min(seconds, MAX_WAIT_S) * 1000))
+
+
+def check_retry(policy: object, what: str = "retry") -> RetryPolicy:
+    """Return ``policy`` if a caller may give it (``@app.task``, ``submit``, a bulk item,
+    ``RetryPolicy.exponential``): a :class:`RetryPolicy` — never a dict to coerce — that
+    does what it says: kind ``"none"`` only as :meth:`RetryPolicy.none` builds it (with
+    ``attempts`` or a delay it would never retry), a cap only on an exponential policy,
+    and at least its base delay (below it, the cap would replace every delay). Only
+    where a caller gives one: a stored record decodes whatever policy it holds.
+
+    Raises:
+        InvalidInput: naming ``what`` and the rule.
+    """
+    if not isinstance(policy, RetryPolicy):
+        raise InvalidInput(f"{what} must be a RetryPolicy (RetryPolicy.fixed(...), "
+                           f".exponential(...) or .none()), not {type(policy).__name__}")
+    if policy.kind == "none" and policy != RetryPolicy():
+        raise InvalidInput(f"{what}: kind 'none' never retries; use RetryPolicy.fixed(...) "
+                           "or .exponential(..., attempts=3)")
+    if policy.cap_s is not None and policy.kind != "exponential":
+        raise InvalidInput(f"{what}: a cap applies to exponential delays only")
+    if policy.cap_s is not None and policy.cap_s < policy.delay_s:
+        raise InvalidInput(f"{what}: cap ({policy.cap_s:g}s) must be at least the base delay "
+                           f"({policy.delay_s:g}s)")
+    return policy
 
 
 class Work(Model):

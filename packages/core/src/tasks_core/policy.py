@@ -4,12 +4,15 @@
 task, and what an error message may say; ``Limits`` holds the sizes. Both live in core and
 are applied once, before a store is called, so no two stores can differ in security.
 
-Hooks must be pure (no I/O, no side effects). A hook that raises denies: the authorizers
-answer ``False``, the redactor withholds the message.
+Hooks must be pure (no I/O, no side effects) and plain functions, answering at once: an
+``async`` one is refused when the ``Policy`` is built. A hook that raises denies: the
+authorizers answer ``False`` (and so does one answering anything but a ``bool``), the
+redactor withholds the message.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_INPUT_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
+    "MAX_WATCHERS",
     "Limits",
     "Policy",
     "QueueAuthorizer",
@@ -38,6 +42,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 DEFAULT_CONCURRENCY = 8
+MAX_WATCHERS = 100
+"""The most watchers one submit (or bulk item) may name: ``watchers=`` beyond it is
+refused (``InvalidInput``) before anything is written."""
 
 QueueAuthorizer = Callable[[str, Owner], bool]
 """``f(queue, owner) -> bool``: may ``owner`` submit to ``queue``?"""
@@ -62,6 +69,15 @@ class Policy:
             capped at 2048 characters before it is stored.
         visibility: ``"watchers"`` (owner, watchers and System see a task) or ``"tenant"``
             (every principal of the tenant may read; only members cancel and respond).
+
+    Rule: a hook is a plain callable that answers at once (it is called without
+    ``await``); an authorizer grants only when it answers ``True`` — any other answer
+    (``1``, ``numpy.bool_``, ``None``, an awaitable) denies, with a WARNING naming the
+    hook on every such call.
+
+    Raises:
+        InvalidInput: a hook that is not callable, or a coroutine function (or an object
+            whose ``__call__`` is one); a bad ``visibility``.
     """
 
     queue_authorizer: QueueAuthorizer | None = None
@@ -72,6 +88,8 @@ class Policy:
     def __post_init__(self) -> None:
         if self.visibility not in ("watchers", "tenant"):
             raise InvalidInput("visibility must be 'watchers' or 'tenant'")
+        for name in ("queue_authorizer", "watch_authorizer", "error_redactor"):
+            _check_hook(name, getattr(self, name))
 
     def check_queue(self, queue: str, authority: Authority) -> None:
         """Refuse ``queue`` to ``authority`` unless the queue authorizer allows it.
@@ -103,9 +121,11 @@ class Policy:
         text = _text(exc)
         if self.error_redactor is not None:
             try:
-                text = self.error_redactor(exc, text)
-                if not isinstance(text, str):
+                redacted: object = self.error_redactor(exc, text)
+                if not isinstance(redacted, str):
+                    _discard(redacted)
                     raise TypeError("error_redactor must return a str")
+                text = redacted
             except Exception as failure:
                 log.error("error_redactor raised %s; the message of %s is withheld",
                           _name(failure), _name(exc))
@@ -113,12 +133,43 @@ class Policy:
         return _storable(text[:MAX_MESSAGE_CHARS])[:MAX_MESSAGE_CHARS]
 
 
+def _check_hook(name: str, fn: object) -> None:
+    """Refuse a hook the runtime could not call for an answer at once (see :class:`Policy`).
+
+    Raises:
+        InvalidInput: not callable (``None`` is: no hook), or a coroutine function.
+    """
+    if fn is None:
+        return
+    if not callable(fn):
+        raise InvalidInput(f"{name} must be a function (or None), not {type(fn).__name__}")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        raise InvalidInput(f"{name} must be a plain function answering at once, not async: "
+                           "hooks are called without await")
+
+
 def _ask(hook: str, fn: Callable[..., bool], *args: object) -> bool:
+    """Whether ``fn(*args)`` grants: only an answer of ``True`` does. One that raises
+    denies (logged with its traceback); one that is not a ``bool`` denies with a WARNING
+    naming the hook (an awaitable answer is closed, never left un-awaited)."""
     try:
-        return fn(*args) is True
+        answer: object = fn(*args)
     except Exception:
         log.exception("%s raised; denying", hook)
         return False
+    if isinstance(answer, bool):
+        return answer
+    _discard(answer)
+    log.warning("%s answered %s, not a bool; denying (a hook answers True or False, at once)",
+                hook, type(answer).__name__)
+    return False
+
+
+def _discard(answer: object) -> None:
+    """Close ``answer`` when it is a coroutine (a hook that handed one back): it is never
+    awaited, and Python would warn of that when it is collected."""
+    if inspect.iscoroutine(answer):
+        answer.close()
 
 
 def _name(exc: BaseException) -> str:

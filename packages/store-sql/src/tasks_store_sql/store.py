@@ -220,7 +220,8 @@ class SQLStore(BulkCreates):
             Unavailable: ``replace`` names a live task.
             TaskNotFound: ``replace`` names no task.
             CapacityExceeded: a capacity limit; nothing stored.
-            InvalidInput: ``transaction`` is not an ``AsyncConnection``.
+            InvalidInput: ``transaction`` is not an ``AsyncConnection`` inside a
+                transaction (:func:`_in_transaction`); nothing written.
             SchemaMismatch: ``transaction`` given, and the namespace's schema is not the
                 current one (open the store, or migrate, first).
             StoreCorrupt: the existing record fails validation.
@@ -229,10 +230,7 @@ class SQLStore(BulkCreates):
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         if transaction is not None:
-            if not isinstance(transaction, AsyncConnection):
-                raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
-                                   "transaction runs on")
-            await self._check_ready_on(transaction)
+            await self._check_ready_on(_in_transaction(transaction))
             return await self._create(new, replace, transaction)
         await self._ensure_ready()
         return await self._create_own(new, replace)
@@ -244,7 +242,7 @@ class SQLStore(BulkCreates):
         ``TaskStore.create_many``); ``transaction`` as for :meth:`create`.
 
         Raises:
-            InvalidInput: a bad batch; ``transaction`` is not an ``AsyncConnection``.
+            InvalidInput: a bad batch; ``transaction`` as for :meth:`create`.
             TaskExists, CapacityExceeded: nothing stored.
             SchemaMismatch: as for :meth:`create`.
             StoreCorrupt: a row holding one of the ids fails validation.
@@ -252,10 +250,7 @@ class SQLStore(BulkCreates):
         """
         batch = storekit.check_create_many(news)
         if transaction is not None:
-            if not isinstance(transaction, AsyncConnection):
-                raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
-                                   "transaction runs on")
-            await self._check_ready_on(transaction)
+            await self._check_ready_on(_in_transaction(transaction))
             return await self._create_batch(batch, transaction) if batch else []
         await self._ensure_ready()
         if not batch:
@@ -353,3 +348,21 @@ class SQLStore(BulkCreates):
         members = _codec.member_rows(snapshot)
         if members:
             await conn.execute(sa.insert(t.members), members)
+
+
+def _in_transaction(transaction: object) -> AsyncConnection:
+    """The application's ``transaction=``: an ``AsyncConnection`` inside a transaction it
+    began. Checked before any statement runs on it: one on a connection outside a
+    transaction would autobegin one, and the task vanish with it when the application's
+    block ends without a commit.
+
+    Raises:
+        InvalidInput: not an ``AsyncConnection``, or one not in a transaction.
+    """
+    if not isinstance(transaction, AsyncConnection):
+        raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
+                           "transaction runs on")
+    if not transaction.in_transaction():
+        raise InvalidInput("transaction= takes a connection inside a transaction: async with "
+                           "conn.begin(): ... (this one has not begun one)")
+    return transaction

@@ -70,6 +70,24 @@ class LimitContract(ContractBase):
         assert TaskStatus.RUNNING == (await store.worker_snapshot(exact.lease)).status
         assert TaskStatus.RUNNING == (await store.worker_snapshot(served.lease)).status
 
+    async def test_a_worker_id_that_is_not_printable_is_refused(
+        self, store: TaskStore
+    ) -> None:
+        """A worker id holding a character that is not printable (an escape sequence, a
+        line break, a bidi override) MUST raise ``InvalidInput`` from ``claim`` and
+        ``claim_next`` and claim nothing: log lines, the CLI and the dashboard show worker
+        ids.
+
+        Troubleshooting: validate with ``tasks_core.rules.check_worker_id``.
+        """
+        task = await store.create(new_task())
+        for bad in ("w-\x1b]52;c;AAAA\x07", "w\nINFO forged", "w\u202e"):
+            with pytest.raises(InvalidInput):
+                await store.claim(task.id, bad, LEASE_S)
+            with pytest.raises(InvalidInput):
+                await store.claim_next(bad, LEASE_S, queues=["default"])
+        await _nothing_claimed(store, task.id)
+
     async def test_claim_next_takes_a_limit_of_1000_and_refuses_1001(
         self, store: TaskStore
     ) -> None:

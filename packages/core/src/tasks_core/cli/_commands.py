@@ -99,7 +99,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     if args.name is None:
         raise InvalidInput("name the task to submit, or give --many FILE")
     try:
-        data = parse_json(args.input, "--input") if args.input else None
+        data = None if args.input is None else parse_json(args.input, "--input")
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
     task = _task_of(app, args)

@@ -238,6 +238,7 @@ def snapshot_table(s: Snapshot) -> Table:
         ("task", s.work.name),
         ("status", status_text(s.status)),
         ("queue", s.queue),
+        ("priority", str(s.priority)),
         ("tenant", s.tenant),
         ("owner", str(s.owner or "system")),
         ("watchers", ", ".join(str(w) for w in s.watchers) or "—"),

@@ -273,7 +273,9 @@ class Claims(Slots):
         """Wait for work: store wakeups (unless the store just failed) or the backoff, and
         never past the next available instant the store knows of (a delayed task, a
         retry); local work, freed slots and a shutdown wake it early. A failing wakeup
-        falls back to the backoff, so an outage never turns into a busy loop."""
+        falls back to the backoff, so an outage never turns into a busy loop. The waits are
+        made after the store is asked: a cancel there leaves no coroutine un-awaited."""
+        due = await _due_in(store, self.queues) if wakeups else None
         waits: list[Coroutine[Any, Any, object]] = [
             self._stop.wait(), self._wake.wait(),
             self.app.notices.work.wait(self._work_seen, self.poll_interval)]
@@ -282,7 +284,7 @@ class Claims(Slots):
             waits.append(_wakeup_or_backoff(store, list(self.queues), self.poll_interval,
                                             backoff, self._wakeups))
             timeout = self.poll_interval
-        if wakeups and (due := await _due_in(store, self.queues)) is not None:
+        if due is not None:
             timeout = min(timeout, due)
         await _first(*waits, timeout=timeout)
         self._work_seen = self.app.notices.work.version

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tasks_core import rules, telemetry
-from tasks_core._json import check_json, json_size
+from tasks_core._json import check_payload
 from tasks_core.authority import (
     DEFAULT_TENANT,
     Authority,
@@ -34,6 +34,7 @@ from tasks_core.definitions import (
     TaskDef,
     _Unset,
     check_priority,
+    check_task_name,
 )
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration, check_instant
 from tasks_core.errors import (
@@ -44,7 +45,7 @@ from tasks_core.errors import (
 )
 from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
 from tasks_core.items import SubmitItem
-from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work
+from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work, check_retry
 from tasks_core.runtime._bulk import refused
 from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
@@ -278,6 +279,7 @@ class Client(ClientReads):
         name = definition.name if definition else task
         if not isinstance(name, str):
             raise InvalidInput("task must be a registered task or a task name")
+        check_task_name(name)
         queue_name = (definition.queue if definition else DEFAULT_QUEUE) if queue is None else queue
         if not isinstance(queue_name, str):
             raise InvalidInput("queue must be the name of a declared queue")
@@ -294,7 +296,7 @@ class Client(ClientReads):
             name=name,
             input=data,
             idempotency_key=idempotency_key,
-            retry_policy=default_retry if retry is None else retry,
+            retry_policy=default_retry if retry is None else check_retry(retry),
             timeout_s=_pick(timeout, definition.timeout if definition else None),
             max_deliveries=(integral(max_deliveries) if max_deliveries is not None
                             else definition.max_deliveries if definition else 25),
@@ -362,12 +364,7 @@ class Client(ClientReads):
         if not isinstance(responses, Mapping) or not responses:
             raise InvalidInput("responses must be a non-empty dict of answers by key")
         answers = {check_key(k): v for k, v in responses.items()}
-        try:
-            check_json(answers, what="responses")
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        if json_size(answers) > self.limits.max_input_bytes:
-            raise InvalidInput(f"responses must be at most {self.limits.max_input_bytes} bytes")
+        check_payload(answers, "responses", self.limits.max_input_bytes)
         snapshot = await self.get(task_id, authority)
         digest = hashlib.sha256(
             json.dumps(answers, sort_keys=True, separators=(",", ":")).encode()

@@ -141,8 +141,9 @@ class RunBase:
 
     def stop(self, reason: CancelReason) -> None:
         """Set the token (first cause wins) and wake the supervisor; any thread."""
-        if self.token.cancel(reason):
-            log.info("task %r: run asked to stop (%s)", self.task_id, reason.value)
+        if self.token.cancel(reason):  # a drain's stops are summed up by the worker
+            log.log(logging.DEBUG if reason is CancelReason.SHUTDOWN else logging.INFO,
+                    "task %r: run asked to stop (%s)", self.task_id, reason.value)
         self._kick()
 
     def _kick(self) -> None:

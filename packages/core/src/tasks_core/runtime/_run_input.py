@@ -13,7 +13,7 @@ import hashlib
 import logging
 from typing import Any
 
-from tasks_core._json import json_size
+from tasks_core._json import check_payload
 from tasks_core.authority import check_key
 from tasks_core.cancel import RunCancelled
 from tasks_core.errors import InvalidInput, LeaseLost, StoreUnavailable
@@ -44,9 +44,7 @@ class RunInput(RunHelpers):
             raise self._park()
         if reason is not None:
             raise RunCancelled(reason)
-        if json_size(request) > self.env.limits.max_input_bytes:
-            raise InvalidInput(f"an input request must be at most "
-                               f"{self.env.limits.max_input_bytes} bytes of JSON")
+        check_payload(request, "request", self.env.limits.max_input_bytes)
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         event = InputRequested(event_id=self.event_id(f"input:{digest}"), key=key, request=request)
         transition = await self._write(event)

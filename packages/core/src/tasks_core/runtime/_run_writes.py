@@ -166,7 +166,7 @@ class RunWrites(RunBase):
             log_failure(log, "task %r: could not release (%s)", self.task_id, why)
             self._unwritten()
             return
-        log.info("task %r: released (%s)", self.task_id, why)
+        log.debug("task %r: released (%s)", self.task_id, why)  # counted by the tally
         if self.env.tally is not None:
             self.env.tally.count("released")
         self.env.changes.notify()

@@ -158,7 +158,9 @@ class Slots:
             log_failure(log, "task %r: could not release an unstarted claim", claim.snapshot.id)
             self._unwritten.append(claim.snapshot.id)
             return
-        log.info("task %r: released unstarted (%s)", claim.snapshot.id, why)
+        log.debug("task %r: released unstarted (%s)", claim.snapshot.id, why)
+        if self._env.tally is not None:
+            self._env.tally.count("released")
         self.app.notices.work.notify()
         self.app.notices.changes.notify()
 

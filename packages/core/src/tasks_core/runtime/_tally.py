@@ -72,8 +72,10 @@ class Tally:
         self._since = now
 
     async def run(self, stop: asyncio.Event) -> None:
-        """A line each interval until ``stop`` is set (the worker flushes the last)."""
+        """A line each interval until ``stop`` is set; none then: the worker flushes the
+        last once its drain has ended, so one line covers the whole drain."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
-            self.flush()
+            if not stop.is_set():
+                self.flush()
