@@ -212,3 +212,48 @@ def test_requests_without_the_token_or_csrf_token_are_refused(
     assert 403 == refused.status
     assert "cancelled" != served.call(served.app.get(task_id, System())).status
     served.call(served.app.cancel(task_id, System()))
+
+
+def _set_visibility(page: Any, state: str) -> None:
+    """Make the page's document ``state`` ("hidden" or "visible") and tell its scripts, as
+    a tab put in the background (or brought back) does."""
+    page.evaluate("""(state) => {
+        Object.defineProperty(document, "visibilityState", {value: state, configurable: true});
+        Object.defineProperty(document, "hidden", {value: state === "hidden",
+                                                   configurable: true});
+        document.dispatchEvent(new Event("visibilitychange"));
+    }""", state)
+
+
+def test_a_hidden_task_page_closes_its_live_stream(page: Any, served: Served) -> None:
+    """A task page in a hidden tab MUST close its event stream (a browser allows six
+    connections per host: six open task pages locked it out) and reconnect when shown
+    again, catching up with the progress made meanwhile."""
+    task_id = served.submit("forever", None)
+
+    def events(request: Any) -> bool:
+        return "/task/events?" in request.url
+
+    page.goto(f"{served.url}/task?id={task_id}")
+    status_is(page, "running")  # no reload ahead: the status stays
+    progress_at_least(page, 50)
+    with page.expect_event("requestfailed", events, timeout=10000):
+        _set_visibility(page, "hidden")
+    page.locator("#progress").evaluate("bar => { bar.value = 0; }")
+    with page.expect_request(events, timeout=10000):
+        _set_visibility(page, "visible")
+    progress_at_least(page, 50)
+    served.call(served.app.cancel(task_id, System()))
+
+
+def test_a_long_id_does_not_widen_the_pages(page: Any, served: Served) -> None:
+    """A 200-character id (no space to break at) MUST wrap, not make the page wider than
+    the window."""
+    long_key = "k" * 200
+    task_id = str(served.call(served.app.submit("steps", {"count": 1, "pause": 0.05},
+                                                Owner("alice"), key=long_key)).id)
+    for path in (f"/task?id={task_id}", "/tasks?view=keyed", f"/tasks?key={long_key}"):
+        page.goto(served.url + path)
+        assert long_key in page.inner_text("main"), path
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, (path, width)

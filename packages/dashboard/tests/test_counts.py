@@ -134,3 +134,19 @@ async def test_the_owner_filter_shows_the_owners_tasks_of_the_tenant_only(
         assert [acme.id] == ids_on((await client.get("/tasks?owner=alice&tenant=acme")).text)
         assert [watched.id] == ids_on((await client.get("/tasks?owner=bob")).text)
         assert [] == ids_on((await client.get("/tasks?owner=nobody")).text)
+
+
+async def test_finished_last_hour_counts_tasks_submitted_without_a_key(any_app: App) -> None:
+    """The stores cannot count tasks by when they finished, and keyed ids carry no time to
+    find the recent ones by: "finished last hour" counts tasks submitted without a key, on
+    every store alike, and the page MUST say so (its header)."""
+    for key in (None, "demo-1"):
+        task = await any_app.submit("steps", {"count": 1}, Owner("bob"), key=key)
+        await any_app.cancel(task.id, System())
+    overview = await _reads.overview(any_app, System())
+    assert {"web": 1} == {row.name: row.finished_last_hour for row in overview.queues}
+    async with await _client(any_app) as client:
+        page = (await client.get("/")).text
+    header = re.search(r"<th[^>]*>finished last hour(.*?)</th>", page, re.S)
+    assert header is not None
+    assert "without a key" in header.group(1)

@@ -45,6 +45,71 @@ async def test_tasks_are_listed_newest_first_and_paged(
     assert sorted(submitted, reverse=True) == seen
 
 
+async def walk(client: httpx.AsyncClient, url: str) -> list[list[str]]:
+    """The ids of every page from ``url`` on, following "Older →"."""
+    pages: list[list[str]] = []
+    for _ in range(20):
+        page = await client.get(url, headers=BEARER)
+        assert 200 == page.status_code, url
+        pages.append(ids_on(page.text))
+        found = re.search(r'rel="next" href="([^"]+)"', page.text)
+        if found is None:
+            return pages
+        url = found.group(1).replace("&amp;", "&")
+    raise AssertionError("more than 20 pages")
+
+
+async def test_keyed_tasks_are_shown_when_newest_first_has_none(
+        client: httpx.AsyncClient, app: App) -> None:
+    """After ``tasks demo`` every task is keyed: the tasks page and the queues page's count
+    links MUST list them (the keyed view, saying so) rather than "No tasks match."."""
+    keyed = [(await app.submit("steps", {"count": 1}, Owner("bob"), key=f"demo-{n}")).id
+             for n in range(3)]
+    for url in ("/tasks", "/tasks?queue=web&status=pending"):
+        page = await client.get(url, headers=BEARER)
+        assert sorted(keyed) == ids_on(page.text), url
+        assert "No task submitted without a key matches" in page.text
+        assert "No tasks match." not in page.text
+
+
+async def test_newest_first_continues_into_the_keyed_tasks(
+        client: httpx.AsyncClient, app: App) -> None:
+    """The last page of newest first MUST lead on to the keyed tasks: following "Older →"
+    from the first page reaches every task once, random ids newest first, then keyed ones
+    in id order."""
+    made = [s.id for s in await app.submit_many(
+        [SubmitItem(task="steps", input={"count": 1}) for _ in range(60)], Owner("bob"))]
+    keyed = [(await app.submit("steps", {"count": 1}, Owner("bob"), key=f"k-{n}")).id
+             for n in range(3)]
+    pages = await walk(client, "/tasks")
+    assert [*sorted(made, reverse=True), *sorted(keyed)] == [i for p in pages for i in p]
+
+
+@pytest.mark.parametrize("count", [100, 250])
+async def test_a_listing_of_whole_pages_ends_without_an_empty_page(
+        client: httpx.AsyncClient, app: App, count: int) -> None:
+    """Pending tasks filling whole pages (a multiple of 50, with keyed pending tasks
+    counted beside them) MUST end on their last full page — or go on to the keyed tasks —
+    never on an "Older →" to an empty page."""
+    made = [s.id for s in await app.submit_many(
+        [SubmitItem(task="steps", input={"count": 1}) for _ in range(count)], Owner("bob"))]
+    keyed = (await app.submit("steps", {"count": 1}, Owner("bob"), key="k-1")).id
+    pages = await walk(client, "/tasks?status=pending")
+    assert all(pages), [len(p) for p in pages]
+    assert [*sorted(made, reverse=True), keyed] == [i for p in pages for i in p]
+
+
+async def test_newest_first_link_drops_the_key_filter(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A key filter lists keyed tasks: "Newest first" MUST lead to the newest tasks under
+    the other filters, not back to the same keyed listing."""
+    await app.submit("steps", {"count": 1}, Owner("bob"), key="report-7")
+    page = await client.get("/tasks?key=report-7&queue=web", headers=BEARER)
+    found = re.search(r'<a href="([^"]+)"[^>]*>Newest first</a>', page.text)
+    assert found is not None
+    assert "/tasks?queue=web" == found.group(1)
+
+
 async def test_newest_finds_old_tasks_past_an_empty_window(app: App) -> None:
     """Tasks submitted long ago (ids stamped a day back) are found by widening."""
     old = random_id_floor(int((datetime.now(UTC) - timedelta(days=3)).timestamp() * 1000))
@@ -208,3 +273,29 @@ async def test_cli_says_to_install_the_dashboard_when_missing(
     monkeypatch.delitem(__import__("sys").modules, "tasks_dashboard")
     with pytest.raises(CapabilityNotSupported, match="pip install tasks-dashboard"):
         await run(["dashboard", "--store", "memory://", "--token", TOKEN])
+
+
+async def test_a_lease_is_shown_as_live_only_while_the_task_holds_it(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A running task shows its lease and when it expires; a finished one the claim it
+    kept MUST be labelled as ended, without an expiry that no longer means anything."""
+    submitted = await app.submit("forever", None, Owner("alice"))
+    await app.store.claim_next("worker-7", 30.0, queues=["web"])
+    running = (await client.get(f"/task?id={submitted.id}", headers=BEARER)).text
+    assert re.search(r"<th>lease</th><td>worker-7, expires \d{4}-", running)
+    await app.cancel(submitted.id, System())
+    assert (await app.get(submitted.id, System())).claim is not None  # kept by the store
+    ended = (await client.get(f"/task?id={submitted.id}", headers=BEARER)).text
+    assert "<th>last lease (ended)</th><td>worker-7</td>" in ended
+    assert "expires" not in ended
+
+
+@pytest.mark.parametrize("path", ["/task?id=" + "x" * 1000, "/tasks?status=" + "x" * 2000])
+async def test_an_error_page_shortens_a_long_value(client: httpx.AsyncClient,
+                                                   path: str) -> None:
+    """An error naming a long value (a 2,000-character status) MUST show its first 100
+    characters and "…", not the whole value."""
+    page = await client.get(path, headers=BEARER)
+    assert page.status_code in (400, 404)
+    assert "&#39;" + "x" * 99 + "…" in page.text  # 100 characters of the quoted value
+    assert "x" * 100 not in page.text

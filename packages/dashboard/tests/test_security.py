@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -27,6 +28,13 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found is not None
     return found.group(1)
+
+
+def auth_cookie(client: httpx.AsyncClient) -> str:
+    """The name of the session cookie ``client`` holds (each dashboard names its own)."""
+    names = [n for n in client.cookies if n.startswith("tasks_dashboard_auth_")]
+    assert 1 == len(names)
+    return names[0]
 
 
 async def test_no_token_and_no_callback_is_refused(app: App) -> None:
@@ -80,7 +88,7 @@ async def test_login_sets_a_strict_httponly_session_cookie(client: httpx.AsyncCl
     assert 200 == (await client.get("/")).status_code
     logout = await client.post("/logout", data={"csrf_token": csrf})
     assert 303 == logout.status_code
-    client.cookies.delete("tasks_dashboard_auth")
+    assert not [n for n in client.cookies if n.startswith("tasks_dashboard_auth")]
     assert 401 == (await client.get("/")).status_code
 
 
@@ -92,14 +100,15 @@ async def test_a_session_ends_at_logout_even_for_a_copy_of_its_cookie(
         csrf = csrf_of((await client.get("/login")).text)
         good = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf})
         assert 303 == good.status_code
-        return good.cookies["tasks_dashboard_auth"]
+        return good.cookies[auth_cookie(client)]
     mine, other = await session(), await session()
+    name = auth_cookie(client)
     csrf = csrf_of((await client.get("/login")).text)
-    client.cookies.set("tasks_dashboard_auth", mine)
+    client.cookies.set(name, mine)
     assert 303 == (await client.post("/logout", data={"csrf_token": csrf})).status_code
-    client.cookies.set("tasks_dashboard_auth", mine)  # the copy
+    client.cookies.set(name, mine)  # the copy
     assert 401 == (await client.get("/")).status_code
-    client.cookies.set("tasks_dashboard_auth", other)
+    client.cookies.set(name, other)
     assert 200 == (await client.get("/")).status_code
 
 
@@ -241,3 +250,27 @@ async def test_an_answer_that_changes_nothing_is_refused_saying_so(
         assert (400, True) == (unasked.status_code, "nothing changed" in unasked.text)
         assert "waiting_input" == (await app.get(task_id, System())).status
         assert 303 == (await answer({"key": "approve", "answer": "true"})).status_code
+
+
+async def test_text_that_is_not_printable_is_shown_as_its_escape(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A bidi override (or any character that is not printable) in stored text MUST be
+    shown as its escape (``\\u202e``, as the CLI shows it) — in the input, the progress
+    message and the live event stream — never raw; pretty-printed
+    JSON keeps its line breaks."""
+    submitted = await app.submit("ask", {"question": "abc\u202egnp.exe a\x7fb"},
+                                 Owner("alice"))
+    claims = await app.store.claim_next("worker-7", 30.0, queues=["web"])
+    await app.store.report_progress(claims[0].lease, 40, "copying abc\u202egnp.exe")
+    await app.cancel(submitted.id, System())
+    page = await client.get(f"/task?id={submitted.id}", headers=BEARER)
+    assert 200 == page.status_code
+    assert "\u202e" not in page.text
+    assert "\x7f" not in page.text
+    assert "&#34;question&#34;: &#34;abc\\u202egnp.exe a\\x7fb&#34;" in page.text
+    assert "copying abc\\u202egnp.exe" in page.text
+    assert "{\n  &#34;question&#34;" in page.text  # the JSON's own line breaks are kept
+    events = await client.get(f"/task/events?id={submitted.id}", headers=BEARER)
+    data = [json.loads(line[len("data: "):]) for line in events.text.splitlines()
+            if line.startswith("data: {\"")]
+    assert "copying abc\\u202egnp.exe" == data[0]["message"]

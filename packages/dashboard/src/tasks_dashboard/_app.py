@@ -2,14 +2,16 @@
 
 Routes are named (``request.url_for``), so the app works mounted under any path of the
 user's own app. Errors of the tasks API become pages: a missing task 404, a refused
-argument 400, an unreachable store 503. An App or store given in is the caller's and is
-never closed here; one opened from a URL is closed when the ASGI lifespan ends.
+argument 400, an unreachable store 503 — a long value they name cut short (:func:`brief`).
+An App or store given in is the caller's and is never closed here; one opened from a URL is
+closed when the ASGI lifespan ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Iterable
 from importlib.resources import files
 from typing import Any
 
@@ -30,17 +32,33 @@ from tasks_core import (
     TaskStore,
 )
 
-from tasks_dashboard._security import Authorize, DashboardConfigError, Gate, Guard
+from tasks_dashboard._security import (
+    Authorize,
+    DashboardConfigError,
+    Gate,
+    Guard,
+    allowed_host_names,
+)
 from tasks_dashboard._views import Views
 
 __all__ = ["create_app"]
 
 _STATUS = ((TaskNotFound, 404), (InvalidInput, 400), (AuthorizationError, 403),
            (StoreUnavailable, 503))
+SHOWN_RUN = 100
+"""An error page shows at most this many characters of a value without a space (a bad
+status, an id), then "…"."""
+
+
+def brief(message: str) -> str:
+    """``message`` with every run of more than :data:`SHOWN_RUN` characters without a
+    space (the bad value it names) cut to its first :data:`SHOWN_RUN` and "…"."""
+    return re.sub(rf"\S{{{SHOWN_RUN + 1},}}", lambda m: m.group()[:SHOWN_RUN] + "…", message)
 
 
 def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
-               authorize: Authorize | None = None) -> Starlette:
+               authorize: Authorize | None = None,
+               allowed_hosts: Iterable[str] | None = None) -> Starlette:
     """The dashboard over ``app_or_store``: an :class:`~tasks_core.App` (its queues are
     listed even when empty), a :class:`~tasks_core.TaskStore` or a store URL.
 
@@ -50,12 +68,19 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
             cookie; scripts send ``Authorization: Bearer TOKEN``.
         authorize: ``authorize(request) -> bool`` (or an awaitable bool), asked for every
             request: the embedding app's own check.
+        allowed_hosts: the names (``Host`` header without its port) the dashboard answers
+            to; any other is refused with 400 before the login (DNS rebinding).
+            ``loopback_hosts(address)`` gives them for a dashboard served on a loopback
+            address (``tasks dashboard`` does). ``None``: no check (an app mounted behind
+            its own host handling).
 
     Raises:
         DashboardConfigError: neither ``token`` nor ``authorize`` (there is no open
-            dashboard), a short token, or something else than an App, store or URL.
+            dashboard), a short token, ``allowed_hosts`` not a collection of names, or
+            something else than an App, store or URL.
     """
     guard = Guard(token=token, authorize=authorize)
+    hosts = allowed_host_names(allowed_hosts)
     owned = False
     if isinstance(app_or_store, App):
         app = app_or_store
@@ -78,10 +103,10 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
     async def failed(request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):
             return views.render(request, "error.html", exc.status_code,
-                                message=str(exc.detail))
+                                message=brief(str(exc.detail)), headers=exc.headers)
         status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
         return views.render(request, "error.html", status,
-                            message=f"{type(exc).__name__}: {exc}")
+                            message=brief(f"{type(exc).__name__}: {exc}"))
 
     routes = [
         Route("/", views.queues, name="queues"),
@@ -98,4 +123,5 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
     ]
     handlers: dict[Any, Any] = {TasksError: failed, HTTPException: failed}
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
-                     middleware=[Middleware(Gate, guard=guard, login_page=views.login_page)])
+                     middleware=[Middleware(Gate, guard=guard, login_page=views.login_page,
+                                            allowed_hosts=hosts)])

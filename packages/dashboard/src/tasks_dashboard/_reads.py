@@ -86,9 +86,10 @@ async def counted(app: App, authority: System) -> dict[tuple[str, TaskStatus], i
 async def overview(app: App, authority: System, declared: Iterable[str] = ()) -> Overview:
     """Counts by status per queue, the oldest pending task's age and the tasks finished in
     the last hour: exact counts when the store counts (:func:`counted`), else capped. The
-    tasks finished in the last hour are counted among the :data:`RECENT_PAGE` newest
-    finished tasks (one listing of every finished status), capped when the oldest of
-    them finished within the hour too.
+    tasks finished in the last hour are the ones submitted without a key (no store counts
+    by finish time, and keyed ids carry no time to find the recent ones by), counted among
+    the :data:`RECENT_PAGE` newest finished ones (one listing of every finished status),
+    capped when the oldest of them finished within the hour too.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -138,8 +139,8 @@ async def _capped_overview(app: App, authority: System, declared: Iterable[str])
     since = random_id_floor(int((now - timedelta(days=1)).timestamp() * 1000))
     recent = await app.list(authority, status=TERMINAL, after=since, limit=COUNT_CAP)
     hour_ago = now - timedelta(hours=1)
-    for task in recent.items:
-        if task.finished_at is not None and task.finished_at >= hour_ago:
+    for task in recent.items:  # keyed ids sort after random ones: listed, not counted
+        if _random(task.id) and task.finished_at is not None and task.finished_at >= hour_ago:
             rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
     return Overview(sorted(rows.values(), key=lambda r: r.name), capped,
                     recent.next_after is not None, now)
@@ -252,10 +253,12 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
     whole within the budget. Short of ``limit``, the next window ends where one taken
     began, wide enough for half a trial read at the density found there (at most four
     times wider); after an empty one the newest task below is looked for again. ``keep``
-    filters what the store cannot; ``total`` (the matching tasks, when known) ends the
-    search once all are found, and when they fit in four pages they are read at once
-    (the database then plans for all of them: the index of a rare status, not the id
-    order).
+    filters what the store cannot; ``total`` (the matching tasks, when known, keyed ones
+    included: at least as many as the random-id ones) ends the search once that many are
+    found, and when they fit in four pages they are read at once (the database then plans
+    for all of them: the index of a rare status, not the id order). A search that ends
+    with exactly ``limit`` tasks asks whether an older one exists (a read of one task), so
+    that the last page has no "next" to an empty one.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -311,6 +314,8 @@ async def newest(app: App, authority: System, *, statuses: list[TaskStatus] | No
             break
     items = _page(found, limit)
     done = done or (total is not None and len(found) >= total)
+    if not done and len(found) == limit:  # a whole page: is any task older than it?
+        done = await _first(app, base, 0, items[-1].id) is None
     listing = Listing(items, None, scanned, exhausted=len(found) < limit and not done)
     if len(found) > limit:
         listing.next = items[-1].id

@@ -3,10 +3,13 @@
 :class:`Gate` wraps the whole ASGI app, static files included: a request passes with the
 operator token (an ``Authorization: Bearer`` header, or the signed session cookie that the
 login form sets after a constant-time comparison) or when the embedding app's
-``authorize(request)`` says yes; views act as ``System()`` only behind it. Forms carry a
-CSRF token (an HMAC of the browser's random CSRF cookie under a per-process secret) that
-:meth:`Guard.form` checks on every POST. Cookies are HttpOnly and SameSite=Strict; every
-response has a CSP without inline scripts or styles, and is never cached.
+``authorize(request)`` says yes; views act as ``System()`` only behind it. Before that, a
+dashboard given ``allowed_hosts`` refuses any other Host header (DNS rebinding), and past
+:data:`FAILED_LOGINS` failed logins a minute (:class:`Throttle`) a token is refused without
+being compared. Forms carry a CSRF token (an HMAC of the browser's random CSRF cookie under
+a per-process secret) that :meth:`Guard.form` checks on every POST. Cookies are HttpOnly
+and SameSite=Strict, named per dashboard; every response has a CSP without inline scripts
+or styles, and is never cached.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+import ipaddress
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.datastructures import FormData, MutableHeaders
@@ -26,7 +31,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["SECURITY_HEADERS", "Authorize", "DashboardConfigError", "Gate", "Guard"]
+__all__ = ["FAILED_LOGINS", "SECURITY_HEADERS", "Authorize", "BadNext", "DashboardConfigError",
+           "Gate", "Guard", "HostRefused", "Throttle", "TooManyFailedLogins",
+           "allowed_host_names", "loopback_hosts", "next_path"]
 
 log = logging.getLogger("tasks_dashboard")
 
@@ -35,9 +42,15 @@ Authorize = Callable[[Request], bool | Awaitable[bool]]
 
 AUTH_COOKIE = "tasks_dashboard_auth"
 CSRF_COOKIE = "tasks_dashboard_csrf"
+"""Prefixes of the cookie names: each dashboard adds its own suffix (:class:`Guard`)."""
 CSRF_FIELD = "csrf_token"
 SESSION_S = 12 * 3600
 LOGIN_PATH = "/login"
+FAILED_LOGINS = 10
+"""Failed logins (form or Bearer) a process takes per :data:`THROTTLE_S`; past them a
+login is refused (429) without comparing the token."""
+THROTTLE_S = 60.0
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -54,6 +67,121 @@ SECURITY_HEADERS = {
 class DashboardConfigError(ValueError):
     """The dashboard was built without a way to tell operators from strangers (no token
     and no ``authorize`` callback), or with a bad one."""
+
+
+class HostRefused(HTTPException):
+    """A request whose Host header is not one the dashboard answers to (400): a page of
+    another site reaching a loopback dashboard through DNS rebinding sends its own name."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        names = ", ".join(f"[{n}]" if ":" in n else n for n in sorted(allowed))
+        super().__init__(400, f"bad Host header: this dashboard answers only to {names}")
+
+
+class TooManyFailedLogins(HTTPException):
+    """A login refused without comparing its token (429): the process took
+    :data:`FAILED_LOGINS` failed logins within the last :data:`THROTTLE_S` seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(429, "too many failed logins, wait a minute",
+                         headers={"retry-after": str(int(THROTTLE_S))})
+
+
+def loopback_hosts(bind: str) -> frozenset[str] | None:
+    """The Host names a dashboard bound to the address ``bind`` answers to: on a loopback
+    address (``127.0.0.1``, ``::1``, ``localhost``…) the loopback names and ``bind``
+    itself; ``None`` (no check) on any other, reached under names it cannot know."""
+    name = bind.strip("[]").lower()
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    return frozenset({*LOOPBACK_NAMES, name}) if loopback else None
+
+
+def allowed_host_names(hosts: Iterable[str] | None) -> frozenset[str] | None:
+    """``hosts`` as the set of names :class:`Gate` compares a Host header's name with
+    (lower case, an IPv6 address without brackets); ``None``: no check.
+
+    Raises:
+        DashboardConfigError: ``hosts`` is a string or holds an empty or non-string name.
+    """
+    if hosts is None:
+        return None
+    if isinstance(hosts, str) or not all(isinstance(h, str) and h.strip("[]") for h in hosts):
+        raise DashboardConfigError("allowed_hosts must be a collection of host names, e.g. "
+                                   "loopback_hosts('127.0.0.1'), or None")
+    return frozenset(h.strip("[]").lower() for h in hosts)
+
+
+class BadNext(HTTPException):
+    """A login's ``next`` that is not a path inside the dashboard (400): a login never
+    sends the browser elsewhere (no open redirect)."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "next must be a path inside the dashboard, e.g. /tasks")
+
+
+def next_path(given: str, root: str) -> str:
+    """Where a login returns: ``given`` when it is a path inside the dashboard (mounted at
+    ``root``, ``""`` at the top) — it begins with ``root + "/"``, never ``//`` nor a
+    backslash, holds no ``..`` segment, scheme or control character — else the queues
+    (``root + "/"``) when ``given`` is empty.
+
+    Raises:
+        BadNext: anything else.
+    """
+    if not given:
+        return root + "/"
+    lowered = given.lower()
+    if not given.startswith(root + "/") or given.startswith("//") or "\\" in given \
+            or not given.isprintable() or ".." in given or "%2e%2e" in lowered \
+            or "%2f" in lowered or "%5c" in lowered or ":" in given.partition("?")[0]:
+        raise BadNext()
+    return given
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header: without its port and an IPv6 address's brackets."""
+    header = header.lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if ":" in header else header
+
+
+class Throttle:
+    """Failed logins of the process: at most :data:`FAILED_LOGINS` in any
+    :data:`THROTTLE_S` seconds (of ``clock``) are taken; each is logged at WARNING (the
+    way and the client, never the token given).
+
+    Raises:
+        TooManyFailedLogins: from :meth:`check`, past the limit.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._failures: deque[float] = deque()
+
+    def _recent(self) -> int:
+        since = self._clock() - THROTTLE_S
+        while self._failures and self._failures[0] <= since:
+            self._failures.popleft()
+        return len(self._failures)
+
+    def check(self) -> None:
+        """Refuse a login now, before its token is compared, past the limit.
+
+        Raises:
+            TooManyFailedLogins: :data:`FAILED_LOGINS` failures within the window.
+        """
+        if self._recent() >= FAILED_LOGINS:
+            raise TooManyFailedLogins()
+
+    def failed(self, how: str, client: str) -> None:
+        """Count a failed login (``how``: the form or a Bearer header) and log it."""
+        self._failures.append(self._clock())
+        log.warning("failed login to the dashboard (%s) from %s: %d in the last %d s",
+                    how, client, self._recent(), int(THROTTLE_S))
 
 
 class Guard:
@@ -83,6 +211,12 @@ class Guard:
         self.token = token.encode() if token is not None else None
         self.authorize = authorize
         self._secret = secrets.token_bytes(32)
+        self.throttle = Throttle()
+        suffix = self._mac("cookie", "name")[:8]
+        self.auth_cookie = f"{AUTH_COOKIE}_{suffix}"
+        """This dashboard's own cookie names: two dashboards on one host (cookies ignore
+        the port) never overwrite each other's."""
+        self.csrf_cookie = f"{CSRF_COOKIE}_{suffix}"
         self._ended: dict[str, float] = {}
         """Sessions ended by a logout: their id and when they would have expired."""
 
@@ -98,6 +232,19 @@ class Guard:
     def token_matches(self, given: str) -> bool:
         """Whether ``given`` is the operator token (constant time)."""
         return self.token is not None and hmac.compare_digest(given.encode(), self.token)
+
+    def login(self, given: str, how: str, request: Request) -> bool:
+        """Whether ``given``, a login (``how``: ``"form"`` or ``"bearer"``), is the operator
+        token; a failure counts towards the :class:`Throttle`.
+
+        Raises:
+            TooManyFailedLogins: past the throttle's limit (``given`` is not compared).
+        """
+        self.throttle.check()
+        if self.token_matches(given):
+            return True
+        self.throttle.failed(how, request.client.host if request.client else "unknown")
+        return False
 
     def session_cookie(self) -> str:
         """A fresh session cookie value: the instant it was issued and a random session
@@ -134,12 +281,14 @@ class Guard:
         """Whether ``request`` comes from an operator. A failing callback says no.
 
         Raises:
-            Nothing: a callback's exception is logged and read as "no".
+            TooManyFailedLogins: a Bearer token past the throttle's limit. A callback's
+                exception is logged and read as "no".
         """
         if self.token is not None:
-            if self._bearer(request):
+            given = self._bearer_token(request)
+            if given is not None and self.login(given, "bearer", request):
                 return True
-            cookie = request.cookies.get(AUTH_COOKIE)
+            cookie = request.cookies.get(self.auth_cookie)
             if cookie and self._session_valid(cookie):
                 return True
         if self.authorize is not None:
@@ -156,13 +305,19 @@ class Guard:
     def csrf_token(self, request: Request) -> str:
         """The CSRF token the forms of ``request``'s page carry."""
         sid = request.scope.get("state", {}).get("csrf_sid") or request.cookies.get(
-            CSRF_COOKIE, "")
+            self.csrf_cookie, "")
         return self._mac("csrf", sid)
+
+    @staticmethod
+    def _bearer_token(request: Request) -> str | None:
+        """The token of ``request``'s ``Authorization: Bearer`` header, if any."""
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return given.strip() if scheme.lower() == "bearer" else None
 
     def _bearer(self, request: Request) -> bool:
         """Whether ``request`` carries the operator token as ``Authorization: Bearer``."""
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+        given = self._bearer_token(request)
+        return given is not None and self.token_matches(given)
 
     async def form(self, request: Request) -> FormData:
         """The POSTed form, once its CSRF token matches the browser's cookie. A request
@@ -175,9 +330,9 @@ class Guard:
             HTTPException: 403 without a matching CSRF token.
         """
         form = await request.form()
-        if self._bearer(request) and AUTH_COOKIE not in request.cookies:
+        if self._bearer(request) and self.auth_cookie not in request.cookies:
             return form
-        sid = request.cookies.get(CSRF_COOKIE, "")
+        sid = request.cookies.get(self.csrf_cookie, "")
         given = form.get(CSRF_FIELD)
         if not sid or not isinstance(given, str) \
                 or not hmac.compare_digest(given, self._mac("csrf", sid)):
@@ -187,21 +342,30 @@ class Guard:
 
 
 class Gate:
-    """ASGI middleware: security headers on every response, the CSRF cookie set once, and
-    every request but the login form refused unless :meth:`Guard.allows` it."""
+    """ASGI middleware: security headers on every response, a Host header outside
+    ``allowed_hosts`` (when given) refused, the CSRF cookie set once, and every request but
+    the login form refused unless :meth:`Guard.allows` it.
+
+    Raises:
+        Nothing: its refusals (:class:`HostRefused`, :class:`TooManyFailedLogins`, 401,
+            403) are responses.
+    """
 
     def __init__(self, app: ASGIApp, guard: Guard,
-                 login_page: Callable[[Request, int], Response]) -> None:
+                 login_page: Callable[[Request, int], Response],
+                 allowed_hosts: frozenset[str] | None = None) -> None:
         self.app = app
         self.guard = guard
         self.login_page = login_page
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        new_sid = None if CSRF_COOKIE in request.cookies else secrets.token_hex(16)
+        csrf_cookie = self.guard.csrf_cookie
+        new_sid = None if csrf_cookie in request.cookies else secrets.token_hex(16)
         if new_sid:
             scope.setdefault("state", {})["csrf_sid"] = new_sid
         path = scope.get("root_path", "") or "/"
@@ -212,15 +376,23 @@ class Gate:
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
                 if new_sid:
-                    headers.append("set-cookie", cookie(CSRF_COOKIE, new_sid, path,
+                    headers.append("set-cookie", cookie(csrf_cookie, new_sid, path,
                                                          secure=scope["scheme"] == "https"))
             await send(message)
 
-        route = scope["path"][len(scope.get("root_path", "")):] or "/"
-        if route == LOGIN_PATH and self.guard.login_enabled:
-            await self.app(scope, receive, send_with_headers)
+        try:
+            if self.allowed_hosts is not None and host_name(
+                    request.headers.get("host", "")) not in self.allowed_hosts:
+                raise HostRefused(self.allowed_hosts)
+            route = scope["path"][len(scope.get("root_path", "")):] or "/"
+            allowed = (route == LOGIN_PATH and self.guard.login_enabled
+                       ) or await self.guard.allows(request)
+        except (HostRefused, TooManyFailedLogins) as refused:
+            response: Response = PlainTextResponse(refused.detail, refused.status_code,
+                                                   headers=refused.headers)
+            await response(scope, receive, send_with_headers)
             return
-        if not await self.guard.allows(request):
+        if not allowed:
             response = self._refusal(request)
             await response(scope, receive, send_with_headers)
             return

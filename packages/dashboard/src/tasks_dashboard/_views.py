@@ -2,25 +2,30 @@
 
 Views run behind :class:`~tasks_dashboard._security.Gate` and act as ``System()``; every
 POST reads its form through :meth:`Guard.form` (the CSRF check) and answers with a
-redirect. Templates autoescape everything: stored data is always shown as text.
+redirect. Templates autoescape everything: stored data is always shown as text — and
+inert: every value a template renders, and the progress message of the event stream, shows
+the characters that are not printable (bidi overrides, control characters) as their
+escapes, as the CLI does (:func:`shown`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus, parse_json
+from tasks_core._inert import inert
 from tasks_core.authority import DEFAULT_TENANT
 
 from tasks_dashboard import _reads
-from tasks_dashboard._security import AUTH_COOKIE, CSRF_FIELD, SESSION_S, Guard, cookie
+from tasks_dashboard._security import CSRF_FIELD, SESSION_S, Guard, cookie, next_path
 
 __all__ = ["Views"]
 
@@ -46,8 +51,28 @@ def _when(instant: datetime | None) -> str:
     return "–" if instant is None else instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+class _Shown(str):
+    """Text made inert already, its line breaks kept on purpose (:func:`_pretty`)."""
+
+    __slots__ = ()
+
+
+def shown(value: Any) -> Any:
+    """What a template renders for ``value`` (the Environment's ``finalize``): its text
+    with every character that is not printable shown as its escape (``\\u202e``,
+    :func:`tasks_core._inert.inert`); markup made here (already escaped) and
+    :func:`_pretty` JSON (inert, its line breaks kept) as they are."""
+    if isinstance(value, _Shown | Markup):
+        return value
+    return inert(value)
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    """``value`` as indented JSON, inert: ``json.dumps`` escapes the control characters of
+    its strings, so the line breaks left are its own; the format characters it keeps
+    (``ensure_ascii=False``: U+202E…) are escaped line by line."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return _Shown("\n".join(inert(line) for line in text.split("\n")))
 
 
 class Views:
@@ -58,11 +83,12 @@ class Views:
         self.guard = guard
         self.env = Environment(loader=PackageLoader("tasks_dashboard", "templates"),
                                autoescape=select_autoescape(default=True,
-                                                            default_for_string=True))
+                                                            default_for_string=True),
+                               finalize=shown)
         self.env.filters.update(age=_age, when=_when, pretty=_pretty)
 
     def render(self, request: Request, template: str, status: int = 200,
-               **context: Any) -> HTMLResponse:
+               headers: Mapping[str, str] | None = None, **context: Any) -> HTMLResponse:
         """``template`` rendered with the page's links, CSRF token and ``context``."""
 
         def link(name: str, **params: Any) -> str:
@@ -75,7 +101,7 @@ class Views:
         html = self.env.get_template(template).render(
             link=link, static=static, csrf_field=CSRF_FIELD, csrf=self.guard.csrf_token(request),
             login=self.guard.login_enabled, now=datetime.now(UTC), **context)
-        return HTMLResponse(html, status)
+        return HTMLResponse(html, status, headers=headers)
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -87,7 +113,11 @@ class Views:
                            recent=_reads.RECENT_PAGE, oldest=_reads.OLDEST_PAGE)
 
     async def tasks(self, request: Request) -> Response:
-        """Tasks newest first (random ids) or keyed tasks in id order, filtered.
+        """Tasks newest first (random ids) or keyed tasks in id order, filtered. Newest
+        first reaches every task: with nothing to show on its first page it shows the
+        keyed tasks instead (saying so), and its last page leads on to them when some
+        match (one read of the keyed listing; none when the store's counts say no task
+        matches).
 
         Raises:
             InvalidInput: an unknown status.
@@ -109,21 +139,32 @@ class Views:
             return key is None or task.id == key or task.id.endswith(f"::{key}")
 
         wanted = keep if owner or key else None
-        if view == "keyed":
-            listing = await _reads.keyed(self.app, authority, statuses=statuses, queue=queue,
-                                         principal=principal, after=q.get("after") or None,
-                                         limit=PAGE_SIZE, keep=wanted)
-        else:
+
+        async def keyed_tasks(after: str | None, limit: int) -> _reads.Listing:
+            return await _reads.keyed(self.app, authority, statuses=statuses, queue=queue,
+                                      principal=principal, after=after, limit=limit,
+                                      keep=wanted)
+
+        instead = keyed_next = False
+        if view == "recent":
+            before = q.get("before") or None
             total = None if wanted else await self._matching(authority, statuses, queue)
             listing = await _reads.newest(self.app, authority, statuses=statuses,
-                                          queue=queue, principal=principal,
-                                          before=q.get("before") or None, limit=PAGE_SIZE,
-                                          keep=wanted, total=total)
+                                          queue=queue, principal=principal, before=before,
+                                          limit=PAGE_SIZE, keep=wanted, total=total)
+            if listing.next is None and not listing.exhausted and total != 0:
+                if listing.items or before is not None:  # the last page: keyed ones next?
+                    keyed_next = bool((await keyed_tasks(None, 1)).items)
+                else:
+                    view, instead = "keyed", True
+        if view == "keyed":
+            listing = await keyed_tasks(q.get("after") or None, PAGE_SIZE)
         filters = {"status": status, "queue": queue, "owner": owner, "tenant": tenant,
                    "key": key}
         return self.render(request, "tasks.html", listing=listing, view=view,
                            filters=filters, statuses=[s.value for s in TaskStatus],
-                           queues=sorted(self.app.queues))
+                           queues=sorted(self.app.queues), instead=instead,
+                           keyed_next=keyed_next)
 
     async def _matching(self, authority: System, statuses: list[TaskStatus] | None,
                         queue: str | None) -> int | None:
@@ -160,7 +201,8 @@ class Views:
                 progress = snapshot.progress
                 data = {"status": snapshot.status.value, "revision": snapshot.revision,
                         "progress": progress.value if progress else None,
-                        "message": progress.message if progress else None}
+                        "message": inert(progress.message) if progress and progress.message
+                        else None}
                 yield f"data: {json.dumps(data)}\n\n"
             yield "event: end\ndata: {}\n\n"
 
@@ -219,25 +261,37 @@ class Views:
 
     # -- login ---------------------------------------------------------------------------
 
-    def login_page(self, request: Request, status: int = 200, error: str = "") -> Response:
-        """The token form (also the answer to a request without credentials)."""
-        return self.render(request, "login.html", status, error=error, login_page=True)
+    def login_page(self, request: Request, status: int = 200, error: str = "",
+                   next_to: str = "") -> Response:
+        """The token form (also the answer to a request without credentials, which it
+        returns to after the login: ``next``)."""
+        if not next_to and status == 401 and not error:  # a refused page: come back to it
+            query = request.url.query
+            next_to = request.url.path + (f"?{query}" if query else "")
+        return self.render(request, "login.html", status, error=error, login_page=True,
+                           next=next_to)
 
     async def login(self, request: Request) -> Response:
-        """GET: the form. POST: compare the token; on a match set the session cookie.
+        """GET: the form. POST: compare the token; on a match set the session cookie and
+        return to ``next`` (:func:`~tasks_dashboard._security.next_path`).
 
         Raises:
             HTTPException: 403 without the CSRF token.
+            BadNext: a ``next`` outside the dashboard.
+            TooManyFailedLogins: past the throttle of failed logins.
         """
         if request.method != "POST":
-            return self.login_page(request)
+            return self.login_page(request, next_to=request.query_params.get("next", ""))
         form = await self.guard.form(request)
-        if not self.guard.token_matches(str(form.get("token", ""))):
-            return self.login_page(request, 401, "That is not the operator token.")
-        response = RedirectResponse(request.url_for("queues").path, status_code=303)
+        given_next = str(form.get("next", ""))
+        target = next_path(given_next, request.scope.get("root_path", ""))
+        if not self.guard.login(str(form.get("token", "")), "form", request):
+            return self.login_page(request, 401, "That is not the operator token.",
+                                   next_to=given_next)
+        response = RedirectResponse(target, status_code=303)
         path = request.scope.get("root_path") or "/"
         response.headers.append("set-cookie", cookie(
-            AUTH_COOKIE, self.guard.session_cookie(), path, max_age=SESSION_S,
+            self.guard.auth_cookie, self.guard.session_cookie(), path, max_age=SESSION_S,
             secure=request.url.scheme == "https"))
         return response
 
@@ -249,9 +303,10 @@ class Views:
             HTTPException: 403 without the CSRF token.
         """
         await self.guard.form(request)
-        self.guard.end_session(request.cookies.get(AUTH_COOKIE))
+        self.guard.end_session(request.cookies.get(self.guard.auth_cookie))
         response = RedirectResponse(request.url_for("login").path, status_code=303)
         path = request.scope.get("root_path") or "/"
-        response.headers.append("set-cookie", cookie(AUTH_COOKIE, "", path, max_age=0))
+        response.headers.append("set-cookie", cookie(self.guard.auth_cookie, "", path,
+                                                     max_age=0))
         return response
 

@@ -73,7 +73,8 @@ async def cmd_dashboard(app: App, args: argparse.Namespace, console: Console) ->
             f"the dashboard needs an operator token: set {TOKEN_ENV} (or --token); for "
             "a fresh one: python -c 'import secrets; print(secrets.token_urlsafe())'")
     try:
-        web = dashboard.create_app(app, token=token)
+        web = dashboard.create_app(app, token=token,
+                                   allowed_hosts=dashboard.loopback_hosts(args.host))
     except dashboard.DashboardConfigError as exc:
         raise InvalidInput(str(exc)) from None
     if args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -1,24 +1,50 @@
 // Live parts of the task page, by server-sent events (no inline script: the CSP forbids it).
 // #live[data-events] names the stream; progress updates in place; a change of status
 // reloads the page so that its actions, input requests and history are redrawn.
+// The stream is open only while the tab is visible: a browser allows six connections per
+// host (HTTP/1.1), so hidden tabs close theirs and reconnect when shown again (the first
+// event then tells the current status and progress).
 (function () {
   "use strict";
   var live = document.getElementById("live");
   if (!live || !window.EventSource) { return; }
   var shown = live.getAttribute("data-status");
-  var source = new EventSource(live.getAttribute("data-events"));
+  var url = live.getAttribute("data-events");
   var bar = document.getElementById("progress");
   var text = document.getElementById("progress-text");
-  source.onmessage = function (event) {
-    var data = JSON.parse(event.data);
-    if (data.progress !== null) {
-      bar.value = data.progress;
-      text.textContent = Math.round(data.progress) + "%" + (data.message ? " — " + data.message : "");
-    }
-    if (data.status !== shown) {
+  var source = null;
+  var ended = false;
+
+  function close() {
+    if (source) {
       source.close();
-      window.location.reload();
+      source = null;
     }
-  };
-  source.addEventListener("end", function () { source.close(); });
+  }
+
+  function open() {
+    if (source || ended) { return; }
+    source = new EventSource(url);
+    source.onmessage = function (event) {
+      var data = JSON.parse(event.data);
+      if (data.progress !== null) {
+        bar.value = data.progress;
+        text.textContent = Math.round(data.progress) + "%" + (data.message ? " — " + data.message : "");
+      }
+      if (data.status !== shown) {
+        ended = true;
+        close();
+        window.location.reload();
+      }
+    };
+    source.addEventListener("end", function () {
+      ended = true;
+      close();
+    });
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") { close(); } else { open(); }
+  });
+  if (document.visibilityState !== "hidden") { open(); }
 })();
