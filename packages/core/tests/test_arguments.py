@@ -45,7 +45,8 @@ def test_a_worker_id_of_256_characters_is_taken_and_257_refused() -> None:
 def test_a_worker_id_with_a_character_that_is_not_printable_is_refused(bad: str) -> None:
     """A worker id MUST be printable: it is written to log lines and shown by the CLI and
     the dashboard, where an escape sequence or a line break would act on what shows it."""
-    with pytest.raises(InvalidInput, match=r"^worker_id must be printable"):
+    says = r"^worker_id must be printable: no control or bidi characters$"
+    with pytest.raises(InvalidInput, match=says):
         rules.check_worker_id(bad)
     assert "host-1 pid 7 \u00e9" == rules.check_worker_id("host-1 pid 7 \u00e9")
 

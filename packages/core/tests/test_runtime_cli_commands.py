@@ -87,6 +87,26 @@ async def test_show_follow_and_submit_wait_draw_progress_until_the_end() -> None
         assert "history" in out
 
 
+async def test_show_follow_exits_1_for_a_task_that_did_not_complete() -> None:
+    """``show --follow`` MUST exit as ``submit --wait`` does: 1 for a task that ended
+    otherwise than completed (failed here; cancelled alike), so a script can follow a task
+    to learn its outcome; plain ``show`` of it exits 0."""
+    app = make_app()
+
+    @app.task
+    async def boom(ctx: TaskContext) -> None:
+        raise RuntimeError("boom")
+
+    async with app, fast_worker(app):
+        t = await app.submit(boom, None, ALICE)
+        code, out = await _cli(app, "show", t.id, "--follow", "--system")
+        assert (1, True) == (code, "failed" in out)
+        code, _ = await _cli(app, "submit", "boom", "--wait", "--system")
+        assert 1 == code
+    code, _ = await _cli(app, "show", t.id, "--system")
+    assert 0 == code
+
+
 async def test_ls_filters_and_pages() -> None:
     """``ls`` MUST filter by status and say how to get the next page."""
     app = _app()

@@ -325,7 +325,7 @@ def test_query_options_the_driver_does_not_take_are_refused(url: str, named: str
         ("sqlite:///file::memory:?uri=true", "sqlite://"),
         ("sqlite:///x.db?namespace=", "'namespace' has no value"),
         ("postgresql://u@h/db?sslmode=", "'sslmode' has no value"),
-        ("sqlite:///x.db?timeout=3", "busy_timeout"),
+        ("sqlite:///x.db?timeout=3", r"SQLStore.open\(url, busy_timeout=...\), not of the URL"),
         ("sqlite:///x.db?isolation_level=DEFERRED", "transactions"),
         ("sqlite:///x.db?uri=true&mode=memory", "one of ro, rw, rwc"),
         ("postgresql://u@h/db?sslmode=requir", "one of disable, allow, prefer"),

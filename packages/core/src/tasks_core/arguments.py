@@ -56,8 +56,7 @@ def check_worker_id(worker_id: str) -> str:
     if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
         raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
     if not worker_id.isprintable():
-        raise InvalidInput("worker_id must be printable: no control characters, line "
-                           "breaks or bidi overrides")
+        raise InvalidInput("worker_id must be printable: no control or bidi characters")
     return worker_id
 
 

@@ -168,7 +168,8 @@ _SQLITE_URI: dict[str, Check] = {  # SQLite's URI parameters (only with uri=true
     "modeof": _text,
 }
 _SQLITE_REFUSED = {
-    "timeout": "use the busy_timeout option",
+    "timeout": "the store waits for the file's lock for busy_timeout seconds (default 5), "
+               "an option of SQLStore.open(url, busy_timeout=...), not of the URL",
     "isolation_level": "the store manages transactions",
     "detect_types": "the store decodes its own columns",
     "check_same_thread": "the driver's thread is the store's business",

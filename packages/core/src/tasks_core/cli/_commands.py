@@ -155,15 +155,15 @@ async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
 
 
 async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Show one task and its history; ``--follow`` draws its progress until it ends."""
+    """Show one task and its history; ``--follow`` draws its progress until it ends, and
+    then exits as ``submit --wait`` does (1 unless the task completed)."""
     authority = authority_of(args)
-    if args.follow:
-        await follow(app, args.id, authority, console)
+    code = await follow(app, args.id, authority, console) if args.follow else 0
     snapshot = await app.get(args.id, authority)
     history = await app.history(args.id, authority)  # read both first: all or nothing
     console.print(snapshot_table(snapshot))
     console.print(history_table(history))
-    return 0
+    return code
 
 
 async def cmd_workers(app: App, args: argparse.Namespace, console: Console) -> int:
