@@ -49,6 +49,7 @@ __all__ = [
     "ClaimNextServesLapsedCancelledTasks",
     "CorruptSkipNamesNoOperation",
     "CorruptSkipNotReported",
+    "DeliveryFailureOfClaimNextNotRecorded",
     "InstantsRoundedToTheMillisecond",
     "ListAliasesStoredData",
     "NowIgnoresTheInjectedClock",
@@ -167,6 +168,29 @@ class RecoveredNeverSet(MemoryStore):
             return new, token, lease, failure
         plain = new.claim.model_copy(update={"recovered": False})
         return new.model_copy(update={"claim": plain}), token, lease, failure
+
+
+class DeliveryFailureOfClaimNextNotRecorded(MemoryStore):
+    """``claim_next`` fails a task past its delivery limit without the ``failed`` record in
+    its history (``claim`` still writes it)."""
+
+    _in_claim_next = False
+
+    async def claim_next(self, worker_id: str, lease_for: float, **options: Any
+                         ) -> builtins.list[Claim]:
+        self._in_claim_next = True
+        try:
+            return await super().claim_next(worker_id, lease_for, **options)
+        finally:
+            self._in_claim_next = False
+
+    def _start_claim(
+        self, snapshot: Snapshot, worker_id: str, lease_for: float, now: datetime, *,
+        held: bool = False,
+    ) -> tuple[Snapshot, str, Lease | None, EventRecord | None]:
+        new, token, lease, failure = super()._start_claim(snapshot, worker_id, lease_for, now,
+                                                          held=held)
+        return new, token, lease, None if self._in_claim_next else failure
 
 
 class StartedAtResetByEveryClaim(MemoryStore):

@@ -94,6 +94,8 @@ BROKEN: list[tuple[type, str]] = [
     (bad.BusyExclusiveQueueBlocksTheCall, "test_a_busy_exclusive_queue_holds_back_only_itself"),
     (bad.RecoveredNeverSet, "test_a_takeover_of_a_lapsed_lease_is_marked_recovered"),
     (bad.StartedAtResetByEveryClaim, "test_started_at_is_the_instant_of_the_first_claim"),
+    (bad.DeliveryFailureOfClaimNextNotRecorded,
+     "test_claim_next_fails_a_task_past_the_delivery_limit_instead_of_serving_it"),
     # capacity, timeouts, copies, reports
     (bad.WaitingTasksNotCounted, "test_waiting_and_running_tasks_count_as_active"),
     (bad.CorruptRecordsNotCounted,

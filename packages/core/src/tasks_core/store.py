@@ -154,9 +154,13 @@ class TaskStore(Protocol):
         event: Event,
         authority: Lease | Access,
     ) -> Transition:
-        """Apply ``event`` atomically (the five steps of item 3 above).
+        """Apply ``event`` atomically: the five steps of rule 3 in docs/contract.md —
+        find, authorize, replay, revision check, apply — as ``storekit.plan_transitions``
+        decides them (``rules.decide_transition``).
 
         Raises:
+            TypeError: ``authority`` is neither a ``Lease`` nor an ``Access`` (before any
+                read).
             TaskNotFound: unknown; for request access also another tenant, invisible or
                 expired (a lease ignores tenant and TTL).
             LeaseLost: the lease is not the exact live lease.
@@ -288,22 +292,27 @@ class TaskStore(Protocol):
         ...
 
     async def delete(self, task_id: str, *, expected_revision: int) -> None:
-        """Admin: remove a terminal task with its history (frees a squatted key).
+        """Admin: remove a terminal task with its history (frees a squatted key), in any
+        tenant, expired or not. The refusals come in this order.
 
         Raises:
             TaskNotFound: unknown task.
-            RevisionConflict: ``expected_revision`` is not current.
-            Unavailable: the task is not terminal.
+            StoreCorrupt: the record fails validation.
+            RevisionConflict: ``expected_revision`` is not current
+                (``rules.check_revision``).
+            Unavailable: the task is not terminal (``TaskStatus.terminal``).
             StoreUnavailable: transient failure.
         """
         ...
 
     async def reap(self, limit: int = 1000) -> builtins.list[str]:
-        """Delete up to ``limit`` tasks whose ``expires_at`` has passed, with their
-        history and inbox; return their ids. A corrupt record is skipped, not fatal.
+        """Delete up to ``limit`` expired tasks (``expires_at <= now``:
+        ``Snapshot.expired``), with their history and inbox; return their ids. A corrupt
+        record is skipped and reported (``reports.corrupt_skipped``), not fatal.
 
         Raises:
-            InvalidInput: ``limit`` < 1.
+            InvalidInput: ``limit`` is not an integer >= 1 (``rules.check_limit(limit)``,
+                before anything is read).
             StoreUnavailable: transient failure.
         """
         ...

@@ -274,7 +274,7 @@ class CorruptContract(ContractBase):
             for _ in range(3):
                 assert [] == await store.claim_next("w2", LEASE_S, queues=["default"], limit=5)
         assert ids[1:] == [c.snapshot.id for c in got]
-        [warning] = _warnings_about(caplog, ids[0])
+        warning = _one_warning_about(caplog, ids[0])
         assert _names(warning, "claim_next"), warning
         assert [] == [m for m in caplog.messages if CORRUPT_MARKER in m]
 
@@ -298,7 +298,7 @@ class CorruptContract(ContractBase):
             for _ in range(3):
                 listed = await store.list(TaskQuery(tenant=None, limit=100))
                 assert [ids[0], ids[2]] == [s.id for s in listed]
-        [warning] = _warnings_about(caplog, ids[1])
+        warning = _one_warning_about(caplog, ids[1])
         assert _names(warning, "list") or _names(warning, "listing"), warning
         caplog.clear()
         clock.advance(10)
@@ -313,6 +313,15 @@ def _warnings_about(caplog: pytest.LogCaptureFixture, task_id: str) -> list[str]
     """The WARNING (or worse) messages naming ``task_id``."""
     return [r.getMessage() for r in caplog.records
             if r.levelno >= logging.WARNING and task_id in r.getMessage()]
+
+
+def _one_warning_about(caplog: pytest.LogCaptureFixture, task_id: str) -> str:
+    """The one WARNING naming ``task_id``; fails saying how many there were."""
+    warnings = _warnings_about(caplog, task_id)
+    assert len(warnings) == 1, (
+        f"expected exactly one WARNING naming the skipped corrupt record {task_id!r} "
+        f"(tasks_core.reports.corrupt_skipped), got {len(warnings)}: {warnings}")
+    return warnings[0]
 
 
 def _names(message: str, operation: str) -> bool:

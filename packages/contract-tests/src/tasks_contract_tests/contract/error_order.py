@@ -132,8 +132,9 @@ class ErrorOrderContract(ContractBase):
         100 MUST raise ``LeaseLost`` under a stale lease and ``InvalidInput`` under the
         live one.
 
-        Troubleshooting: check the lease (``rules.check_lease``) on the locked task, then
-        the arguments, as the rules' ``renew`` and ``report_progress`` do with it.
+        Troubleshooting: check the lease (``rules.check_lease``) on the locked task first,
+        then call ``rules.renew``/``rules.report_progress``: they check their argument
+        before the lease, so a store that leaves the lease to them answers ``InvalidInput``.
         """
         task, lease = await created_and_claimed(store)
         stale = lease.model_copy(update={"token": "not-the-token"})

@@ -239,11 +239,12 @@ class RetryContract(ContractBase):
         self, store: TaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
     ) -> None:
         """``claim_next`` MUST NOT return a task past its delivery limit: it fails the task
-        (``DeliveryLimitExceeded``, reported once) and serves the next claimable task
-        instead.
+        (``DeliveryLimitExceeded``, reported once, recorded as a ``failed`` event in
+        history, as ``claim`` does) and serves the next claimable task instead.
 
         Troubleshooting: a poison task must not loop forever; do not count the failed task
-        against ``limit``.
+        against ``limit``; write the ``failed`` event's record with the failure, in the same
+        atomic step (the plan's record).
         """
         poison = await store.create(new_task(max_deliveries=2))
         await _expire(store, clock, poison.id, "w1")
@@ -257,6 +258,10 @@ class RetryContract(ContractBase):
         assert (TaskStatus.FAILED, DELIVERY_LIMIT_ERROR) == (
             failed.status, failed.error.type if failed.error else None
         )
+        records = await store.history(poison.id, tenant=None)
+        assert [("failed", TaskStatus.FAILED, failed.error)] == [
+            (r.kind, r.status, r.error) for r in records
+        ], "the failure claim_next wrote is missing from the task's history"
 
     async def test_released_deliveries_count_towards_the_limit(self, store: TaskStore) -> None:
         """Deliveries ended by ``release`` MUST count towards ``max_deliveries`` too.
