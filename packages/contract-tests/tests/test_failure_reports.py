@@ -123,3 +123,27 @@ def test_a_spent_shrink_budget_stops_the_shrinking_and_reports_the_first_failure
     assert (3, AGREE) == _opens_while_failing(0)
     unbounded, rule = _opens_while_failing(None)
     assert (True, AGREE) == (unbounded > 3, rule), unbounded
+
+
+def test_a_spent_budget_hypothesis_wraps_still_reports_the_first_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When Hypothesis wraps the spent budget in its own error (a program stopped midway
+    reads as ``FlakyStrategyDefinition`` on a loaded machine), the run MUST still be run
+    again without shrinking, and that run's failure reported — never Hypothesis' error."""
+    from hypothesis.errors import FlakyStrategyDefinition
+    from tasks_contract_tests import _model_pair
+
+    runs: list[bool] = []
+
+    def run(machine: Any, settings: Any) -> None:
+        runs.append(True)
+        if len(runs) == 1:
+            raise FlakyStrategyDefinition("Inconsistent data generation!") \
+                from _model_pair.ShrinkBudgetSpent()
+        raise ValueError("the first failing program, reported")
+
+    monkeypatch.setattr(_model_pair, "run_state_machine_as_test", run)
+    with pytest.raises(ValueError, match="the first failing program, reported"):
+        _model_pair.run_within_budget(lambda budget: Any, lambda shrink: Any, 1.0, shrink=True)
+    assert 2 == len(runs)

@@ -251,8 +251,10 @@ def run_within_budget(
     shrink: bool,
 ) -> None:
     """Run the programs of ``machine(shrink_seconds)`` under ``settings_for(shrink)``;
-    when the shrink budget runs out, run them again (the machine must be seeded) without
-    shrinking, to report the first failing program as Hypothesis found it.
+    when the shrink budget runs out — :class:`ShrinkBudgetSpent`, or an error Hypothesis
+    raised because of it (a program it stopped midway can read as inconsistent data
+    generation) — run them again (the machine must be seeded) without shrinking, to report
+    the first failing program as Hypothesis found it.
 
     Raises:
         BrokenRule: a program broke a rule.
@@ -260,7 +262,19 @@ def run_within_budget(
     """
     try:
         run_state_machine_as_test(machine(shrink_seconds), settings=settings_for(shrink))
-    except ShrinkBudgetSpent:
+    except BaseException as exc:
+        if not _spent(exc):
+            raise
         run_state_machine_as_test(machine(None), settings=settings_for(False))
         raise AssertionError("the model check failed, then passed when run again: the "
                              "store does not behave the same way twice") from None
+
+
+def _spent(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a spent shrink budget."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ShrinkBudgetSpent):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
