@@ -327,3 +327,22 @@ async def test_tasks_worker_metrics_port_serves_on_localhost_by_default() -> Non
     bad = build_parser().parse_args(["worker", "m:app", "--metrics-port", "70000"])
     with pytest.raises(InvalidInput, match=r"--metrics-port must be an integer in 0\.\.65535"):
         check_options(bad)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--metrics-host", "0.0.0.0"], r"^--metrics-host needs --metrics-port"),
+    (["--metrics-port", "0", "--metrics-host", "no.such.host.invalid"],
+     r"^--metrics-host: cannot listen on no\.such\.host\.invalid:0: "),
+    (["--metrics-port", "0", "--metrics-host", " "], r"^--metrics-host must not be blank"),
+])
+def test_a_metrics_host_that_cannot_serve_is_refused_naming_it(
+    argv: list[str], says: str
+) -> None:
+    """``--metrics-host`` without ``--metrics-port`` MUST be refused (it would be ignored,
+    no metrics served); a host the endpoint cannot listen on is refused naming
+    ``--metrics-host``, not the port."""
+    from tasks_core.cli import _worker_cmd
+    from tasks_core.cli.main import build_parser
+
+    with pytest.raises(InvalidInput, match=says):
+        _worker_cmd._metrics(build_parser().parse_args(["worker", "m:app", *argv]))

@@ -39,6 +39,8 @@ def test_srv_and_the_mongo_alias_are_accepted() -> None:
         "mongodb://localhost/bad.name",
         "mongodb://localhost/tasks?namespace=$x",
         "mongodb://localhost/tasks?namespace=",
+        "mongodb://localhost/tasks?namespace=system",
+        "mongodb://localhost/tasks?namespace=system.x",
         "mongodb://localhost/tasks?namespace=a&namespace=b",
         "mongodb://localhost/tasks?driver=motor&DRIVER=pymongo",
         "localhost:27017",
@@ -78,6 +80,17 @@ async def test_unknown_options_are_refused() -> None:
     """An option the store does not know MUST raise ``InvalidInput``."""
     with pytest.raises(InvalidInput, match="poolsize"):
         await open_mongo("mongodb://localhost/tasks", poolsize=3)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("namespace", ["", "system", "system.tasks", "$x"])
+async def test_a_namespace_option_is_checked_as_the_urls_is(namespace: str) -> None:
+    """``namespace=`` given as an option MUST be refused as in the URL, before anything
+    connects: an empty one is never read as the default namespace (another app's
+    tasks), and ``system``, whose collections MongoDB reserves, is refused up front."""
+    with pytest.raises(InvalidInput, match=r"^namespace "):
+        await open_mongo("mongodb://127.0.0.1:1/tasks?serverSelectionTimeoutMS=100",
+                         namespace=namespace)
 
 
 def test_both_schemes_find_the_mongo_plugin() -> None:

@@ -98,7 +98,7 @@ class MongoBase:
         self.limits = StoreLimits.resolve(
             limits, max_tasks=max_tasks, max_active_tasks_per_scope=max_active_tasks_per_scope
         )
-        self.namespace = check_namespace(namespace or DEFAULT_NAMESPACE)
+        self.namespace = DEFAULT_NAMESPACE if namespace is None else check_namespace(namespace)
         self.database = database
         self._loops = LoopClients(
             client,

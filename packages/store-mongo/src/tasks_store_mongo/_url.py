@@ -52,7 +52,9 @@ class MongoURL:
 
 
 def check_namespace(namespace: str) -> str:
-    """Validate a collection prefix: 1-64 of ``A-Z a-z 0-9 _ - .``, not starting with a dot.
+    """Validate a collection prefix: 1-64 of ``A-Z a-z 0-9 _ - .``, not starting with a dot,
+    and not ``system`` (nor ``system.…``): MongoDB reserves the collections named
+    ``system.*``.
 
     Raises:
         InvalidInput: anything else.
@@ -61,6 +63,9 @@ def check_namespace(namespace: str) -> str:
         raise InvalidInput(
             "namespace must be 1-64 characters of A-Z a-z 0-9 _ - . (not starting with '.')"
         )
+    if namespace == "system" or namespace.startswith("system."):
+        raise InvalidInput("namespace 'system' is reserved: MongoDB keeps the collections "
+                           "named system.* for itself")
     return namespace
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -27,20 +28,35 @@ __all__ = ["cmd_worker"]
 log = logging.getLogger("tasks_core.cli")
 
 
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
+
 def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
-    """The Prometheus endpoint ``--metrics-port`` asks for (``None`` without it).
+    """The Prometheus endpoint ``--metrics-port`` asks for (``None`` without it), on
+    ``--metrics-host`` (default 127.0.0.1).
 
     Raises:
-        InvalidInput: the address cannot be bound (the port is one of the CLI's sizes).
+        InvalidInput: ``--metrics-host`` without ``--metrics-port`` (it would be ignored),
+            blank, or a name that does not resolve; the address cannot be bound (the port
+            is one of the CLI's sizes).
         CapabilityNotSupported: the Prometheus extra is not installed.
     """
     port = getattr(args, "metrics_port", None)  # checked with the CLI's sizes
+    host = getattr(args, "metrics_host", None)
     if port is None:
+        if host is not None:
+            raise InvalidInput("--metrics-host needs --metrics-port: no metrics are served "
+                               "without a port")
         return None
+    if host is None:
+        host = DEFAULT_METRICS_HOST
+    elif not host.strip():
+        raise InvalidInput("--metrics-host must not be blank")
     try:
-        return telemetry.serve_prometheus(port, args.metrics_host)
+        return telemetry.serve_prometheus(port, host)
     except OSError as exc:
-        raise InvalidInput(f"--metrics-port: cannot listen on {args.metrics_host}:{port}: "
+        which = "--metrics-host" if isinstance(exc, socket.gaierror) else "--metrics-port"
+        raise InvalidInput(f"{which}: cannot listen on {host}:{port}: "
                            f"{exc.strerror or exc}") from None
 
 

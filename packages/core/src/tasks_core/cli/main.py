@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=number, metavar="PORT",
                    help="serve the task metrics for Prometheus at http://HOST:PORT/metrics "
                         "(e.g. 9464; needs tasks-core[prometheus])")
-    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+    p.add_argument("--metrics-host", metavar="HOST",
                    help="the address of --metrics-port (default 127.0.0.1)")
 
     p = sub.add_parser("submit", parents=[common, withapp, who], help="submit a task by name")
