@@ -31,7 +31,7 @@ from tasks_core.sizes import check_limit, integral
 from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
-           "check_priority", "check_task_name"]
+           "check_priority", "check_task_name", "is_async_callable"]
 
 DEFAULT_QUEUE = "default"
 _MOST_BINDS = 64
@@ -98,6 +98,13 @@ def check_priority(priority: object, what: str = "priority") -> int:
         InvalidInput: anything else, naming ``what``.
     """
     return check_limit(priority, minimum=MIN_PRIORITY, maximum=MAX_PRIORITY, what=what)
+
+
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` answers an awaitable by its definition: an ``async def``, or
+    an object whose ``__call__`` is one (a handler runs on the loop; a policy hook, which
+    is called without ``await``, is refused)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def check_task_name(name: object) -> None:
@@ -221,8 +228,7 @@ class TaskDef:
     def is_async(self) -> bool:
         """Whether the handler is an ``async def``, or an object whose ``__call__`` is one
         (run on the loop, not in a thread)."""
-        return (inspect.iscoroutinefunction(self.fn)
-                or inspect.iscoroutinefunction(type(self.fn).__call__))
+        return is_async_callable(self.fn)
 
     @functools.cached_property
     def _signature(self) -> inspect.Signature | None:

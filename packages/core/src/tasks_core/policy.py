@@ -21,6 +21,7 @@ from typing import Literal
 from tasks_core._store_models import NO_LIMIT
 from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, Owner, System
+from tasks_core.definitions import is_async_callable
 from tasks_core.errors import AuthorizationError, InvalidInput
 from tasks_core.models import MAX_MESSAGE_CHARS
 from tasks_core.sizes import check_limit
@@ -143,7 +144,7 @@ def _check_hook(name: str, fn: object) -> None:
         return
     if not callable(fn):
         raise InvalidInput(f"{name} must be a function (or None), not {type(fn).__name__}")
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+    if is_async_callable(fn):
         raise InvalidInput(f"{name} must be a plain function answering at once, not async: "
                            "hooks are called without await")
 

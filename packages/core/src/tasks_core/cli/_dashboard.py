@@ -72,12 +72,12 @@ async def cmd_dashboard(app: App, args: argparse.Namespace, console: Console) ->
         raise InvalidInput(
             f"the dashboard needs an operator token: set {TOKEN_ENV} (or --token); for "
             "a fresh one: python -c 'import secrets; print(secrets.token_urlsafe())'")
+    loopback = dashboard.loopback_hosts(args.host)
     try:
-        web = dashboard.create_app(app, token=token,
-                                   allowed_hosts=dashboard.loopback_hosts(args.host))
+        web = dashboard.create_app(app, token=token, allowed_hosts=loopback)
     except dashboard.DashboardConfigError as exc:
         raise InvalidInput(str(exc)) from None
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if loopback is None:
         console.print(f"[yellow]note:[/] serving on {args.host}: anyone who can reach it "
                       "sees the login form; put TLS in front of it.")
     await app.open()
