@@ -16,6 +16,7 @@ import broken_order as order
 import broken_races as races
 import broken_rules as bad
 import broken_stores as broken
+import broken_transactions as transactions
 import pytest
 from tasks_contract_tests.state_machine import run_model_check
 from tasks_core import TaskStore
@@ -156,6 +157,14 @@ BROKEN: list[tuple[type, str]] = [
         limits.LongLeasesCutTo7Days,
         "test_a_lease_of_exactly_7_days_is_taken_and_longer_refused[604801]",
     ),
+    # the application's transaction
+    (transactions.TransactionIgnored,
+     "test_a_task_created_in_a_transaction_is_stored_when_it_commits"),
+    (transactions.TransactionIgnored,
+     "test_a_task_created_in_a_rolled_back_transaction_is_never_stored"),
+    (transactions.TransactionIgnored,
+     "test_a_batch_created_in_a_rolled_back_transaction_is_never_stored"),
+    (transactions.TransactionNotChecked, "test_a_handle_with_no_transaction_begun_is_refused"),
 ]
 """(broken store, the contract test that must fail against it)."""
 
@@ -203,6 +212,10 @@ class TestStore(StoreContract):
             store._corrupt(task_id)
 
         return corrupt
+
+    @pytest.fixture
+    def begin_transaction(self):
+        return getattr(Store, "begin_transaction", None)
 '''
 
 
@@ -259,6 +272,17 @@ def test_reference_store_passes_every_catching_test(pytester: pytest.Pytester) -
     outcomes = result.parseoutcomes()
     assert ([], 0) == (_failed(result), outcomes.get("failed", 0) + outcomes.get("errors", 0))
     assert outcomes.get("passed", 0) >= len({test.split("[")[0] for test in catchers})
+
+
+def test_a_transactional_store_passes_the_transaction_tests(pytester: pytest.Pytester) -> None:
+    """The toy ``TransactionalMemoryStore`` MUST pass (not skip) every transaction test,
+    so the catches of its broken variants above are their defects' doing."""
+    catchers = sorted({test for store, test in BROKEN if store.__module__ == "broken_transactions"})
+    result = _run_suite(pytester, transactions.TransactionalMemoryStore, catchers)
+    outcomes = result.parseoutcomes()
+    assert (len(catchers), 0, 0) == (
+        outcomes.get("passed", 0), outcomes.get("skipped", 0),
+        outcomes.get("failed", 0) + outcomes.get("errors", 0)), result.stdout.str()
 
 
 @pytest.mark.parametrize("store", MODEL_CATCHES, ids=lambda store: store.__name__)

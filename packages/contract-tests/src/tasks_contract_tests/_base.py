@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from tasks_core import ManualClock, TaskStore
+from tasks_core.plugins import BeginTransaction
 
 StoreFactory = Callable[..., Awaitable[TaskStore]]
 Corrupter = Callable[[TaskStore, str], Awaitable[None]]
@@ -22,6 +23,10 @@ class ContractBase:
       ``max_active_tasks_per_scope`` to the store.
     - ``corrupt_task`` (optional): returns ``async corrupt(store, task_id)`` damaging the
       persisted record; without it the corrupt-record tests fail with a reminder.
+    - ``begin_transaction`` (a store with ``transactional_submit``): returns ``async
+      begin(store, started)``, an application transaction of the store's kind
+      (``tasks_core.plugins.BeginTransaction``); without it those tests fail with a
+      reminder.
     """
 
     pytestmark = [pytest.mark.anyio]
@@ -39,6 +44,12 @@ class ContractBase:
     @pytest.fixture
     def corrupt_task(self) -> Corrupter | None:
         """Override me: return ``async corrupt(store, task_id)`` (test support only)."""
+        return None
+
+    @pytest.fixture
+    def begin_transaction(self) -> BeginTransaction | None:
+        """Override me (``transactional_submit``): return ``async begin(store, started)``
+        (test support only)."""
         return None
 
     @pytest.fixture

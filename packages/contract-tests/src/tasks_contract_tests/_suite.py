@@ -31,6 +31,7 @@ from tasks_contract_tests.contract.replay import ReplayContract
 from tasks_contract_tests.contract.retry import RetryContract
 from tasks_contract_tests.contract.store_clock import StoreClockContract
 from tasks_contract_tests.contract.tenants import TenantContract
+from tasks_contract_tests.contract.transactions import TransactionContract
 from tasks_contract_tests.contract.transition import TransitionContract
 from tasks_contract_tests.contract.ttl import TTLContract
 from tasks_contract_tests.contract.wakeups import WakeupContract
@@ -69,6 +70,7 @@ __all__ = [
     "StoreContract",
     "TTLContract",
     "TenantContract",
+    "TransactionContract",
     "TransitionContract",
     "WakeupContract",
     "WarmRaceContract",
@@ -106,6 +108,7 @@ class StoreContract(
     ClaimContract,
     BatchContract,
     BulkContract,
+    TransactionContract,
     RaceContract,
     ReplayContract,
     TransitionContract,

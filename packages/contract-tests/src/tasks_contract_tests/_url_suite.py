@@ -18,6 +18,7 @@ from tasks_core import (
     UnknownStore,
     find_store,
 )
+from tasks_core.plugins import BeginTransaction
 from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests import StoreContract
@@ -66,6 +67,10 @@ class TestStoreAtURL(StoreContract):
     @pytest.fixture
     def corrupt_task(self, store_spec: StoreSpec) -> Corrupter | None:
         return store_spec.corrupt
+
+    @pytest.fixture
+    def begin_transaction(self, store_spec: StoreSpec) -> BeginTransaction | None:
+        return store_spec.begin_transaction
 
     async def test_the_plugin_declares_every_capability_its_store_has(
         self, store: TaskStore, store_spec: StoreSpec

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pluggy
 
@@ -19,8 +19,8 @@ from tasks_core.errors import InvalidInput
 from tasks_core.models import StoreCapabilities
 from tasks_core.store import TaskStore
 
-__all__ = ["PROJECT", "Migrate", "StoreFactory", "StoreSpec", "check_create", "hookimpl",
-           "hookspec"]
+__all__ = ["PROJECT", "ApplicationTransaction", "BeginTransaction", "Migrate", "StoreFactory",
+           "StoreSpec", "check_create", "hookimpl", "hookspec"]
 
 PROJECT = "tasks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -42,6 +42,31 @@ several processes at once. Raises ``InvalidInput`` for an unknown revision and
 ``StoreError`` subclasses for a schema the code does not know or an unreachable store."""
 
 
+class ApplicationTransaction(Protocol):
+    """A transaction of the application's, of the kind a store's ``create(transaction=…)``
+    takes, begun for the contract suite (test support).
+
+    Attributes:
+        handle: what ``create``/``create_many`` take as ``transaction=`` (an
+            ``AsyncConnection`` for SQL, a ``ClientSession`` for MongoDB).
+    """
+
+    handle: Any
+
+    async def commit(self) -> None:
+        """Commit what was written in it and let the handle go."""
+
+    async def rollback(self) -> None:
+        """Roll it back and let the handle go; after ``commit`` or a first ``rollback``,
+        nothing."""
+
+
+BeginTransaction = Callable[[Any, bool], Awaitable[ApplicationTransaction]]
+"""``async begin(store, started)``: an :class:`ApplicationTransaction` on ``store``'s own
+database; ``started=False``: a handle of the right kind with no transaction begun, which
+``create(transaction=…)`` must refuse (``InvalidInput``)."""
+
+
 @dataclass(frozen=True)
 class StoreSpec:
     """What a plugin offers.
@@ -61,6 +86,9 @@ class StoreSpec:
             What ``tasks migrate`` calls; ``None``: the store has no schema to migrate.
         corrupt: ``async (store, task_id)``; damages the persisted record of a task so the
             contract suite can prove ``StoreCorrupt`` handling (test support only).
+        begin_transaction: :data:`BeginTransaction`; lets the contract suite prove
+            ``transactional_submit`` (test support only; ``None``: a store with the
+            capability fails those tests with a reminder).
     """
 
     name: str
@@ -72,6 +100,7 @@ class StoreSpec:
     drop_namespace: Callable[[str, str], Awaitable[None]] | None = None
     migrate: Migrate | None = field(default=None, repr=False)
     corrupt: Callable[[Any, str], Awaitable[None]] | None = field(default=None, repr=False)
+    begin_transaction: BeginTransaction | None = field(default=None, repr=False)
 
 
 def check_create(create: object) -> bool:

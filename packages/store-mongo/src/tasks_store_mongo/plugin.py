@@ -94,6 +94,41 @@ async def _corrupt(store: MongoStore, task_id: str) -> None:
     await store._corrupt(task_id)
 
 
+class _Transaction:
+    """An application transaction on a session of the store's client (test support:
+    ``StoreSpec.begin_transaction``)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def commit(self) -> None:
+        await self._end(commit=True)
+
+    async def rollback(self) -> None:
+        await self._end(commit=False)
+
+    async def _end(self, *, commit: bool) -> None:
+        from tasks_store_mongo._driver import settle
+
+        session = self.handle
+        if session.has_ended:
+            return
+        if session.in_transaction:
+            await settle(session.commit_transaction() if commit
+                         else session.abort_transaction())
+        await settle(session.end_session())
+
+
+async def _begin_transaction(store: MongoStore, started: bool) -> _Transaction:
+    """A session of ``store``'s client, inside a transaction when ``started``."""
+    from tasks_store_mongo._driver import settle
+
+    session = await settle(store.client.start_session())
+    if started:
+        await settle(session.start_transaction())
+    return _Transaction(session)
+
+
 @hookimpl
 def tasks_stores() -> StoreSpec:
     """Declare the MongoDB store."""
@@ -108,4 +143,5 @@ def tasks_stores() -> StoreSpec:
         create_namespace=drop_namespace,
         drop_namespace=drop_namespace,
         corrupt=_corrupt,
+        begin_transaction=_begin_transaction,
     )

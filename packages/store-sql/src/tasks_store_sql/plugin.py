@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core.errors import InvalidInput
 from tasks_core.plugins import StoreSpec, hookimpl
 
@@ -103,6 +104,32 @@ async def _corrupt(store: SQLStore, task_id: str) -> None:
     await store._corrupt(task_id)
 
 
+class _Transaction:
+    """An application transaction on a connection of the store's engine (test support:
+    ``StoreSpec.begin_transaction``)."""
+
+    def __init__(self, handle: AsyncConnection) -> None:
+        self.handle = handle
+
+    async def commit(self) -> None:
+        if not self.handle.closed:
+            await self.handle.commit()
+            await self.handle.close()
+
+    async def rollback(self) -> None:
+        if not self.handle.closed:
+            await self.handle.rollback()
+            await self.handle.close()
+
+
+async def _begin_transaction(store: SQLStore, started: bool) -> _Transaction:
+    """A connection of ``store``'s engine, inside a transaction when ``started``."""
+    connection = await store.engine.connect()
+    if started:
+        await connection.begin()
+    return _Transaction(connection)
+
+
 @hookimpl
 def tasks_stores() -> StoreSpec:
     """Declare the SQL store."""
@@ -116,4 +143,5 @@ def tasks_stores() -> StoreSpec:
         drop_namespace=drop_namespace,
         migrate=migrate_schema,
         corrupt=_corrupt,
+        begin_transaction=_begin_transaction,
     )
