@@ -279,15 +279,15 @@ async def test_submit_many_refuses_priority_zero_like_any_other(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("argv", "what", "shown"), [
-    (["worker", "m:app", "--input-park=31622401"], "input_park", "not 31622401"),
-    (["worker", "m:app", "--input-park=31622400.5"], "input_park", "not 31622400.5"),
-    (["worker", "m:app", "--reap-interval=31622401"], "reap_interval", "not 31622401"),
-    (["submit", "job", "--user", "alice", "--delay=367d"], "--delay", "not 31708800"),
-    (["submit", "job", "--user", "alice", "--delay=31622401"], "--delay", "not 31622401"),
-    (["submit", "job", "--user", "alice", "--delay=400.5d"], "--delay", "not 34603200.0"),
-    (["submit", "job", "--user", "alice", "--delay=-5s"], "--delay", "not -5"),
-    (["submit", "job", "--user", "alice", "--delay=-1.5m"], "--delay", "not -90.0"),
-    (["worker", "m:app", "--input-park=-1"], "input_park", "not -1"),
+    (["worker", "m:app", "--input-park=31622401"], "input_park", "not '31622401'"),
+    (["worker", "m:app", "--input-park=31622400.5"], "input_park", "not '31622400.5'"),
+    (["worker", "m:app", "--reap-interval=31622401"], "reap_interval", "not '31622401'"),
+    (["submit", "job", "--user", "alice", "--delay=367d"], "--delay", "not '367d'"),
+    (["submit", "job", "--user", "alice", "--delay=31622401"], "--delay", "not '31622401'"),
+    (["submit", "job", "--user", "alice", "--delay=400.5d"], "--delay", "not '400.5d'"),
+    (["submit", "job", "--user", "alice", "--delay=-5s"], "--delay", "not '-5s'"),
+    (["submit", "job", "--user", "alice", "--delay=-1.5m"], "--delay", "not '-1.5m'"),
+    (["worker", "m:app", "--input-park=-1"], "input_park", "not '-1'"),
     (["ls", "--system", "--scan=100001"], "--scan", "not 100001"),
 ])
 async def test_a_refusal_shows_the_value_as_given(
@@ -295,8 +295,9 @@ async def test_a_refusal_shows_the_value_as_given(
 ) -> None:
     """A value just over its bound was printed rounded (``not 3.16224e+07`` against a
     bound of ``31622400``), so it read as the bound itself. The message MUST show the
-    value as given, never rounded, and the bounds as written; a negative duration is a
-    number out of range (in seconds, as every other), not an unreadable text."""
+    value as given, never rounded, and the bounds as written — a duration's text quoted as
+    typed, not the seconds it reads as (test_cli_refusals); a negative duration is a
+    number out of range, not an unreadable text."""
     app = make_app()
     async with app:
         message = await _refused(app, what, *argv)

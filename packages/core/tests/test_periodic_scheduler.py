@@ -281,6 +281,25 @@ async def test_a_worker_runs_the_schedules_unless_told_not_to() -> None:
         fast_worker(app, periodic="no")
 
 
+async def test_a_worker_s_scheduler_follows_a_manual_clock_within_its_poll_interval() -> None:
+    """A worker's scheduler MUST read the store clock again at least every
+    ``poll_interval``: moving a ``ManualClock`` past the next tick makes that tick's task
+    (the way tests drive retries and delayed tasks), not only after ``MAX_SLEEP_S`` of
+    real time."""
+    clock = ManualClock()
+    app = _app(clock)
+    schedule = app.schedules["tick"]
+    async with app, fast_worker(app):
+        first = schedule.latest(clock.now())
+        assert first is not None
+        await _created(app, lambda: _stored(app, schedule.task_id(first)))
+        clock.advance(EVERY)
+        second = schedule.latest(clock.now())
+        assert second is not None
+        assert second > first
+        await _created(app, lambda: _stored(app, schedule.task_id(second)))
+
+
 async def _cli(app: App, *argv: str) -> tuple[int, str]:
     out = io.StringIO()
     code = await run(list(argv), app=app, console=Console(file=out, width=250,

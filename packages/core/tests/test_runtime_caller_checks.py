@@ -1,10 +1,13 @@
 """What a caller gives the API, refused before anything is written: retry policies that
 would not do what they say, handlers that cannot take the context, too many watchers, an
-unknown dedup (memory store)."""
+unknown dedup (memory store), the App's own arguments (a blank store URL or
+``$TASKS_STORE``, ``store_options`` that name no option)."""
 
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +242,65 @@ async def test_an_unknown_dedup_is_named_as_such_with_or_without_a_key(key: str 
         with pytest.raises(InvalidInput, match="dedup applies to a key"):
             await app.submit("noop", None, ALICE, dedup="global")
         assert [] == (await app.list(System())).items
+
+
+# -- the App's own arguments -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "error", "named"), [
+    ({"url": 5}, TypeError, "URL"),
+    ({"store": "memory://"}, TypeError, "store="),
+    ({"policy": "strict"}, TypeError, "policy="),
+    ({"limits": 5}, TypeError, "limits="),
+    ({"store_options": 5}, TypeError, "store_options="),
+    ({"store_options": {1: 2}}, InvalidInput, "store_options"),
+    ({"store_options": {("create",): False}}, InvalidInput, "store_options"),
+    ({"queues": "emails"}, InvalidInput, "queues"),
+    ({"retention": "1d"}, InvalidInput, "retention"),
+    ({"poll_interval": None}, InvalidInput, "poll_interval"),
+])
+def test_an_app_argument_of_the_wrong_kind_is_refused_when_the_app_is_made(
+    options: dict[str, Any], error: type[Exception], named: str
+) -> None:
+    """Every argument of ``App`` MUST be refused when the app is made, naming it, as its
+    docstring says — ``TypeError`` for a url, store, policy, limits or store_options of
+    the wrong class, ``InvalidInput`` for a malformed one: ``store_options={1: 2}`` made an
+    app whose first call failed deep in the store's opening (``TypeError: keywords must be
+    strings``)."""
+    url = options.pop("url", None if "store" in options else "memory://")
+    with pytest.raises(error, match=named) as info:
+        App(url, **options)
+    assert error is TypeError or isinstance(info.value, InvalidInput)
+
+
+@pytest.mark.parametrize("url", ["", "  ", "\t"])
+async def test_a_blank_store_url_is_refused_not_taken_for_the_default(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``App("")`` (an unset variable in ``App(os.environ.get(...,""))``) opened the default
+    store, ``sqlite:///tasks.db`` here. A blank URL MUST be refused when the app is made
+    (``InvalidInput``), and by ``use_store``, nothing created."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    with pytest.raises(InvalidInput, match="store URL is blank"):
+        App(url)
+    app = App()
+    with pytest.raises(InvalidInput, match="store URL is blank"):
+        app.use_store(url)
+    assert (None, []) == (app.url, os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n"])
+async def test_a_blank_tasks_store_is_refused_when_the_app_opens(
+    blank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``App()`` reads ``$TASKS_STORE`` when it opens; set but blank, it fell back to the
+    default store. It MUST be refused (``InvalidInput`` naming the variable), nothing
+    created."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TASKS_STORE", blank)
+    app = App()
+    with pytest.raises(InvalidInput, match=r"\$TASKS_STORE is set but blank"):
+        await app.submit("job", None, ALICE)
+    await app.aclose()
+    assert [] == os.listdir(tmp_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -12,10 +11,11 @@ from typing import Any
 from rich.console import Console
 
 from tasks_core._json import parse_json
-from tasks_core._registry import available_stores, find_store, install_hint
+from tasks_core._registry import available_stores, find_store
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._dashboard import cmd_dashboard
 from tasks_core.cli._many import read_items
+from tasks_core.cli._options import duration
 from tasks_core.cli._periodic import cmd_periodic
 from tasks_core.cli._reads import follow, list_newest_first, live_leases, print_ls, workers_table
 from tasks_core.cli._render import (
@@ -26,10 +26,11 @@ from tasks_core.cli._render import (
     shown_url,
     snapshot_table,
 )
+from tasks_core.cli._stress import cmd_stress
 from tasks_core.cli._worker_cmd import cmd_worker
 from tasks_core.definitions import TaskDef
-from tasks_core.durations import MAX_WAIT_S, parse_duration, parse_instant
-from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.durations import MAX_WAIT_S, parse_instant
+from tasks_core.errors import InvalidInput
 from tasks_core.runtime._defaults import default_store_url
 from tasks_core.runtime.app import App
 
@@ -105,7 +106,7 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
     task = _task_of(app, args)
     authority = authority_of(args)
     delay = (None if args.delay is None
-             else parse_duration(args.delay, "--delay", high=MAX_WAIT_S, allow_zero=True))
+             else duration(args.delay, "--delay", high=MAX_WAIT_S, allow_zero=True))
     run_at = None if args.at is None else parse_instant(args.at, "--at")
     submitted = await app.submit(
         task, data, authority, key=args.key,
@@ -245,30 +246,6 @@ async def cmd_demo(app: App, args: argparse.Namespace, console: Console) -> int:
     from tasks_core.cli.demo import run_demo
 
     return await run_demo(app.url or default_store_url()[0], console=console)
-
-
-async def cmd_stress(app: App, args: argparse.Namespace, console: Console) -> int:
-    """The stress harness of tasks-contract-tests, imported only now (core does not depend
-    on it).
-
-    Its sizes and ``--timeout`` were checked with the others (``_options``).
-
-    Raises:
-        CapabilityNotSupported: tasks-contract-tests is not installed (the message says
-            how to install it).
-    """
-    try:
-        stress = importlib.import_module("tasks_contract_tests.stress")
-    except ImportError:
-        raise CapabilityNotSupported(
-            "tasks stress needs the contract suite: "
-            f"{install_hint('tasks-contract-tests')}") from None
-    argv = ["--store", args.store or app.url or default_store_url()[0]]
-    argv += [f"--{flag}" for flag in ("json", "small") if getattr(args, flag)]
-    for option in ("out", "tasks", "writers", "workers", "rounds", "timeout"):
-        if getattr(args, option) is not None:
-            argv += [f"--{option}", str(getattr(args, option))]
-    return int(await stress.main_async(argv, console))
 
 
 COMMANDS: dict[str, Command] = {

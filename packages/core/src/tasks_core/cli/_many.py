@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tasks_core._json import parse_json
+from tasks_core.cli._options import duration
 from tasks_core.definitions import TaskDef
-from tasks_core.durations import MAX_WAIT_S, parse_duration, parse_instant
+from tasks_core.durations import MAX_WAIT_S, parse_instant
 from tasks_core.errors import InvalidInput
 from tasks_core.items import SubmitItem
 
@@ -93,7 +94,7 @@ def _item(
         raise InvalidInput("give delay or at, not both")
     delay = value.get("delay")
     if isinstance(delay, str):
-        delay = parse_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
+        delay = duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
     at = value.get("at")
     if at is not None and not isinstance(at, str):
         raise InvalidInput("at must be an ISO 8601 instant with a time zone")

@@ -1,23 +1,29 @@
-"""The numeric options of ``tasks``: argparse reads the number a text spells and never
-judges it (``nan``, ``1e308``, ``-5`` and ``0`` all reach a check); each is then checked
-once, in the one check of its kind, before the command reads, writes or starts anything:
-a size by :func:`tasks_core.rules.check_limit`, a duration by
-:func:`tasks_core.durations.check_duration`, the refusal naming the option
-(``InvalidInput``: one line, exit 2). Options an API call takes are checked there
-(``tasks worker``'s by ``Worker``, ``submit --priority`` by ``App.submit``);
-:func:`check_options` checks the rest, right after parsing.
+"""The numeric options of ``tasks``: argparse reads the number a text spells in ASCII —
+an integer ``[+-]digits``; a duration also a point, an exponent, ``nan``, ``inf`` — and never
+judges it (``nan``, ``1e308``, ``-5`` and ``0`` all reach a check); any other text (``٣``,
+``1_000``, white space: Python's ``int()`` reads them) is argparse's usage error naming
+the option. Each is then checked once, in the one check of its kind, before the command reads,
+writes or starts anything: a size by :func:`tasks_core.rules.check_limit`, a duration by
+:func:`tasks_core.durations.check_duration` (``InvalidInput``: one line, exit 2), a
+duration's refusal quoting the text as typed (:func:`as_typed`). Options an API call takes
+are checked there (``tasks worker``'s by ``Worker``, ``submit --priority`` by
+``App.submit``); :func:`check_options` checks the rest, right after parsing.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from tasks_core.durations import MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, check_duration, parse_duration
+from tasks_core.errors import InvalidInput
 from tasks_core.runtime.worker import check_worker_lease
 from tasks_core.sizes import MAX_PORT, check_limit
 
 __all__ = ["MAX_PAGE", "MAX_PORT", "MAX_PROCESSES", "MAX_ROUNDS", "MAX_SCAN", "SIZES",
-           "check_options", "number"]
+           "Seconds", "as_typed", "check_options", "duration", "number", "typed"]
 
 MAX_PAGE = 1000
 """The largest page: ``App.list``'s, and so the largest ``ls --limit``."""
@@ -42,23 +48,101 @@ SIZES: dict[str, tuple[tuple[str, str, int, int], ...]] = {
 largest)``; each is an integer in that range (``None``: not given)."""
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_REAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                   r"|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+
+
 def number(text: str) -> int | float:
-    """The argparse ``type`` of every numeric option: the number ``text`` spells, an
-    ``int`` when it is an integer (``5``, ``-5``, ``99999999999``), else a ``float``
-    (``2.5``, ``nan``, ``inf``, ``1e308``), for the option's check to judge.
+    """The argparse ``type`` of every numeric option: the number ``text`` spells in ASCII,
+    an ``int`` when it is an integer (``5``, ``-5``, ``+5``, ``99999999999``), else a
+    ``float`` (``2.5``, ``.5``, ``nan``, ``inf``, ``1e308``), for the option's check to
+    judge.
 
     Raises:
-        argparse.ArgumentTypeError: not a number at all (argparse's usage error).
+        argparse.ArgumentTypeError: anything else — another script's digits (``٣``), an
+            underscore, white space (argparse's usage error, naming the option).
+    """
+    if _INTEGER.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # past Python's digit limit
+            raise argparse.ArgumentTypeError("an integer too long to read") from None
+    if _REAL.fullmatch(text):
+        return float(text)
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"not a number in ASCII digits (0-9): {text!r}")
+    raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+
+
+class Seconds(argparse.Action):
+    """``action=`` of a duration option written as a number of seconds (``--lease``,
+    ``--timeout``…): stores :func:`number` of the text, and keeps the text as typed for a
+    refusal to quote (:func:`typed`).
+
+    Raises:
+        argparse.ArgumentError: not a number (argparse's usage error, naming the option).
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        text = str(values)
+        try:
+            setattr(namespace, self.dest, number(text))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        namespace.typed = {**getattr(namespace, "typed", {}), self.dest: text}
+
+
+def typed(args: argparse.Namespace, dest: str) -> str | None:
+    """The text typed for the :class:`Seconds` option stored in ``dest`` (``None``: not
+    given)."""
+    texts: dict[str, str] = getattr(args, "typed", {})
+    return texts.get(dest)
+
+
+def as_typed(refusal: InvalidInput, text: str | None, option: str,
+             named: str | None = None) -> InvalidInput:
+    """``refusal`` — the one check's refusal of the value an option's ``text`` spells —
+    worded for the command line: the same rule and range, the value quoted as typed
+    (``--delay must be in [0, 31622400] seconds, not '367d'``: not the seconds it reads
+    as), and, when the check names the API's argument ``named``, the option before it
+    (``--lease (lease_for) must be in …``)."""
+    message = str(refusal)
+    quoted = f"not {text!r}"
+    if text is not None and not message.endswith(quoted):  # a grammar refusal quotes it
+        head, sep, _ = message.rpartition(", not ")
+        message = f"{head}, {quoted}" if sep else f"{option} {text!r}: {message}"
+    if named is not None and message.startswith(f"{named} "):
+        message = f"{option} ({named}){message[len(named):]}"
+    return InvalidInput(message)
+
+
+def duration(text: str, what: str, *, high: float, allow_zero: bool = False) -> float:
+    """A duration written on the command line (``30``, ``30s``, ``1.5m``, ``2h``, ``1d``),
+    read and checked by :func:`tasks_core.durations.parse_duration`, its refusal quoting
+    ``text`` as typed (:func:`as_typed`).
+
+    Raises:
+        InvalidInput: naming ``what``: not such a text (ASCII digits only), or out of range.
     """
     try:
-        return int(text)
-    except ValueError:
-        if text.strip().lstrip("+-").isdigit():  # past Python's digit limit
-            raise argparse.ArgumentTypeError("an integer too long to read") from None
+        return parse_duration(text, what, high=high, allow_zero=allow_zero)
+    except InvalidInput as exc:
+        raise as_typed(exc, text, what) from None
+
+
+def _checked(args: argparse.Namespace, dest: str, option: str,
+             check: Callable[[object], float | None]) -> float | None:
+    """``check`` of the :class:`Seconds` option in ``dest``, its refusal quoting the text.
+
+    Raises:
+        InvalidInput: ``check``'s refusal, worded by :func:`as_typed`.
+    """
     try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        return check(getattr(args, dest))
+    except InvalidInput as exc:
+        raise as_typed(exc, typed(args, dest), option) from None
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -66,7 +150,8 @@ def check_options(args: argparse.Namespace) -> None:
     each by its checked value, before anything is read, written or started.
 
     Raises:
-        InvalidInput: naming the option, with its bounds and the value given.
+        InvalidInput: naming the option, with its bounds and the value given (a
+            duration's as typed).
     """
     for attribute, option, smallest, largest in SIZES.get(args.command, ()):
         value = getattr(args, attribute, None)
@@ -74,7 +159,8 @@ def check_options(args: argparse.Namespace) -> None:
             setattr(args, attribute, check_limit(value, minimum=smallest, maximum=largest,
                                                  what=option))
     if args.command == "workers" and args.lease is not None:
-        args.lease = check_worker_lease(args.lease, "--lease")
+        args.lease = _checked(args, "lease", "--lease",
+                              lambda value: check_worker_lease(value, "--lease"))
     if args.command == "stress":
-        args.timeout = check_duration(args.timeout, "--timeout", high=MAX_WAIT_S,
-                                      allow_none=True)
+        args.timeout = _checked(args, "timeout", "--timeout", lambda value: check_duration(
+            value, "--timeout", high=MAX_WAIT_S, allow_none=True))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from tasks_core import telemetry
+from tasks_core.cli._options import as_typed, typed
 from tasks_core.cli._render import one_line, plain, shown_url
 from tasks_core.cli._signals import Interrupts
 from tasks_core.errors import InvalidInput
@@ -29,6 +30,12 @@ log = logging.getLogger("tasks_core.cli")
 
 
 DEFAULT_METRICS_HOST = "127.0.0.1"
+
+DURATIONS = {"lease_for": ("lease", "--lease"), "input_park": ("input_park", "--input-park"),
+             "reap_interval": ("reap_interval", "--reap-interval"),
+             "drain_timeout": ("drain_timeout", "--drain-timeout")}
+"""The worker's durations the command takes: ``Worker``'s argument (which its refusal
+names): the attribute of the parsed arguments, the option."""
 
 
 def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
@@ -65,7 +72,9 @@ def _worker_of(app: App, args: argparse.Namespace) -> Worker:
     ``tasks submit`` without ``--app`` declares the queue it names: the operator names
     them, and a task of a registered name may have been submitted to any of them. Its
     durations (``--lease``, ``--input-park``, ``--reap-interval``, ``--drain-timeout``)
-    are checked by the worker, before the store is opened.
+    are checked by the worker, before the store is opened; a refusal of one names the
+    option and the worker's argument, and quotes the text as typed (``--lease (lease_for)
+    must be in [0.001, 604800] seconds, not '1e9'``).
 
     Raises:
         InvalidInput: a bad option (``--prefetch``, ``--concurrency``, a duration…), an
@@ -75,12 +84,18 @@ def _worker_of(app: App, args: argparse.Namespace) -> Worker:
               else [q.strip() for q in args.queues.split(",") if q.strip()])
     for queue in queues or ():
         app.declare_queue(queue)
-    return Worker(
-        app, queues=queues, concurrency=args.concurrency, recover=args.recover,
-        lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
-        reap_interval=None if args.no_reaper else args.reap_interval,
-        drain_timeout=args.drain_timeout, periodic=not args.no_periodic,
-    )
+    try:
+        return Worker(
+            app, queues=queues, concurrency=args.concurrency, recover=args.recover,
+            lease_for=args.lease, input_park=args.input_park, prefetch=args.prefetch,
+            reap_interval=None if args.no_reaper else args.reap_interval,
+            drain_timeout=args.drain_timeout, periodic=not args.no_periodic,
+        )
+    except InvalidInput as exc:
+        for named, (dest, option) in DURATIONS.items():
+            if str(exc).startswith(f"{named} "):
+                raise as_typed(exc, typed(args, dest), option, named) from None
+        raise
 
 
 class _Drain:

@@ -1,11 +1,11 @@
 """The ``tasks`` console script: parse the arguments, run one command, map refusals.
 
 Commands are listed by ``tasks --help`` and in docs/cli.md. Every command takes ``--store
-URL`` (default ``$TASKS_STORE``, else ``sqlite:///tasks.db`` when tasks-store-sql is
-installed, else ``memory://`` when tasks-store-memory is installed). Commands that read or
-act on tasks say whom they act as — ``--user USER [--tenant T]`` or ``--system`` — there is
-no default. A refusal prints one line on stderr, ``error: KIND: message``, whatever the
-terminal width, and exits 2.
+URL`` (default ``$TASKS_STORE``, refused when set but blank; else ``sqlite:///tasks.db``
+when tasks-store-sql is installed, else ``memory://`` when tasks-store-memory is
+installed). Commands that read or act on tasks say whom they act as — ``--user USER
+[--tenant T]`` or ``--system`` — there is no default. A refusal prints one line on
+stderr, ``error: KIND: message``, whatever the terminal width, and exits 2.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tasks_core.cli._options import (
     MAX_PROCESSES,
     MAX_ROUNDS,
     MAX_SCAN,
+    Seconds,
     check_options,
     number,
 )
@@ -155,13 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "most 1000, while runs are short; 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
-    p.add_argument("--lease", type=number, default=30.0, help="lease seconds (default 30)")
-    p.add_argument("--input-park", type=number, default=30.0,
+    p.add_argument("--lease", action=Seconds, default=30.0, help="lease seconds (default 30)")
+    p.add_argument("--input-park", action=Seconds, default=30.0,
                    help="seconds a run waits for input before freeing its slot (default 30)")
-    p.add_argument("--drain-timeout", type=number, default=5.0,
+    p.add_argument("--drain-timeout", action=Seconds, default=5.0,
                    help="seconds to wait for running tasks on SIGTERM (default 5)")
     reaper = p.add_mutually_exclusive_group()
-    reaper.add_argument("--reap-interval", type=number, default=60.0,
+    reaper.add_argument("--reap-interval", action=Seconds, default=60.0,
                         help="seconds between reaper sweeps (default 60)")
     reaper.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
     p.add_argument("--no-periodic", action="store_true",
@@ -212,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workers", parents=[common, withapp, who],
                        help="live workers: those holding live leases")
     p.add_argument("--queue", help="only leases of this queue")
-    p.add_argument("--lease", type=number, metavar="SECONDS",
+    p.add_argument("--lease", action=Seconds, metavar="SECONDS",
                    help="the workers' lease length (tasks worker --lease, checked the "
                         "same way): shows the last heartbeat instead of the lease's expiry")
 
@@ -259,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("workers", f"soak worker processes (1..{MAX_PROCESSES})"),
                        ("rounds", f"soak rounds (1..{MAX_ROUNDS})")):
         p.add_argument(f"--{name}", type=number, help=what)
-    p.add_argument("--timeout", type=number, help="seconds each workload may take")
+    p.add_argument("--timeout", action=Seconds, help="seconds each workload may take")
     return parser
 
 
@@ -269,7 +270,8 @@ def _app_for(args: argparse.Namespace) -> App:
     on ``--store`` or the default store.
 
     Raises:
-        InvalidInput: APP cannot be imported or is not an ``App``; an empty ``--store``.
+        InvalidInput: APP cannot be imported or is not an ``App``; an empty ``--store``;
+            ``$TASKS_STORE`` set but blank where the default store would be used.
         UnknownStore: no store given and no store plugin installed (``backends`` still
             answers: it is how one finds out).
     """
@@ -289,6 +291,8 @@ def _app_for(args: argparse.Namespace) -> App:
         app = load_app(spec)
         if args.store:
             app.use_store(args.store)
+        elif app.url is None and getattr(app, "_store", None) is None:
+            default_store_url()  # the default store is the app's: see that it is meant
         return app
     if args.store:
         return App(args.store)

@@ -28,7 +28,7 @@ from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskQuery, TaskStatus
 from tasks_core.policy import Limits, Policy
 from tasks_core.runtime._app_registry import Registry
-from tasks_core.runtime._defaults import default_store_url
+from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, default_store_url
 from tasks_core.runtime._notify import Notices
 from tasks_core.runtime._submit import MAX_RACES
 from tasks_core.store import TaskStore
@@ -78,6 +78,39 @@ def _check_store_limits(store: TaskStore, limits: Limits) -> None:
                 "URL and it opens the store with it)")
 
 
+def _check_url(url: object) -> str:
+    """A store URL given to the app: a str that is not blank (an unset variable in
+    ``App(os.environ.get("URL", ""))`` must not mean "the default store here").
+
+    Raises:
+        TypeError: not a str.
+        InvalidInput: blank.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"the store URL must be a str, not {type(url).__name__}")
+    if not url.strip():
+        raise InvalidInput("the store URL is blank: give a store URL (e.g. "
+                           f"{EMBEDDED_STORE_URL}), or none for the default store")
+    return url
+
+
+def _check_store_options(options: object) -> None:
+    """``store_options``: a mapping of the store's option names (strings: they become
+    the keyword arguments of the store's factory) to values the store checks.
+
+    Raises:
+        TypeError: not a mapping.
+        InvalidInput: a key that is not a str.
+    """
+    if not isinstance(options, Mapping):
+        raise TypeError(f"store_options= takes a dict of the store's options, not "
+                        f"{type(options).__name__}")
+    for key in options:
+        if not isinstance(key, str):
+            raise InvalidInput(f"store_options maps the store's option names to values: a "
+                               f"key must be a str, not {type(key).__name__}")
+
+
 class ClientReads(Registry):
     """The store's lifecycle and the read calls of an :class:`~tasks_core.App` (whose
     docstring lists the arguments).
@@ -101,8 +134,8 @@ class ClientReads(Registry):
     ) -> None:
         if url is not None and store is not None:
             raise InvalidInput("pass a store URL or a store, not both")
-        if url is not None and not isinstance(url, str):
-            raise TypeError(f"the store URL must be a str, not {type(url).__name__}")
+        if url is not None:
+            _check_url(url)
         if store is not None and not isinstance(store, TaskStore):
             raise TypeError(
                 f"store= takes a store object (a TaskStore), not {type(store).__name__}; "
@@ -111,9 +144,8 @@ class ClientReads(Registry):
             if given is not None and not isinstance(given, kind):
                 raise TypeError(f"{name}= takes a {kind.__name__}(...), not "
                                 f"{type(given).__name__}")
-        if store_options is not None and not isinstance(store_options, Mapping):
-            raise TypeError(f"store_options= takes a dict of the store's options, not "
-                            f"{type(store_options).__name__}")
+        if store_options is not None:
+            _check_store_options(store_options)
         if store is not None and limits is not None:
             _check_store_limits(store, limits)
         super().__init__(queues, retention)
@@ -135,17 +167,20 @@ class ClientReads(Registry):
         """Point an app that is not open yet at another store URL (``tasks --store``).
 
         Raises:
-            InvalidInput: the app is open already, or was given a store object.
+            InvalidInput: the app is open already, or was given a store object; a blank
+                URL.
+            TypeError: a URL that is not a str.
         """
         if self._store is not None:
             raise InvalidInput("the app's store is already set")
-        self.url = url
+        self.url = _check_url(url)
 
     async def open(self) -> TaskStore:
         """Open the store (idempotent).
 
         Raises:
             UnknownStore: no installed plugin serves the URL.
+            InvalidInput: no URL given and ``$TASKS_STORE`` set but blank.
             StoreUnavailable: the store cannot be reached.
         """
         if self._store is not None and self._loop is not None:

@@ -1,10 +1,12 @@
 """The default store URL: the one place that decides it.
 
-``TASKS_STORE`` (environment) wins. Otherwise the embedded default is a SQLite file,
-``sqlite:///tasks.db``, as soon as a plugin serving ``sqlite`` is installed (the
-``tasks-store-sql`` distribution); else ``memory://`` (volatile, this process only), which
-needs ``tasks-store-memory``. tasks-core depends on neither: with both missing there is no
-default store, and :func:`require_default_store_url` says what to install.
+``TASKS_STORE`` (environment) wins; set but blank (an unset shell variable in
+``TASKS_STORE="$URL"``) it is refused, never read as "the default store here". Otherwise
+the embedded default is a SQLite file, ``sqlite:///tasks.db``, as soon as a plugin
+serving ``sqlite`` is installed (the ``tasks-store-sql`` distribution); else ``memory://``
+(volatile, this process only), which needs ``tasks-store-memory``. tasks-core depends on
+neither: with both missing there is no default store, and
+:func:`require_default_store_url` says what to install.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 
 from tasks_core._registry import find_store
-from tasks_core.errors import TasksError, UnknownStore
+from tasks_core.errors import InvalidInput, TasksError, UnknownStore
 
 __all__ = [
     "EMBEDDED_STORE_URL",
@@ -50,6 +52,9 @@ def default_store_url() -> tuple[str, str]:
     With no store plugin for either default it still answers ``memory://`` (with a reason
     saying that nothing serves it), so that ``tasks backends`` can show the situation;
     code about to open the default calls :func:`require_default_store_url` instead.
+
+    Raises:
+        InvalidInput: ``$TASKS_STORE`` is set but blank.
     """
     url, why, _ = _default()
     return url, why
@@ -57,10 +62,17 @@ def default_store_url() -> tuple[str, str]:
 
 def _default() -> tuple[str, str, bool]:
     """``(url, why, servable)``: ``servable`` is false only when nothing was configured and
-    neither default's plugin is installed."""
-    configured = os.environ.get(ENV_VAR, "").strip()
-    if configured:
-        return configured, f"from ${ENV_VAR}", True
+    neither default's plugin is installed.
+
+    Raises:
+        InvalidInput: ``$TASKS_STORE`` is set but blank.
+    """
+    configured = os.environ.get(ENV_VAR)
+    if configured is not None:
+        if not configured.strip():
+            raise InvalidInput(f"${ENV_VAR} is set but blank: set it to a store URL (e.g. "
+                               f"{EMBEDDED_STORE_URL}), or unset it for the default store")
+        return configured.strip(), f"from ${ENV_VAR}", True
     if installed(EMBEDDED_STORE_URL):
         return EMBEDDED_STORE_URL, "the embedded default", True
     if installed(FALLBACK_STORE_URL):
@@ -73,6 +85,7 @@ def require_default_store_url() -> str:
     """The default store URL, when something can serve it.
 
     Raises:
+        InvalidInput: ``$TASKS_STORE`` is set but blank.
         UnknownStore: ``$TASKS_STORE`` is unset and neither ``tasks-store-sql`` nor
             ``tasks-store-memory`` is installed (the message says what to install).
     """

@@ -6,7 +6,9 @@ another scheduler made it, and any number of schedulers create each tick once. A
 probes the ids of the ``catch_up`` latest ticks, newest first, stops at the first that
 exists, and creates the newer ones oldest first (so a tick that exists has every missed
 tick before it created). Between passes it waits, on the local clock, the store-clock time
-to the next tick (at most ``MAX_SLEEP_S``), and wakes at once on stop.
+to the next tick, at most ``longest_wait`` (a worker's ``poll_interval``, never above
+``MAX_SLEEP_S``): a store clock that moves apart from the local one — a ``ManualClock`` in
+tests, a server clock stepped — is read again that often. It wakes at once on stop.
 """
 
 from __future__ import annotations
@@ -50,11 +52,15 @@ class Scheduler:
         tasks: the app's registered tasks by name (each schedule's task is one of them).
         schedules: the app's schedules by name.
         notify: called after a pass created a task (wakes this process's claim loops).
+        longest_wait: the longest wait between passes, in seconds (at most
+            ``MAX_SLEEP_S``; checked by the caller).
     """
 
     def __init__(self, store: TaskStore, tasks: Mapping[str, TaskDef],
-                 schedules: Mapping[str, Schedule], *, notify: Callable[[], None]) -> None:
+                 schedules: Mapping[str, Schedule], *, notify: Callable[[], None],
+                 longest_wait: float = MAX_SLEEP_S) -> None:
         self.store = store
+        self.longest_wait = min(longest_wait, MAX_SLEEP_S)
         self.tasks = tasks
         self.schedules = dict(schedules)
         self.notify = notify
@@ -84,7 +90,7 @@ class Scheduler:
                 failures = 0
                 wait -= loop.time() - started
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(max(wait, 0.001), MAX_SLEEP_S))
+                await asyncio.wait_for(stop.wait(), min(max(wait, 0.001), self.longest_wait))
 
     async def run_once(self) -> float:
         """One pass at the store's ``now``: create every missed tick of every schedule.

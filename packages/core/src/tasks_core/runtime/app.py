@@ -39,10 +39,16 @@ class App(Client):
     Attributes:
         notices: what the app's clients and workers tell each other in this process.
 
+    Every argument is checked here, when the app is made, never at its first call.
+
     Raises:
-        InvalidInput: bad arguments (durations: see :mod:`tasks_core.durations`).
-        TypeError: a ``store``, ``policy``, ``limits`` or ``store_options`` of the wrong
-            type.
+        InvalidInput: a malformed argument, naming it: a blank ``url``, both ``url`` and
+            ``store``, a ``store_options`` key that is not a str, bad ``queues``, a
+            ``retention`` or ``poll_interval`` that is not a duration in range (see
+            :mod:`tasks_core.durations`), ``limits`` a given store does not enforce.
+        TypeError: an argument of the wrong class, naming it: a ``url`` that is not a
+            str, a ``store`` that is not a ``TaskStore``, a ``policy`` not a ``Policy``,
+            ``limits`` not a ``Limits``, ``store_options`` not a mapping.
     """
 
     _sync: SyncApp | None = None

@@ -261,7 +261,8 @@ class Worker(Claims):
         scheduling: asyncio.Task[None] | None = None
         if self.periodic and self.app.schedules:
             scheduler = Scheduler(store, self.app.tasks, self.app.schedules,
-                                  notify=self.app.notices.work.notify)
+                                  notify=self.app.notices.work.notify,
+                                  longest_wait=self.poll_interval)
             scheduling = asyncio.create_task(scheduler.run(self._stop), name="tasks:periodic")
         watching: asyncio.Task[None] | None = None
         if store.capabilities.cancel_wakeups:
