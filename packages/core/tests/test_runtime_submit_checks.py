@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -218,15 +219,23 @@ async def test_store_limits_an_app_cannot_apply_to_its_given_store_are_refused(
     App(store=MemoryStore(**{limit: 5}), limits=Limits(max_input_bytes=10))
 
 
-async def test_submit_by_name_of_an_unregistered_task_fails_it_in_the_worker() -> None:
+async def test_submit_by_name_of_an_unregistered_task_fails_it_in_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A name no worker knows MUST be accepted by submit (clients need not import
-    handlers) and failed by the worker with UnknownTask, never retried."""
+    handlers) and failed by the worker with UnknownTask, never retried — and the worker
+    MUST say so at WARNING, naming the task and the name (a deploy that forgot a module
+    fails every such task, and only a count in the summary line told)."""
     app = _app()
     async with app:
         t = await app.submit("not_here", None, ALICE, retry=RetryPolicy.fixed(0, attempts=5))
-        async with fast_worker(app):
-            done = await app.wait(t.id, ALICE, timeout=10)
+        with caplog.at_level(logging.WARNING, logger="tasks_core.worker"):
+            async with fast_worker(app):
+                done = await app.wait(t.id, ALICE, timeout=10)
         assert (TaskStatus.FAILED, "UnknownTask") == (done.status, done.error and done.error.type)
+    said = [r for r in caplog.records if r.name == "tasks_core.worker"
+            and repr(t.id) in r.getMessage() and "'not_here'" in r.getMessage()]
+    assert [logging.WARNING] == [r.levelno for r in said]
 
 
 def test_a_task_name_registers_once() -> None:

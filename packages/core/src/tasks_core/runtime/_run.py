@@ -81,6 +81,8 @@ class Run(RunInput):
             log.warning("task %r: recovered from an expired lease (delivery %d)",
                         self.task_id, self.snapshot.deliveries)
         if self.task is None:
+            log.warning("task %r: no task named %r is registered in this worker; failing it "
+                        "(UnknownTask)", self.task_id, self.snapshot.work.name)
             await self._write(Failed(event_id=self.event_id("unknown-task"), error="UnknownTask",
                                      message=f"No task named {self.snapshot.work.name!r} is "
                                              "registered in this worker"))
