@@ -221,6 +221,35 @@ async def test_joining_owner_who_adds_watchers_grants_them() -> None:
         assert ("joined", (BOB,)) == (joined.outcome, joined.snapshot.watchers)
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+async def test_a_watcher_cannot_start_a_new_run_of_a_finished_key_without_approval(
+    bulk: bool,
+) -> None:
+    """A watcher re-submitting a finished key MUST need the watch authorizer, asked with
+    the watcher as submitter: the new run is the owner's, with the watcher's input. Without
+    approval it is ``AuthorizationError`` and the finished task stays as it was (submit and
+    submit_many alike)."""
+    asked: list[tuple[str, tuple[Any, ...], Any]] = []
+
+    def deny(task_id: str, newcomers: tuple[Any, ...], submitter: Any) -> bool:
+        asked.append((task_id, newcomers, submitter))
+        return False
+
+    app = _app(policy=Policy(watch_authorizer=deny))
+    async with app:
+        mine = await app.submit("report", {"month": "11"}, ALICE, key="k", dedup="global",
+                                watchers=[BOB])
+        await app.cancel(mine.id, ALICE)
+        before = await app.get(mine.id, ALICE)
+        rerun = (app.submit_many([{"task": "report", "input": {"month": "12"}, "key": "k",
+                                   "dedup": "global"}], BOB) if bulk
+                 else app.submit("report", {"month": "12"}, BOB, key="k", dedup="global"))
+        with pytest.raises(AuthorizationError):
+            await rerun
+        assert before == await app.get(mine.id, ALICE)
+        assert [(mine.id, (), BOB)] == asked
+
+
 async def test_a_watcher_cannot_grant_further_watchers_without_approval() -> None:
     """A watcher re-submitting a key with new watchers MUST need the watch authorizer."""
     app = _app()

@@ -51,7 +51,8 @@ QueueAuthorizer = Callable[[str, Owner], bool]
 """``f(queue, owner) -> bool``: may ``owner`` submit to ``queue``?"""
 WatchAuthorizer = Callable[[str, tuple[Owner, ...], Owner], bool]
 """``f(task_id, newcomers, submitter) -> bool``: may ``submitter`` add ``newcomers`` (itself
-included when it joins) as watchers of a task it does not own?"""
+included when it joins) as watchers of a task it does not own — or, for a finished task, start
+its new run (``newcomers`` may then be empty: a watcher re-running it)?"""
 Redactor = Callable[[BaseException, str], str]
 """``f(exc, text) -> str``: the error text that may be stored for ``exc``."""
 
@@ -65,7 +66,9 @@ class Policy:
             queue. ``System`` is not asked (it is the explicit bypass).
         watch_authorizer: ``f(task_id, newcomers, submitter) -> bool``; asked when a
             submitter who does not own a task joins it (a live key) or starts a new run of
-            it (a finished key), or grants further watchers on it. Default: deny.
+            it (a finished key: asked even when the submitter is already a watcher — the
+            run is the owner's, with the submitter's input), or grants further watchers on
+            it. Default: deny.
         error_redactor: ``f(exc, text) -> str``; default: the text unchanged. The result is
             capped at 2048 characters before it is stored.
         visibility: ``"watchers"`` (owner, watchers and System see a task) or ``"tenant"``

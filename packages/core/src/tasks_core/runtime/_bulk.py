@@ -121,10 +121,11 @@ async def _create_batch(
             if not probed:  # every keyed id that is taken, read once
                 probed = True
                 outcome.update(await _probe(store, items, left, outcome))
+            now = await store.now()
             for i, current in outcome.items():
                 if isinstance(current, Snapshot):
                     try:
-                        check_join(policy, items[i][0], authority, current)
+                        check_join(policy, items[i][0], authority, current, now)
                     except AuthorizationError as exc:
                         raise refused(i, exc) from None
             continue

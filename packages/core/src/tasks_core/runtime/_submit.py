@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from tasks_core import rules
@@ -54,6 +55,7 @@ __all__ = [
     "check_owner_runs",
     "check_watchers",
     "grant_watcher",
+    "joins",
     "new_task_id",
     "submit",
 ]
@@ -115,9 +117,9 @@ async def _existing(
     transaction: Any,
 ) -> Submitted | None:
     """Join or replace ``current``; ``None`` when a race means: start over."""
-    newcomers = check_join(policy, new, authority, current)
     now = await store.now()
-    if current.status in _LIVE and not current.expired(now):
+    newcomers = check_join(policy, new, authority, current, now)
+    if joins(current, now):
         snapshot = current
         for principal in newcomers:
             granted = await grant_watcher(store, policy, snapshot, principal)
@@ -139,11 +141,21 @@ async def _existing(
     return Submitted(snapshot.id, snapshot.run_id, "replaced", snapshot)
 
 
+def joins(current: Snapshot, now: datetime) -> bool:
+    """Whether a submit of ``current``'s key at ``now`` joins it (live and not expired);
+    else it starts a new run."""
+    return current.status in _LIVE and not current.expired(now)
+
+
 def check_join(
-    policy: Policy, new: NewTask, authority: Authority, current: Snapshot
+    policy: Policy, new: NewTask, authority: Authority, current: Snapshot, now: datetime
 ) -> tuple[Owner, ...]:
     """Whether ``authority`` may join (or re-run) ``current``, the task holding
-    ``new.id``; nothing is read or written.
+    ``new.id``, at ``now``; nothing is read or written. An owner who is not the task's
+    needs the watch authorizer to start a new run of it (the run is the task's owner's,
+    with the submitter's input — watchers included), and to join it with principals it
+    does not have (the submitter, or the watchers named); joining a live task as one of its
+    members grants nothing and needs nothing.
 
     Returns:
         The principals the join grants (the submitter and the watchers it names).
@@ -157,7 +169,7 @@ def check_join(
     if (
         isinstance(authority, Owner)
         and authority != current.owner
-        and newcomers
+        and (newcomers or not joins(current, now))
         and not policy.allows_watch(current.id, newcomers, authority)
     ):
         raise AuthorizationError("Not authorized to join this task")
