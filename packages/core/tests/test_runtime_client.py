@@ -305,7 +305,9 @@ async def test_release_is_for_system_only_and_frees_a_finished_key() -> None:
 
 
 async def test_reap_is_admin_and_removes_expired_tasks() -> None:
-    """``reap`` MUST be System only and delete tasks past their ttl."""
+    """``reap`` MUST be ``System()`` only — it deletes the expired tasks of every tenant
+    and answers their ids, so an operator of one tenant (``System("acme")``) is refused
+    and nothing is reaped — and delete tasks past their ttl."""
     clock = ManualClock()
     app = _app(clock=clock)
     async with app:
@@ -315,6 +317,8 @@ async def test_reap_is_admin_and_removes_expired_tasks() -> None:
             await app.reap(ALICE)
         assert [] == await app.reap(System())
         clock.advance(61)
+        with pytest.raises(AuthorizationError):
+            await app.reap(System("acme"))
         assert [t.id] == await app.reap(System())
         assert [keep.id] == [s.id for s in await app.list(ALICE)]
 

@@ -411,16 +411,20 @@ class Client(ClientReads):
         raise RevisionConflict(snapshot)
 
     async def reap(self, authority: Authority, /, *, limit: int = 1000) -> builtins.list[str]:
-        """Admin: delete up to ``limit`` expired tasks now (workers also do it periodically).
+        """Admin: delete up to ``limit`` expired tasks now, of every tenant (workers also
+        do it periodically); their ids.
 
         Raises:
-            TypeError, AuthorizationError: as :meth:`release`.
+            TypeError: as :meth:`release`.
+            AuthorizationError: not ``System()`` — an owner, or the operator of one tenant
+                (``System("acme")``): the sweep spans every tenant and names what it deleted.
             InvalidInput: ``limit`` is not a positive integer (before the store is opened).
             StoreUnavailable: the store failed.
         """
         authority = require_authority(authority)
-        if not isinstance(authority, System):
-            raise AuthorizationError("reap is an admin action: System(...) only")
+        if not isinstance(authority, System) or authority.tenant is not None:
+            raise AuthorizationError("reap deletes the expired tasks of every tenant: "
+                                     "System() only (not an owner, not System(tenant))")
         rules.check_limit(limit)
         store = await self.open()
         return await store.reap(limit)
