@@ -120,6 +120,37 @@ async def test_failed_logins_are_throttled_and_logged(
     assert "too many failed logins" in bearer.text
 
 
+async def test_a_bearer_header_on_the_login_form_is_no_token_oracle(
+        client: httpx.AsyncClient) -> None:
+    """A POST to the login form (which passes the gate without a token) MUST NOT compare a
+    Bearer header it carries outside the throttle: the right and a wrong token get the same
+    answer (the form's CSRF refusal), and the throttle, once tripped, still refuses the
+    right Bearer token elsewhere."""
+    answers = set()
+    for given in ("wrong-token", TOKEN):
+        response = await client.post("/login", headers={"authorization": f"Bearer {given}"})
+        answers.add((response.status_code, response.text))
+    assert 1 == len(answers), answers
+    for attempt in range(FAILED_LOGINS):
+        await client.get("/", headers={"authorization": f"Bearer guess-{attempt}"})
+    for given in ("wrong-token", TOKEN):
+        response = await client.post("/login", headers={"authorization": f"Bearer {given}"})
+        answers.add((response.status_code, response.text))
+    assert 1 == len({status for status, _ in answers}), answers
+
+
+def test_a_failed_login_is_logged_with_its_client_address_escaped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failed login's log line MUST show the client's address with every character that
+    is not printable escaped (an address comes from the connection, or from a proxy's
+    header where one is trusted: text a client may choose)."""
+    caplog.set_level(logging.WARNING, logger="tasks_dashboard")
+    Throttle().failed("bearer", "\x9b2J\x1b]52;c;aGk=\x0710.9.9.9")
+    [line] = [r.getMessage() for r in caplog.records if "failed login" in r.getMessage()]
+    assert line.isprintable()
+    assert "10.9.9.9" in line
+
+
 def test_the_throttle_forgets_failures_after_its_window() -> None:
     now = [1000.0]
     throttle = Throttle(clock=lambda: now[0])
@@ -174,7 +205,8 @@ async def test_login_returns_to_the_page_asked_for(client: httpx.AsyncClient) ->
     assert 'name="next" value="/tasks?status=pending"' in asked.text
     csrf = csrf_of(asked.text)
     for bad in ("https://evil.example/", "//evil.example/x", "/\\evil.example",
-                "javascript:alert(1)", "tasks", "/\x00"):
+                "javascript:alert(1)", "tasks", "/\x00", "/.%2e/admin", "/%2e./admin",
+                "/%2E%2e/admin", "/./admin", "/%2e/admin"):
         refused = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf,
                                                     "next": bad})
         assert 400 == refused.status_code, bad

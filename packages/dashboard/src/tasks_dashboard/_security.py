@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from tasks_core._inert import inert
 
 __all__ = ["FAILED_LOGINS", "SECURITY_HEADERS", "Authorize", "BadNext", "DashboardConfigError",
            "Gate", "Guard", "HostRefused", "Throttle", "TooManyFailedLogins",
@@ -50,6 +51,8 @@ FAILED_LOGINS = 10
 """Failed logins (form or Bearer) a process takes per :data:`THROTTLE_S`; past them a
 login is refused (429) without comparing the token."""
 THROTTLE_S = 60.0
+BEARER_STATE = "tasks_dashboard_bearer"
+"""The request state the gate sets when it let a request in by its Bearer token."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 SECURITY_HEADERS = {
@@ -125,7 +128,8 @@ class BadNext(HTTPException):
 def next_path(given: str, root: str) -> str:
     """Where a login returns: ``given`` when it is a path inside the dashboard (mounted at
     ``root``, ``""`` at the top) — it begins with ``root + "/"``, never ``//`` nor a
-    backslash, holds no ``..`` segment, scheme or control character — else the queues
+    backslash, holds no ``.`` or ``..`` segment and no ``%2e`` in its path (browsers read
+    ``.%2e`` as ``..``), no scheme or control character — else the queues
     (``root + "/"``) when ``given`` is empty.
 
     Raises:
@@ -134,9 +138,11 @@ def next_path(given: str, root: str) -> str:
     if not given:
         return root + "/"
     lowered = given.lower()
+    path = lowered.partition("?")[0]
     if not given.startswith(root + "/") or given.startswith("//") or "\\" in given \
-            or not given.isprintable() or ".." in given or "%2e%2e" in lowered \
-            or "%2f" in lowered or "%5c" in lowered or ":" in given.partition("?")[0]:
+            or not given.isprintable() or "%2e" in path or "%2f" in lowered \
+            or "%5c" in lowered or ":" in path \
+            or any(segment in (".", "..") for segment in path.split("/")):
         raise BadNext()
     return given
 
@@ -178,10 +184,12 @@ class Throttle:
             raise TooManyFailedLogins()
 
     def failed(self, how: str, client: str) -> None:
-        """Count a failed login (``how``: the form or a Bearer header) and log it."""
+        """Count a failed login (``how``: the form or a Bearer header) and log it, the
+        client's address escaped (:func:`tasks_core._inert.inert`: a proxy's header, where
+        one is trusted, is text a client chose)."""
         self._failures.append(self._clock())
         log.warning("failed login to the dashboard (%s) from %s: %d in the last %d s",
-                    how, client, self._recent(), int(THROTTLE_S))
+                    how, inert(client), self._recent(), int(THROTTLE_S))
 
 
 class Guard:
@@ -287,6 +295,7 @@ class Guard:
         if self.token is not None:
             given = self._bearer_token(request)
             if given is not None and self.login(given, "bearer", request):
+                request.scope.setdefault("state", {})[BEARER_STATE] = True
                 return True
             cookie = request.cookies.get(self.auth_cookie)
             if cookie and self._session_valid(cookie):
@@ -314,15 +323,18 @@ class Guard:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         return given.strip() if scheme.lower() == "bearer" else None
 
-    def _bearer(self, request: Request) -> bool:
-        """Whether ``request`` carries the operator token as ``Authorization: Bearer``."""
-        given = self._bearer_token(request)
-        return given is not None and self.token_matches(given)
+    @staticmethod
+    def _let_in_by_bearer(request: Request) -> bool:
+        """Whether :meth:`allows` let ``request`` in by its Bearer token (compared there,
+        under the throttle; the login form passes the gate without one)."""
+        return bool(request.scope.get("state", {}).get(BEARER_STATE))
 
     async def form(self, request: Request) -> FormData:
         """The POSTed form, once its CSRF token matches the browser's cookie. A request
-        that carries the operator token as ``Authorization: Bearer`` needs none: browsers
-        never send that header on their own. Any other ``Authorization`` (HTTP Basic
+        the gate let in by the operator token as ``Authorization: Bearer`` needs none:
+        browsers never send that header on their own (a Bearer header on the login form,
+        which passes the gate without a token, is never compared here: no oracle beside
+        the throttle). Any other ``Authorization`` (HTTP Basic
         accepted by an ``authorize`` callback: browsers do resend cached credentials) needs
         the token like a session cookie.
 
@@ -330,7 +342,7 @@ class Guard:
             HTTPException: 403 without a matching CSRF token.
         """
         form = await request.form()
-        if self._bearer(request) and self.auth_cookie not in request.cookies:
+        if self._let_in_by_bearer(request) and self.auth_cookie not in request.cookies:
             return form
         sid = request.cookies.get(self.csrf_cookie, "")
         given = form.get(CSRF_FIELD)
