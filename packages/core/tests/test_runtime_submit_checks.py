@@ -147,6 +147,16 @@ async def test_a_delivery_limit_out_of_range_is_refused(count: int) -> None:
         assert [] == (await app.list(System())).items
 
 
+async def test_a_system_submit_lands_in_its_own_tenant_or_default() -> None:
+    """A ``System("acme")`` submit MUST create its task in ``acme``, and a ``System()``
+    submit (no tenant of its own) in ``default``."""
+    app = _app()
+    async with app:
+        scoped = await app.submit("report", None, System("acme"))
+        unscoped = await app.submit("report", None, System())
+        assert ("acme", "default") == (scoped.snapshot.tenant, unscoped.snapshot.tenant)
+
+
 async def test_system_needs_global_dedup_for_keys() -> None:
     """System has no owner scope: a key MUST use ``dedup="global"``."""
     app = _app()
