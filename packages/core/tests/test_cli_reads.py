@@ -314,7 +314,7 @@ async def test_ls_fits_the_console_with_ids_whole_and_outcomes_cut_with_an_ellip
     below = " ".join(lines[lines.index(table[-1]) + 1:])  # the caption
     left_out = [name for name in LEFT_OUT_FIRST if name in below]
     assert "ID" == headers[0]
-    assert len(LEFT_OUT_FIRST) - (0 if wide else 3) == len(headers) - 1 + len(left_out), out
+    assert len(LEFT_OUT_FIRST) - (0 if wide else 4) == len(headers) - 1 + len(left_out), out
     for task_id in ids:
         [row] = [line for line in table if task_id in line]
         cells = [text.strip() for text in row.strip("│").split("│")]

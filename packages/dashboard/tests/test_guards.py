@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 
 import httpx
 import pytest
@@ -24,6 +25,14 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found is not None
     return found.group(1)
+
+
+def _free_port() -> int:
+    """A port nothing listens on now (the command binds it itself)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def client_of(web: Starlette, base_url: str = "http://127.0.0.1:8000") -> httpx.AsyncClient:
@@ -92,6 +101,25 @@ async def test_the_cli_checks_the_host_when_it_serves_on_loopback(
     with pytest.raises(InvalidInput, match="captured"):
         await run(["dashboard", "--store", "memory://", "--token", TOKEN, "--host", host])
     assert (given["allowed_hosts"] is not None) is checked
+
+
+async def test_the_cli_trusts_no_proxy_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tasks dashboard`` MUST serve with uvicorn's proxy headers off: a loopback
+    dashboard's every client is 127.0.0.1, which uvicorn trusts by default, so any local
+    process could name the address a failed login is logged with (``X-Forwarded-For``)."""
+    import uvicorn
+
+    given: dict[str, object] = {}
+
+    def capture(*args: object, **kwargs: object) -> None:
+        given.update(kwargs)
+        raise InvalidInput("captured")
+
+    monkeypatch.setattr(uvicorn, "Config", capture)
+    with pytest.raises(InvalidInput, match="captured"):
+        await run(["dashboard", "--store", "memory://", "--token", TOKEN, "--port",
+                   str(_free_port())])
+    assert given.get("proxy_headers") is False
 
 
 async def test_failed_logins_are_throttled_and_logged(

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Literal, overload
 
 from tasks_core._errors_base import InvalidInput
 
 __all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
-           "check_duration", "check_instant", "check_wait_timeout", "parse_duration",
-           "parse_instant"]
+           "check_duration", "check_instant", "check_wait_timeout", "parse_instant"]
 
 MAX_WAIT_S = 366 * 86400
 """The longest timeout, retry delay, wait or interval, in seconds (a leap year)."""
@@ -155,28 +153,6 @@ def check_instant(value: object, what: str, *, allow_none: bool = False) -> date
     if far:
         raise InvalidInput(f"{what} must lie within {MAX_KEEP_S // 86400} days of now")
     return instant
-
-
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))\s*([smhd]?)\s*")
-
-
-def parse_duration(text: str, what: str, *, high: float, allow_zero: bool = False) -> float:
-    """A duration written on a command line — ``30``, ``30s``, ``1.5m``, ``2h``, ``1d``
-    (seconds without a unit) — checked by :func:`check_duration` (a signed number is read,
-    so ``-5s`` is refused as out of range, like any other).
-
-    Raises:
-        InvalidInput: naming ``what``: not such a text, or out of range.
-    """
-    found = _DURATION.fullmatch(text) if isinstance(text, str) else None
-    if found is None:
-        raise InvalidInput(f"{what} must be a number of seconds or a number with a unit "
-                           f"s, m, h or d (e.g. 30s, 5m), not {text!r}")
-    number = found.group(1)
-    given = int(number) if number.lstrip("+-").isdigit() else float(number)  # int: digits
-    return check_duration(given * _UNITS[found.group(2)], what, high=high,
-                          allow_zero=allow_zero)
 
 
 def parse_instant(text: str, what: str) -> datetime:

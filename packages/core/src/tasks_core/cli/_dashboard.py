@@ -28,13 +28,11 @@ TOKEN_ENV = "TASKS_DASHBOARD_TOKEN"
 
 
 def add_dashboard_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-                         common: argparse.ArgumentParser) -> None:
-    """Add ``tasks dashboard`` to the subcommands ``sub`` (``common``: ``--store``…)."""
-    p = sub.add_parser("dashboard", parents=[common],
+                         parents: list[argparse.ArgumentParser]) -> None:
+    """Add ``tasks dashboard`` to the subcommands ``sub``, with the options of ``parents``
+    (``--store``…, ``--app``: its store and declared queues)."""
+    p = sub.add_parser("dashboard", parents=parents,
                        help="serve the web dashboard (needs tasks-dashboard)")
-    p.add_argument("--app", metavar="MODULE:ATTR",
-                   help="your App, e.g. myapp:app (its store and declared queues); "
-                        "--store replaces its store URL")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=number, default=8000, help="port (default 8000)")
@@ -82,8 +80,10 @@ async def cmd_dashboard(app: App, args: argparse.Namespace, console: Console) ->
                       "sees the login form; put TLS in front of it.")
     await app.open()
     listener = _listen(args.host, args.port)
+    # No proxy headers: every client of a loopback dashboard is 127.0.0.1, which uvicorn
+    # trusts by default, so any local process could name the address a login is logged with.
     server = uvicorn.Server(uvicorn.Config(web, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=2))
+                                           timeout_graceful_shutdown=2, proxy_headers=False))
     host = f"[{args.host}]" if ":" in args.host else args.host
     console.print(f"tasks dashboard on http://{host}:{args.port}/ over "
                   f"{shown_url(app.url or '')}; log in with the operator token. Ctrl-C "

@@ -1,10 +1,11 @@
 """The numeric options of ``tasks``: argparse reads the number a text spells in ASCII —
-an integer ``[+-]digits``; a duration also a point, an exponent, ``nan``, ``inf`` — and never
-judges it (``nan``, ``1e308``, ``-5`` and ``0`` all reach a check); any other text (``٣``,
-``1_000``, white space: Python's ``int()`` reads them) is argparse's usage error naming
-the option. Each is then checked once, in the one check of its kind, before the command reads,
-writes or starts anything: a size by :func:`tasks_core.rules.check_limit`, a duration by
-:func:`tasks_core.durations.check_duration` (``InvalidInput``: one line, exit 2), a
+an integer ``[+-]digits``; a duration also a point, an exponent, ``nan``, ``inf`` and a unit
+``s``, ``m``, ``h`` or ``d`` (:func:`seconds`, the one grammar of every duration the CLI
+reads) — and never judges it (``nan``, ``1e308``, ``-5`` and ``0`` all reach a check); any
+other text (``٣``, ``1_000``, white space: Python's ``int()`` reads them) is refused naming
+the option. Each is then checked once, in the one check of its kind, before the command
+reads, writes or starts anything: a size by :func:`tasks_core.rules.check_limit`, a duration
+by :func:`tasks_core.durations.check_duration` (``InvalidInput``: one line, exit 2), a
 duration's refusal quoting the text as typed (:func:`as_typed`). Options an API call takes
 are checked there (``tasks worker``'s by ``Worker``, ``submit --priority`` by
 ``App.submit``); :func:`check_options` checks the rest, right after parsing.
@@ -17,13 +18,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tasks_core.durations import MAX_WAIT_S, check_duration, parse_duration
+from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.runtime.worker import check_worker_lease
 from tasks_core.sizes import MAX_PORT, check_limit
 
 __all__ = ["MAX_PAGE", "MAX_PORT", "MAX_PROCESSES", "MAX_ROUNDS", "MAX_SCAN", "SIZES",
-           "Seconds", "as_typed", "check_options", "duration", "number", "typed"]
+           "Seconds", "as_typed", "check_options", "duration", "number", "seconds", "typed"]
 
 MAX_PAGE = 1000
 """The largest page: ``App.list``'s, and so the largest ``ls --limit``."""
@@ -53,6 +54,33 @@ _REAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)
                    r"|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
 
 
+TOO_LONG = "an integer too long to read"
+"""The refusal of an integer past Python's digit limit (``int()`` refuses it)."""
+
+
+def _spelled(text: str) -> int | float | None:
+    """The number ``text`` spells in ASCII (see :func:`number`), or ``None``.
+
+    Raises:
+        argparse.ArgumentTypeError: an integer past Python's digit limit.
+    """
+    if _INTEGER.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # past Python's digit limit
+            raise argparse.ArgumentTypeError(TOO_LONG) from None
+    if _REAL.fullmatch(text):
+        return float(text)
+    return None
+
+
+def _unreadable(text: str, what: str) -> argparse.ArgumentTypeError:
+    """The refusal of ``text``, which does not spell ``what``."""
+    if not text.isascii():
+        return argparse.ArgumentTypeError(f"not {what} in ASCII digits (0-9): {text!r}")
+    return argparse.ArgumentTypeError(f"not {what}: {text!r}")
+
+
 def number(text: str) -> int | float:
     """The argparse ``type`` of every numeric option: the number ``text`` spells in ASCII,
     an ``int`` when it is an integer (``5``, ``-5``, ``+5``, ``99999999999``), else a
@@ -63,32 +91,52 @@ def number(text: str) -> int | float:
         argparse.ArgumentTypeError: anything else — another script's digits (``٣``), an
             underscore, white space (argparse's usage error, naming the option).
     """
-    if _INTEGER.fullmatch(text):
-        try:
-            return int(text)
-        except ValueError:  # past Python's digit limit
-            raise argparse.ArgumentTypeError("an integer too long to read") from None
-    if _REAL.fullmatch(text):
-        return float(text)
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(f"not a number in ASCII digits (0-9): {text!r}")
-    raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    value = _spelled(text)
+    if value is None:
+        raise _unreadable(text, "a number")
+    return value
+
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+"""The units a duration may be written in, and their seconds."""
+
+DURATION_SPELLING = "a number of seconds or a number with a unit s, m, h or d (e.g. 30s, 5m)"
+"""What a duration option takes, as refusals say it."""
+
+
+def seconds(text: str) -> int | float:
+    """The one grammar of a duration written on the command line (every duration option,
+    ``submit --delay``, a ``--many`` line's ``delay``): a number as :func:`number` reads it
+    (``30``, ``1.5``, ``1e3``, ``nan``…), optionally followed by a unit ``s``, ``m``,
+    ``h`` or ``d`` (``30s``, ``1.5m``, ``2h``, ``1d``); its seconds, never judged (the
+    option's check does that: ``-5s``, ``nan`` and ``8d`` are read).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else — another script's digits (``٣s``),
+            white space (`` 30s``, ``30 s``), an unknown or upper-case unit (``30S``).
+    """
+    factor = UNITS.get(text[-1:])
+    value = _spelled(text[:-1] if factor else text)
+    if value is None:
+        raise _unreadable(text, DURATION_SPELLING)
+    return value * (factor or 1)
 
 
 class Seconds(argparse.Action):
-    """``action=`` of a duration option written as a number of seconds (``--lease``,
-    ``--timeout``…): stores :func:`number` of the text, and keeps the text as typed for a
-    refusal to quote (:func:`typed`).
+    """``action=`` of a duration option (``--lease``, ``--timeout``…): stores the seconds
+    :func:`seconds` reads in the text (``30``, ``30s``, ``1.5m``…), and keeps the text as
+    typed for a refusal to quote (:func:`typed`).
 
     Raises:
-        argparse.ArgumentError: not a number (argparse's usage error, naming the option).
+        argparse.ArgumentError: not a duration :func:`seconds` reads (argparse's usage
+            error, naming the option).
     """
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         text = str(values)
         try:
-            setattr(namespace, self.dest, number(text))
+            setattr(namespace, self.dest, seconds(text))
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentError(self, str(exc)) from None
         namespace.typed = {**getattr(namespace, "typed", {}), self.dest: text}
@@ -119,15 +167,24 @@ def as_typed(refusal: InvalidInput, text: str | None, option: str,
 
 
 def duration(text: str, what: str, *, high: float, allow_zero: bool = False) -> float:
-    """A duration written on the command line (``30``, ``30s``, ``1.5m``, ``2h``, ``1d``),
-    read and checked by :func:`tasks_core.durations.parse_duration`, its refusal quoting
-    ``text`` as typed (:func:`as_typed`).
+    """A duration written as text (``submit --delay``, a ``--many`` line's ``delay``): read
+    by :func:`seconds` and checked by :func:`tasks_core.durations.check_duration` (at
+    most ``high``, not negative; zero only with ``allow_zero``), a refusal quoting ``text``
+    as typed (:func:`as_typed`).
 
     Raises:
         InvalidInput: naming ``what``: not such a text (ASCII digits only), or out of range.
     """
     try:
-        return parse_duration(text, what, high=high, allow_zero=allow_zero)
+        given = seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        if str(exc) == TOO_LONG:
+            raise InvalidInput(f"{what}: {TOO_LONG}") from None
+        ascii_only = "" if text.isascii() else " in ASCII digits (0-9)"
+        raise InvalidInput(f"{what} must be {DURATION_SPELLING}{ascii_only}, "
+                           f"not {text!r}") from None
+    try:
+        return check_duration(given, what, high=high, allow_zero=allow_zero)
     except InvalidInput as exc:
         raise as_typed(exc, text, what) from None
 

@@ -26,14 +26,12 @@ __all__ = ["add_periodic_parser", "cmd_periodic", "schedules_table"]
 
 
 def add_periodic_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-                        common: argparse.ArgumentParser,
-                        operator: argparse.ArgumentParser) -> None:
-    """Add ``tasks periodic`` to the subcommands ``sub`` (``common``: ``--store``…;
-    ``operator``: the required ``--system``: ticks are read across tenants)."""
-    p = sub.add_parser("periodic", parents=[common, operator],
-                       help="the schedules of APP (@app.periodic): last and next ticks")
-    p.add_argument("--app", metavar="MODULE:ATTR", required=True,
-                   help="your App, e.g. myapp:app (its @app.periodic schedules)")
+                        parents: list[argparse.ArgumentParser]) -> None:
+    """Add ``tasks periodic`` to the subcommands ``sub``, with the options of ``parents``
+    (``--store``…; ``--app``, before the command or after it, required by
+    ``_apps.NEEDS_APP``; the required ``--system``: ticks are read across tenants)."""
+    sub.add_parser("periodic", parents=parents,
+                   help="the schedules of the app (--app, @app.periodic): last and next ticks")
 
 
 def _instant(tick: datetime | None, schedule: Schedule) -> str:
@@ -77,7 +75,7 @@ async def cmd_periodic(app: App, args: argparse.Namespace, console: Console) -> 
         StoreUnavailable: the store cannot be reached.
     """
     if not app.schedules:
-        one_line(console, f"no periodic schedules in {plain(args.app)}")
+        one_line(console, f"no periodic schedules in {plain(args.app or 'the app')}")
         return 0
     store = await app.open()
     now = await store.now()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,7 +113,13 @@ def short(value: Any, width: int | None = 48) -> str:
 
 
 def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if value else "—"
+    """An instant of the store (UTC) as the CLI prints it: to the millisecond, with its
+    zone (``2026-12-06 18:06:49.986 UTC``; a naive one is UTC, as the store's are);
+    ``—`` for none."""
+    if value is None:
+        return "—"
+    instant = value.astimezone(UTC) if value.tzinfo is not None else value
+    return f"{instant:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
 
 
 def _progress(snapshot: Snapshot) -> str:
@@ -130,7 +136,7 @@ def _outcome(snapshot: Snapshot, width: int | None = 48) -> str:
     if snapshot.input_requests:
         return "asks: " + ", ".join(snapshot.input_requests)
     if snapshot.status == TaskStatus.SCHEDULED and snapshot.run_at is not None:
-        return f"runs at {_when(snapshot.run_at)} UTC"
+        return f"runs at {_when(snapshot.run_at)}"
     if snapshot.retry_at is not None and snapshot.last_failure is not None:
         return short(f"retry after {snapshot.last_failure.type}", width)
     if snapshot.progress is not None and snapshot.progress.message:
@@ -149,8 +155,8 @@ WHOLE = frozenset({"ID", "STATUS"})
 """The columns of ``tasks ls`` never cut: the id (scripts read it) and the status (a
 status cut to ``compl…`` or ``cance…`` reads as a guess)."""
 
-LEFT_OUT_FIRST = ("UPDATED", "OWNER", "DELIVERIES", "TRY", "PROGRESS", "QUEUE", "TASK",
-                  "OUTCOME", "STATUS")
+LEFT_OUT_FIRST = ("UPDATED", "OWNER", "DELIVERIES", "PRIORITY", "TRY", "PROGRESS", "QUEUE",
+                  "TASK", "OUTCOME", "STATUS")
 """The order in which ``tasks ls`` leaves columns out when they do not fit at their floors
 (the id never is)."""
 
@@ -193,9 +199,9 @@ def tasks_table(
     snapshots: Sequence[Snapshot], *, title: str | None = None, wide: bool = False,
     width: int | None = None,
 ) -> Table:
-    """The ``tasks ls`` table (``wide``: owner, deliveries and update time too), one line
-    per task, the whole table (borders included) within ``width`` columns (None: natural
-    width). Ids are whole, never wrapped or cut (scripts read them). The outcome is whole
+    """The ``tasks ls`` table (``wide``: priority, deliveries, owner and update time too),
+    one line per task, the whole table (borders included) within ``width`` columns (None:
+    natural width). Ids are whole, never wrapped or cut (scripts read them). The outcome is whole
     (one line, control characters escaped) when it fits, else cut with ``…`` to the room
     left; below :data:`OUTCOME_FLOOR` the other columns are cut (with ``…``) too, the widest
     first, down to :data:`COLUMN_FLOOR`; what still does not fit is left out (in the order
@@ -203,14 +209,15 @@ def tasks_table(
     and its borders folds the id, in a table of ids alone."""
     columns = ["ID", "TASK", "QUEUE", "STATUS", "PROGRESS", "TRY"]
     if wide:
-        columns += ["DELIVERIES", "OWNER", "UPDATED"]
+        columns += ["PRIORITY", "DELIVERIES", "OWNER", "UPDATED"]
     columns.append("OUTCOME")
     rows: list[dict[str, Text]] = []
     for s in snapshots:
         values: list[Any] = [s.id, s.work.name, s.queue, status_text(s.status), _progress(s),
                              str(s.retry_count + 1)]
         if wide:
-            values += [str(s.deliveries), str(s.owner or "system"), _when(s.updated_at)]
+            values += [str(s.priority), str(s.deliveries), str(s.owner or "system"),
+                       _when(s.updated_at)]
         values.append(_outcome(s, None))
         rows.append({name: cell(value) for name, value in zip(columns, values, strict=True)})
     natural = {name: max([len(name), *(row[name].cell_len for row in rows)])

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from tasks_core.cli._apps import NEEDS_APP, add_app_option, one_app
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._dashboard import add_dashboard_parser
 from tasks_core.cli._options import (
@@ -97,19 +98,10 @@ def _common(*, top: bool) -> argparse.ArgumentParser:
                              "tasks-store-sql is installed, else memory:// when "
                              "tasks-store-memory is installed)")
     if top:
-        _app_option(common, top=True)
+        add_app_option(common, top=True)
     common.add_argument("-v", "--verbose", action="store_true",
                         default=False if top else argparse.SUPPRESS, help="debug logging")
     return common
-
-
-def _app_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``--app MODULE:ATTR`` (``periodic`` and ``dashboard`` declare their own)."""
-    parser.add_argument("--app", metavar="MODULE:ATTR",
-                        default=None if top else argparse.SUPPRESS,
-                        help="your App, e.g. myapp:app: its store (unless --store), queues "
-                             "and registered tasks (their queue, retry, timeout, delivery "
-                             "limit)")
 
 
 def _prefetch(text: str) -> int | float | str:
@@ -125,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tasks``."""
     common = _common(top=False)
     withapp = argparse.ArgumentParser(add_help=False)
-    _app_option(withapp)
+    add_app_option(withapp)
     who = argparse.ArgumentParser(add_help=False)
     # No defaulted authority: every command that reads or acts says whom it acts as.
     acting = who.add_argument_group("who acts (one is required)").add_mutually_exclusive_group(
@@ -156,14 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "most 1000, while runs are short; 0: none waits holding a lease)")
     p.add_argument("--recover", choices=("retry", "fail"), default="retry",
                    help="what to do with tasks of a dead worker (default: retry)")
-    p.add_argument("--lease", action=Seconds, default=30.0, help="lease seconds (default 30)")
-    p.add_argument("--input-park", action=Seconds, default=30.0,
-                   help="seconds a run waits for input before freeing its slot (default 30)")
-    p.add_argument("--drain-timeout", action=Seconds, default=5.0,
-                   help="seconds to wait for running tasks on SIGTERM (default 5)")
+    p.add_argument("--lease", action=Seconds, default=30.0, metavar="DURATION",
+                   help="the lease of a claim: seconds, or 30s, 1.5m, 2h, 1d (default 30s)")
+    p.add_argument("--input-park", action=Seconds, default=30.0, metavar="DURATION",
+                   help="how long a run waits for input before freeing its slot (default 30s)")
+    p.add_argument("--drain-timeout", action=Seconds, default=5.0, metavar="DURATION",
+                   help="how long to wait for running tasks on SIGTERM (default 5s)")
     reaper = p.add_mutually_exclusive_group()
-    reaper.add_argument("--reap-interval", action=Seconds, default=60.0,
-                        help="seconds between reaper sweeps (default 60)")
+    reaper.add_argument("--reap-interval", action=Seconds, default=60.0, metavar="DURATION",
+                        help="time between reaper sweeps (default 1m)")
     reaper.add_argument("--no-reaper", action="store_true", help="do not reap in this worker")
     p.add_argument("--no-periodic", action="store_true",
                    help="do not run the app's periodic schedules in this worker")
@@ -213,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workers", parents=[common, withapp, who],
                        help="live workers: those holding live leases")
     p.add_argument("--queue", help="only leases of this queue")
-    p.add_argument("--lease", action=Seconds, metavar="SECONDS",
+    p.add_argument("--lease", action=Seconds, metavar="DURATION",
                    help="the workers' lease length (tasks worker --lease, checked the "
                         "same way): shows the last heartbeat instead of the lease's expiry")
 
@@ -243,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='target revision (default "head"; "base" drops every table)')
     p.add_argument("--namespace", help="the namespace (table prefix) to migrate")
 
-    add_periodic_parser(sub, common, operator)
-    add_dashboard_parser(sub, common)
+    add_periodic_parser(sub, [common, withapp, operator])
+    add_dashboard_parser(sub, [common, withapp])
     sub.add_parser("backends", parents=[common], help="installed store plugins")
     sub.add_parser("demo", parents=[common], help="run the demo (a few seconds)")
 
@@ -260,18 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
                        ("workers", f"soak worker processes (1..{MAX_PROCESSES})"),
                        ("rounds", f"soak rounds (1..{MAX_ROUNDS})")):
         p.add_argument(f"--{name}", type=number, help=what)
-    p.add_argument("--timeout", action=Seconds, help="seconds each workload may take")
+    p.add_argument("--timeout", action=Seconds, metavar="DURATION",
+                   help="how long each workload may take: seconds, or 30s, 5m, 2h…")
     return parser
 
 
 def _app_for(args: argparse.Namespace) -> App:
-    """The app a command acts on: the user's for ``tasks worker APP`` and ``tasks submit
-    --app APP`` (its tasks and queues; ``--store`` replaces its URL), else a bare ``App``
-    on ``--store`` or the default store.
+    """The app a command acts on: the user's for ``tasks worker APP`` and ``--app APP``
+    (:func:`one_app`; its tasks, queues and schedules; ``--store`` replaces its URL), else
+    a bare ``App`` on ``--store`` or the default store.
 
     Raises:
-        InvalidInput: APP cannot be imported or is not an ``App``; an empty ``--store``;
-            ``$TASKS_STORE`` set but blank where the default store would be used.
+        InvalidInput: APP cannot be imported or is not an ``App``; no app for a command
+            of ``NEEDS_APP``; an empty ``--store``; ``$TASKS_STORE`` set but blank
+            where the default store would be used.
         UnknownStore: no store given and no store plugin installed (``backends`` still
             answers: it is how one finds out).
     """
@@ -279,14 +274,9 @@ def _app_for(args: argparse.Namespace) -> App:
         # An unset variable (--store "$URL") must not mean "a fresh default store here".
         raise InvalidInput("--store is empty; give a store URL, or leave the option out "
                            "for the default store")
-    given = [spec for spec in (getattr(args, "worker_app", None), getattr(args, "app", None))
-             if spec is not None]
-    if len(given) == 2:
-        raise InvalidInput("the app is given twice (APP and --app): give it once")
-    spec = given[0] if given else None
-    if spec is None and args.command == "worker":
-        raise InvalidInput("tasks worker runs your app's tasks: tasks worker myapp:app "
-                           "(or --app myapp:app)")
+    spec = args.app
+    if spec is None and args.command in NEEDS_APP:
+        raise InvalidInput(NEEDS_APP[args.command])
     if spec is not None:
         app = load_app(spec)
         if args.store:
@@ -348,6 +338,7 @@ async def run(argv: Sequence[str], *, app: App | None = None,
         TasksError: the command's refusal (``main`` prints it: ``error: KIND: message``).
     """
     args = build_parser().parse_args(list(argv))
+    one_app(args)
     check_options(args)
     console = console or output_console()
     if args.command != "worker":
