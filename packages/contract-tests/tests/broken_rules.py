@@ -53,6 +53,7 @@ __all__ = [
     "InstantsRoundedToTheMillisecond",
     "ListAliasesStoredData",
     "NowIgnoresTheInjectedClock",
+    "OtherTenantsRecordsDecoded",
     "RecoveredNeverSet",
     "StartedAtResetByEveryClaim",
     "TenantArgumentNotChecked",
@@ -389,6 +390,18 @@ class TenantArgumentNotChecked(MemoryStore):
     ) -> tuple[_Row, Snapshot]:
         if tenant is not None and not isinstance(tenant, str):
             raise TaskNotFound(task_id)
+        return super()._visible(task_id, tenant, now)
+
+
+class OtherTenantsRecordsDecoded(MemoryStore):
+    """Reads the record (and so finds it damaged) before it sees that the reader is of
+    another tenant: a corrupt record of another tenant is ``StoreCorrupt``, and another
+    tenant's task costs its decoding."""
+
+    def _visible(
+        self, task_id: str, tenant: str | None, now: datetime
+    ) -> tuple[_Row, Snapshot]:
+        self._take(task_id, self._row(task_id))
         return super()._visible(task_id, tenant, now)
 
 

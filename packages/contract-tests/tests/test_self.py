@@ -119,6 +119,8 @@ BROKEN: list[tuple[type, str]] = [
     (bad.CorruptSkipNamesNoOperation, "test_claim_next_carries_on_past_a_corrupt_record"),
     (bad.TenantArgumentNotChecked,
      "test_get_and_history_refuse_a_tenant_that_is_not_a_string"),
+    (bad.OtherTenantsRecordsDecoded,
+     "test_another_tenant_s_record_is_missing_before_it_is_decoded"),
     # clocks
     (bad.NowIgnoresTheInjectedClock, "test_now_reads_the_injected_clock"),
     (

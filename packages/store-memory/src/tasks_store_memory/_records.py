@@ -105,10 +105,20 @@ class Records:
         row.history.append(record.model_dump_json())
 
     def _visible(self, task_id: str, tenant: str | None, now: datetime) -> tuple[Row, Snapshot]:
+        """The row and the caller's copy of a task a reader of ``tenant`` may see at
+        ``now``. Another tenant's task is missing before anything of it is copied or
+        checked for damage (its tenant is the row's, as a database's column would be).
+
+        Raises:
+            TaskNotFound: no such task, another tenant's, or expired.
+            StoreCorrupt: the reader's tenant's record is damaged.
+        """
         rules.check_tenant(tenant)
         row = self._row(task_id)
+        if not self._tenant_matches(row.snapshot, tenant):
+            raise TaskNotFound(task_id)
         snapshot = self._take(task_id, row)
-        if not self._tenant_matches(snapshot, tenant) or self._expired(snapshot, now):
+        if self._expired(snapshot, now):
             raise TaskNotFound(task_id)
         return row, snapshot
 

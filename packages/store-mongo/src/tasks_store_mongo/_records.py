@@ -226,8 +226,8 @@ class MongoRecords(MongoBase):
     def _visible(
         self, task_id: str, doc: dict[str, Any] | None, tenant: str | None, now: datetime
     ) -> Snapshot:
-        if doc is None:
-            raise TaskNotFound(task_id)
+        if doc is None or (tenant is not None and doc.get("tenant") != tenant):
+            raise TaskNotFound(task_id)  # another tenant's: decided before decoding
         snapshot = _codec.decode_task(task_id, doc)
         if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
             raise TaskNotFound(task_id)

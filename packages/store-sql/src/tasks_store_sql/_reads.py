@@ -41,7 +41,7 @@ class ReadOps(ListOps):
         rules.check_tenant(tenant)
         row = await self._fetch(conn, task_id, lock=False)
         now = await self._now(conn)
-        return _seen(task_id, None if row is None else row.decode(), tenant, now), now
+        return _seen(task_id, None if row is None else row.stored, tenant, now), now
 
     async def get(self, task_id: str, *, tenant: str | None) -> Snapshot:
         """The current snapshot (see ``TaskStore.get``).
@@ -78,8 +78,7 @@ class ReadOps(ListOps):
                 sa.select(t.c.final_event, *stored_columns(t)).where(t.c.id == task_id)
             )).first()
             now = await self._now(conn)
-            snapshot = _seen(task_id, None if row is None else _codec.decode_snapshot(
-                task_id, Stored(*row[1:])), tenant, now)
+            snapshot = _seen(task_id, None if row is None else Stored(*row[1:]), tenant, now)
             found = await conn.execute(
                 sa.select(events.c.record)
                 .where(events.c.task_id == task_id)
@@ -193,15 +192,18 @@ class ReadOps(ListOps):
         await self._db.run(op, write=True)
 
 
-def _seen(
-    task_id: str, snapshot: Snapshot | None, tenant: str | None, now: datetime
-) -> Snapshot:
-    """``snapshot`` (``None``: no row) if a reader of ``tenant`` may see it at ``now``.
+def _seen(task_id: str, stored: Stored | None, tenant: str | None, now: datetime) -> Snapshot:
+    """The task of the row's ``stored`` columns (``None``: no row), if a reader of
+    ``tenant`` may see it at ``now``. Another tenant's is missing on its ``tenant`` column,
+    never decoded: its answer costs what a missing id's does, whatever its size.
 
     Raises:
         TaskNotFound: no row, another tenant's task, or an expired one.
+        StoreCorrupt: the reader's tenant's record fails validation.
     """
-    if snapshot is None or (tenant is not None and snapshot.tenant != tenant) \
-            or snapshot.expired(now):
+    if stored is None or (tenant is not None and stored.tenant != tenant):
+        raise TaskNotFound(task_id)
+    snapshot = _codec.decode_snapshot(task_id, stored)
+    if snapshot.expired(now):
         raise TaskNotFound(task_id)
     return snapshot

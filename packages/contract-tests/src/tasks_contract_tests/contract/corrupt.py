@@ -92,6 +92,27 @@ class CorruptContract(ContractBase):
             await store.history(victim.id, tenant=None)
         _assert_names_only_the_id(listed.value, victim.id)
 
+    async def test_another_tenant_s_record_is_missing_before_it_is_decoded(
+        self, store: TaskStore, corrupt_task: Corrupter | None
+    ) -> None:
+        """``get`` and ``history`` for a reader of another tenant MUST answer
+        ``TaskNotFound`` from the tenant the store keeps beside the document, before the
+        document is decoded — so a corrupt record of tenant ``default`` reads as missing to
+        tenant ``acme``, not as ``StoreCorrupt``, and another tenant's task costs a reader
+        no decoding: no answer time that grows with the task's size tells it from a missing
+        id.
+
+        Troubleshooting: compare the tenant column or field first, and decode only a record
+        the reader's tenant may see.
+        """
+        corrupt = _corrupter(corrupt_task)
+        victim = await store.create(new_task(input={"token": INPUT_SECRET}))
+        await corrupt(store, victim.id)
+        with pytest.raises(TaskNotFound):
+            await store.get(victim.id, tenant="acme")
+        with pytest.raises(TaskNotFound):
+            await store.history(victim.id, tenant="acme")
+
     async def test_operations_on_a_corrupt_record_raise_store_corrupt(
         self, store: TaskStore, corrupt_task: Corrupter | None
     ) -> None:
