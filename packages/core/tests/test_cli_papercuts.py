@@ -16,10 +16,9 @@ import argparse
 import io
 import re
 import sys
-import types
 
 import pytest
-from _cli_kit import cli, console
+from _cli_kit import DURATION_OPTIONS, cli, console, importable, refused_before_any_claim
 from _runtime_kit import ALICE, make_app
 from rich.console import Console
 from tasks_core import App, InvalidInput, ManualClock, TaskContext
@@ -30,6 +29,9 @@ from tasks_core.cli._worker_cmd import _worker_of
 from tasks_core.durations import MAX_WAIT_S
 
 pytestmark = pytest.mark.anyio
+
+PROBE = "cli_papercut_probe"
+"""The module ``--app`` loads the test's app from (:func:`_cli_kit.importable`)."""
 
 
 def _ticking_app(clock: ManualClock | None = None) -> App:
@@ -42,14 +44,6 @@ def _ticking_app(clock: ManualClock | None = None) -> App:
         return None
 
     return app
-
-
-def _module(monkeypatch: pytest.MonkeyPatch, app: App) -> str:
-    """Make ``app`` importable as ``cli_papercut_probe:app`` (what ``--app`` loads)."""
-    module = types.ModuleType("cli_papercut_probe")
-    module.app = app  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cli_papercut_probe", module)
-    return "cli_papercut_probe:app"
 
 
 class Spy:
@@ -81,7 +75,7 @@ async def test_every_command_on_an_app_takes_it_before_or_after_the_command(
     ``tasks --app A dashboard`` served the default store, not A's. Every command on an app
     MUST run on the app ``--app`` names, whether it comes before the command or after."""
     app = _ticking_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     spy = Spy()
     monkeypatch.setitem(COMMANDS, command[0], spy)
     argv = ["--app", spec, *command] if where == "before" else [*command, "--app", spec]
@@ -99,7 +93,7 @@ async def test_the_app_given_before_and_after_the_command_is_refused(
 ) -> None:
     """``tasks --app A periodic --app B`` ran on B, silently: the app given twice MUST be
     refused (``InvalidInput``, as ``tasks --app A worker B`` is), before the command runs."""
-    spec = _module(monkeypatch, _ticking_app())
+    spec = importable(monkeypatch, _ticking_app(), PROBE)
     spy = Spy()
     monkeypatch.setitem(COMMANDS, command[0], spy)
     with pytest.raises(InvalidInput, match="the app is given twice"):
@@ -124,24 +118,13 @@ async def test_periodic_lists_the_schedules_of_the_app_given_before_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``tasks --app A periodic --system`` MUST list A's schedules."""
-    spec = _module(monkeypatch, _ticking_app())
+    spec = importable(monkeypatch, _ticking_app(), PROBE)
     screen, out = console()
     assert 0 == await run(["--app", spec, "periodic", "--system"], console=screen)
     assert re.search(r"│ tick +│ tick +│ every 60s", out.getvalue()), out.getvalue()
 
 
 # -- 2. one grammar of durations ---------------------------------------------------------
-
-DURATION_OPTIONS = [
-    (["worker", "m:app"], "--lease"),
-    (["worker", "m:app"], "--input-park"),
-    (["worker", "m:app"], "--drain-timeout"),
-    (["worker", "m:app"], "--reap-interval"),
-    (["workers", "--system"], "--lease"),
-    (["stress"], "--timeout"),
-]
-"""Every duration option of ``tasks`` but ``submit --delay``."""
-
 
 @pytest.mark.parametrize(("command", "option"), DURATION_OPTIONS)
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -192,13 +175,7 @@ async def test_a_duration_in_a_unit_out_of_range_is_refused_quoting_it(
     are, its refusal naming the option, giving the range in seconds and quoting the text as
     typed (``8d``, not the 691200 seconds it reads as), before anything is claimed."""
     monkeypatch.setitem(sys.modules, "tasks_contract_tests.stress", None)
-    app = make_app()
-    async with app:
-        task = await app.submit("job", None, ALICE)
-        with pytest.raises(InvalidInput) as info:
-            await cli(app, *argv)
-        assert 0 == (await app.get(task.id, ALICE)).deliveries
-    assert refusal == str(info.value)
+    assert refusal == await refused_before_any_claim(*argv)
 
 
 SPELLINGS = ["30", "30s", "1.5m", "2h", "1d", ".5s", "2.m", "+5s", "-5s", "007s", "1e3",

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _cli_kit import cli
-from _runtime_kit import ALICE, TIMEOUT, make_app
+from _cli_kit import DURATION_OPTIONS, cli, refused_before_any_claim
+from _runtime_kit import TIMEOUT, make_app
 from rich.console import Console
 from tasks_core import CapabilityNotSupported, InvalidInput, System
 from tasks_core.cli import build_parser, run
@@ -50,18 +50,6 @@ INTEGER_OPTIONS = [
 ]
 """Every integer option of ``tasks``: ``(the command before it, the option)``."""
 
-NUMBER_DURATIONS = [
-    (["worker", "m:app"], "--lease"),
-    (["worker", "m:app"], "--input-park"),
-    (["worker", "m:app"], "--drain-timeout"),
-    (["worker", "m:app"], "--reap-interval"),
-    (["workers", "--system"], "--lease"),
-    (["stress"], "--timeout"),
-]
-"""Every duration option read as it is parsed (``submit --delay`` is read as the command
-runs): a number of seconds, or a number with a unit (test_cli_papercuts)."""
-
-
 def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """Parse ``argv``: it MUST be argparse's usage error (exit 2); what it printed."""
     with pytest.raises(SystemExit) as info:
@@ -73,7 +61,7 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 # -- 1. ASCII digits only ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("command", "option"), INTEGER_OPTIONS + NUMBER_DURATIONS)
+@pytest.mark.parametrize(("command", "option"), INTEGER_OPTIONS + DURATION_OPTIONS)
 @pytest.mark.parametrize("value", NOT_ASCII)
 def test_a_number_not_in_ascii_digits_is_refused_naming_the_option(
     command: list[str], option: str, value: str, capsys: pytest.CaptureFixture[str]
@@ -97,7 +85,7 @@ def test_an_integer_in_ascii_digits_with_a_sign_is_read(
     assert value == getattr(args, option.removeprefix("--").replace("-", "_"))
 
 
-@pytest.mark.parametrize(("command", "option"), NUMBER_DURATIONS)
+@pytest.mark.parametrize(("command", "option"), DURATION_OPTIONS)
 @pytest.mark.parametrize("text", ["1e3", ".5", "2.", "-1.5E-3", "nan", "-inf", "Infinity"])
 def test_a_duration_in_ascii_is_read_for_its_check_to_judge(
     command: list[str], option: str, text: str
@@ -181,13 +169,7 @@ async def test_a_duration_option_refusal_quotes_the_text_typed(
     before anything is claimed or started."""
     monkeypatch.setitem(sys.modules, "tasks_contract_tests.stress", None)
     typed = argv[-1].partition("=")[2]
-    app = make_app()
-    async with app:
-        task = await app.submit("job", None, ALICE)
-        with pytest.raises(InvalidInput) as info:
-            await cli(app, *argv)
-        assert 0 == (await app.get(task.id, ALICE)).deliveries
-    message = str(info.value)
+    message = await refused_before_any_claim(*argv)
     assert message.startswith(option if named is None else f"{option} ({named})"), message
     assert span in message, message
     assert message.endswith(f"not {typed!r}"), message

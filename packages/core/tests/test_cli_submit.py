@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import io
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli_kit import importable
 from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app, until
 from rich.console import Console
 from tasks_core import (
@@ -27,6 +26,9 @@ from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
+PROBE = "cli_submit_probe"
+"""The module ``--app`` loads the test's app from (:func:`_cli_kit.importable`)."""
+
 POLICY = RetryPolicy.exponential(1.0, attempts=5, cap=60)
 SUBMIT = ["submit", "build_report", "--input", '{"month": "2026-11"}', "--key", "r-11",
           "--user", "alice"]
@@ -42,14 +44,6 @@ def _reports_app(url: str | None = None) -> App:
         return {"month": month}
 
     return app
-
-
-def _module(monkeypatch: pytest.MonkeyPatch, app: App) -> str:
-    """Make ``app`` importable as ``cli_submit_probe:app`` (what ``--app`` loads)."""
-    module = types.ModuleType("cli_submit_probe")
-    module.app = app  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cli_submit_probe", module)
-    return "cli_submit_probe:app"
 
 
 def _asking_app() -> App:
@@ -86,7 +80,7 @@ async def test_submit_with_app_applies_the_registration(monkeypatch: pytest.Monk
     """With ``--app``, the task MUST be submitted with its registered queue, retry policy,
     timeout and delivery limit (the README's example)."""
     app = _reports_app()
-    code, out = await _run(*SUBMIT, "--app", _module(monkeypatch, app))
+    code, out = await _run(*SUBMIT, "--app", importable(monkeypatch, app, PROBE))
     assert (0, "created: alice::r-11") == (code, out.strip())
     snapshot = await app.get("alice::r-11", ALICE)
     await app.aclose()
@@ -102,7 +96,7 @@ async def test_submit_with_app_takes_only_a_queue_the_app_declared(
     the registered one, the rest of the registration still applies); any other queue MUST
     be refused with ``InvalidInput`` and nothing written."""
     app = _reports_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     with pytest.raises(InvalidInput, match="'elsewhere' is not declared"):
         await _run(*SUBMIT, "--app", spec, "--queue", "elsewhere")
     assert [] == list(await app.list(System()))
@@ -119,7 +113,7 @@ async def test_submit_with_app_refuses_a_task_the_app_does_not_register(
     """With ``--app``, a name the app does not register MUST be refused with
     ``InvalidInput`` naming the task and the app, before anything is written."""
     app = _reports_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     with pytest.raises(InvalidInput) as info:
         await _run("submit", "build_reprot", "--user", "alice", "--app", spec)
     assert "'build_reprot' is not registered in cli_submit_probe:app" in str(info.value)
@@ -129,7 +123,7 @@ async def test_submit_with_app_refuses_a_task_the_app_does_not_register(
 
 async def test_store_overrides_the_url_of_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--store`` MUST replace the URL of the ``--app`` app, as for ``tasks worker``."""
-    spec = _module(monkeypatch, _reports_app("nosuchscheme://anywhere"))
+    spec = importable(monkeypatch, _reports_app("nosuchscheme://anywhere"), PROBE)
     with pytest.raises(UnknownStore):
         await _run(*SUBMIT, "--app", spec)
     code, out = await _run(*SUBMIT, "--app", spec, "--store", "memory://")
@@ -188,7 +182,7 @@ async def test_submit_delay_schedules_the_task(
     store clock (a unit of s, m, h or d, or plain seconds); ``tasks ls`` shows it as
     ``scheduled`` with its time and ``--status scheduled`` lists it."""
     app = _reports_app()
-    code, _ = await _run(*SUBMIT, "--app", _module(monkeypatch, app), "--delay", flag)
+    code, _ = await _run(*SUBMIT, "--app", importable(monkeypatch, app, PROBE), "--delay", flag)
     snapshot = await app.get("alice::r-11", ALICE)
     assert 0 == code
     assert snapshot.run_at is not None
@@ -207,7 +201,7 @@ async def test_submit_at_schedules_the_task_at_that_instant(
     """``tasks submit --at INSTANT`` MUST schedule the task at that ISO 8601 instant
     (any offset, stored in UTC)."""
     app = _reports_app()
-    code, _ = await _run(*SUBMIT, "--app", _module(monkeypatch, app),
+    code, _ = await _run(*SUBMIT, "--app", importable(monkeypatch, app, PROBE),
                          "--at", "2031-12-24T10:00+01:00")
     snapshot = await app.get("alice::r-11", ALICE)
     await app.aclose()
@@ -230,7 +224,7 @@ async def test_submit_refuses_a_bad_delay_or_instant_writing_nothing(
     """A bad ``--delay`` or ``--at`` MUST be refused with ``InvalidInput`` naming the
     option before anything is written; giving both is a usage error."""
     app = _reports_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     with pytest.raises(InvalidInput, match=says):
         await _run(*SUBMIT, "--app", spec, *flags)
     assert [] == list(await app.list(System()))
@@ -246,7 +240,7 @@ async def test_a_global_dedup_without_a_key_is_refused_writing_nothing(
     ``--many`` line's ``global`` without ``key``) it MUST be refused — never ignored, as
     if the task had been deduplicated — with nothing written; the API likewise."""
     app = _reports_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     argv = ["submit", "build_report", "--input", '{"month": "2026-11"}', "--user", "alice"]
     with pytest.raises(InvalidInput, match="dedup applies to a key"):
         await _run(*argv, "--global", "--app", spec)
@@ -270,7 +264,7 @@ def test_a_worker_takes_the_reaper_off_or_its_interval_not_both() -> None:
 async def test_the_app_given_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """``tasks --app A worker B`` names the app twice: it MUST be refused, never one of
     them silently served."""
-    spec = _module(monkeypatch, _reports_app())
+    spec = importable(monkeypatch, _reports_app(), PROBE)
     with pytest.raises(InvalidInput, match="given twice"):
         await asyncio.wait_for(_run("--app", spec, "worker", spec), TIMEOUT)
 
@@ -281,7 +275,7 @@ async def test_submit_refuses_an_input_giving_a_key_twice(
     """``--input`` that gives one key twice MUST be refused naming the key, not read as its
     last value (what Python's ``json`` does), before anything is written."""
     app = _reports_app()
-    spec = _module(monkeypatch, app)
+    spec = importable(monkeypatch, app, PROBE)
     argv = ["submit", "build_report", "--input", '{"month": "2026-11", "month": "2026-12"}',
             "--user", "alice", "--app", spec]
     with pytest.raises(InvalidInput, match="--input gives the key 'month' twice"):
@@ -332,7 +326,7 @@ async def test_submit_input_holding_nan_is_not_json(monkeypatch: pytest.MonkeyPa
     app = _reports_app()
     with pytest.raises(InvalidInput, match="--input is not JSON: NaN is not JSON"):
         await _run("submit", "build_report", "--input", '{"month": NaN}', "--user", "alice",
-                   "--app", _module(monkeypatch, app))
+                   "--app", importable(monkeypatch, app, PROBE))
     await app.aclose()
 
 
