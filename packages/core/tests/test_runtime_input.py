@@ -37,6 +37,30 @@ async def test_an_answer_within_the_park_time_resumes_the_same_run() -> None:
     assert ({"answer": True, "deliveries": 1}, 1) == (done.result, done.deliveries)
 
 
+async def test_two_questions_asked_at_once_are_answered_in_the_same_run() -> None:
+    """A handler MAY ask two keys at once (``asyncio.gather``); answered one after the
+    other while the run waits, both answers MUST reach it in the same delivery — the
+    second wait ending after the first must not break the run's account of time spent
+    waiting."""
+    app = make_app()
+
+    @app.task
+    async def ask_both(ctx: TaskContext) -> Any:
+        first, second = await asyncio.gather(ctx.request_input("x", {}),
+                                             ctx.request_input("y", {}))
+        return {"answers": [first, second], "deliveries": ctx.deliveries}
+
+    async with app:
+        t = await app.submit(ask_both, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: set(s.input_requests) == {"x", "y"})
+            assert "applied" == (await app.respond(t.id, {"x": 1}, ALICE)).outcome
+            assert "applied" == (await app.respond(t.id, {"y": 2}, ALICE)).outcome
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, {"answers": [1, 2], "deliveries": 1}) == (done.status,
+                                                                          done.result)
+
+
 async def test_a_parked_run_frees_its_slot_and_reruns_with_the_stored_answer() -> None:
     """After the park time the run MUST release its lease without writing (the task
     waits in ``waiting_input``, holding no worker); the answer MUST make it claimable; the

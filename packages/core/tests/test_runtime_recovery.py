@@ -119,6 +119,38 @@ async def test_recover_fail_marks_a_dead_workers_task_failed() -> None:
     assert [1, 1] == runs, "the dead worker's task never ran again"
 
 
+async def test_recover_fail_spares_a_task_whose_worker_died_waiting_for_input() -> None:
+    """A worker that died while its run waited in its slot for input lost no work a park
+    would not have (a parked run is re-run too): the answer MUST end the dead worker's
+    claim, so the next claim is no takeover and ``recover="fail"`` runs the task — not
+    ``WorkerLost`` right after the person answered."""
+    clock = ManualClock()
+    app = make_app(clock)
+    asking = asyncio.Event()
+
+    @app.task
+    async def approve(ctx: TaskContext) -> Any:
+        asking.set()
+        return await ctx.request_input("ok", {"q": "pay?"})
+
+    async with app:
+        t = await app.submit(approve, None, ALICE)
+        worker = fast_worker(app, worker_id="doomed", input_park=TIMEOUT)
+        serving = asyncio.create_task(worker.run())
+        await until(app, t.id, ALICE, lambda s: s.status == TaskStatus.WAITING_INPUT)
+        serving.cancel()  # dies while waiting: nothing written, nothing released
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        clock.advance(30)  # its lease (30 s) expires
+        assert "applied" == (await app.respond(t.id, {"ok": True}, ALICE)).outcome
+        answered = await app.get(t.id, ALICE)
+        assert answered.claim is not None
+        assert answered.claim.ended
+        async with fast_worker(app, recover="fail"):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, True) == (done.status, done.result)
+
+
 def _sqlite_or_skip() -> None:
     try:
         find_store("sqlite")

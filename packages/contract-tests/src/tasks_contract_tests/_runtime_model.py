@@ -357,7 +357,10 @@ class Model:
         matched = {k: v for k, v in answers.items() if k in task.outstanding}
         if task.terminal or not matched:
             return "unchanged"
-        self.record(task, "input_responses_accepted", event_id, answers)
+        at = self.record(task, "input_responses_accepted", event_id, answers)
+        if task.lease_expires is not None and not task.lease_live(at):
+            task.lease_expires = min(task.lease_expires, at)  # a dead holder's claim ends
+            task.lease_ended = True
         task.outstanding = [k for k in task.outstanding if k not in matched]
         task.answers.update(matched)
         task.status = "waiting_input" if task.outstanding else "pending"

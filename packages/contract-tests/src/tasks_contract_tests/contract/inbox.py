@@ -185,3 +185,28 @@ class InboxContract(ContractBase):
         with pytest.raises(Unavailable):
             await claim(store, claimed.snapshot.id, "w2")
         assert [] == await store.claim_next("w2", LEASE_S, queues=["default"])
+
+    async def test_an_answer_ends_the_claim_of_a_holder_that_died_waiting(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """An answer accepted after the holder's lease lapsed (its worker died while the
+        run waited for input) MUST end that claim in the same step, so the next claim is no
+        takeover (``claim.recovered`` false): a parked run would be re-run all the same.
+        An answer within a live lease MUST leave the claim as it is (the run waits in its
+        slot for it).
+
+        Troubleshooting: apply ``rules.apply_event``'s whole result, the claim included.
+        """
+        claimed = await created_and_claimed(store)
+        live = await answer(store, claimed.snapshot.id,
+                            (await ask(store, claimed, 0, "a", "b")).snapshot.revision,
+                            "live", a=1)
+        assert live.snapshot.claim is not None
+        assert not live.snapshot.claim.ended
+        clock.advance(LEASE_S)
+        late = await answer(store, claimed.snapshot.id, live.snapshot.revision, "late", b=2)
+        assert late.snapshot.claim is not None
+        assert late.snapshot.claim.ended
+        reclaimed = await claim(store, claimed.snapshot.id, "w2")
+        assert reclaimed.snapshot.claim is not None
+        assert not reclaimed.snapshot.claim.recovered

@@ -173,6 +173,11 @@ def apply_event(
             "input_requests": remaining,
             "accepted_input_responses": {**snapshot.accepted_input_responses, **matched},
         }
+        claim = snapshot.claim
+        if claim is not None and not claim.ended and not snapshot.lease_live(committed_at):
+            # The holder died while its run waited for input: no more was lost than a
+            # park loses, so the next claim is no takeover (``recover="fail"`` spares it).
+            update["claim"] = _end_claim(snapshot, committed_at)
     elif isinstance(event, RetryRequested):
         failure = ErrorInfo(type=event.error, message=event.message)
         claim = _end_claim(snapshot, committed_at)

@@ -131,6 +131,9 @@ class RunBase:
         self._started_at = 0.0
         self._waited = 0.0
         self._wait_since: float | None = None
+        """When the input waits under way began (``None``: none is)."""
+        self._waits = 0
+        """Input waits under way (a handler may ask several keys at once)."""
 
 
     # -- identity ------------------------------------------------------------------------

@@ -69,9 +69,14 @@ class RunInput(RunHelpers):
         return _Parked()
 
     async def _await_answer(self, key: str) -> Any:
-        self._wait_since = self.loop.time()
+        """Wait for the answer to ``key`` for at most ``input_park`` (then park). Waits may
+        overlap (a handler asking two keys at once): time counts as waiting — not against
+        the timeout — while any of them waits."""
+        if not self._waits:
+            self._wait_since = self.loop.time()
+        self._waits += 1
         self._kick()
-        deadline = self._wait_since + self.env.input_park
+        deadline = self.loop.time() + self.env.input_park
         try:
             while True:
                 reason = self.token.reason
@@ -101,7 +106,9 @@ class RunInput(RunHelpers):
                 if key in snapshot.accepted_input_responses:
                     return snapshot.accepted_input_responses[key]
         finally:
-            self._waited += self.loop.time() - self._wait_since
-            self._wait_since = None
+            self._waits -= 1
+            if not self._waits and self._wait_since is not None:
+                self._waited += self.loop.time() - self._wait_since
+                self._wait_since = None
             self._kick()
 
