@@ -111,6 +111,55 @@ async def test_a_sync_handler_asks_with_request_input_sync() -> None:
     assert "ada" == done.result
 
 
+async def test_an_input_request_or_sleep_that_is_not_awaited_fails_loudly() -> None:
+    """``ctx.request_input`` and ``ctx.sleep`` MUST NOT pass for done when not awaited: a
+    sync handler calling them is refused (``RuntimeError`` naming the sync way), and an
+    async handler testing the un-awaited call (``if ctx.request_input(...)``: a coroutine
+    is true) gets a ``TypeError`` — the run fails, nothing asked, instead of "approved".
+    Awaited through ``asyncio.create_task`` they still work."""
+    app = make_app()
+
+    @app.task
+    def sync_asks(ctx: TaskContext) -> str:
+        return "paid" if ctx.request_input("approve", {}) else "refused"
+
+    @app.task
+    def sync_sleeps(ctx: TaskContext) -> str:
+        ctx.sleep(60)
+        return "slept"
+
+    @app.task
+    async def forgets_await(ctx: TaskContext) -> str:
+        return "paid" if ctx.request_input("approve", {}) else "refused"
+
+    @app.task
+    async def in_a_task(ctx: TaskContext) -> Any:
+        await asyncio.create_task(ctx.sleep(0))
+        return await asyncio.create_task(ctx.request_input("approve", {}))
+
+    async with app:
+        ids = {name: (await app.submit(name, None, ALICE)).id
+               for name in ("sync_asks", "sync_sleeps", "forgets_await", "in_a_task")}
+        async with fast_worker(app, input_park=TIMEOUT):
+            failed = {name: await app.wait(ids[name], ALICE, timeout=TIMEOUT)
+                      for name in ("sync_asks", "sync_sleeps", "forgets_await")}
+            await until(app, ids["in_a_task"], ALICE,
+                        lambda s: s.status == TaskStatus.WAITING_INPUT)
+            await app.respond(ids["in_a_task"], {"approve": "yes"}, ALICE)
+            answered = await app.wait(ids["in_a_task"], ALICE, timeout=TIMEOUT)
+    assert {name: (TaskStatus.FAILED, kind) for name, kind in (
+        ("sync_asks", "RuntimeError"), ("sync_sleeps", "RuntimeError"),
+        ("forgets_await", "TypeError"))} == {
+        name: (done.status, done.error and done.error.type) for name, done in failed.items()}
+    assert "request_input_sync" in (failed["sync_asks"].error.message
+                                    if failed["sync_asks"].error else "")
+    assert "await" in (failed["forgets_await"].error.message
+                       if failed["forgets_await"].error else "")
+    assert all(done.input_requests == {} and not done.accepted_input_responses
+               for done in failed.values())
+    assert (TaskStatus.COMPLETED, "yes") == (answered.status, answered.result)
+
+
 async def test_cancel_while_waiting_for_input_stops_the_run() -> None:
     """A cancel while the run waits MUST end the wait with the ``user`` cause and leave
     the task ``cancelled``."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Protocol
+from collections.abc import Coroutine, Generator
+from typing import Any, Protocol, TypeVar
 
 from tasks_core.authority import Owner
 from tasks_core.cancel import CancelToken, RunCancelled
@@ -22,7 +23,54 @@ from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.models import Progress, Snapshot
 from tasks_core.reasons import CancelReason
 
-__all__ = ["TaskContext"]
+__all__ = ["MustAwait", "TaskContext"]
+
+T = TypeVar("T")
+
+
+class MustAwait(Coroutine[Any, Any, T]):
+    """What :meth:`TaskContext.request_input` and :meth:`TaskContext.sleep` return: a
+    coroutine to await (``await``, ``asyncio.gather``, ``create_task`` all take it), which
+    refuses to be read as a truth value — ``if ctx.request_input(...)`` without ``await``
+    is always true, and would pass an unasked question for "approved".
+
+    Raises:
+        TypeError: from ``bool()`` (an ``if``, ``and``, ``not``): the call was not awaited.
+    """
+
+    def __init__(self, inner: Coroutine[Any, Any, T], what: str) -> None:
+        self._inner = inner
+        self._what = what
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._inner.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._inner.throw(*args)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __bool__(self) -> bool:
+        self._inner.close()  # never run: nothing asked, no "never awaited" warning
+        raise TypeError(f"ctx.{self._what}(...) must be awaited: await ctx.{self._what}(...)")
+
+
+def _on_a_loop(what: str, sync_way: str) -> None:
+    """Refuse a coroutine method of the context called from a sync handler's thread, where
+    nothing would ever await it.
+
+    Raises:
+        RuntimeError: no event loop runs in this thread; naming ``sync_way``.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(f"ctx.{what} is for async handlers; in a sync handler use "
+                           f"{sync_way}") from None
 
 
 class _RunHooks(Protocol):
@@ -92,8 +140,9 @@ class TaskContext:
         if reason is not None:
             raise RunCancelled(reason)
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep ``seconds``, or end with the run's cancellation, whatever its cause.
+    def sleep(self, seconds: float) -> MustAwait[None]:
+        """Sleep ``seconds``, or end with the run's cancellation, whatever its cause
+        (``await ctx.sleep(...)``; async handlers only).
 
         Like any await point of a cancelled run, it does not return once the run is asked
         to stop: a loop of ``await ctx.sleep(...)`` ends there, so a drained run is
@@ -104,7 +153,13 @@ class TaskContext:
                 ``superseded`` or ``shutdown``), before or during the sleep.
             InvalidInput: ``seconds`` is not a finite number in ``[0, MAX_WAIT_S]`` (see
                 :mod:`tasks_core.durations`): nothing slept.
+            RuntimeError: called from a sync handler (use ``ctx.token.wait_sync``).
+            TypeError: read as a truth value instead of awaited (:class:`MustAwait`).
         """
+        _on_a_loop("sleep", "ctx.token.wait_sync(seconds)")
+        return MustAwait(self._sleep(seconds), "sleep")
+
+    async def _sleep(self, seconds: float) -> None:
         seconds = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
         self.raise_if_cancelled()
         with contextlib.suppress(TimeoutError):
@@ -126,8 +181,10 @@ class TaskContext:
 
     # -- input requests ------------------------------------------------------------------
 
-    async def request_input(self, key: str, request: Any = None) -> Any:
-        """Ask a person for input under ``key`` and wait for the answer.
+    def request_input(self, key: str, request: Any = None) -> MustAwait[Any]:
+        """Ask a person for input under ``key`` and wait for the answer (``await
+        ctx.request_input(...)``; async handlers only, sync ones use
+        :meth:`request_input_sync`).
 
         On a re-run the stored answer is returned at once, without asking again. The wait
         does not count against the task's timeout. After the worker's park time the run
@@ -146,8 +203,11 @@ class TaskContext:
             InvalidInput: a bad key, or a request that is not plain JSON or is larger
                 than ``Limits.max_input_bytes`` (checked as ``submit`` checks its input),
                 before anything is written.
+            RuntimeError: called from a sync handler (nothing asked).
+            TypeError: read as a truth value instead of awaited (nothing asked).
         """
-        return await self._hooks.request_input(key, request)
+        _on_a_loop("request_input", "ctx.request_input_sync(key, request)")
+        return MustAwait(self._hooks.request_input(key, request), "request_input")
 
     def request_input_sync(self, key: str, request: Any = None) -> Any:
         """:meth:`request_input` for sync handlers (blocks the handler's thread).
