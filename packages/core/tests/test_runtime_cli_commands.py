@@ -36,8 +36,10 @@ async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
             assert 0 == code
             assert "input_requested" in out
             assert "asks" in out
-            code, out = await _cli(app, "respond", "alice::k1", 'approve={"ok": true}', "--system")
-            assert (0, "alice::k1: answer applied; now running") == (code, out.strip())
+            code, out = await _cli(app, "respond", "alice::k1", 'approve={"ok": true}',
+                                   "aprove=1", "--system")
+            assert (0, "alice::k1: answer applied (ignored, not asked: aprove); now running"
+                    ) == (code, out.strip())
             done = await app.wait("alice::k1", ALICE, timeout=TIMEOUT)
         assert {"ok": True} == done.result
         code, out = await _cli(app, "show", "alice::k1", "--user", "alice")
@@ -93,14 +95,18 @@ async def test_show_follow_exits_1_for_a_task_that_did_not_complete() -> None:
     to learn its outcome; plain ``show`` of it exits 0."""
     app = make_app()
 
+    message = "the warehouse refused the report: " + "x" * 300 + " (the end)"
+
     @app.task
     async def boom(ctx: TaskContext) -> None:
-        raise RuntimeError("boom")
+        raise RuntimeError(message)
 
     async with app, fast_worker(app):
         t = await app.submit(boom, None, ALICE)
         code, out = await _cli(app, "show", t.id, "--follow", "--system")
         assert (1, True) == (code, "failed" in out)
+        assert f"{t.id}: failed: RuntimeError: {message}" in out.splitlines(), (
+            "the error whole on a line of its own (the bar cuts it)")
         code, _ = await _cli(app, "submit", "boom", "--wait", "--system")
         assert 1 == code
     code, _ = await _cli(app, "show", t.id, "--system")

@@ -187,7 +187,8 @@ async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> in
 
 
 async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Answer input requests: ``KEY=JSON`` pairs (a value that is not JSON is a string)."""
+    """Answer input requests: ``KEY=JSON`` pairs (a value that is not JSON is a string);
+    the line says which keys were ignored (not asked, or answered already)."""
     answers: dict[str, Any] = {}
     for pair in args.answers:
         key, sep, raw = pair.partition("=")
@@ -203,7 +204,10 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
     if result.outcome == "unchanged":
         one_line(console, "no outstanding question matched; nothing changed")
         return 1
-    one_line(console, f"{plain(result.snapshot.id)}: answer {result.outcome}; now "
+    accepted = result.record.accepted if result.record is not None else None
+    ignored = [key for key in answers if accepted is not None and key not in accepted]
+    note = f" (ignored, not asked: {plain(', '.join(ignored))})" if ignored else ""
+    one_line(console, f"{plain(result.snapshot.id)}: answer {result.outcome}{note}; now "
                       f"{result.snapshot.status.value}")
     return 0
 

@@ -124,7 +124,8 @@ def workers_table(leased: Iterable[Snapshot], now: datetime, lease: float | None
 
 async def follow(app: App, task_id: str, authority: Authority, console: Console, *,
                  hint: bool = False) -> int:
-    """Draw the task's progress until it ends: 0 when it completed, else 1. ``hint``:
+    """Draw the task's progress until it ends: 0 when it completed, else 1; a task that
+    ended with an error gets a last line holding the error whole (the bar cuts it). ``hint``:
     say once when it stays available and unclaimed for ``NO_WORKER_AFTER_S`` while no
     task of its queue holds a live lease (no live worker serves the queue)."""
     bars = Bars(console)
@@ -142,6 +143,9 @@ async def follow(app: App, task_id: str, authority: Authority, console: Console,
                 watcher.cancel()
     if not console.is_terminal:
         console.line()  # off a terminal the last frame ends without one
+    if last.error is not None:  # the bar cuts it; a log or CI job needs it whole
+        one_line(console, f"{plain(last.id)}: {last.status.value}: "
+                          f"{plain(last.error.type)}: {plain(last.error.message)}")
     return 0 if last.status == "completed" else 1
 
 
