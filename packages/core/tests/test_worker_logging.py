@@ -80,6 +80,41 @@ async def test_a_summary_counts_each_run_by_what_it_made_of_its_task(
             "0 running, 0 held"] == summaries
 
 
+async def test_a_summary_counts_a_cancelled_run_and_a_parked_one_as_such(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run stopped by a user's cancel MUST count as ``cancelled`` and a run parked for
+    input as ``parked`` — not as ``released`` (what a drain gives back), and the question
+    itself not as a run's end."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    app = make_app()
+    started = asyncio.Event()
+
+    @app.task
+    async def slow(ctx: TaskContext) -> None:
+        started.set()
+        await ctx.sleep(TIMEOUT)
+
+    @app.task
+    async def asks(ctx: TaskContext) -> Any:
+        return await ctx.request_input("ok", {})
+
+    async with app:
+        doomed = await app.submit(slow, None, ALICE)
+        question = await app.submit(asks, None, ALICE)
+        worker = fast_worker(app, input_park=0.01)
+        async with worker:
+            await asyncio.wait_for(started.wait(), TIMEOUT)
+            await app.cancel(doomed.id, ALICE)
+            await until(app, question.id, ALICE,
+                        lambda s: s.claim is not None and s.claim.ended)
+            await until(app, doomed.id, ALICE, lambda s: s.claim is not None and s.claim.ended)
+    summaries = [_no_seconds(r.getMessage()) for r in caplog.records
+                 if "in the last" in r.getMessage()]
+    assert [f"worker {worker.worker_id}: 1 cancelled, 1 parked in the last Ns; "
+            "0 running, 0 held"] == summaries
+
+
 def test_a_summary_counts_since_the_last_line_and_says_nothing_when_idle(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -119,7 +119,7 @@ class Run(RunInput):
         self.observe(snapshot)
         if self.token.reason == CancelReason.USER:
             log.info("task %r: cancelled while its claim was held; not started", self.task_id)
-            await self._release("cancelled while held")
+            await self._release("cancelled while held", "cancelled")
             return False
         return self.token.reason is None
 
@@ -245,7 +245,7 @@ class Run(RunInput):
             await self._write(Failed(event_id=self.event_id("timeout"), error=error,
                                      message=timeout_message(timeout), reason="timeout"))
         elif reason == CancelReason.USER:
-            await self._release("cancelled by user")
+            await self._release("cancelled by user", "cancelled")
 
     async def _late(self, outcome: _Outcome) -> None:
         """Write the handler's late outcome with the old lease, after the stopped run's

@@ -68,7 +68,7 @@ class RunWrites(RunBase):
         error = outcome.error
         if not late:
             if self.parked or isinstance(error, _Parked):
-                await self._release("parked while waiting for input")
+                await self._release("parked while waiting for input", "parked")
                 return
             if self.token.reason == CancelReason.SHUTDOWN and error is not None:
                 await self._release("stopped for the shutdown")
@@ -157,7 +157,10 @@ class RunWrites(RunBase):
         if self.env.unwritten is not None:
             self.env.unwritten(self.task_id)
 
-    async def _release(self, why: str) -> None:
+    async def _release(self, why: str, counted: str = "released") -> None:
+        """Give the task back (``why`` for the DEBUG line), counted by the tally as
+        ``counted``: ``released``, ``cancelled`` (a user's cancel stopped the run) or
+        ``parked``."""
         try:
             await self.cell.release()
         except LeaseLost:
@@ -168,7 +171,7 @@ class RunWrites(RunBase):
             return
         log.debug("task %r: released (%s)", self.task_id, why)  # counted by the tally
         if self.env.tally is not None:
-            self.env.tally.count("released")
+            self.env.tally.count(counted)
         self.env.changes.notify()
         self.env.work.notify()
 

@@ -4,7 +4,9 @@ many runs ended and how, and how busy the worker is.
 Every outcome a run of the worker wrote is counted by what it made of the task
 (:func:`~tasks_core.events.ended_as`): a finished task by its status (``completed``,
 ``failed`` — a retry asked for with no attempt left included —, ``cancelled``), a retry
-scheduled as ``retried``, a release as ``released``; each interval, and once more when the
+scheduled as ``retried``, a run that gave its claim back as ``cancelled`` (a user's cancel
+stopped it), ``parked`` (it waits for input, holding no slot) or ``released`` (a drain,
+a claim held too long); each interval, and once more when the
 worker stops, one INFO line gives the counts since the last line and how long that was
 (nothing when nothing ended: the next line then covers the quiet interval too).
 """
@@ -18,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from tasks_core.events import Event, ended_as
+from tasks_core.events import Event, InputRequested, ended_as
 from tasks_core.models import Snapshot
 
 __all__ = ["SUMMARY_INTERVAL", "Tally"]
@@ -56,7 +58,10 @@ class Tally:
 
     def written(self, event: Event, snapshot: Snapshot) -> None:
         """Count ``event``, applied, by what it made of the task (``snapshot``, after it:
-        :func:`~tasks_core.events.ended_as`)."""
+        :func:`~tasks_core.events.ended_as`) — unless it ended no run: a question asked
+        (the run waits, or parks: counted then)."""
+        if isinstance(event, InputRequested):
+            return
         self.count(ended_as(event, snapshot))
 
     def flush(self) -> None:
