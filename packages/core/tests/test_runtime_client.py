@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, BOB, CAROL, MALLORY, fast_worker, make_app, until
+from _runtime_kit import ALICE, BOB, CAROL, MALLORY, TIMEOUT, fast_worker, make_app, until
 from tasks_core import (
     App,
     AuthorizationError,
@@ -285,6 +285,29 @@ async def test_watch_yields_each_change_and_ends_after_the_terminal_one() -> Non
         assert ("pending", None) == seen[0]
         assert ("running", 50.0) in seen
         assert ("completed", 50.0) == seen[-1]
+
+
+async def test_watch_sees_a_claim_of_a_worker_in_the_same_process_at_once() -> None:
+    """A worker of the same app MUST wake its watchers when it claims (the task reads
+    ``running`` then), not leave them to their next poll: a watch with an hour's poll
+    sees ``running`` of a handler that reports no progress."""
+    app = make_app()
+    release = asyncio.Event()
+
+    @app.task
+    async def quiet(ctx: TaskContext) -> None:
+        await release.wait()
+
+    async with app:
+        t = await app.submit(quiet, None, ALICE)
+        seen = []
+        async with fast_worker(app):
+            async with asyncio.timeout(TIMEOUT):
+                async for snapshot in app.watch(t.id, ALICE, poll_interval=3600):
+                    seen.append(snapshot.status.value)
+                    if snapshot.status != TaskStatus.PENDING:
+                        release.set()
+        assert ["pending", "running", "completed"] == seen
 
 
 async def test_release_is_for_system_only_and_frees_a_finished_key() -> None:

@@ -227,6 +227,8 @@ class Claims(Slots):
                 self._start(claim)
             else:
                 self._held.append((asked, claim))
+        if claims:  # the tasks read running (or claimed) now: wake this process's watches
+            self.app.notices.changes.notify()
         return len(claims), False
 
     def _starting(self, limit: int) -> int:
