@@ -50,6 +50,9 @@ async def test_submit_ls_show_respond_and_cancel_on_one_store() -> None:
         assert (0, "alice::k2: cancelled") == (code, out.strip())
         code, out = await _cli(app, "respond", "alice::k2", "approve=yes", "--system")
         assert (1, "no outstanding question matched") == (code, out.strip()[:31])
+        code, out = await _cli(app, "cancel", "alice::k1", "--user", "alice")
+        assert (0, "alice::k1: completed (it had finished before the cancel: nothing "
+                "changed)") == (code, out.strip())
 
 
 async def test_show_tells_the_priority_a_task_was_given() -> None:

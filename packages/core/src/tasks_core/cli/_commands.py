@@ -31,6 +31,7 @@ from tasks_core.cli._worker_cmd import cmd_worker
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, parse_instant
 from tasks_core.errors import InvalidInput
+from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import default_store_url
 from tasks_core.runtime.app import App
 
@@ -180,9 +181,12 @@ async def cmd_workers(app: App, args: argparse.Namespace, console: Console) -> i
 
 
 async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Cancel a task."""
+    """Cancel a task; a task that had finished otherwise is left as it is, and the line
+    says so (exit 0: nothing runs either way)."""
     snapshot = await app.cancel(args.id, authority_of(args))
-    one_line(console, f"{plain(snapshot.id)}: {snapshot.status.value}")
+    note = ("" if snapshot.status == TaskStatus.CANCELLED
+            else " (it had finished before the cancel: nothing changed)")
+    one_line(console, f"{plain(snapshot.id)}: {snapshot.status.value}{note}")
     return 0
 
 
