@@ -7,7 +7,9 @@ A handler is ``async def handler(ctx, **input)`` (run on the worker's event loop
 Handlers are deterministic up to their input requests: a run that waits for a person
 longer than the worker's park time gives its slot back and is run again from the start
 once the answer arrives; on that re-run ``request_input`` returns the stored answer at once
-instead of asking again.
+instead of asking again. ``request_input`` and ``sleep`` are for async handlers and must be
+awaited: from a sync handler's thread they raise ``RuntimeError``, and read as a truth value
+un-awaited (:class:`MustAwait`) ``TypeError`` — never a question passed for answered.
 """
 
 from __future__ import annotations
