@@ -127,13 +127,13 @@ def test_tasks_stress_names_the_package_to_install_when_missing(
     """Without tasks-contract-tests, ``tasks stress`` MUST refuse like any command —
     ``CapabilityNotSupported``, which ``tasks`` prints as one ``error:`` line, exit 2 —
     saying "pip install tasks-contract-tests"."""
-    import tasks_core.cli._commands as commands
+    import tasks_core.cli._stress as stress_command
     from tasks_core.errors import CapabilityNotSupported
 
     def missing(name: str) -> object:
         raise ImportError(name)
 
-    monkeypatch.setattr(commands.importlib, "import_module", missing)
+    monkeypatch.setattr(stress_command.importlib, "import_module", missing)
     with pytest.raises(CapabilityNotSupported, match="pip install tasks-contract-tests"):
         asyncio.run(tasks_cli(["stress", "--store", "sqlite:///x.db"],
                               console=Console(record=True, width=200)))

@@ -226,8 +226,11 @@ class MongoRecords(MongoBase):
     def _visible(
         self, task_id: str, doc: dict[str, Any] | None, tenant: str | None, now: datetime
     ) -> Snapshot:
-        if doc is None or (tenant is not None and doc.get("tenant") != tenant):
+        stored_tenant = None if doc is None else doc.get("tenant")
+        if doc is None or (tenant is not None and isinstance(stored_tenant, str)
+                           and stored_tenant != tenant):
             raise TaskNotFound(task_id)  # another tenant's: decided before decoding
+        # (a tenant that is not a string is damage: whose the task is cannot be told)
         snapshot = _codec.decode_task(task_id, doc)
         if (tenant is not None and snapshot.tenant != tenant) or snapshot.expired(now):
             raise TaskNotFound(task_id)
