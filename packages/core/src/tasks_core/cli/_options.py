@@ -74,11 +74,15 @@ def _spelled(text: str) -> int | float | None:
     return None
 
 
+def _spelling(what: str, text: str) -> str:
+    """What ``text`` should have spelled, ``what``, saying "in ASCII digits" when it holds
+    other characters (another script's digits look right and are not read)."""
+    return what if text.isascii() else f"{what} in ASCII digits (0-9)"
+
+
 def _unreadable(text: str, what: str) -> argparse.ArgumentTypeError:
     """The refusal of ``text``, which does not spell ``what``."""
-    if not text.isascii():
-        return argparse.ArgumentTypeError(f"not {what} in ASCII digits (0-9): {text!r}")
-    return argparse.ArgumentTypeError(f"not {what}: {text!r}")
+    return argparse.ArgumentTypeError(f"not {_spelling(what, text)}: {text!r}")
 
 
 def number(text: str) -> int | float:
@@ -180,8 +184,7 @@ def duration(text: str, what: str, *, high: float, allow_zero: bool = False) -> 
     except argparse.ArgumentTypeError as exc:
         if str(exc) == TOO_LONG:
             raise InvalidInput(f"{what}: {TOO_LONG}") from None
-        ascii_only = "" if text.isascii() else " in ASCII digits (0-9)"
-        raise InvalidInput(f"{what} must be {DURATION_SPELLING}{ascii_only}, "
+        raise InvalidInput(f"{what} must be {_spelling(DURATION_SPELLING, text)}, "
                            f"not {text!r}") from None
     try:
         return check_duration(given, what, high=high, allow_zero=allow_zero)

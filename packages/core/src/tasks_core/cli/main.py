@@ -281,8 +281,6 @@ def _app_for(args: argparse.Namespace) -> App:
         app = load_app(spec)
         if args.store:
             app.use_store(args.store)
-        elif app.url is None and getattr(app, "_store", None) is None:
-            default_store_url()  # the default store is the app's: see that it is meant
         return app
     if args.store:
         return App(args.store)

@@ -55,7 +55,6 @@ __all__ = [
     "check_owner_runs",
     "check_watchers",
     "grant_watcher",
-    "joins",
     "new_task_id",
     "submit",
 ]
