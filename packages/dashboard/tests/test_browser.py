@@ -252,6 +252,9 @@ def test_a_long_id_does_not_widen_the_pages(page: Any, served: Served) -> None:
     long_key = "k" * 200
     task_id = str(served.call(served.app.submit("steps", {"count": 1, "pause": 0.05},
                                                 Owner("alice"), key=long_key)).id)
+    # Ended first: a task page reloads itself when the status changes, which would abort
+    # the navigation to the next page.
+    served.call(served.app.wait(task_id, Owner("alice"), timeout=30))
     for path in (f"/task?id={task_id}", "/tasks?view=keyed", f"/tasks?key={long_key}"):
         page.goto(served.url + path)
         assert long_key in page.inner_text("main"), path
