@@ -8,6 +8,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -390,7 +391,8 @@ async def test_a_missing_driver_is_refused_naming_what_to_install(
     assert "pip install './packages/store-sql[psycopg]'" in str(refused.value)
 
 
-@pytest.mark.parametrize("busy_timeout", [0, -1, 3601, float("inf"), float("nan"), True, "5"])
+@pytest.mark.parametrize("busy_timeout", [0, -1, 3601, float("inf"), float("nan"), True, "5",
+                                          timedelta(seconds=-1), timedelta(hours=1, seconds=1)])
 def test_a_busy_timeout_that_is_not_a_real_number_in_range_is_refused(
     busy_timeout: object,
 ) -> None:
@@ -400,8 +402,10 @@ def test_a_busy_timeout_that_is_not_a_real_number_in_range_is_refused(
         SQLStore("sqlite://", busy_timeout=busy_timeout)  # type: ignore[arg-type]
 
 
-def test_a_busy_timeout_at_its_limit_is_taken() -> None:
-    assert SQLStore("sqlite://", busy_timeout=3600) is not None
+@pytest.mark.parametrize("busy_timeout", [3600, timedelta(hours=1)])
+def test_a_busy_timeout_at_its_limit_is_taken(busy_timeout: object) -> None:
+    """Its cap, as seconds or as a ``timedelta``."""
+    assert SQLStore("sqlite://", busy_timeout=busy_timeout) is not None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("options", "said"), [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from tasks_core.durations import MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, Seconds, check_duration
 from tasks_core.reasons import CancelReason
 
 __all__ = ["CancelToken", "RunCancelled"]
@@ -92,7 +92,7 @@ class CancelToken:
         assert self._reason is not None
         return self._reason
 
-    def wait_sync(self, timeout: float | None = None) -> bool:
+    def wait_sync(self, timeout: Seconds | None = None) -> bool:
         """Block (in a thread) until a cause is set or ``timeout`` passes; ``True`` if set.
 
         Raises:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from tasks_core.authority import Owner
 from tasks_core.cancel import CancelToken, RunCancelled
-from tasks_core.durations import MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, Seconds, check_duration
 from tasks_core.models import Progress, Snapshot
 from tasks_core.reasons import CancelReason
 
@@ -142,7 +142,7 @@ class TaskContext:
         if reason is not None:
             raise RunCancelled(reason)
 
-    def sleep(self, seconds: float) -> MustAwait[None]:
+    def sleep(self, seconds: Seconds) -> MustAwait[None]:
         """Sleep ``seconds``, or end with the run's cancellation, whatever its cause
         (``await ctx.sleep(...)``; async handlers only).
 
@@ -161,11 +161,11 @@ class TaskContext:
         _on_a_loop("sleep", "ctx.token.wait_sync(seconds)")
         return MustAwait(self._sleep(seconds), "sleep")
 
-    async def _sleep(self, seconds: float) -> None:
-        seconds = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
+    async def _sleep(self, seconds: Seconds) -> None:
+        checked = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
         self.raise_if_cancelled()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.token.wait(), seconds)
+            await asyncio.wait_for(self.token.wait(), checked)
         self.raise_if_cancelled()
 
     # -- progress ------------------------------------------------------------------------

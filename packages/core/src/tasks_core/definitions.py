@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, check_name
-from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import (
     MAX_PRIORITY,
@@ -146,7 +146,7 @@ class Queue:
     concurrency: int | None = None
     exclusive: bool = False
     max_running: int | None = None
-    rate: tuple[int, float] | None = None
+    rate: tuple[int, Seconds] | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, what="queue")
@@ -215,10 +215,10 @@ class TaskDef:
         check_task_name(self.name)
         check_name(self.queue, what="queue")
         check_retry(self.retry)
-        check_duration(self.timeout, "timeout", high=MAX_WAIT_S, allow_none=True)
-        check_duration(self.ttl, "ttl", high=MAX_KEEP_S, allow_none=True)
-        check_duration(self.retention, "retention", high=MAX_KEEP_S, allow_zero=True,
-                       allow_none=True)
+        for name, high, zero in (("timeout", MAX_WAIT_S, False), ("ttl", MAX_KEEP_S, False),
+                                 ("retention", MAX_KEEP_S, True)):
+            object.__setattr__(self, name, check_duration(
+                getattr(self, name), name, high=high, allow_zero=zero, allow_none=True))
         object.__setattr__(self, "priority", check_priority(self.priority))
         object.__setattr__(self, "max_deliveries", integral(self.max_deliveries))
         Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)

@@ -1,15 +1,14 @@
 """Durations: the one check of every duration and interval the runtime is given.
 
-Rule: a duration is a real number of seconds (any ``numbers.Real``, never a ``bool`` or a
-string), finite and within its option's bounds. Every option of the public API, the worker
-and the CLI passes through :func:`check_duration` where it is given, before anything starts
-or is written; a refusal is :class:`~tasks_core.errors.InvalidInput` naming the option and
-its bounds (exit 2 on the CLI). The stored models keep the same bounds as strict fields.
-Bounds: a lease at most :data:`tasks_core.rules.MAX_LEASE_S`; timeouts, retry delays and
-waits at most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at most :data:`MAX_KEEP_S`; an
-interval the runtime repeats at least :data:`MIN_INTERVAL_S`, so no setting turns a wait
-into a busy loop. An instant (``run_at``) passes :func:`check_instant`: an aware datetime
-within :data:`MAX_KEEP_S` of the caller's clock.
+Rule: a duration is a real number of seconds (never a ``bool`` or a string) or a
+``timedelta`` (:data:`Seconds`), finite and within its option's bounds, kept as a float.
+Every option of the public API, the worker and the CLI passes through
+:func:`check_duration` where it is given, before anything starts or is written; a refusal
+is :class:`~tasks_core.errors.InvalidInput` naming the option and its bounds. Bounds: a
+lease at most :data:`tasks_core.rules.MAX_LEASE_S`; timeouts, retry delays and waits at
+most :data:`MAX_WAIT_S`; ``ttl`` and ``retention`` at most :data:`MAX_KEEP_S`; a repeated
+wait at least :data:`MIN_INTERVAL_S`, so no setting makes a busy loop. An instant
+(``run_at``) passes :func:`check_instant`: an aware datetime within :data:`MAX_KEEP_S`.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from __future__ import annotations
 import math
 import numbers
 from datetime import UTC, datetime, timedelta
-from typing import Literal, overload
+from typing import Literal, TypeAlias, overload
 
 from tasks_core._errors_base import InvalidInput
 
-__all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S",
-           "check_duration", "check_instant", "check_wait_timeout", "parse_instant"]
+__all__ = ["MAX_BATCH_WINDOW_S", "MAX_KEEP_S", "MAX_WAIT_S", "MIN_INTERVAL_S", "Seconds",
+           "as_seconds", "check_duration", "check_instant", "check_wait_timeout", "parse_instant"]
 
 MAX_WAIT_S = 366 * 86400
 """The longest timeout, retry delay, wait or interval, in seconds (a leap year)."""
@@ -37,6 +36,24 @@ a lease and so its heartbeats), in seconds."""
 MAX_BATCH_WINDOW_S = 1.0
 """The longest ``batch_window`` of a worker, in seconds."""
 
+Seconds: TypeAlias = float | timedelta
+"""A duration as the public API takes it: a number of seconds, or a ``timedelta``
+(``delay=30``, ``delay=timedelta(minutes=5)``)."""
+
+
+@overload
+def as_seconds(value: Seconds) -> float: ...
+
+
+@overload
+def as_seconds(value: None) -> None: ...
+
+
+def as_seconds(value: Seconds | None) -> float | None:
+    """A duration as a number of seconds: a ``timedelta``'s total seconds, anything else as
+    it is — unchecked: :func:`check_duration` checks it where it is given."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
 
 @overload
 def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
@@ -50,9 +67,9 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
 
 def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
                    allow_zero: bool = False, allow_none: bool = False) -> float | None:
-    """``value`` as seconds (a ``float``), once it is a real number, finite and in range:
-    at least ``low`` and at most ``high`` — and, where ``low`` is ``0``, above it unless
-    ``allow_zero``. ``None`` passes only with ``allow_none``.
+    """``value`` as seconds (a ``float``), once it is a real number or a ``timedelta``,
+    finite and in range: at least ``low`` and at most ``high`` — and, where ``low`` is
+    ``0``, above it unless ``allow_zero``. ``None`` passes only with ``allow_none``.
 
     Args:
         value: what the caller gave.
@@ -67,8 +84,10 @@ def check_duration(value: object, what: str, *, high: float, low: float = 0.0,
     """
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInput(f"{what} must be a number of seconds in "
+    if isinstance(value, timedelta):
+        value = as_seconds(value)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInput(f"{what} must be a number of seconds (or a timedelta) in "
                            f"{_span(low, high, allow_zero)}, not "
                            f"{'None' if value is None else 'a ' + type(value).__name__}")
     try:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from tasks_core.authority import Owner
 from tasks_core.definitions import UNSET, TaskDef, _Unset
+from tasks_core.durations import Seconds
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
 
@@ -37,13 +38,13 @@ class SubmitItem:
     dedup: Literal["owner", "global"] = "owner"
     watchers: Sequence[Owner] = ()
     queue: str | None = None
-    ttl: float | _Unset | None = UNSET
-    retention: float | _Unset | None = UNSET
+    ttl: Seconds | _Unset | None = UNSET
+    retention: Seconds | _Unset | None = UNSET
     retry: RetryPolicy | None = None
-    timeout: float | _Unset | None = UNSET
+    timeout: Seconds | _Unset | None = UNSET
     max_deliveries: int | None = None
     idempotency_key: str | None = None
-    delay: float | None = None
+    delay: Seconds | None = None
     run_at: datetime | None = None
     priority: int | None = None
 

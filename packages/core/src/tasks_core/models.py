@@ -21,7 +21,7 @@ from tasks_core._model import Model, built, replaced
 from tasks_core._store_models import StoreCapabilities, StoreLimits
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
-from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, check_duration
 from tasks_core.reasons import CancelReason
 from tasks_core.sizes import integral
 
@@ -170,7 +170,7 @@ class RetryPolicy(Model):
         return cls()
 
     @classmethod
-    def fixed(cls, delay: float, *, attempts: int) -> RetryPolicy:
+    def fixed(cls, delay: Seconds, *, attempts: int) -> RetryPolicy:
         """Retry after the same ``delay`` seconds, up to ``attempts`` runs in all.
 
         Raises:
@@ -180,7 +180,9 @@ class RetryPolicy(Model):
         return cls(kind="fixed", attempts=integral(attempts), delay_s=delay_s)
 
     @classmethod
-    def exponential(cls, base: float, *, attempts: int, cap: float | None = None) -> RetryPolicy:
+    def exponential(
+        cls, base: Seconds, *, attempts: int, cap: Seconds | None = None
+    ) -> RetryPolicy:
         """Retry after ``base``, ``2*base``, ``4*base``… seconds (at most ``cap``).
 
         Raises:

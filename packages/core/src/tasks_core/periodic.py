@@ -25,7 +25,7 @@ from cronsim import CronSim, CronSimError
 from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json
 from tasks_core.authority import DEFAULT_TENANT, SEPARATOR, System, check_name
-from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, as_seconds, check_duration
 from tasks_core.sizes import check_limit
 
 __all__ = ["MAX_CATCH_UP", "MIN_EVERY_S", "PERIODIC_PRINCIPAL", "TICK_PREFIX", "Schedule"]
@@ -82,7 +82,7 @@ class Schedule:
     name: str
     task: str
     cron: str | None = None
-    every: float | None = None
+    every: Seconds | None = None
     tz: str | None = None
     queue: str = "default"
     input: Mapping[str, Any] | None = field(default=None, compare=False)
@@ -125,7 +125,7 @@ class Schedule:
         """The interval of an ``every=`` schedule, whole milliseconds (``None``: cron)."""
         if self.every is None:
             return None
-        return timedelta(milliseconds=max(1, round(self.every * 1000)))
+        return timedelta(milliseconds=max(1, round(as_seconds(self.every) * 1000)))
 
     @property
     def zone(self) -> ZoneInfo:

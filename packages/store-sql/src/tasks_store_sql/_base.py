@@ -15,7 +15,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules
 from tasks_core.clock import Clock
-from tasks_core.durations import check_duration
+from tasks_core.durations import Seconds, check_duration
 from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
@@ -100,7 +100,7 @@ class StoreBase:
         max_tasks: int | None = None,
         max_active_tasks_per_scope: int | None = None,
         schema: SchemaMode = "create",
-        busy_timeout: float = 5.0,
+        busy_timeout: Seconds = 5.0,
         engine_options: Mapping[str, Any] | None = None,
         create: bool = True,
     ) -> None:

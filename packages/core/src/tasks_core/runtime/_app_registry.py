@@ -9,7 +9,7 @@ from typing import Any, overload
 
 from tasks_core._labels import note_registered
 from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
-from tasks_core.durations import MAX_KEEP_S, check_duration
+from tasks_core.durations import MAX_KEEP_S, Seconds, as_seconds, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
 from tasks_core.periodic import Schedule
@@ -26,7 +26,7 @@ class Registry:
         InvalidInput: a bad queue or default ``retention``.
     """
 
-    def __init__(self, queues: Iterable[str | Queue], retention: float | None) -> None:
+    def __init__(self, queues: Iterable[str | Queue], retention: Seconds | None) -> None:
         self.retention = check_duration(retention, "retention", high=MAX_KEEP_S,
                                         allow_zero=True, allow_none=True)
         self.tasks: dict[str, TaskDef] = {}
@@ -67,7 +67,7 @@ class Registry:
         *,
         concurrency: int | None = None,
         max_running: int | None = None,
-        rate: tuple[int, float] | None = None,
+        rate: tuple[int, Seconds] | None = None,
         exclusive: bool = False,
     ) -> Queue:
         """Declare a queue with options: ``app.queue("emails", max_running=5)``,
@@ -91,10 +91,10 @@ class Registry:
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
         retry: RetryPolicy | None = None,
-        timeout: float | None = None,
+        timeout: Seconds | None = None,
         max_deliveries: int = 25,
-        ttl: float | None = None,
-        retention: float | _Unset | None = UNSET,
+        ttl: Seconds | None = None,
+        retention: Seconds | _Unset | None = UNSET,
         priority: int = 0,
     ) -> Callable[[Callable[..., Any]], TaskDef]: ...
 
@@ -106,10 +106,10 @@ class Registry:
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
         retry: RetryPolicy | None = None,
-        timeout: float | None = None,
+        timeout: Seconds | None = None,
         max_deliveries: int = 25,
-        ttl: float | None = None,
-        retention: float | _Unset | None = UNSET,
+        ttl: Seconds | None = None,
+        retention: Seconds | _Unset | None = UNSET,
         priority: int = 0,
     ) -> TaskDef | Callable[[Callable[..., Any]], TaskDef]:
         """Register a handler: ``@app.task`` or ``@app.task(queue=…, retry=…, timeout=…,
@@ -128,10 +128,10 @@ class Registry:
                 fn=handler,
                 queue=queue,
                 retry=RetryPolicy.none() if retry is None else retry,
-                timeout=timeout,
+                timeout=as_seconds(timeout),
                 max_deliveries=max_deliveries,
-                ttl=ttl,
-                retention=self.retention if retention is UNSET else retention,
+                ttl=as_seconds(ttl),
+                retention=self.retention if retention is UNSET else as_seconds(retention),
                 priority=priority,
                 app=self,  # type: ignore[arg-type]
             )
@@ -148,13 +148,13 @@ class Registry:
     @overload
     def periodic(
         self, task: TaskDef | Callable[..., Any], /, *, cron: str | None = None,
-        every: float | None = None, tz: str | None = None, name: str | None = None,
+        every: Seconds | None = None, tz: str | None = None, name: str | None = None,
         queue: str | None = None, input: Mapping[str, Any] | None = None, catch_up: int = 1,
     ) -> TaskDef: ...
 
     @overload
     def periodic(
-        self, task: None = None, /, *, cron: str | None = None, every: float | None = None,
+        self, task: None = None, /, *, cron: str | None = None, every: Seconds | None = None,
         tz: str | None = None, name: str | None = None, queue: str | None = None,
         input: Mapping[str, Any] | None = None, catch_up: int = 1,
     ) -> Callable[[TaskDef | Callable[..., Any]], TaskDef]: ...
@@ -165,7 +165,7 @@ class Registry:
         /,
         *,
         cron: str | None = None,
-        every: float | None = None,
+        every: Seconds | None = None,
         tz: str | None = None,
         name: str | None = None,
         queue: str | None = None,

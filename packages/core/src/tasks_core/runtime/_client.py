@@ -36,7 +36,7 @@ from tasks_core.definitions import (
     check_priority,
     check_task_name,
 )
-from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, check_duration, check_instant
+from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, check_duration, check_instant
 from tasks_core.errors import (
     AuthorizationError,
     CapabilityNotSupported,
@@ -75,14 +75,14 @@ class Client(ClientReads):
         dedup: Literal["owner", "global"] = "owner",
         watchers: Sequence[Owner] = (),
         queue: str | None = None,
-        ttl: float | _Unset | None = UNSET,
-        retention: float | _Unset | None = UNSET,
+        ttl: Seconds | _Unset | None = UNSET,
+        retention: Seconds | _Unset | None = UNSET,
         retry: RetryPolicy | None = None,
-        timeout: float | _Unset | None = UNSET,
+        timeout: Seconds | _Unset | None = UNSET,
         max_deliveries: int | None = None,
         idempotency_key: str | None = None,
         transaction: Any = None,
-        delay: float | None = None,
+        delay: Seconds | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
     ) -> Submitted:
@@ -249,13 +249,13 @@ class Client(ClientReads):
         dedup: Literal["owner", "global"],
         watchers: Sequence[Owner],
         queue: str | None,
-        ttl: float | _Unset | None,
-        retention: float | _Unset | None,
+        ttl: Seconds | _Unset | None,
+        retention: Seconds | _Unset | None,
         retry: RetryPolicy | None,
-        timeout: float | _Unset | None,
+        timeout: Seconds | _Unset | None,
         max_deliveries: int | None,
         idempotency_key: str | None,
-        delay: float | None,
+        delay: Seconds | None,
         run_at: datetime | None,
         priority: int | None,
     ) -> NewTask:
@@ -430,7 +430,7 @@ class Client(ClientReads):
         return await store.reap(limit)
 
 
-def _duration(value: float | _Unset | None, what: str, high: float, *,
+def _duration(value: Seconds | _Unset | None, what: str, high: float, *,
               allow_zero: bool = False) -> float | _Unset | None:
     """A submit option as given: ``UNSET`` or ``None`` as they are, else checked seconds.
 

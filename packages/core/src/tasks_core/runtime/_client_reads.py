@@ -22,7 +22,7 @@ from tasks_core import rules
 from tasks_core._registry import open_store
 from tasks_core.authority import Access, Authority, Owner, check_task_id, names, require_authority
 from tasks_core.definitions import Queue
-from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, Seconds, check_duration
 from tasks_core.errors import InvalidInput, StoreCorrupt, TaskNotFound, TaskTimeout
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, TaskQuery, TaskStatus
@@ -128,9 +128,9 @@ class ClientReads(Registry):
         policy: Policy | None = None,
         limits: Limits | None = None,
         queues: Iterable[str | Queue] = (),
-        retention: float | None = DEFAULT_RETENTION_S,
+        retention: Seconds | None = DEFAULT_RETENTION_S,
         store_options: Mapping[str, Any] | None = None,
-        poll_interval: float = 0.5,
+        poll_interval: Seconds = 0.5,
     ) -> None:
         if url is not None and store is not None:
             raise InvalidInput("pass a store URL or a store, not both")
@@ -340,7 +340,7 @@ class ClientReads(Registry):
         raise TaskNotFound(task_id)
 
     async def watch(
-        self, task_id: str, authority: Authority, /, *, poll_interval: float | None = None
+        self, task_id: str, authority: Authority, /, *, poll_interval: Seconds | None = None
     ) -> AsyncGenerator[Snapshot, None]:
         """Yield the task now and after every change (status, revision, progress, run),
         ending after a terminal snapshot.
@@ -367,7 +367,7 @@ class ClientReads(Registry):
             await self.notices.changes.wait(version, poll)
 
     async def wait(
-        self, task_id: str, authority: Authority, /, *, timeout: float | None = None
+        self, task_id: str, authority: Authority, /, *, timeout: Seconds | None = None
     ) -> Snapshot:
         """Wait until the task is terminal and return it. The first read always
         completes, whatever the timeout: a task that has finished is returned and a

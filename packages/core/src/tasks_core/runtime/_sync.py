@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted, TaskDef
+from tasks_core.durations import Seconds
 from tasks_core.events import EventRecord, Transition
 from tasks_core.items import SubmitItem
 from tasks_core.models import Snapshot, TaskStatus
@@ -137,7 +138,7 @@ class SyncApp:
         return self._run(self._app.history(task_id, authority))
 
     def watch(
-        self, task_id: str, authority: Authority, /, *, poll_interval: float | None = None
+        self, task_id: str, authority: Authority, /, *, poll_interval: Seconds | None = None
     ) -> Iterator[Snapshot]:
         """Blocking :meth:`App.watch`: an iterator whose every step blocks until the task's
         next change (the same snapshots, the same errors); leaving the loop early ends the
@@ -150,7 +151,7 @@ class SyncApp:
             self._run(changes.aclose())
 
     def wait(
-        self, task_id: str, authority: Authority, /, *, timeout: float | None = None
+        self, task_id: str, authority: Authority, /, *, timeout: Seconds | None = None
     ) -> Snapshot:
         """Blocking :meth:`App.wait`."""
         return self._run(self._app.wait(task_id, authority, timeout=timeout))

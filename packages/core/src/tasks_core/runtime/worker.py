@@ -25,6 +25,7 @@ from tasks_core.durations import (
     MAX_BATCH_WINDOW_S,
     MAX_WAIT_S,
     MIN_INTERVAL_S,
+    Seconds,
     check_duration,
 )
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
@@ -113,17 +114,17 @@ class Worker(Claims):
         concurrency: int | None = None,
         queue_concurrency: Mapping[str, int] | None = None,
         worker_id: str | None = None,
-        lease_for: float = 30.0,
+        lease_for: Seconds = 30.0,
         recover: Literal["retry", "fail"] = "retry",
-        input_park: float = 30.0,
-        poll_interval: float = 1.0,
-        min_poll: float = 0.05,
-        progress_interval: float = 0.5,
-        reap_interval: float | None = 60.0,
-        batch_window: float = 0.003,
+        input_park: Seconds = 30.0,
+        poll_interval: Seconds = 1.0,
+        min_poll: Seconds = 0.05,
+        progress_interval: Seconds = 0.5,
+        reap_interval: Seconds | None = 60.0,
+        batch_window: Seconds = 0.003,
         commit_batch: int = 64,
         prefetch: int | Literal["auto"] = "auto",
-        drain_timeout: float = 5.0,
+        drain_timeout: Seconds = 5.0,
         periodic: bool = True,
     ) -> None:
         self.app = app
@@ -305,7 +306,7 @@ class Worker(Claims):
             self.tally.flush()
             log.info("worker %s stopped", self.worker_id)
 
-    async def shutdown(self, drain_timeout: float | None = None) -> bool:
+    async def shutdown(self, drain_timeout: Seconds | None = None) -> bool:
         """Drain (see the module docstring) and return whether everything settled.
 
         Safe to call more than once and from any task of the worker's loop.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tasks_core.arguments import MAX_RUNNING
-from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, check_duration
+from tasks_core.durations import MAX_WAIT_S, MIN_INTERVAL_S, Seconds, as_seconds, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.sizes import check_limit
 
@@ -41,7 +41,7 @@ class QueueLimits:
     """
 
     max_running: int | None = None
-    rate: tuple[int, float] | None = None
+    rate: tuple[int, Seconds] | None = None
 
     def __post_init__(self) -> None:
         if self.max_running is None and self.rate is None:
@@ -60,7 +60,7 @@ class QueueLimits:
     @property
     def window(self) -> timedelta | None:
         """The rate's window (``None``: no rate)."""
-        return None if self.rate is None else timedelta(seconds=self.rate[1])
+        return None if self.rate is None else timedelta(seconds=as_seconds(self.rate[1]))
 
     def window_start(self, now: datetime) -> datetime | None:
         """The claims of the window ending at ``now`` are those made after this instant
