@@ -97,12 +97,19 @@ async def test_retry_returned_or_raised_asks_for_a_retry(how: str) -> None:
 
 @pytest.mark.parametrize("error", [RecursionError, MemoryError, SystemExit, KeyboardInterrupt])
 @pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_unrecoverable_errors_fail_at_once(error: type[BaseException], kind: str) -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in-a-group"])
+async def test_unrecoverable_errors_fail_at_once(
+    error: type[BaseException], kind: str, grouped: bool
+) -> None:
     """MemoryError, RecursionError, KeyboardInterrupt and SystemExit MUST fail the task at
-    once even with attempts left, and MUST NOT stop the worker."""
+    once even with attempts left — alone, or among the errors of an exception group (as
+    ``asyncio.TaskGroup`` raises them) — and MUST NOT stop the worker."""
     app = make_app()
+    raised = BaseExceptionGroup("tasks", [ValueError("other"), error("deep trouble")])
 
     def boom() -> None:
+        if grouped:
+            raise raised
         raise error("deep trouble")
 
     if kind == "async":
@@ -127,8 +134,8 @@ async def test_unrecoverable_errors_fail_at_once(error: type[BaseException], kin
             later = await app.submit(after, None, ALICE)
             assert "still serving" == (await app.wait(later.id, ALICE, timeout=TIMEOUT)).result
     assert done.error is not None
-    assert (TaskStatus.FAILED, error.__name__, 0) == (done.status, done.error.type,
-                                                      done.retry_count)
+    name = type(raised).__name__ if grouped else error.__name__
+    assert (TaskStatus.FAILED, name, 0) == (done.status, done.error.type, done.retry_count)
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])

@@ -35,7 +35,16 @@ UNRECOVERABLE: tuple[type[BaseException], ...] = (
     KeyboardInterrupt,
     SystemExit,
 )
-"""Errors that fail a task at once, never retried."""
+"""Errors that fail a task at once, never retried — alone or within an exception group
+(:func:`_unrecoverable`)."""
+
+
+def _unrecoverable(error: BaseException) -> bool:
+    """Whether ``error`` is one of :data:`UNRECOVERABLE` or an exception group holding one
+    (``asyncio.TaskGroup`` raises a child's ``MemoryError`` in an ``ExceptionGroup``)."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(UNRECOVERABLE) is not None
+    return isinstance(error, UNRECOVERABLE)
 
 
 def _frames(error: BaseException) -> str:
@@ -114,7 +123,7 @@ class RunWrites(RunBase):
         name = type(error).__name__[:256]
         message = self.env.policy.redact(error)
         where = _frames(error)
-        if isinstance(error, UNRECOVERABLE):
+        if _unrecoverable(error):
             log.error("task %r: unrecoverable %s: %s; failing without retry\n%s",
                       self.task_id, inert(name), inert(message), where)
             return Failed(event_id=self.event_id("failed"), error=name, message=message)
