@@ -11,6 +11,7 @@ import pytest
 from _runtime_kit import ALICE, TIMEOUT, RecordingStore, fast_worker, make_app, until
 from tasks_core import (
     CancelReason,
+    InvalidInput,
     LeaseLost,
     ManualClock,
     Retry,
@@ -335,9 +336,9 @@ async def test_the_log_says_when_a_failing_handler_has_no_retry_left(
 
 
 async def test_an_error_text_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
-    """A handler's error message and a ``Retry(error=…)`` name are stored text: the
-    worker's log lines MUST show their line breaks and control characters escaped, so
-    they can neither start a forged line nor drive the terminal that shows the log."""
+    """A handler's error message and a ``Retry`` message are stored text: the worker's log
+    lines MUST show their line breaks and control characters escaped, so they can neither
+    start a forged line nor drive the terminal that shows the log."""
     app = make_app(ManualClock())
     forged = "boom\n2099-01-01 WARNING tasks_core: forged\x1b[2J\r"
 
@@ -347,7 +348,7 @@ async def test_an_error_text_cannot_forge_a_log_line(caplog: pytest.LogCaptureFi
 
     @app.task
     async def retries(ctx: TaskContext) -> None:
-        raise Retry("no", error="E\x1b[31mRR\nforged")
+        raise Retry("E\x1b[31mRR\nforged", error="Forged")
 
     async with app:
         submitted = [await app.submit(raises, None, ALICE), await app.submit(retries, None, ALICE)]
@@ -362,4 +363,16 @@ async def test_an_error_text_cannot_forge_a_log_line(caplog: pytest.LogCaptureFi
     for message in about:
         assert not {"\n", "\r", "\x1b"} & set(message), message
     assert any("boom\\n2099-01-01 WARNING tasks_core: forged\\x1b[2J\\r" in m for m in about)
-    assert any("E\\x1b[31mRR\\nforged" in m for m in about)
+
+
+@pytest.mark.parametrize("error", ["HTTP 503 for a@example.com", "", "1st", "E\x1b[31mRR",
+                                   "x" * 129, 503, None])
+def test_a_retry_error_is_a_type_name(error: Any) -> None:
+    """``Retry(error=…)`` is stored as the error type and is a metric label: it MUST be a
+    type name (a Python identifier, dotted parts allowed, at most 128 characters), else
+    ``InvalidInput`` when the ``Retry`` is made — free text with ids in it would make a
+    label of unbounded values and skip the message's redactor."""
+    with pytest.raises(InvalidInput, match="error must be an error type name"):
+        Retry("no", error=error)
+    assert "RateLimited" == Retry("no", error="RateLimited").error
+    assert "partner.HTTP503" == Retry("no", error="partner.HTTP503").error

@@ -263,6 +263,44 @@ async def test_the_prometheus_endpoint_serves_the_task_metrics() -> None:
         assert 1.0 == _sample(body, name, queue="default", task="ok"), name
 
 
+def test_a_second_prometheus_endpoint_in_one_process_is_refused() -> None:
+    """Telemetry is one per process: a second ``serve_prometheus`` while one serves MUST be
+    refused with ``InvalidInput`` naming the first (it took the first's metrics away), the
+    first left serving."""
+    first = telemetry.serve_prometheus(0)
+    try:
+        serving = telemetry.active
+        with pytest.raises(InvalidInput, match=re.escape(first.url)):
+            telemetry.serve_prometheus(0)
+        assert serving is telemetry.active
+    finally:
+        first.close()
+
+
+async def test_the_prometheus_endpoint_keeps_the_tracer_enabled_before_and_gives_it_back(
+    recorded: Recorded,
+) -> None:
+    """After ``enable(tracer_provider=…)``, ``serve_prometheus`` (``tasks worker
+    --metrics-port``) MUST keep that tracer provider for its spans, and its ``close`` MUST
+    put back the telemetry enabled before it, not turn telemetry off."""
+    before = telemetry.active
+    endpoint = telemetry.serve_prometheus(0)
+    try:
+        app = make_app()
+
+        @app.task
+        async def ok(ctx: TaskContext) -> int:
+            return 1
+
+        async with app:
+            done = await app.submit(ok, None, ALICE)
+            await _run_until_done(app, [done.id])
+    finally:
+        endpoint.close()
+    assert {"submit", "run"} <= {span.name for span in recorded.spans.get_finished_spans()}
+    assert before is telemetry.active
+
+
 @pytest.mark.parametrize(("port", "host"), [(70000, "127.0.0.1"), (-1, "127.0.0.1"),
                                             ("9464", "127.0.0.1"), (True, "127.0.0.1"),
                                             (0, 127001)])

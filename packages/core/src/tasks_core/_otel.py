@@ -119,6 +119,8 @@ class Telemetry:
     """The tracer and instruments (see the module docstring)."""
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self.tracer_provider = tracer_provider
+        """The tracer provider it was given (``None``: the global one)."""
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = (meter_provider.get_meter(SCOPE) if meter_provider is not None
                  else metrics.get_meter(SCOPE))

@@ -55,13 +55,27 @@ class Retry(Exception):
 
     Args:
         message: why (stored as the failure message, after the policy's redactor).
-        error: the error type name stored (default ``"Retry"``).
+        error: the error type name stored (default ``"Retry"``), a metric label too: a
+            Python identifier, dotted parts allowed (``"RateLimited"``,
+            ``"partner.HTTP503"``), at most 128 characters — never free text with ids.
+
+    Raises:
+        InvalidInput: ``error`` is not such a name.
     """
 
     def __init__(self, message: str = "retry requested", *, error: str = "Retry") -> None:
+        if not (isinstance(error, str) and len(error) <= MAX_ERROR_NAME
+                and all(part.isidentifier() and part.isascii() for part in error.split("."))):
+            raise InvalidInput("Retry(error=...) error must be an error type name (a Python "
+                               f"identifier, dotted parts allowed, at most {MAX_ERROR_NAME} "
+                               f"characters), not {error!r:.80}")
         super().__init__(message)
         self.message = message
         self.error = error
+
+
+MAX_ERROR_NAME = 128
+"""The longest ``Retry(error=…)`` name."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ __all__ = ["UNREGISTERED", "active", "disable", "enable", "serve_prometheus", "t
 active: Telemetry | None = None
 """The enabled telemetry, or ``None`` (off: every hook site skips)."""
 
+_serving: PrometheusEndpoint | None = None
+"""This process's Prometheus endpoint while it serves (one at most)."""
+
 OTEL_HINT = "pip install 'tasks-core[otel]'"
 PROMETHEUS_HINT = "pip install 'tasks-core[prometheus]'"
 
@@ -59,26 +62,44 @@ def disable() -> None:
 
 def serve_prometheus(port: int, host: str = "127.0.0.1") -> PrometheusEndpoint:
     """Serve the task metrics for Prometheus at ``http://HOST:PORT/metrics`` from a thread,
-    and enable telemetry with a meter provider that feeds it (the tracer provider stays
-    the global one). ``port=0`` picks a free port (``endpoint.port`` says which).
+    and enable telemetry with a meter provider that feeds it — keeping the tracer provider
+    of the telemetry enabled before, if any (else the global one). ``port=0`` picks a free
+    port (``endpoint.port`` says which). One endpoint per process: telemetry is the
+    process's.
 
     Returns:
-        The endpoint (``close()`` stops serving and turns telemetry off).
+        The endpoint (``close()`` stops serving and puts back the telemetry enabled before
+        it — off if none — unless another has been enabled since).
 
     Raises:
-        InvalidInput: ``port`` not an integer in 0..65535, ``host`` not a string.
+        InvalidInput: ``port`` not an integer in 0..65535, ``host`` not a string, or an
+            endpoint of this process still serving (nothing bound).
         CapabilityNotSupported: the Prometheus extra is not installed.
         OSError: the address cannot be bound (in use, or not an address of this host).
     """
+    global _serving
     port = check_limit(port, minimum=0, maximum=MAX_PORT, what="port")
     if not isinstance(host, str):
         raise InvalidInput("host must be a string: an address or name of this host")
+    if _serving is not None:
+        raise InvalidInput(f"this process already serves its metrics at {_serving.url}: "
+                           "close that endpoint first")
     try:
         from tasks_core._prometheus import PrometheusEndpoint
     except ImportError:
         raise CapabilityNotSupported(
             f"the metrics endpoint needs OpenTelemetry's SDK and Prometheus exporter: "
             f"{PROMETHEUS_HINT}") from None
-    endpoint = PrometheusEndpoint(port, host, on_close=disable)
-    enable(meter_provider=endpoint.meter_provider)
+    before = active
+
+    def closed() -> None:
+        global active, _serving
+        _serving = None
+        if active is serving:
+            active = before
+
+    endpoint = PrometheusEndpoint(port, host, on_close=closed)
+    serving = enable(tracer_provider=None if before is None else before.tracer_provider,
+                     meter_provider=endpoint.meter_provider)
+    _serving = endpoint
     return endpoint
