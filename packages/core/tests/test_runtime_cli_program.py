@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -313,6 +315,26 @@ def test_verbose_shows_tasks_debug_lines_never_a_drivers(tmp_path: Path) -> None
     [note] = [line for line in proc.stderr.splitlines() if "private to this process" in line]
     assert note.startswith("note: memory:// is private")
     assert note.endswith("between commands and workers.")
+
+
+def test_log_lines_carry_utc_instants_that_say_so(tmp_path: Path) -> None:
+    """Every instant the CLI prints is UTC and says so: a log line's too, whatever the
+    machine's time zone (``TZ`` five hours off UTC here) — as ISO 8601 with a ``Z``."""
+    (tmp_path / "zone_probe.py").write_text(VERBOSE_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "TASKS_STORE"}
+    env["TZ"] = "America/New_York"
+    before = datetime.now(UTC).replace(microsecond=0)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from tasks_core.cli import main; sys.exit(main())",
+         "ls", "--system", "--app", "zone_probe:app", "-v"],
+        capture_output=True, text=True, timeout=TIMEOUT * 6, cwd=tmp_path, env=env,
+    )
+    after = datetime.now(UTC)
+    assert 0 == proc.returncode, proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if "a store's debug line" in line]
+    stamp = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ", line)
+    assert stamp is not None, line
+    assert before <= datetime.fromisoformat(stamp[1]).replace(tzinfo=UTC) <= after
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -360,12 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = logging.INFO if args.command == "worker" else logging.ERROR
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        format="%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
     )
     if not args.verbose:
         logging.getLogger("tasks_core").setLevel(quiet)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_ours_or_warning)
+        if handler.formatter is not None:  # every instant printed is UTC and says so
+            handler.formatter.converter = time.gmtime
     # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
     # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
     err = Console(stderr=True, soft_wrap=True, emoji=False)
