@@ -124,6 +124,35 @@ async def test_submit_and_run_spans_share_one_trace_through_the_stored_context(
                                             run.attributes["tasks.outcome"])
 
 
+async def test_a_worker_starts_the_series_its_alerts_read_at_zero(recorded: Recorded) -> None:
+    """A counter series first seen at 1 is missed by Prometheus's ``increase`` and
+    ``rate``: a worker MUST start, for each task of the queues it serves, ``started``,
+    ``completed``, ``retried`` and ``failed`` by the runtime's own error types at 0."""
+    app = make_app(store=MemoryStore(), queues=["mail", "other"])
+
+    @app.task(queue="mail")
+    async def ok(ctx: TaskContext) -> int:
+        return 1
+
+    @app.task(queue="other")
+    async def elsewhere(ctx: TaskContext) -> int:
+        return 1
+
+    async with app:
+        done = await app.submit(ok, None, ALICE)
+        async with fast_worker(app, queues=["mail"]):
+            await app.wait(done.id, ALICE, timeout=TIMEOUT)
+    mail = {"queue": "mail", "task": "ok"}
+    failed = {(point.attributes["error"], point.value) for point in recorded.points("tasks.failed")
+              if mail.items() <= dict(point.attributes).items()}
+    assert {("DeliveryLimitExceeded", 0), ("WorkerLost", 0), ("TaskTimeout", 0)} == failed
+    for name in ("tasks.retried", "tasks.completed", "tasks.started"):
+        assert [point.attributes for point in recorded.points(name)
+                if point.attributes["task"] == "ok"] == [mail], name
+    assert not [point for point in recorded.points("tasks.started")
+                if point.attributes["task"] == "elsewhere"]
+
+
 async def test_counters_and_histograms_by_queue_and_task(recorded: Recorded) -> None:
     """Submitted, started, completed, failed (by error), retried and cancelled MUST count
     by queue and task name; run duration and queue lag MUST be recorded; each run span

@@ -13,6 +13,7 @@ that starts a task's first run, both by the store's clock).
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -36,6 +37,10 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 """The histograms' bucket boundaries (an advisory: a view of the SDK may replace them)."""
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+RUNTIME_ERRORS = ("DeliveryLimitExceeded", "WorkerLost", "TaskTimeout")
+"""The error types the runtime itself fails tasks with, which docs/operations.md's alerts
+read: a worker starts their ``failed`` series at 0 (:meth:`Telemetry.serving`)."""
 
 
 def _labels(snapshot: Snapshot | NewTask) -> dict[str, str]:
@@ -157,6 +162,18 @@ class Telemetry:
             self.failed.add(1, {**labels, "error": error})
         elif event.kind == "retry_requested":
             self.retried.add(1, labels)
+
+    def serving(self, tasks: Iterable[tuple[str, str]]) -> None:
+        """Start at 0 the series a worker's alerts read, for each ``(queue, task name)`` it
+        serves: ``started``, ``completed``, ``retried``, and ``failed`` by each of
+        :data:`RUNTIME_ERRORS` (a series first seen at 1 is missed by Prometheus's
+        ``increase`` and ``rate``: the first dead letter after a restart would be)."""
+        for queue, name in tasks:
+            labels = {"queue": queue, "task": task_label(name)}
+            for counter in (self.started, self.completed, self.retried):
+                counter.add(0, labels)
+            for error in RUNTIME_ERRORS:
+                self.failed.add(0, {**labels, "error": error})
 
     def cancelled_task(self, snapshot: Snapshot) -> None:
         """Count a cancel that this process recorded."""

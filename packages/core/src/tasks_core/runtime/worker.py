@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
+from tasks_core import telemetry
 from tasks_core.durations import (
     MAX_BATCH_WINDOW_S,
     MAX_WAIT_S,
@@ -270,6 +271,9 @@ class Worker(Claims):
             watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
                                 self._cancelled_elsewhere, self.poll_interval)
             watching = asyncio.create_task(watch.run(), name="tasks:cancel-watch")
+        if telemetry.active is not None:
+            telemetry.active.serving((task.queue, task.name) for task in self.app.tasks.values()
+                                     if task.queue in self.queues)
         log.info("worker %s serving %s (concurrency %d, prefetch %s, store %s)",
                  self.worker_id, ", ".join(self.queues), self.concurrency, self.prefetch,
                  type(store).__name__)
