@@ -305,7 +305,8 @@ async def test_the_log_says_when_a_failing_handler_has_no_retry_left(
 ) -> None:
     """A handler that raises MUST be logged with its (redacted) message and where it
     raised; a retry request the policy cannot grant MUST be logged as the task's failure
-    (WARNING), never as a retry; one it grants says when the retry is due."""
+    (WARNING, with the redacted message: an operator logging at WARNING sees why), never as
+    a retry; one it grants says when the retry is due."""
     clock = ManualClock()
     app = make_app(clock)
 
@@ -326,8 +327,8 @@ async def test_the_log_says_when_a_failing_handler_has_no_retry_left(
                 await until(app, retried.id, ALICE, lambda s: s.retry_at is not None)
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert not [m for _, m in lines if "asking for a retry" in m]
-    assert ("WARNING", f"task {failing.id!r}: failed: ValueError (no retry left after 1 "
-            "attempt(s))") in lines
+    assert ("WARNING", f"task {failing.id!r}: failed: ValueError: boom (no retry left after "
+            "1 attempt(s))") in lines
     raised = [m for _, m in lines if m.startswith(f"task {failing.id!r}: handler raised")]
     assert 1 == len(raised)
     assert "ValueError: boom\nTraceback (most recent call last):" in raised[0]

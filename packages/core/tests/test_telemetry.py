@@ -20,12 +20,14 @@ from tasks_core import (
     InvalidInput,
     NewTask,
     RetryPolicy,
+    System,
     TaskContext,
     Work,
     reports,
     rules,
     telemetry,
 )
+from tasks_core.runtime._scheduler import Scheduler
 from tasks_store_memory import MemoryStore
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk")
@@ -151,6 +153,29 @@ async def test_a_worker_starts_the_series_its_alerts_read_at_zero(recorded: Reco
                 if point.attributes["task"] == "ok"] == [mail], name
     assert not [point for point in recorded.points("tasks.started")
                 if point.attributes["task"] == "elsewhere"]
+
+
+async def test_a_periodic_tick_is_a_submit_and_its_run_a_child_of_it(recorded: Recorded) -> None:
+    """A scheduler's tick is a submit like any other: it MUST count in ``tasks.submitted``
+    and make a ``submit`` span whose child is the tick's ``run``."""
+    app = make_app()
+
+    @app.periodic(every=60)
+    async def tick(ctx: TaskContext) -> int:
+        return 1
+
+    async with app:
+        assert app._store is not None
+        await Scheduler(app._store, app.tasks, app.schedules,
+                        notify=app.notices.work.notify).run_once()
+        [made] = await app.list(System())
+        async with fast_worker(app, periodic=False):
+            await app.wait(made.id, System(), timeout=TIMEOUT)
+    assert 1 == recorded.count("tasks.submitted", queue="default", task="tick")
+    spans = {span.name: span for span in recorded.spans.get_finished_spans()}
+    run_parent = spans["run"].parent
+    assert run_parent is not None
+    assert spans["submit"].context.span_id == run_parent.span_id
 
 
 async def test_counters_and_histograms_by_queue_and_task(recorded: Recorded) -> None:

@@ -61,8 +61,9 @@ def _log_written(task_id: str, event: Event, transition: Transition) -> None:
     snapshot = transition.snapshot
     if isinstance(event, RetryRequested) and transition.outcome != "unchanged":
         if snapshot.status == TaskStatus.FAILED:
-            log.warning("task %r: failed: %s (no retry left after %d attempt(s))", task_id,
-                        inert(event.error), snapshot.retry_count + 1)
+            log.warning("task %r: failed: %s: %s (no retry left after %d attempt(s))",
+                        task_id, inert(event.error), inert(event.message),
+                        snapshot.retry_count + 1)
         else:
             log.info("task %r: retry %d scheduled at %s (%s)", task_id, snapshot.retry_count,
                      snapshot.retry_at, transition.outcome)

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from tasks_core import telemetry
 from tasks_core.authority import DEFAULT_TENANT
 from tasks_core.definitions import TaskDef
 from tasks_core.errors import (
@@ -168,16 +169,25 @@ class Scheduler:
                       max_deliveries=definition.max_deliveries),
             retention_s=schedule.retention_for(tick, definition.retention),
         )
+        span = None if telemetry.active is None else telemetry.active.submit(new)
         try:
-            await self.store.create(new)
+            await self.store.create(new if span is None else span.new)
         except TaskExists:
+            if span is not None:
+                span.end(None)
             log.debug("periodic %s: tick %s was created by another scheduler",
                       schedule.name, task_id)
             return False
-        except CapacityExceeded as exc:
+        except BaseException as exc:
+            if span is not None:
+                span.end(None, exc)
+            if not isinstance(exc, CapacityExceeded):
+                raise
             log.warning("periodic %s: tick %s refused by the store (%s); the next pass "
                         "tries again while it is among the catch_up latest ticks",
                         schedule.name, task_id, exc)
             return None
+        if span is not None:
+            span.end("created")
         log.debug("periodic %s: created %s", schedule.name, task_id)
         return True
