@@ -294,20 +294,25 @@ def test_nothing_from_opentelemetry_is_imported_while_off(tmp_path: Any) -> None
     assert "none" == out.stdout.strip()
 
 
+async def _run_one_task() -> None:
+    """Submit one task, ``ok``, of a fresh app and run it to its end."""
+    app = make_app()
+
+    @app.task
+    async def ok(ctx: TaskContext) -> int:
+        return 1
+
+    async with app:
+        done = await app.submit(ok, None, ALICE)
+        await _run_until_done(app, [done.id])
+
+
 async def test_the_prometheus_endpoint_serves_the_task_metrics() -> None:
     """``serve_prometheus`` MUST serve the counters and histograms at ``/metrics`` over
-    HTTP, by queue and task, and ``close`` MUST turn telemetry off."""
+    HTTP, by queue and task, and ``close`` MUST turn telemetry off (none was on before)."""
     endpoint = telemetry.serve_prometheus(0)
     try:
-        app = make_app()
-
-        @app.task
-        async def ok(ctx: TaskContext) -> int:
-            return 1
-
-        async with app:
-            done = await app.submit(ok, None, ALICE)
-            await _run_until_done(app, [done.id])
+        await _run_one_task()
         body = await asyncio.to_thread(_scrape, endpoint.url)
     finally:
         endpoint.close()
@@ -340,15 +345,7 @@ async def test_the_prometheus_endpoint_keeps_the_tracer_enabled_before_and_gives
     before = telemetry.active
     endpoint = telemetry.serve_prometheus(0)
     try:
-        app = make_app()
-
-        @app.task
-        async def ok(ctx: TaskContext) -> int:
-            return 1
-
-        async with app:
-            done = await app.submit(ok, None, ALICE)
-            await _run_until_done(app, [done.id])
+        await _run_one_task()
     finally:
         endpoint.close()
     assert {"submit", "run"} <= {span.name for span in recorded.spans.get_finished_spans()}
