@@ -18,10 +18,12 @@ from tasks_core import (
     NewTask,
     Owner,
     StoreUnavailable,
+    SubmitItem,
     TaskContext,
     TaskNotFound,
     TaskQuery,
     TaskStatus,
+    Unavailable,
     Work,
 )
 from tasks_core.events import Completed
@@ -171,6 +173,50 @@ async def test_app_submit_in_the_application_transaction_runs_only_if_it_commits
                 await trans.rollback()
             current = await app.get(kept.id, alice)
             assert (current.run_id, current.status) == (kept.run_id, TaskStatus.COMPLETED)
+    finally:
+        await store.aclose()
+
+
+async def test_a_join_granting_watchers_inside_a_transaction_is_refused_at_once(
+    app_engine: AsyncEngine, fresh_namespace: str
+) -> None:
+    """A keyed submit (or an item of ``submit_many``) inside the application's transaction
+    that would join a live run and grant it watchers MUST be refused at once with
+    ``Unavailable``, the transaction left usable: the grant is a write of the store's own,
+    which would wait for the locks the transaction holds (the creators' row, the task's
+    row, SQLite's write lock) while the transaction waits for it — a hang. A join that
+    grants nothing still joins inside it."""
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    app = App(store=store)
+
+    @app.task
+    async def ship(ctx: TaskContext, order: int) -> int:
+        return order
+
+    alice, carol = Owner("alice"), Owner("carol")
+    try:
+        async with app:
+            live = await app.submit(ship, {"order": 1}, alice, key="live", delay=600)
+            async with app_engine.begin() as conn, asyncio.timeout(30):
+                await conn.execute(sa.insert(ORDERS).values(id=1))
+                with pytest.raises(Unavailable, match="outside the transaction"):
+                    await app.submit(ship, {"order": 1}, alice, key="live", transaction=conn,
+                                     watchers=[carol])
+                with pytest.raises(Unavailable, match=r"item 1: .*outside the transaction"):
+                    await app.submit_many(
+                        [SubmitItem(ship, {"order": 2}, key="new"),
+                         SubmitItem(ship, {"order": 1}, key="live", watchers=[carol])],
+                        alice, transaction=conn)
+                joined = await app.submit(ship, {"order": 1}, alice, key="live",
+                                          transaction=conn)
+                await conn.execute(sa.insert(ORDERS).values(id=2))
+            assert "joined" == joined.outcome
+            assert () == (await app.get(live.id, alice)).watchers
+            with pytest.raises(TaskNotFound):
+                await app.get("alice::new", alice)
+            async with app_engine.connect() as conn:
+                assert 2 == (await conn.execute(sa.select(sa.func.count()).select_from(
+                    ORDERS))).scalar_one()
     finally:
         await store.aclose()
 

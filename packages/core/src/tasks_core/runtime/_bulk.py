@@ -23,6 +23,7 @@ from tasks_core.errors import (
     StoreUnavailable,
     TaskExists,
     TaskNotFound,
+    Unavailable,
 )
 from tasks_core.models import NewTask, Snapshot
 from tasks_core.policy import Limits, Policy
@@ -82,7 +83,7 @@ async def submit_many(
         try:
             results.append(await submit(store, policy, limits, new, authority, keyed=keyed,
                                         transaction=transaction, known=done))
-        except (AuthorizationError, InvalidInput) as exc:
+        except (AuthorizationError, InvalidInput, Unavailable) as exc:
             raise refused(index, exc) from None
     return results
 
@@ -125,8 +126,9 @@ async def _create_batch(
             for i, current in outcome.items():
                 if isinstance(current, Snapshot):
                     try:
-                        check_join(policy, items[i][0], authority, current, now)
-                    except AuthorizationError as exc:
+                        check_join(policy, items[i][0], authority, current, now,
+                                   in_transaction=transaction is not None)
+                    except (AuthorizationError, Unavailable) as exc:
                         raise refused(i, exc) from None
             continue
         for index, snapshot in zip(left, created, strict=True):

@@ -117,7 +117,8 @@ async def _existing(
 ) -> Submitted | None:
     """Join or replace ``current``; ``None`` when a race means: start over."""
     now = await store.now()
-    newcomers = check_join(policy, new, authority, current, now)
+    newcomers = check_join(policy, new, authority, current, now,
+                           in_transaction=transaction is not None)
     if joins(current, now):
         snapshot = current
         for principal in newcomers:
@@ -147,20 +148,26 @@ def joins(current: Snapshot, now: datetime) -> bool:
 
 
 def check_join(
-    policy: Policy, new: NewTask, authority: Authority, current: Snapshot, now: datetime
+    policy: Policy, new: NewTask, authority: Authority, current: Snapshot, now: datetime,
+    *, in_transaction: bool = False,
 ) -> tuple[Owner, ...]:
     """Whether ``authority`` may join (or re-run) ``current``, the task holding
     ``new.id``, at ``now``; nothing is read or written. An owner who is not the task's
     needs the watch authorizer to start a new run of it (the run is the task's owner's,
     with the submitter's input — watchers included), and to join it with principals it
     does not have (the submitter, or the watchers named); joining a live task as one of its
-    members grants nothing and needs nothing.
+    members grants nothing and needs nothing. ``in_transaction``: the submit runs inside
+    the application's transaction, where a join that grants principals is refused — the
+    grant is a write of the store's own, which would wait for the locks that transaction
+    holds (the creators' row, the task's row, SQLite's write lock) while it waits for the
+    grant.
 
     Returns:
         The principals the join grants (the submitter and the watchers it names).
 
     Raises:
         AuthorizationError: another tenant's task, or the watch authorizer said no.
+        Unavailable: ``in_transaction`` and a join that would grant principals.
     """
     if current.tenant != new.tenant:
         raise AuthorizationError("This key is taken")
@@ -172,6 +179,10 @@ def check_join(
         and not policy.allows_watch(current.id, newcomers, authority)
     ):
         raise AuthorizationError("Not authorized to join this task")
+    if in_transaction and newcomers and joins(current, now):
+        raise Unavailable("joining the live task of this key grants watchers, which cannot "
+                          "be written inside your transaction (they would wait for its "
+                          "locks): submit it outside the transaction")
     return newcomers
 
 
