@@ -83,6 +83,28 @@ async def test_workers_together_never_run_more_than_max_running() -> None:
     assert {TaskStatus.COMPLETED} == {snapshot.status for snapshot in done}
 
 
+@pytest.mark.parametrize("limit", [{"exclusive": True}, {"max_running": 2}])
+async def test_a_limited_queue_s_next_task_starts_when_a_run_ends_not_at_the_next_poll(
+    limit: dict[str, Any],
+) -> None:
+    """A run of a limited queue that ends frees the queue's room once its outcome is
+    written: the worker MUST claim the next task then — a claim asked for when the
+    handler's slot freed is refused while the run's lease still counts — not wait for its
+    next poll (an hour here: every task must run within ``TIMEOUT``)."""
+    app = make_app(store=MemoryStore())
+    app.queue("limited", **limit)
+
+    @app.task(queue="limited")
+    async def job(ctx: TaskContext) -> None:
+        """Ends at once."""
+
+    async with app:
+        ids = [(await app.submit(job, None, ALICE)).id for _ in range(6)]
+        async with fast_worker(app, concurrency=2, poll_interval=3600, min_poll=3600):
+            done = [await app.wait(task_id, ALICE, timeout=TIMEOUT) for task_id in ids]
+    assert {TaskStatus.COMPLETED} == {snapshot.status for snapshot in done}
+
+
 async def test_a_rate_limited_queue_starts_no_more_than_its_rate_per_window() -> None:
     """With ``rate=(2, 60)`` on the store clock, a worker starts two tasks and leaves the
     rest pending until the clock moves past the window."""

@@ -153,6 +153,10 @@ class RunWrites(RunBase):
             return None
         self.observe(transition.snapshot)
         self.env.changes.notify()
+        if self.snapshot.queue in self.env.limited:
+            # The queue's room counts this run until its write: a claim asked for when
+            # the handler's slot freed was refused meanwhile, so claim again now.
+            self.env.work.notify()
         _log_written(self.task_id, event, transition)
         if transition.outcome == "applied":
             if self.env.tally is not None:
