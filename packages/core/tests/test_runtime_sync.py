@@ -9,8 +9,9 @@ import warnings
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, BOB, TIMEOUT, fast_worker, make_app
+from _runtime_kit import ALICE, BOB, TIMEOUT, DelegatingStore, fast_worker, make_app
 from tasks_core import App, AuthorizationError, Policy, TaskContext, TaskNotFound, TaskStatus
+from tasks_store_memory import MemoryStore
 
 
 def _app(**options: Any) -> App:
@@ -120,6 +121,47 @@ async def test_sync_watch_yields_every_change_until_the_task_ends() -> None:
             assert not thread.is_alive()
     assert TaskStatus.RUNNING in statuses
     assert TaskStatus.COMPLETED == statuses[-1]
+
+
+class _ReadSeen(DelegatingStore):
+    """Sets ``read`` at each ``get``: a call is in flight on the loop."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore())
+        self.read = threading.Event()
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.read.set()
+        return await self.inner.get(*args, **kwargs)
+
+
+def test_close_ends_the_calls_in_flight_with_a_named_error() -> None:
+    """``app.sync.close()`` while another thread's call runs on the private loop MUST end
+    that call at once with ``RuntimeError`` saying the facade was closed — it blocked
+    forever, past its own timeout — and then close the store."""
+    store = _ReadSeen()
+    app = _app(store=store)
+    t = app.sync.submit("job", None, ALICE)  # pending: no worker
+    outcome: list[BaseException | None] = []
+
+    def waits() -> None:
+        try:
+            app.sync.wait(t.id, ALICE, timeout=TIMEOUT * 6)
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    store.read.clear()
+    thread = threading.Thread(target=waits)
+    thread.start()
+    assert store.read.wait(TIMEOUT)
+    app.sync.close()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive()
+    [error] = outcome
+    assert isinstance(error, RuntimeError)
+    assert "app.sync.close()" in str(error)
 
 
 def test_a_sync_watch_left_early_ends_on_the_loop() -> None:

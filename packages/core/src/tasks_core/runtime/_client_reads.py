@@ -200,6 +200,22 @@ class ClientReads(Registry):
                 self._loop = asyncio.get_running_loop()
             return self._store
 
+    def forget_store(self) -> TaskStore | None:
+        """Drop the store the app opened, without closing it, and its loop (a forked
+        child's ``app.sync``: the store's connections are the parent's); the next call
+        opens a store afresh. A store given to the app is kept.
+
+        Returns:
+            The store dropped (``None``: none was the app's own).
+        """
+        dropped = self._store if self._owns_store else None
+        if dropped is not None:
+            self._store = None
+            self._owns_store = False
+        self._loop = None
+        self._open_lock = asyncio.Lock()
+        return dropped
+
     async def aclose(self) -> None:
         """Close the store if the app opened it."""
         store, owned = self._store, self._owns_store

@@ -9,13 +9,20 @@ event loop and blocks for its result —
   opens its store (stores bind to the loop they were opened on).
 
 Calling it from the app's own loop thread would deadlock, so it raises ``RuntimeError``.
+A process forked from one that used the private loop (gunicorn ``--preload``) has neither
+that loop's thread nor a right to the store connections opened on it: the child forgets
+both — keeping the inherited objects, never closing what is the parent's — and opens its
+own on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
+import os
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -55,6 +62,23 @@ class SyncApp:
         self._app = app
         self._portal: _Portal | None = None
         self._lock = threading.Lock()
+        self._in_flight: set[concurrent.futures.Future[Any]] = set()
+        """Calls running on the private loop (guarded by ``_lock``)."""
+        self._ended: set[concurrent.futures.Future[Any]] = set()
+        """Those of them :meth:`close` ended."""
+        _facades.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's private loop and, when the app opened
+        its store there, that store (kept referenced, never closed: its connections are
+        the parent's), so the next call starts both afresh in this process."""
+        self._lock = threading.Lock()
+        portal, self._portal = self._portal, None
+        if portal is None:
+            return
+        _inherited.append(portal)
+        if self._app.loop is portal.loop:
+            _inherited.append(self._app.forget_store())
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self._app.loop
@@ -82,13 +106,32 @@ class SyncApp:
             coro.close()
             raise RuntimeError("app.sync called on the app's own event loop; await the async "
                                "method instead")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        with self._lock:
+            self._in_flight.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            if future in self._ended:
+                raise RuntimeError("app.sync.close() ended this call before it "
+                                   "finished") from None
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.discard(future)
+                self._ended.discard(future)
 
     def close(self) -> None:
-        """Close the store (if opened here) and stop the private loop."""
+        """End the calls still running on the private loop (each raises ``RuntimeError``
+        in its thread), close the store (if opened here) and stop the loop."""
         portal = self._portal
         if portal is None:
             return
+        with self._lock:
+            running = list(self._in_flight)
+            self._ended.update(running)  # before the cancel wakes their threads
+        for future in running:
+            future.cancel()
         if self._app.loop is portal.loop:
             asyncio.run_coroutine_threadsafe(self._app.aclose(), portal.loop).result()
         self._portal = None
@@ -178,3 +221,20 @@ class SyncApp:
 async def _next(changes: AsyncGenerator[Snapshot, None]) -> Snapshot | None:
     """The next snapshot of a watch; ``None`` once it has ended."""
     return await anext(changes, None)
+
+
+_facades: weakref.WeakSet[SyncApp] = weakref.WeakSet()
+"""Every facade of this process, reset in a forked child (:meth:`SyncApp._after_fork`)."""
+
+_inherited: list[object] = []
+"""What a forked child inherited and must neither use nor close (nor let the collector
+finalize: a connection's close would end the parent's session)."""
+
+
+def _reset_after_fork() -> None:
+    for facade in list(_facades):
+        facade._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
