@@ -100,6 +100,8 @@ def create_engine(
         if driver == "aiomysql":
             _check_aiomysql()
         engine = create_async_engine(target.url, **kwargs)
+    except InvalidInput:
+        raise  # the driver's own refusal, as it is (it is a ValueError too)
     except ImportError as exc:
         raise InvalidInput(f"The {driver} driver is not installed or cannot be imported: "
                            f"{_install_hint(driver)}") from exc
