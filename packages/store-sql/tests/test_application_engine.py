@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -248,6 +249,33 @@ async def test_a_store_first_used_inside_a_transaction_refuses_a_missing_schema_
         with pytest.raises(InvalidInput, match="AsyncConnection"):
             await store.create(_new("not-a-connection"), transaction=object())
     finally:
+        await store.aclose()
+
+
+async def test_a_connection_to_another_database_is_refused_by_name(
+    app_engine: AsyncEngine, fresh_namespace: str, tmp_path: Path
+) -> None:
+    """``transaction=conn`` on a connection to another database — of another kind, or
+    another SQLite file — MUST be refused with ``InvalidInput`` saying so, before any
+    statement runs on it (it failed as ``StoreError``, or as ``StoreUnavailable``, an
+    outage to retry forever); a closed connection is refused as closed."""
+    store = await SQLStore.open(engine=app_engine, namespace=fresh_namespace)
+    other = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'other.db'}")
+    try:
+        async with other.begin() as conn:
+            with pytest.raises(InvalidInput, match="another database than this store's"):
+                await store.create(_new("a"), transaction=conn)
+            with pytest.raises(InvalidInput, match="another database than this store's"):
+                await store.create_many([_new("b")], transaction=conn)
+            assert [] == (await conn.execute(sa.text(
+                "SELECT name FROM sqlite_master"))).all()
+        async with app_engine.connect() as conn:
+            await conn.close()
+            with pytest.raises(InvalidInput, match="closed"):
+                await store.create(_new("c"), transaction=conn)
+        assert [] == await store.list(TaskQuery(tenant=None))
+    finally:
+        await other.dispose()
         await store.aclose()
 
 

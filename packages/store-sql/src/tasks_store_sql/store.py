@@ -14,12 +14,13 @@ tasks, so both capacity limits hold under concurrent creators. The reference
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules, storekit
 from tasks_core.errors import CapacityExceeded, InvalidInput, TaskExists, TaskNotFound
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
@@ -230,7 +231,7 @@ class SQLStore(BulkCreates):
         if not isinstance(new, NewTask):
             raise InvalidInput("create() takes a NewTask")
         if transaction is not None:
-            await self._check_ready_on(_in_transaction(transaction))
+            await self._check_ready_on(_in_transaction(transaction, self.engine))
             return await self._create(new, replace, transaction)
         await self._ensure_ready()
         return await self._create_own(new, replace)
@@ -250,7 +251,7 @@ class SQLStore(BulkCreates):
         """
         batch = storekit.check_create_many(news)
         if transaction is not None:
-            await self._check_ready_on(_in_transaction(transaction))
+            await self._check_ready_on(_in_transaction(transaction, self.engine))
             return await self._create_batch(batch, transaction) if batch else []
         await self._ensure_ready()
         if not batch:
@@ -350,19 +351,38 @@ class SQLStore(BulkCreates):
             await conn.execute(sa.insert(t.members), members)
 
 
-def _in_transaction(transaction: object) -> AsyncConnection:
-    """The application's ``transaction=``: an ``AsyncConnection`` inside a transaction it
-    began. Checked before any statement runs on it: one on a connection outside a
-    transaction would autobegin one, and the task vanish with it when the application's
-    block ends without a commit.
+def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection:
+    """The application's ``transaction=``: an ``AsyncConnection`` to the database of the
+    store's ``engine``, inside a transaction it began. Checked before any statement runs
+    on it: one on a connection outside a transaction would autobegin one, and the task
+    vanish with it when the application's block ends without a commit; one to another
+    database failed as an outage to retry.
 
     Raises:
-        InvalidInput: not an ``AsyncConnection``, or one not in a transaction.
+        InvalidInput: not an ``AsyncConnection``; a closed one; one to another database
+            (another kind, another database name, another SQLite file); one not in a
+            transaction.
     """
     if not isinstance(transaction, AsyncConnection):
         raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
                            "transaction runs on")
+    if transaction.closed:
+        raise InvalidInput("transaction= takes an open connection; this one is closed")
+    if _database(transaction.engine) != _database(engine):
+        raise InvalidInput("transaction= is a connection to another database than this "
+                           f"store's ({transaction.dialect.name} "
+                           f"{transaction.engine.url.database!r}, not {engine.dialect.name} "
+                           f"{engine.url.database!r})")
     if not transaction.in_transaction():
         raise InvalidInput("transaction= takes a connection inside a transaction: async with "
                            "conn.begin(): ... (this one has not begun one)")
     return transaction
+
+
+def _database(engine: AsyncEngine) -> tuple[str, str | None]:
+    """Which database ``engine`` reaches: its kind and database name (a SQLite file's
+    resolved path) — the host is left out, which may be spelt several ways."""
+    name = engine.url.database
+    if engine.dialect.name == "sqlite" and name and name != ":memory:":
+        name = os.path.realpath(name)
+    return engine.dialect.name, name
