@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -145,6 +146,37 @@ async def test_a_delivery_limit_out_of_range_is_refused(count: int) -> None:
         with pytest.raises(InvalidInput, match="max_deliveries"):
             await app.submit("report", None, ALICE, max_deliveries=count)
         assert [] == (await app.list(System())).items
+
+
+@pytest.mark.parametrize(("call", "what", "most", "given"), [
+    (lambda app: app.submit("report", None, ALICE, max_deliveries=0), "max_deliveries",
+     100_000, "0"),
+    (lambda app: app.submit("report", None, ALICE, max_deliveries=10**7), "max_deliveries",
+     100_000, "10000000"),
+    (lambda app: app.task(name="other", max_deliveries=0)(lambda ctx: None), "max_deliveries",
+     100_000, "0"),
+    (lambda app: RetryPolicy.fixed(1, attempts=0), "attempts", 10_000, "0"),
+    (lambda app: RetryPolicy.exponential(1, attempts=10_001), "attempts", 10_000, "10001"),
+], ids=["submit-0", "submit-huge", "task-0", "fixed-0", "exponential-huge"])
+async def test_a_count_out_of_range_is_refused_naming_its_range_and_value(
+    call: Any, what: str, most: int, given: str
+) -> None:
+    """``max_deliveries`` and ``attempts`` are counts like every other (``check_limit``):
+    a refusal MUST read ``<what> must be an integer in 1..<most>, not <given>``, as a
+    priority's does — not pydantic's "Input should be greater than or equal to 1"."""
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput, match=rf"^{what} must be an integer in 1\.\.{most}, "
+                                               rf"not {given}$"):
+            await _called(call, app)
+        assert [] == (await app.list(System())).items
+
+
+async def _called(call: Any, app: App) -> None:
+    """``call(app)``, awaited when it is a coroutine."""
+    result = call(app)
+    if asyncio.iscoroutine(result):
+        await result
 
 
 async def test_a_system_submit_lands_in_its_own_tenant_or_default() -> None:

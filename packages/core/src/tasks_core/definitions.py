@@ -27,7 +27,7 @@ from tasks_core.models import (
     Work,
     check_retry,
 )
-from tasks_core.sizes import check_limit, integral
+from tasks_core.sizes import check_deliveries, check_limit
 from tasks_core.storekit import QueueLimits
 
 __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter", "TaskDef",
@@ -234,7 +234,7 @@ class TaskDef:
             object.__setattr__(self, name, check_duration(
                 getattr(self, name), name, high=high, allow_zero=zero, allow_none=True))
         object.__setattr__(self, "priority", check_priority(self.priority))
-        object.__setattr__(self, "max_deliveries", integral(self.max_deliveries))
+        object.__setattr__(self, "max_deliveries", check_deliveries(self.max_deliveries))
         Work(name=self.name, timeout_s=self.timeout, max_deliveries=self.max_deliveries)
         self._check_takes_context()
 

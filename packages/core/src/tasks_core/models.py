@@ -23,7 +23,7 @@ from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, check_duration
 from tasks_core.reasons import CancelReason
-from tasks_core.sizes import integral
+from tasks_core.sizes import MAX_ATTEMPTS, MAX_DELIVERIES, check_attempts
 
 __all__ = [
     "Claim",
@@ -159,7 +159,7 @@ class RetryPolicy(Model):
     """
 
     kind: Literal["none", "fixed", "exponential"] = "none"
-    attempts: int = Field(default=1, ge=1, le=10_000, strict=True)
+    attempts: int = Field(default=1, ge=1, le=MAX_ATTEMPTS, strict=True)
     delay_s: float = Field(default=0.0, ge=0, le=MAX_WAIT_S, strict=True, allow_inf_nan=False)
     cap_s: float | None = Field(default=None, ge=0, le=MAX_WAIT_S, strict=True,
                                 allow_inf_nan=False)
@@ -177,7 +177,7 @@ class RetryPolicy(Model):
             InvalidInput: a bad ``delay`` (see :mod:`tasks_core.durations`) or ``attempts``.
         """
         delay_s = check_duration(delay, "delay", high=MAX_WAIT_S, allow_zero=True)
-        return cls(kind="fixed", attempts=integral(attempts), delay_s=delay_s)
+        return cls(kind="fixed", attempts=check_attempts(attempts), delay_s=delay_s)
 
     @classmethod
     def exponential(
@@ -191,7 +191,7 @@ class RetryPolicy(Model):
         """
         base_s = check_duration(base, "base", high=MAX_WAIT_S, allow_zero=True)
         cap_s = check_duration(cap, "cap", high=MAX_WAIT_S, allow_zero=True, allow_none=True)
-        return check_retry(cls(kind="exponential", attempts=integral(attempts),
+        return check_retry(cls(kind="exponential", attempts=check_attempts(attempts),
                                delay_s=base_s, cap_s=cap_s))
 
     def allows_retry(self, retry_count: int) -> bool:
@@ -245,7 +245,7 @@ class Work(Model):
     retry_policy: RetryPolicy = RetryPolicy()
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
                                     allow_inf_nan=False)
-    max_deliveries: int = Field(default=25, ge=1, le=100_000, strict=True)
+    max_deliveries: int = Field(default=25, ge=1, le=MAX_DELIVERIES, strict=True)
     trace_context: Annotated[dict[str, str] | None, AfterValidator(_trace_context)] = Field(
         default=None, exclude_if=lambda carrier: carrier is None)
     """The W3C trace context of the submit (``traceparent``, ``tracestate``), set only

@@ -3,11 +3,10 @@
 Rule: a size is an integer (any ``numbers.Integral`` — an ``IntEnum``, a NumPy integer —
 never a ``bool``, a float or a string), within its option's bounds, and is kept as a plain
 ``int``. Every size of the public API, the worker, a store call and the CLI passes through
-:func:`check_limit` where it is given; a count the API hands to a model
-(``RetryPolicy.fixed(attempts=…)``, ``max_deliveries``) through :func:`integral` first, the
-model keeping its bounds. The stored models take strict ints only: a validator there would
-run at every decode of every task. A refusal is :class:`~tasks_core.errors.InvalidInput`
-naming the option, its bounds and the value.
+:func:`check_limit` where it is given (``attempts`` and ``max_deliveries`` by
+:func:`check_attempts` and :func:`check_deliveries`), the models keeping the same bounds as
+strict ints: a validator there would run at every decode of every task. A refusal is
+:class:`~tasks_core.errors.InvalidInput` naming the option, its bounds and the value.
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from typing import TypeVar
 
 from tasks_core._errors_base import InvalidInput
 
-__all__ = ["MAX_PORT", "check_limit", "integral"]
+__all__ = ["MAX_ATTEMPTS", "MAX_DELIVERIES", "MAX_PORT", "check_attempts", "check_deliveries",
+           "check_limit", "integral"]
 
 _T = TypeVar("_T")
 
@@ -62,3 +62,30 @@ def _shown(value: object) -> str:
         return reprlib.repr(value)
     except ValueError:
         return "an integer too long to print"
+
+
+MAX_ATTEMPTS = 10_000
+"""The most runs a retry policy allows (``attempts``)."""
+
+MAX_DELIVERIES = 100_000
+"""The largest ``max_deliveries``."""
+
+
+def check_attempts(attempts: object) -> int:
+    """A retry policy's ``attempts`` given to ``RetryPolicy.fixed``/``exponential``: a
+    count in ``1..MAX_ATTEMPTS`` (:func:`~tasks_core.sizes.check_limit`).
+
+    Raises:
+        InvalidInput: ``attempts must be an integer in 1..10000, not …``.
+    """
+    return check_limit(attempts, maximum=MAX_ATTEMPTS, what="attempts")
+
+
+def check_deliveries(max_deliveries: object) -> int:
+    """A ``max_deliveries`` given to ``@app.task`` or ``submit``: a count in
+    ``1..MAX_DELIVERIES`` (:func:`~tasks_core.sizes.check_limit`).
+
+    Raises:
+        InvalidInput: ``max_deliveries must be an integer in 1..100000, not …``.
+    """
+    return check_limit(max_deliveries, maximum=MAX_DELIVERIES, what="max_deliveries")

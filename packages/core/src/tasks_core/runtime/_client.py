@@ -51,7 +51,7 @@ from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
 from tasks_core.runtime._submit import MAX_RACES, check_input, check_watchers, new_task_id
 from tasks_core.runtime._submit import submit as _submit
-from tasks_core.sizes import integral
+from tasks_core.sizes import check_deliveries
 from tasks_core.store import TaskStore
 from tasks_core.storekit import MAX_BATCH
 
@@ -298,7 +298,7 @@ class Client(ClientReads):
             idempotency_key=idempotency_key,
             retry_policy=default_retry if retry is None else check_retry(retry),
             timeout_s=_pick(timeout, definition.timeout if definition else None),
-            max_deliveries=(integral(max_deliveries) if max_deliveries is not None
+            max_deliveries=(check_deliveries(max_deliveries) if max_deliveries is not None
                             else definition.max_deliveries if definition else 25),
         )
         return NewTask(

@@ -1,18 +1,13 @@
 """The one sync adapter: ``app.sync.submit(...)`` and friends for Django/Flask callers.
 
-Not a second implementation: every method runs the async method of the same ``App`` on an
-event loop and blocks for its result —
-
-- on the loop the app was opened on, when that loop runs in another thread (an async
-  server hosting sync views);
-- otherwise on a private loop in a daemon thread, started on first use, where the app
-  opens its store (stores bind to the loop they were opened on).
-
-Calling it from the app's own loop thread would deadlock, so it raises ``RuntimeError``.
-A process forked from one that used the private loop (gunicorn ``--preload``) has neither
-that loop's thread nor a right to the store connections opened on it: the child forgets
-both — keeping the inherited objects, never closing what is the parent's — and opens its
-own on first use.
+Not a second implementation: every method runs the async method of the same ``App`` on the
+loop the app was opened on when it runs in another thread (an async server hosting sync
+views), else on a private loop in a daemon thread started on first use, and blocks for its
+result. Calling it from the app's own loop thread would deadlock: ``RuntimeError``.
+``close()`` ends the calls in flight first. A process forked from one that used the private
+loop (gunicorn ``--preload``) has neither its thread nor a right to the store connections
+opened on it: the child forgets both — keeping them, never closing what is the parent's —
+and opens its own on first use.
 """
 
 from __future__ import annotations
