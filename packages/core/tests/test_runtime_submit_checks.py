@@ -127,14 +127,17 @@ async def test_input_that_bound_once_binds_again_and_other_keys_are_still_refuse
         assert 8 == len(await app.list(ALICE))
 
 
-@pytest.mark.parametrize("key", ["a::b", "", " ", "\t ", "x" * 257])
+@pytest.mark.parametrize("key", ["a::b", "", " ", "\t ", "x" * 257, " lead", "trail ",
+                                 "tab\t"])
 async def test_bad_keys_are_refused(key: str) -> None:
-    """Keys with ``::``, empty, blank (whitespace alone) or longer than 256 bytes MUST be
-    refused."""
+    """Keys with ``::``, empty, blank (whitespace alone), beginning or ending with
+    whitespace (a key read from a form field with a stray space would make a second task)
+    or longer than 256 bytes MUST be refused, nothing written."""
     app = _app()
     async with app:
-        with pytest.raises(InvalidInput):
+        with pytest.raises(InvalidInput, match=r"^key must"):
             await app.submit("report", None, ALICE, key=key)
+        assert [] == (await app.list(System())).items
 
 
 @pytest.mark.parametrize("count", [0, -1, True])

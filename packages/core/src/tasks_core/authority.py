@@ -67,8 +67,9 @@ def check_name(value: str, *, what: str = "name") -> str:
 
 
 def check_key(key: str) -> str:
-    """Validate a task key: non-empty and not blank (whitespace alone), printable, no
-    ``::``, at most 256 UTF-8 bytes.
+    """Validate a task key: non-empty and not blank (whitespace alone), neither beginning
+    nor ending with whitespace (``"order-1 "`` from a form field would key a second task),
+    printable, no ``::``, at most 256 UTF-8 bytes.
 
     Raises:
         InvalidInput: naming the rule that failed.
@@ -77,6 +78,8 @@ def check_key(key: str) -> str:
         raise InvalidInput("key must be a string")
     if not key.strip():
         raise InvalidInput(f"key must not be {'blank' if key else 'empty'}")
+    if key != key.strip():
+        raise InvalidInput("key must not begin or end with whitespace")
     if SEPARATOR in key:
         raise InvalidInput("key must not contain '::'")
     if not key.isprintable():  # before encoding: lone surrogates are not printable
