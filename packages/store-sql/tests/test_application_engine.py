@@ -279,6 +279,20 @@ async def test_a_connection_to_another_database_is_refused_by_name(
         await store.aclose()
 
 
+async def test_a_sync_connection_is_refused_saying_why(tmp_path: Path) -> None:
+    """A sync SQLAlchemy ``Connection`` (a Flask app's) MUST be refused naming what to use
+    instead, not only "must be the AsyncConnection"."""
+    store = await SQLStore.open(f"sqlite:///{tmp_path / 'tasks.db'}")
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'tasks.db'}")
+    try:
+        with engine.begin() as conn, pytest.raises(
+                InvalidInput, match=r"a sync Connection cannot be.*AsyncEngine"):
+            await store.create(_new("a"), transaction=conn)  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+        await store.aclose()
+
+
 async def test_a_connection_outside_a_transaction_is_refused_before_anything_is_written(
     app_engine: AsyncEngine, fresh_namespace: str
 ) -> None:

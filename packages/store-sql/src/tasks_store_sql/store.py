@@ -364,8 +364,11 @@ def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection
             transaction.
     """
     if not isinstance(transaction, AsyncConnection):
+        hint = (" (a sync Connection cannot be: the store runs on asyncio drivers; use an "
+                "AsyncEngine of the same database)"
+                if isinstance(transaction, sa.Connection) else "")
         raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
-                           "transaction runs on")
+                           f"transaction runs on{hint}")
     if transaction.closed:
         raise InvalidInput("transaction= takes an open connection; this one is closed")
     if _database(transaction.engine) != _database(engine):
