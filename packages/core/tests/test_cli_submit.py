@@ -237,16 +237,19 @@ async def test_a_global_dedup_without_a_key_is_refused_writing_nothing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``--global`` makes a key global: without ``--key`` (on the command line, or a
-    ``--many`` line's ``global`` without ``key``) it MUST be refused — never ignored, as
-    if the task had been deduplicated — with nothing written; the API likewise."""
+    ``--many`` line's ``global`` without ``key``) it MUST be refused in the command's own
+    words — never ignored, as if the task had been deduplicated — with nothing written; the
+    API likewise, in its words."""
     app = _reports_app()
     spec = importable(monkeypatch, app, PROBE)
     argv = ["submit", "build_report", "--input", '{"month": "2026-11"}', "--user", "alice"]
-    with pytest.raises(InvalidInput, match="dedup applies to a key"):
+    with pytest.raises(InvalidInput, match=r"^--global applies to a key: give --key, or leave "
+                       r"--global out$"):
         await _run(*argv, "--global", "--app", spec)
     lines = tmp_path / "items.jsonl"
     lines.write_text('{"task": "build_report", "input": {"month": "m"}, "global": true}\n')
-    with pytest.raises(InvalidInput, match="dedup applies to a key"):
+    with pytest.raises(InvalidInput, match="global applies to a key: give key, or leave "
+                       "global out"):
         await _run("submit", "--many", str(lines), "--user", "alice", "--app", spec)
     with pytest.raises(InvalidInput, match="dedup applies to a key"):
         await app.submit("build_report", {"month": "m"}, System(), dedup="global")

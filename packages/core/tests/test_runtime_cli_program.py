@@ -40,6 +40,23 @@ from tasks_core.runtime._worker_gc import YOUNG_THRESHOLD, tune_for_serving
 pytestmark = pytest.mark.anyio
 
 
+async def test_backends_says_there_is_no_default_store_when_none_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tasks backends`` with neither default's plugin installed MUST head its table with
+    "no" default — not name ``memory://``, which nothing serves."""
+    import tasks_core.runtime._defaults as defaults
+
+    def nothing_serves(url: str) -> object:
+        raise UnknownStore(f"nothing serves {url}")
+
+    monkeypatch.delenv("TASKS_STORE", raising=False)
+    monkeypatch.setattr(defaults, "find_store", nothing_serves)
+    _, listed = await _cli(App("memory://"), "backends")
+    assert "default store: none — neither tasks-store-sql nor tasks-store-memory" in listed
+    assert "memory://" not in listed.split("\n")[0]
+
+
 async def test_default_store_prefers_sqlite_when_its_plugin_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -190,16 +207,19 @@ def test_console_script_prints_a_refusal_on_one_line_whatever_the_width(
     assert len(lines[0]) > 100  # longer than any width rich would wrap at here
 
 
-async def test_worker_takes_prefetch_and_refuses_a_bad_one() -> None:
+async def test_worker_takes_prefetch_and_refuses_a_bad_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``tasks worker --prefetch auto|N`` MUST reach the worker (default ``auto``); a bad
     value MUST be refused (``InvalidInput``: exit 2 from the console script) before
-    anything is claimed."""
+    anything is claimed — text that is no number by argparse, saying ``auto`` is taken."""
     parsed = build_parser().parse_args(["worker", "m:app", "--prefetch", "4"])
     assert parsed.prefetch == 4
     assert build_parser().parse_args(["worker", "m:app", "--prefetch", "0"]).prefetch == 0
     assert build_parser().parse_args(["worker", "m:app"]).prefetch == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "m:app", "--prefetch", "some"])
+    assert "argument --prefetch: 'auto' or a count, not 'some'" in capsys.readouterr().err
     app = _app()
     async with app:
         task = await app.submit("ask", None, ALICE)

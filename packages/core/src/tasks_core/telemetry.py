@@ -28,8 +28,10 @@ active: Telemetry | None = None
 _serving: PrometheusEndpoint | None = None
 """This process's Prometheus endpoint while it serves (one at most)."""
 
-OTEL_HINT = "pip install 'tasks-core[otel]'"
-PROMETHEUS_HINT = "pip install 'tasks-core[prometheus]'"
+OTEL_HINT = ("pip install 'tasks-core[otel]' (not on PyPI yet: from a clone of the "
+             "repository, pip install './packages/core[otel]')")
+PROMETHEUS_HINT = ("pip install 'tasks-core[prometheus]' (not on PyPI yet: from a clone of "
+                   "the repository, pip install './packages/core[prometheus]')")
 
 
 def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> Telemetry:

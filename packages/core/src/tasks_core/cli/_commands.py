@@ -32,7 +32,7 @@ from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, parse_instant
 from tasks_core.errors import InvalidInput
 from tasks_core.models import TaskStatus
-from tasks_core.runtime._defaults import default_store_url
+from tasks_core.runtime._defaults import default_store, default_store_url
 from tasks_core.runtime.app import App
 
 __all__ = ["COMMANDS", "authority_of"]
@@ -104,6 +104,8 @@ async def cmd_submit(app: App, args: argparse.Namespace, console: Console) -> in
         data = None if args.input is None else parse_json(args.input, "--input")
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--input is not JSON: {exc.msg}") from None
+    if args.global_key and args.key is None:  # the API's message would name dedup= and key=
+        raise InvalidInput("--global applies to a key: give --key, or leave --global out")
     task = _task_of(app, args)
     authority = authority_of(args)
     delay = (None if args.delay is None
@@ -244,8 +246,9 @@ async def cmd_migrate(app: App, args: argparse.Namespace, console: Console) -> i
 
 async def cmd_backends(app: App, args: argparse.Namespace, console: Console) -> int:
     """Installed store plugins and their capabilities."""
-    url, why = default_store_url()
-    console.print(backends_table(available_stores(), f"{shown_url(url)} — {why}"))
+    url, why, servable = default_store()
+    shown = shown_url(url) if servable else "none"  # no plugin serves either default
+    console.print(backends_table(available_stores(), f"{shown} — {why}"))
     return 0
 
 

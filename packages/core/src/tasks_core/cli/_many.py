@@ -89,6 +89,8 @@ def _item(
     global_key = value.get("global", False)
     if not isinstance(global_key, bool):
         raise InvalidInput("global must be true or false")
+    if global_key and value.get("key") is None:  # the API's message would name dedup=
+        raise InvalidInput("global applies to a key: give key, or leave global out")
     queue = value.get("queue")
     if "delay" in value and "at" in value:  # the API's message would name run_at
         raise InvalidInput("give delay or at, not both")

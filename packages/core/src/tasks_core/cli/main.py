@@ -111,7 +111,12 @@ def _prefetch(text: str) -> int | float | str:
     Raises:
         argparse.ArgumentTypeError: neither (argparse reports it as an invalid value).
     """
-    return text if text == "auto" else number(text)
+    if text == "auto":
+        return text
+    try:
+        return number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"'auto' or a count, not {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -305,8 +310,10 @@ async def _command(args: argparse.Namespace, app: App | None, console: Console) 
     except UnknownStore as exc:
         if not (reading and installed(app.url or default_store_url()[0])):
             raise  # not a read, or no plugin serves the URL: the error says so
-        raise UnknownStore(f"{exc}; reading never creates a store: run where it is, or name "
-                           "it: --app module:app or --store URL") from None
+        hint = ("the app's first worker or submit creates it, or name another: --store URL"
+                if args.app is not None else
+                "run where it is, or name it: --app module:app or --store URL")
+        raise UnknownStore(f"{exc}; reading never creates a store: {hint}") from None
     finally:
         if args.command not in ("demo", "stress"):
             _note_private(app)

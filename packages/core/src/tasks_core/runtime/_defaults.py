@@ -21,6 +21,7 @@ __all__ = [
     "ENV_VAR",
     "FALLBACK_STORE_URL",
     "NO_DEFAULT_STORE",
+    "default_store",
     "default_store_url",
     "installed",
     "require_default_store_url",
@@ -56,11 +57,11 @@ def default_store_url() -> tuple[str, str]:
     Raises:
         InvalidInput: ``$TASKS_STORE`` is set but blank.
     """
-    url, why, _ = _default()
+    url, why, _ = default_store()
     return url, why
 
 
-def _default() -> tuple[str, str, bool]:
+def default_store() -> tuple[str, str, bool]:
     """``(url, why, servable)``: ``servable`` is false only when nothing was configured and
     neither default's plugin is installed.
 
@@ -89,7 +90,7 @@ def require_default_store_url() -> str:
         UnknownStore: ``$TASKS_STORE`` is unset and neither ``tasks-store-sql`` nor
             ``tasks-store-memory`` is installed (the message says what to install).
     """
-    url, _, servable = _default()
+    url, _, servable = default_store()
     if not servable:
         raise UnknownStore(NO_DEFAULT_STORE)
     return url

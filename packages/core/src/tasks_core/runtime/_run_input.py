@@ -61,7 +61,7 @@ class RunInput(RunHelpers):
             raise RunCancelled(self.token.reason or CancelReason.USER)
         if key not in snapshot.input_requests:
             raise InvalidInput(f"input key {key!r} was already asked in this task")
-        log.info("task %r: waiting for input %r", self.task_id, key)
+        log.debug("task %r: waiting for input %r", self.task_id, key)  # the summary counts it
         return await self._await_answer(key)
 
     def _park(self) -> _Parked:
