@@ -164,6 +164,23 @@ def test_close_ends_the_calls_in_flight_with_a_named_error() -> None:
     assert "app.sync.close()" in str(error)
 
 
+def test_a_sync_call_inside_another_running_loop_warns_that_it_blocks_it() -> None:
+    """``app.sync`` called from a coroutine of an event loop that is not the app's (an async
+    view calling sync helpers) works but blocks that loop for the call: it MUST say so with
+    a ``RuntimeWarning`` saying to await the async method instead."""
+    app = _app()
+
+    async def inside_a_loop() -> str:
+        return app.sync.submit("job", None, ALICE).id
+
+    try:
+        with pytest.warns(RuntimeWarning, match="blocks the event loop running in this thread"):
+            task_id = asyncio.run(inside_a_loop())
+        assert task_id == app.sync.get(task_id, ALICE).id
+    finally:
+        app.sync.close()
+
+
 def test_a_sync_watch_left_early_ends_on_the_loop() -> None:
     """Leaving a sync watch before the task ends MUST close the watch on the app's loop
     (the facade goes on serving calls); its first step reads the task as ``get`` does."""

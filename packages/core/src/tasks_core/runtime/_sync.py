@@ -17,6 +17,7 @@ import builtins
 import concurrent.futures
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -101,6 +102,10 @@ class SyncApp:
             coro.close()
             raise RuntimeError("app.sync called on the app's own event loop; await the async "
                                "method instead")
+        if running is not None:
+            warnings.warn("app.sync blocks the event loop running in this thread until its "
+                          "call returns; await the App's async method instead",
+                          RuntimeWarning, stacklevel=3)
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         with self._lock:
             self._in_flight.add(future)
