@@ -371,7 +371,7 @@ def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection
                            f"transaction runs on{hint}")
     if transaction.closed:
         raise InvalidInput("transaction= takes an open connection; this one is closed")
-    if _database(transaction.engine) != _database(engine):
+    if not _same_database(transaction.engine, engine):
         raise InvalidInput("transaction= is a connection to another database than this "
                            f"store's ({transaction.dialect.name} "
                            f"{transaction.engine.url.database!r}, not {engine.dialect.name} "
@@ -382,10 +382,21 @@ def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection
     return transaction
 
 
-def _database(engine: AsyncEngine) -> tuple[str, str | None]:
-    """Which database ``engine`` reaches: its kind and database name (a SQLite file's
-    resolved path) — the host is left out, which may be spelt several ways."""
-    name = engine.url.database
-    if engine.dialect.name == "sqlite" and name and name != ":memory:":
-        name = os.path.realpath(name)
-    return engine.dialect.name, name
+def _same_database(one: AsyncEngine, other: AsyncEngine) -> bool:
+    """Whether two engines may reach the same database: the same kind and, where both URLs
+    name one, the same database (a SQLite file by its resolved path). The host is left out
+    (it may be spelt several ways), and so is a database one URL leaves to the server's
+    default."""
+    if one.dialect.name != other.dialect.name:
+        return False
+    names = [_database_name(engine) for engine in (one, other)]
+    return None in names or names[0] == names[1]
+
+
+def _database_name(engine: AsyncEngine) -> str | None:
+    """The database ``engine``'s URL names (``None``: none; a SQLite file's resolved
+    path)."""
+    name = engine.url.database or None
+    if name is not None and engine.dialect.name == "sqlite" and name != ":memory:":
+        return os.path.realpath(name)
+    return name
