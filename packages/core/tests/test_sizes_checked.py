@@ -5,8 +5,10 @@ queue."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -24,11 +26,18 @@ from tasks_core import (
     TaskQuery,
 )
 from tasks_core.durations import check_duration
+from tasks_core.sizes import check_attempts, check_deliveries
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
 BAD_COUNTS = [0, -1, math.nan, "5", 2.5, True, Decimal(2), 10**400]
+
+
+class IntEnumSeven(enum.IntEnum):
+    """An integer that is not an ``int`` by type."""
+
+    SEVEN = 7
 
 
 @pytest.mark.parametrize("count", BAD_COUNTS, ids=repr)
@@ -68,6 +77,24 @@ def test_a_store_limit_is_an_int(value: Any) -> None:
     with pytest.raises(InvalidInput, match="max_tasks"):
         MemoryStore(max_tasks=value)
     assert 5 == MemoryStore(max_tasks=5).limits.max_tasks
+
+
+@pytest.mark.parametrize(("check", "what", "most"), [
+    (check_attempts, "attempts", 10_000), (check_deliveries, "max_deliveries", 100_000),
+], ids=["attempts", "max_deliveries"])
+def test_attempts_and_max_deliveries_are_counts_in_their_documented_ranges(
+    check: Any, what: str, most: int
+) -> None:
+    """``attempts`` (1..10,000) and ``max_deliveries`` (1..100,000) MUST take every integer
+    in range, kept as a plain ``int``, and refuse anything else naming the option, its
+    range and the value — as every count does."""
+    assert [1, 7, most] == [check(1), check(IntEnumSeven.SEVEN), check(most)]
+    assert int is type(check(IntEnumSeven.SEVEN))
+    for bad, shown in ((0, "0"), (most + 1, str(most + 1)), (True, "True"), ("5", "'5'"),
+                       (2.5, "2.5")):
+        with pytest.raises(InvalidInput, match=rf"^{what} must be an integer in "
+                                               rf"1\.\.{most}, not {re.escape(shown)}$"):
+            check(bad)
 
 
 @pytest.mark.parametrize("name", ["concurrency", "max_input_bytes", "max_result_bytes",
