@@ -69,12 +69,14 @@ class SyncApp:
         its store there, that store (kept referenced, never closed: its connections are
         the parent's), so the next call starts both afresh in this process."""
         self._lock = threading.Lock()
+        self._in_flight.clear()  # the parent's calls: they end in the parent
+        self._ended.clear()
         portal, self._portal = self._portal, None
         if portal is None:
             return
         _inherited.append(portal)
-        if self._app.loop is portal.loop:
-            _inherited.append(self._app.forget_store())
+        if self._app.loop is portal.loop and (store := self._app.forget_store()) is not None:
+            _inherited.append(store)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self._app.loop
