@@ -53,7 +53,8 @@ by 1, 2 and 4 worker processes against as many of pgqueuer's (``processes.py``).
 ``--cancel-latency`` measures instead how soon a running handler learns of a cancel made
 by another process (``cancel_latency.py``).
 Last of all, the submit rates against their references (``submits.py``; ``--submits``:
-only those): PostgreSQL's ``submit`` and ``submit_many`` against pgqueuer's ``enqueue``,
+only those): PostgreSQL's ``submit`` and ``submit_many`` against pgqueuer's ``enqueue``
+(``submit`` also from 1, 2 and 4 processes at once against as many of pgqueuer's),
 the burn-down with mixed priorities against without and against pgqueuer, and SQLite's and
 MariaDB's ``submit_many`` against a bare multi-row ``INSERT`` loop of the same rows.
 Then MongoDB against PostgreSQL, its write concern on and off (``mongo.py``;

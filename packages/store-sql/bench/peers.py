@@ -26,7 +26,7 @@ import cpu
 import sqlalchemy as sa
 
 __all__ = ["available", "huey_available", "huey_enqueue", "peer_dsn", "pgqueuer_burn_down",
-           "pgqueuer_enqueue"]
+           "pgqueuer_enqueue", "pgqueuer_install"]
 
 ENQUEUE_BATCH = 1000
 
@@ -93,6 +93,20 @@ async def pgqueuer_enqueue(dsn: str, jobs: int, *, batch: int) -> float:
         rate = jobs / (time.perf_counter() - started)
         await queries.uninstall()
         return rate
+    finally:
+        await conn.close()
+
+
+async def pgqueuer_install(dsn: str) -> None:
+    """pgqueuer's tables installed afresh (what an earlier run left removed first)."""
+    import asyncpg
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        queries = Queries.from_asyncpg_connection(conn)
+        await _uninstall_quietly(queries)
+        await queries.install()
     finally:
         await conn.close()
 

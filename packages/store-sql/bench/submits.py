@@ -3,7 +3,9 @@
 - PostgreSQL against pgqueuer (its database beside the bench's, ``peers.py``), in
   ``--rounds`` pairs back to back, the order alternating: ``app.submit`` one after another
   against ``enqueue`` of one job per call (``--serial`` each), and ``app.submit_many``
-  of 1000 against ``enqueue`` of lists of 1000 (``--bulk`` each);
+  of 1000 against ``enqueue`` of lists of 1000 (``--bulk`` each); and ``app.submit``
+  one after another from several processes at once (``--processes``) against
+  ``enqueue`` from as many (``submit_processes.py``);
 - the burn-down of a backlog with mixed priorities (uniform in -5..5, ``--seed``) against
   the same without (all 0) — the two alternating which goes first — and against
   pgqueuer's burn-down of jobs of the same priorities, each round;
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit
 
 import peers
 import sqlalchemy as sa
+import submit_processes
 from bench import OWNER, Probe, _sql_target, burn_down, check, in_turn, make_app
 from tasks_core import App, SubmitItem
 from tasks_store_sql import SQLStore
@@ -246,6 +249,8 @@ async def run(args: argparse.Namespace, dsn: str | None, tmp: Path) -> dict[str,
             "bulk": await _pairs(args.rounds, lambda: ours_bulk(url, args.bulk),
                                  lambda: peers.pgqueuer_enqueue(peer, args.bulk, batch=BATCH)),
             "priorities": await priority_rounds(args, peer),
+            "processes": await submit_processes.run(url, peer, args.processes, args.serial,
+                                                    args.rounds),
         }
     if peers.huey_available():
         files = itertools.count()
@@ -289,6 +294,9 @@ def render(report: dict[str, Any]) -> list[str]:
                            "ratio", 1.0))
         lines.append(_line("submit_many / enqueue 1000", pg["bulk"], "ours", "pgqueuer",
                            "ratio", 1.0))
+        for processes, pairs in pg.get("processes", {}).items():
+            lines.append(_line(f"submit / enqueue, {processes} processes", pairs, "ours",
+                               "pgqueuer", "ratio", None))
         prio = pg["priorities"]
         lines.append(_line("burn-down mixed / plain", prio, "mixed", "plain",
                            "mixed/plain", 0.95))
