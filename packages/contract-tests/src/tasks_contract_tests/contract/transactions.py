@@ -8,10 +8,20 @@ A transaction of the store's kind comes from the ``begin_transaction`` fixture (
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from tasks_core import InvalidInput, TaskNotFound, TaskStore
+from tasks_core import (
+    App,
+    InvalidInput,
+    Owner,
+    SubmitItem,
+    TaskContext,
+    TaskNotFound,
+    TaskStore,
+    Unavailable,
+)
 from tasks_core.plugins import ApplicationTransaction, BeginTransaction
 
 from tasks_contract_tests._base import ContractBase
@@ -124,3 +134,41 @@ class TransactionContract(ContractBase):
             await store.create(task, transaction=transaction.handle)
         await transaction.rollback()
         assert await _absent(store, task.id), "stored although the create was refused"
+
+    async def test_a_join_granting_watchers_inside_a_transaction_is_refused_at_once(
+        self, store: TaskStore, begin: Begin
+    ) -> None:
+        """A keyed ``submit`` (or ``submit_many`` item) with ``transaction=`` that would
+        join a live run and grant it watchers MUST be refused at once with
+        ``Unavailable`` (a runtime rule: the grant is a write of the store's own, which
+        would wait for locks the application's transaction holds), nothing granted and the
+        batch's new tasks not written; a join that grants nothing MUST still join.
+
+        Troubleshooting: a hang here is a grant written inside the transaction's locks —
+        the runtime refuses before any write, so a store should never see that grant.
+        """
+        app = App(store=store)
+
+        @app.task
+        async def ship(ctx: TaskContext, order: int) -> int:
+            return order
+
+        alice, carol = Owner("alice"), Owner("carol")
+        live = await app.submit(ship, {"order": 1}, alice, key="live", delay=600)
+        transaction = await begin()
+        async with asyncio.timeout(30):
+            with pytest.raises(Unavailable, match="outside the transaction"):
+                await app.submit(ship, {"order": 1}, alice, key="live", watchers=[carol],
+                                 transaction=transaction.handle)
+            with pytest.raises(Unavailable, match=r"item 1: .*outside the transaction"):
+                await app.submit_many(
+                    [SubmitItem(ship, {"order": 2}, key="new"),
+                     SubmitItem(ship, {"order": 1}, key="live", watchers=[carol])],
+                    alice, transaction=transaction.handle)
+            joined = await app.submit(ship, {"order": 1}, alice, key="live",
+                                      transaction=transaction.handle)
+            await transaction.commit()
+        assert ("joined", live.id) == (joined.outcome, joined.id)
+        assert () == (await app.get(live.id, alice)).watchers
+        with pytest.raises(TaskNotFound):
+            await app.get("alice::new", alice)
