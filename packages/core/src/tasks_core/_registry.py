@@ -14,10 +14,10 @@ from typing import Any
 import pluggy
 
 from tasks_core.errors import PluginConflict, UnknownStore
-from tasks_core.plugins import PROJECT, StoreSpec, _Hooks
+from tasks_core.plugins import PROJECT, StoreSpec, _Hooks, install_hint
 from tasks_core.store import TaskStore
 
-__all__ = ["available_stores", "find_store", "install_hint", "open_store", "scheme_of"]
+__all__ = ["available_stores", "find_store", "open_store", "scheme_of"]
 
 # Where the first-party schemes live, for the install hint when nothing serves them.
 KNOWN_DISTRIBUTIONS = {
@@ -53,14 +53,6 @@ def _entry_points(name: str | None = None) -> list[EntryPoint]:
 
 def _distribution(ep: EntryPoint) -> str:
     return ep.dist.name if ep.dist is not None else f"<unknown distribution of {ep.value}>"
-
-
-def install_hint(distribution: str) -> str:
-    """How to install one of this repository's ``tasks-…`` distributions: from PyPI, and
-    from a clone while they are not published there."""
-    folder = distribution.removeprefix("tasks-")
-    return (f"pip install {distribution} (not on PyPI yet: from a clone of the repository, "
-            f"pip install ./packages/{folder})")
 
 
 def _miss(name: str) -> UnknownStore:

@@ -15,16 +15,19 @@ from typing import Any, Protocol
 
 import pluggy
 
+from tasks_core._hints import install_hint
 from tasks_core.errors import InvalidInput
 from tasks_core.models import StoreCapabilities
 from tasks_core.store import TaskStore
 
 __all__ = ["PROJECT", "ApplicationTransaction", "BeginTransaction", "Migrate", "StoreFactory",
-           "StoreSpec", "check_create", "hookimpl", "hookspec"]
+           "StoreSpec", "check_create", "hookimpl", "hookspec", "install_hint"]
 
 PROJECT = "tasks"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
 
 StoreFactory = Callable[..., Awaitable[TaskStore]]
 """``async factory(url, **options) -> TaskStore``. Options every store accepts:

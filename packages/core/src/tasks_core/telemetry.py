@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tasks_core._hints import install_hint
 from tasks_core._labels import UNREGISTERED, task_label
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
 from tasks_core.sizes import MAX_PORT, check_limit
@@ -28,10 +29,8 @@ active: Telemetry | None = None
 _serving: PrometheusEndpoint | None = None
 """This process's Prometheus endpoint while it serves (one at most)."""
 
-OTEL_HINT = ("pip install 'tasks-core[otel]' (not on PyPI yet: from a clone of the "
-             "repository, pip install './packages/core[otel]')")
-PROMETHEUS_HINT = ("pip install 'tasks-core[prometheus]' (not on PyPI yet: from a clone of "
-                   "the repository, pip install './packages/core[prometheus]')")
+OTEL_HINT = install_hint("tasks-core", "otel")
+PROMETHEUS_HINT = install_hint("tasks-core", "prometheus")
 
 
 def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> Telemetry:

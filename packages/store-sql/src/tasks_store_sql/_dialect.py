@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool, StaticPool
 from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
+from tasks_core.plugins import install_hint
 
 from tasks_store_sql._errors import connect_arguments
 from tasks_store_sql._options import driver_params
@@ -118,8 +119,7 @@ def _install_hint(driver: str) -> str:
     extra = _EXTRAS.get(driver)
     if extra is None:
         return f"pip install {driver}"
-    return (f"pip install 'tasks-store-sql[{extra}]' (not on PyPI yet: from a clone of the "
-            f"repository, pip install './packages/store-sql[{extra}]')")
+    return install_hint("tasks-store-sql", extra)
 
 
 def _check_aiomysql() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 
 from rich.console import Console
 
-from tasks_core._registry import install_hint
 from tasks_core.cli._options import number
 from tasks_core.cli._render import shown_url
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.plugins import install_hint
 from tasks_core.runtime.app import App
 
 __all__ = ["TOKEN_ENV", "add_dashboard_parser", "cmd_dashboard"]

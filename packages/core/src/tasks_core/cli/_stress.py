@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tasks_core._registry import install_hint
 from tasks_core.errors import CapabilityNotSupported, InvalidInput
+from tasks_core.plugins import install_hint
 from tasks_core.runtime._defaults import default_store_url
 from tasks_core.runtime.app import App
 
