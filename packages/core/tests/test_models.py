@@ -25,6 +25,7 @@ from tasks_core._json import json_size
 from tasks_core.models import (
     MAX_MESSAGE_CHARS,
     Lease,
+    StoreLimits,
     TaskStatus,
     built,
     detached,
@@ -310,3 +311,17 @@ def test_detached_shares_no_changeable_value_with_the_snapshot(snapshot: Snapsho
     assert [] == shared
     plain = replaced(snapshot, work=Work(name="job"))
     assert detached(plain) is plain
+
+
+@pytest.mark.parametrize(("limits", "counted"), [
+    ({}, False),
+    ({"max_tasks": 1}, True),
+    ({"max_active_tasks_per_scope": 1}, True),
+    ({"max_tasks": 5, "max_active_tasks_per_scope": 5}, True),
+])
+def test_store_limits_say_whether_a_store_must_count_its_tasks(
+    limits: dict[str, int], counted: bool
+) -> None:
+    """``StoreLimits.any_set`` MUST be true exactly when either capacity limit is set:
+    a store keeps count of its tasks only then (SQL: ``_counting``)."""
+    assert counted is StoreLimits(**limits).any_set

@@ -22,7 +22,7 @@ from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
 from tasks_core import ManualClock
 from tasks_store_sql import SQLStore, migrate
-from tasks_store_sql._schema import COUNTER
+from tasks_store_sql._schema import COUNTER, UNCOUNTED
 from tasks_store_sql._url import parse_url
 
 POSTGRES_URL = os.environ.get(
@@ -127,7 +127,7 @@ async def empty(store: SQLStore) -> None:
         await conn.execute(sa.delete(t.tasks))
         await conn.execute(sa.delete(t.claims))
         await conn.execute(sa.delete(t.locks).where(t.locks.c.name != COUNTER))
-        await conn.execute(sa.update(t.locks).values(value=0))
+        await conn.execute(sa.update(t.locks).values(value=UNCOUNTED))  # as a new namespace
 
 
 def pooled_opener(url: str, pool: list[str]) -> Callable[[], Iterator[Opener]]:

@@ -92,6 +92,7 @@ async def test_a_thousand_tasks_on_asyncpg_are_a_few_statements(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = closing(await postgres_opener(max_tasks=5000, max_active_tasks_per_scope=5000))
+    await store.create(new_task())  # (the first create with a limit starts the count)
     counted: list[str] = []
     run_driver = store._db.run_driver
 

@@ -77,36 +77,37 @@ async def _lock_rows(store: SQLStore) -> list[str]:
         return sorted((await conn.execute(sa.select(locks.c.name))).scalars())
 
 
-async def test_creates_stop_on_the_far_side_of_the_bounds_migration(
-    db_url: str, fresh_namespace: str
+@pytest.mark.parametrize(("older", "row"), [("0004", "tasks"), ("0014", "creators")])
+async def test_creates_stop_on_the_far_side_of_a_migration_of_the_count(
+    db_url: str, fresh_namespace: str, older: str, row: str
 ) -> None:
-    """Revision 0005 makes every create keep a bound per tenant (``scope:<tenant>``); a
-    create that keeps none leaves a bound too low. So 0005 renames the creators' row
-    (``tasks`` → ``creators``) and its downgrade renames it back and deletes the bounds:
-    a process still running on the other side of the migration — code from before it,
-    or, as here, code from after it across a downgrade — finds no creators' row, and its
-    creates MUST fail (``StoreError``) with nothing stored, never pass a limit.
+    """Revision 0005 makes every create keep a bound per tenant (``scope:<tenant>``), and
+    0015 makes a namespace uncounted (``_schema.UNCOUNTED``): code from before either
+    would keep the count or the bounds wrong, and a limit trust them. So each renames the
+    creators' row (``tasks`` → ``creators`` → ``task_count``) and its downgrade renames it
+    back (0005's deleting the bounds, 0015's counting the tasks): a process still running
+    on the other side of the migration — code from before it, or, as here, code from
+    after it across a downgrade — finds no creators' row, and its creates MUST fail
+    (``StoreError``) with nothing stored, never pass a limit.
 
-    Troubleshooting: keep the rename in both directions of 0005, and refuse a create that
-    finds no creators' row (``MISSING_COUNTER``) on every path.
+    Troubleshooting: keep the renames in both directions of 0005 and 0015, and refuse a
+    create that finds no creators' row (``MISSING_COUNTER``) on every path.
     """
     ns = fresh_namespace
     await migrate(db_url, namespace=ns)
     store = await SQLStore.open(db_url, namespace=ns, schema="check")
     try:
         await store.create(_new("before"))
-        rows = await _lock_rows(store)
-        assert "creators" in rows
-        assert "tasks" not in rows
+        assert await _lock_rows(store) == ["task_count"]
 
-        await migrate(db_url, namespace=ns, to="0004")
-        assert await _lock_rows(store) == ["tasks"]
+        await migrate(db_url, namespace=ns, to=older)
+        assert await _lock_rows(store) == [row]
         # (this code also writes columns of 0006, which PostgreSQL refuses at once)
         with pytest.raises(StoreError, match=r"creators' lock row is missing|refused"):
             await store.create(_new("during"))
 
         await migrate(db_url, namespace=ns)
-        assert await _lock_rows(store) == ["creators"]  # no bound survived the downgrade
+        assert await _lock_rows(store) == ["task_count"]  # no bound survived the downgrade
         await store.create(_new("after"))
         stored = await store.list(TaskQuery(tenant=None))
         assert sorted(s.id for s in stored) == ["after", "before"]

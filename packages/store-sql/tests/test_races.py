@@ -263,15 +263,17 @@ async def test_time_is_read_after_the_row_lock_is_held(
 async def test_creation_time_is_read_after_the_creators_lock_is_held(
     db_url: str, fresh_namespace: str
 ) -> None:
-    """A create waiting for the creators' row (held by another creator) MUST read the
-    database clock after it gets it: its ``created_at`` is not earlier than an instant
-    read while it waited — so tasks are created in the order of their ``created_at``,
-    the order claims take them in.
+    """A create waiting for the creators' row (held by another creator; a store with a
+    limit, whose creates take it) MUST read the database clock after it gets it: its
+    ``created_at`` is not earlier than an instant read while it waited — so the creates
+    that hold the row are created in the order of their ``created_at``, the order claims
+    take them in.
 
     Troubleshooting: on PostgreSQL the one-statement create reads the clock in a
     ``MATERIALIZED`` CTE over the locked creators' row (``postgres._create_sql._created``).
     """
-    store = await SQLStore.open(db_url, namespace=fresh_namespace)  # the database's clock
+    store = await SQLStore.open(db_url, namespace=fresh_namespace,  # the database's clock
+                                max_tasks=10**9)  # (a limit: creates hold the row)
     try:
         if store.dialect == "sqlite":
             pytest.skip(_ROW_LOCKS_ONLY)

@@ -70,6 +70,11 @@ class StoreLimits(Model):
     max_active_tasks_per_scope: StrictInt | None = Field(default=None, ge=1, le=NO_LIMIT)
 
     @property
+    def any_set(self) -> bool:
+        """Whether either limit is set: a store then keeps count of its tasks."""
+        return self.max_tasks is not None or self.max_active_tasks_per_scope is not None
+
+    @property
     def tasks_cap(self) -> int:
         """``max_tasks``, or :data:`NO_LIMIT` when off (for comparisons and SQL)."""
         return NO_LIMIT if self.max_tasks is None else self.max_tasks

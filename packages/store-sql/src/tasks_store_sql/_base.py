@@ -16,12 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tasks_core import rules
 from tasks_core.clock import Clock
 from tasks_core.durations import Seconds, check_duration
-from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable
+from tasks_core.errors import InvalidInput, StoreUnavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Snapshot, StoreCapabilities, StoreLimits
 from tasks_core.plugins import check_create
 
 from tasks_store_sql import _codec
+from tasks_store_sql._counting import add_to_count, counted_total, lock_count
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import (
     check_server_version,
@@ -42,7 +43,6 @@ from tasks_store_sql._options import check_engine_options
 from tasks_store_sql._prebuilt import Prebuilt
 from tasks_store_sql._schema import (
     COUNTER,
-    MISSING_COUNTER,
     Tables,
     check_namespace,
     prefix_of,
@@ -354,19 +354,22 @@ class StoreBase:
         await conn.execute(sa.insert(self.tables.events).values(_codec.event_row(task_id, record)))
 
     async def _lock_counter(self, conn: AsyncConnection) -> int:
-        """Lock the creators' row; return the number of stored tasks.
+        """Lock the creators' row; its value, the count or ``UNCOUNTED``
+        (:func:`~tasks_store_sql._counting.lock_count`).
 
         Raises:
             StoreError: the row is missing (a damaged schema).
         """
-        locks = self.tables.locks
-        stmt = sa.select(locks.c.value).where(locks.c.name == COUNTER)
-        if self._db.kind != "sqlite":
-            stmt = stmt.with_for_update()
-        value = (await conn.execute(stmt)).scalar()
-        if value is None:
-            raise StoreError(MISSING_COUNTER)
-        return int(value)
+        return await lock_count(conn, self.tables, self._db.kind)
+
+    async def _counted_total(self, conn: AsyncConnection) -> int | None:
+        """Lock the creators' row: the stored tasks, or ``None`` while nothing is counted
+        and this store sets no limit (:func:`~tasks_store_sql._counting.counted_total`).
+
+        Raises:
+            StoreError: the row is missing (a damaged schema).
+        """
+        return await counted_total(conn, self.tables, self._db.kind, self.limits)
 
     async def _scope_bound(self, conn: AsyncConnection, tenant: str) -> int | None:
         """The stored bound on ``tenant``'s active tasks (:mod:`tasks_store_sql._scopes`;
@@ -404,12 +407,8 @@ class StoreBase:
         await conn.execute(upsert)
 
     async def _add_to_counter(self, conn: AsyncConnection, delta: int) -> None:
-        locks = self.tables.locks
-        await conn.execute(
-            sa.update(locks)
-            .where(locks.c.name == COUNTER)
-            .values(value=locks.c.value + delta)
-        )
+        """Add ``delta`` to the count, if there is one."""
+        await conn.execute(add_to_count(self.tables, delta))
 
     async def _delete_tasks(self, conn: AsyncConnection, ids: Collection[str]) -> None:
         """Delete tasks with their history and members (caller holds the counter)."""

@@ -1,11 +1,12 @@
 """``create_many`` on the SQL path (capability ``batch_create``): a batch of new tasks in
 one transaction, all or nothing, in the creators' turn.
 
-The creators' lock row is taken first (it counts the stored tasks), the clock read after
-it, then the rows holding any of the batch's ids (a locking read), each tenant's room by
-its bound (:func:`~tasks_store_sql._scopes.room_for`); ``storekit`` decides. The tasks go
-in with one multi-row insert, their members with another; the count and each tenant's
-bound are written once per batch.
+The creators' lock row is taken first (it counts the stored tasks, if anything is
+counted: ``_counting``), the clock read after it, then the rows holding any of the batch's
+ids (a locking read), each tenant's room by its bound
+(:func:`~tasks_store_sql._scopes.room_for`); ``storekit`` decides. The tasks go in with
+one multi-row insert, their members with another; the count and each tenant's bound are
+written once per batch, when counted.
 """
 
 from __future__ import annotations
@@ -55,27 +56,18 @@ class BulkCreates(WaitOps):
             StoreUnavailable: transient failure; nothing written.
         """
         async def op(conn: AsyncConnection) -> list[Snapshot]:
-            total = await self._lock_counter(conn)
+            total = await self._counted_total(conn)
             now = await self._now(conn)
             taken = {row.id: row.decode() for row in await self._rows_of(conn, batch)}
             storekit.refuse_taken(batch, taken, now)
-            storekit.check_stored_room(len(batch), total, self.limits)
-            rooms: dict[str, tuple[Room, int]] = {}
-            for tenant, count in storekit.tenant_counts(batch).items():
-                room = await room_for(
-                    total, self.limits.scope_cap, count,
-                    partial(self._scope_bound, conn, tenant),
-                    partial(self._count_active, conn, tenant, "", now),
-                )
-                if room.full:
-                    raise CapacityExceeded("max_active_tasks_per_scope")
-                rooms[tenant] = (room, count)
+            rooms = {} if total is None else await self._rooms(conn, batch, total, now)
             snapshots = storekit.new_snapshots(batch, now)
             t = self.tables
             await conn.execute(sa.insert(t.tasks), [
                 {"id": s.id, "row_version": 0, **_codec.projection(s, None)} for s in snapshots
             ])
-            await self._add_to_counter(conn, len(snapshots))
+            if total is not None:
+                await self._add_to_counter(conn, len(snapshots))
             members = [m for s in snapshots for m in _codec.member_rows(s)]
             if members:
                 await conn.execute(sa.insert(t.members), members)
@@ -86,6 +78,28 @@ class BulkCreates(WaitOps):
             return snapshots
 
         return await self._db.run(op, write=True, connection=connection)
+
+    async def _rooms(
+        self, conn: AsyncConnection, batch: Sequence[NewTask], total: int, now: datetime
+    ) -> dict[str, tuple[Room, int]]:
+        """Each tenant's room for its tasks of ``batch`` among ``total`` stored tasks, and
+        their number; the creators' row held.
+
+        Raises:
+            CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``.
+        """
+        storekit.check_stored_room(len(batch), total, self.limits)
+        rooms: dict[str, tuple[Room, int]] = {}
+        for tenant, count in storekit.tenant_counts(batch).items():
+            room = await room_for(
+                total, self.limits.scope_cap, count,
+                partial(self._scope_bound, conn, tenant),
+                partial(self._count_active, conn, tenant, "", now),
+            )
+            if room.full:
+                raise CapacityExceeded("max_active_tasks_per_scope")
+            rooms[tenant] = (room, count)
+        return rooms
 
     async def _rows_of(self, conn: AsyncConnection, batch: Sequence[NewTask]) -> list[TaskRow]:
         """The stored rows holding any id of ``batch`` (locked, but on SQLite, whose

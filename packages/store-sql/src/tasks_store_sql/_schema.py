@@ -26,6 +26,7 @@ __all__ = [
     "NAME_BYTES",
     "SCOPE_PREFIX",
     "TASKS_FILLFACTOR",
+    "UNCOUNTED",
     "Tables",
     "active",
     "check_namespace",
@@ -46,10 +47,16 @@ TOKEN_CHARS = 256
 TASKS_FILLFACTOR = 50
 """PostgreSQL: how full an insert leaves a page of ``tasks`` (percent, migration 0014):
 the rest is room for the versions its rows' claims and completions write, pruned there."""
-COUNTER = "creators"
-"""The lock row creators hold; its ``value`` is the number of stored tasks (named
-``tasks`` before migration 0005, whose rename stops the creates of code that keeps no
-bounds: see that migration)."""
+COUNTER = "task_count"
+"""The creators' row: its ``value`` is the number of stored tasks, or :data:`UNCOUNTED`.
+Named ``tasks`` before migration 0005 and ``creators`` before 0015; each rename stops the
+creates of code that keeps the count another way (see those migrations)."""
+UNCOUNTED = -1
+"""The creators' row's value while nothing is counted: no store with a capacity limit
+has created a task since migration 0015 made the namespace so. Creates of a store
+without limits then count nothing, write no bound and — on PostgreSQL's one-statement
+create — take no lock; the first create of a store with a limit counts the stored tasks
+and keeps the count from then on (``_base.SQLBase._counted_total``)."""
 MISSING_COUNTER = "The creators' lock row is missing: the schema is damaged or migrated away"
 """The refusal (``StoreError``) of a create that finds no creators' row."""
 SCOPE_PREFIX = "scope:"
@@ -203,7 +210,8 @@ class Tables:
     owner index and the members, both in task id order. ``ix_tasks_counts`` (``tenant,
     queue, status``, every row) serves ``counts``: an index-only scan, whose repeated keys
     PostgreSQL stores once per run of equal keys (B-tree deduplication). ``task_locks``:
-    lock rows — ``creators`` (serializes creators; its ``value`` counts stored tasks),
+    lock rows — ``task_count`` (the creators' row: its ``value`` counts stored tasks
+    while a limit needs it, and creates then hold it: :mod:`._counting`),
     ``queue:<name>`` (one per limited queue, which serializes its claimers; its ``value``
     is the longest rate window in milliseconds any claimer asked for:
     :mod:`._queue_limits`) and

@@ -29,7 +29,7 @@ from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._bulk import BulkCreates
 from tasks_store_sql._schema import active
-from tasks_store_sql._scopes import room_for_one
+from tasks_store_sql._scopes import Room, room_for_one
 from tasks_store_sql._writers import WriterQueue
 
 __all__ = ["SQLStore"]
@@ -283,7 +283,7 @@ class SQLStore(BulkCreates):
         self, new: NewTask, replace: Snapshot | None, connection: AsyncConnection | None
     ) -> Snapshot:
         async def op(conn: AsyncConnection) -> Snapshot:
-            total = await self._lock_counter(conn)
+            total = await self._counted_total(conn)
             now = await self._now(conn)
             row = await self._fetch(conn, new.id, lock=True)
             current = row.decode() if row is not None else None
@@ -293,23 +293,37 @@ class SQLStore(BulkCreates):
                 if current is None:
                     raise TaskNotFound(new.id)
                 rules.check_replace(current, replace, now)
-            if row is None and total >= self.limits.tasks_cap:
-                raise CapacityExceeded("max_tasks")
-            room = await room_for_one(
-                total - (1 if row is not None else 0),
-                self.limits.scope_cap,
-                lambda: self._scope_bound(conn, new.tenant),
-                lambda: self._count_active(conn, new.tenant, new.id, now),
-            )
-            if room.full:
-                raise CapacityExceeded("max_active_tasks_per_scope")
+            room = None if total is None else await self._room(conn, new, row, total, now)
             snapshot = rules.new_snapshot(new, now, replace=current)
-            await self._put_new(conn, row, snapshot)
-            await self._keep_scope_bound(conn, new.tenant, room)
+            await self._put_new(conn, row, snapshot, counted=total is not None)
+            if room is not None:
+                await self._keep_scope_bound(conn, new.tenant, room)
             await self._notify(conn, snapshot.queue)
             return snapshot
 
         return await self._db.run(op, write=True, connection=connection)
+
+    async def _room(
+        self, conn: AsyncConnection, new: NewTask, row: TaskRow | None, total: int,
+        now: datetime,
+    ) -> Room:
+        """The room for ``new`` (replacing ``row``, if any) among ``total`` stored tasks,
+        the creators' row held.
+
+        Raises:
+            CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``.
+        """
+        if row is None and total >= self.limits.tasks_cap:
+            raise CapacityExceeded("max_tasks")
+        room = await room_for_one(
+            total - (1 if row is not None else 0),
+            self.limits.scope_cap,
+            lambda: self._scope_bound(conn, new.tenant),
+            lambda: self._count_active(conn, new.tenant, new.id, now),
+        )
+        if room.full:
+            raise CapacityExceeded("max_active_tasks_per_scope")
+        return room
 
     async def _count_active(
         self, conn: AsyncConnection, tenant: str, other_than: str, now: datetime
@@ -335,13 +349,17 @@ class SQLStore(BulkCreates):
         return int((await conn.execute(count)).scalar_one())
 
     async def _put_new(
-        self, conn: AsyncConnection, row: TaskRow | None, snapshot: Snapshot
+        self, conn: AsyncConnection, row: TaskRow | None, snapshot: Snapshot, *,
+        counted: bool,
     ) -> None:
+        """Insert ``snapshot`` (or write it over ``row``, the run it replaces) with its
+        members, adding it to the count when ``counted``."""
         t = self.tables
         values = _codec.projection(snapshot, None)
         if row is None:
             await conn.execute(sa.insert(t.tasks).values(id=snapshot.id, row_version=0, **values))
-            await self._add_to_counter(conn, 1)
+            if counted:
+                await self._add_to_counter(conn, 1)
         else:
             await conn.execute(sa.delete(t.events).where(t.events.c.task_id == snapshot.id))
             await conn.execute(sa.delete(t.members).where(t.members.c.task_id == snapshot.id))

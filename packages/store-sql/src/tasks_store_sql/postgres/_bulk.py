@@ -1,9 +1,10 @@
 """PostgreSQL's ``create_many`` on asyncpg: a batch of new tasks in one transaction of a
 few prepared statements, however many tasks it holds.
 
-The creators' lock with the clock (``counter``), the rows holding any of the batch's ids
-(one ``= ANY`` read, locked), each tenant's room by its bound (``bound``/``active`` only
-when the stored tasks alone do not show room), then one statement inserts every task
+The creators' lock with the clock (``counter``; the count started or none kept:
+``_counting``), the rows holding any of the batch's ids (one ``= ANY`` read, locked), each
+tenant's room by its bound (``bound``/``active`` only when the stored tasks alone do not
+show room; nothing while uncounted), then one statement inserts every task
 from arrays of the columns that differ between new tasks (:data:`NEW_ARRAYS`; the clock
 and ``NULL`` lease and retry columns are the same for all) with its members, the count
 and the ``NOTIFY``; each tenant's bound is written once. ``storekit`` decides; a refusal
@@ -22,12 +23,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules, storekit
-from tasks_core.errors import CapacityExceeded, StoreError, StoreUnavailable
+from tasks_core.errors import CapacityExceeded, StoreUnavailable
 from tasks_core.models import NewTask, Snapshot
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
-from tasks_store_sql._schema import MISSING_COUNTER
 from tasks_store_sql._scopes import Room, room_for, scope_lock
 from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS, _inserted
@@ -103,27 +103,24 @@ class PostgresBulk(PostgresCreates):
         sql, limits = self.sql, self.limits
 
         async def op(driver: Any) -> list[Snapshot]:
-            locked = await driver.fetchrow(
-                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=batch[0].id))
-            if locked is None:
-                raise StoreError(MISSING_COUNTER)
-            total, clock, _ = locked
+            total, clock, _ = await self._held_count(driver, batch[0].id)
             now = rules.tick(clock)
             found = await driver.fetch(self._taken_sql.sql, *self._taken_sql.args(
                 ids=[new.id for new in batch]))
             taken = {row[0]: Loaded.of(row).snapshot for row in found}
             storekit.refuse_taken(batch, taken, now)
-            storekit.check_stored_room(len(batch), total, limits)
             rooms: dict[str, tuple[Room, int]] = {}
-            for tenant, count in storekit.tenant_counts(batch).items():
-                room = await room_for(total, limits.scope_cap, count,
-                                      functools.partial(self._bound, driver, tenant),
-                                      functools.partial(self._active, driver, tenant, now))
-                if room.full:
-                    raise CapacityExceeded("max_active_tasks_per_scope")
-                rooms[tenant] = (room, count)
+            if total is not None:
+                storekit.check_stored_room(len(batch), total, limits)
+                for tenant, count in storekit.tenant_counts(batch).items():
+                    room = await room_for(total, limits.scope_cap, count,
+                                          functools.partial(self._bound, driver, tenant),
+                                          functools.partial(self._active, driver, tenant, now))
+                    if room.full:
+                        raise CapacityExceeded("max_active_tasks_per_scope")
+                    rooms[tenant] = (room, count)
             snapshots = storekit.new_snapshots(batch, now)
-            await self._insert_many(driver, snapshots, now)
+            await self._insert_many(driver, snapshots, now, counted=total is not None)
             for tenant, (room, count) in rooms.items():
                 name = scope_lock(tenant)
                 if room.bound is None:
@@ -137,10 +134,10 @@ class PostgresBulk(PostgresCreates):
         return await self._db.run_driver(op)
 
     async def _insert_many(
-        self, driver: Any, snapshots: Sequence[Snapshot], now: datetime
+        self, driver: Any, snapshots: Sequence[Snapshot], now: datetime, *, counted: bool
     ) -> None:
         """Insert ``snapshots``, new tasks created at ``now`` (their ids free under the
-        creators' lock), in one statement.
+        creators' lock), in one statement; added to the count when ``counted``.
 
         Raises:
             StoreUnavailable: fewer rows written than asked (nothing is committed).
@@ -153,7 +150,7 @@ class PostgresBulk(PostgresCreates):
         statement = self._insert_many_sql
         counts = await driver.fetchrow(statement.sql, *statement.args(
             now=now, members=_codec.encode(members), **values))
-        if tuple(counts[:3]) != (len(snapshots), 1, len(members)):
+        if tuple(counts[:3]) != (len(snapshots), int(counted), len(members)):
             raise StoreUnavailable("A task of the batch was created concurrently, or the "
                                    "creators' lock row is missing: nothing was written")
 

@@ -15,9 +15,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, Tables, active
+from tasks_store_sql._counting import add_to_count, share_lock
+from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, UNCOUNTED, Tables, active
 from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._statements import (
+    _DIALECT,
     ROW_COLUMNS,
     Statement,
     Statements,
@@ -55,6 +57,18 @@ class CreateStatements(Statements):
         )
         taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
         return Statement.of(sa.select(held.c.value, store_clock().label("now"), taken))
+
+    @functools.cached_property
+    def share_lock(self) -> str:
+        """Lock ``tasks`` in ``SHARE`` mode (:mod:`tasks_store_sql._counting`)."""
+        return str(share_lock(self.tables).compile(dialect=_DIALECT))
+
+    @functools.cached_property
+    def count_stored(self) -> Statement:
+        """Set the creators' row to the number of stored tasks."""
+        locks, tasks = self.tables.locks, self.tables.tasks
+        stored = sa.select(sa.func.count()).select_from(tasks).scalar_subquery()
+        return Statement.of(sa.update(locks).where(locks.c.name == COUNTER).values(value=stored))
 
     @functools.cached_property
     def existing(self) -> Statement:
@@ -142,9 +156,9 @@ def _inserted(
 ) -> tuple[sa.CTE, ...]:
     """Insert the tasks ``rows`` selects (columns ``names``) with their members (JSON
     parameter ``members``: those of tasks not inserted left out), add them to the
-    creators' count and wake their queues; a task whose id is taken is left out (``ON
-    CONFLICT DO NOTHING``). The CTEs of the rows inserted (``id``, ``queue``), counted,
-    granted and notified."""
+    creators' count (if there is one: ``_counting``) and wake their queues; a task whose
+    id is taken is left out (``ON CONFLICT DO NOTHING``). The CTEs of the rows inserted
+    (``id``, ``queue``), counted, granted and notified."""
     t, locks = tables.tasks, tables.locks
     inserted = (
         postgresql.insert(t)
@@ -155,9 +169,8 @@ def _inserted(
     )
     added = sa.select(sa.func.count()).select_from(inserted).scalar_subquery()
     counted = (
-        sa.update(locks)
-        .where(locks.c.name == COUNTER, sa.exists(sa.select(inserted.c.id)))
-        .values(value=locks.c.value + added)
+        add_to_count(tables, added)
+        .where(sa.exists(sa.select(inserted.c.id)))
         .returning(locks.c.value)
         .cte("c")
     )
@@ -211,17 +224,19 @@ def _scopes(tables: Tables, rows: Any, locked: sa.CTE) -> sa.CTE:
     )
 
 
-def _bounds_stored(tables: Tables, scopes: sa.CTE, inserted: sa.CTE) -> sa.CTE:
-    """Store each tenant's bound once tasks were inserted: its active tasks at most, plus
-    its new ones. A bound row written since the statement began (by a creator it waited
-    for, unseen by :func:`_scopes`) is replaced by that sum too, which still bounds the
-    tenant: its ``active`` was then the number of stored tasks."""
+def _bounds_stored(
+    tables: Tables, scopes: sa.CTE, inserted: sa.CTE, counted: sa.ColumnElement[bool]
+) -> sa.CTE:
+    """Store each tenant's bound once tasks were inserted, when ``counted``: its active
+    tasks at most, plus its new ones. A bound row written since the statement began (by a
+    creator it waited for, unseen by :func:`_scopes`) is replaced by that sum too, which
+    still bounds the tenant: its ``active`` was then the number of stored tasks."""
     locks = tables.locks
     name = sa.bindparam("scope_prefix", SCOPE_PREFIX, type_=sa.Text) + scopes.c.tenant
     upsert = postgresql.insert(locks).from_select(
         ["name", "value"],
         sa.select(name, scopes.c.active + scopes.c.n).where(
-            sa.exists(sa.select(inserted.c.id))
+            counted, sa.exists(sa.select(inserted.c.id))
         ),
     )
     return (
@@ -239,7 +254,11 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     tasks number at most ``most`` (``max_tasks`` less the tasks inserted), and each
     tenant of the group has room for its tasks below ``max_active`` by its bound
     (:func:`_scopes`; a tenant that would need counting leaves the group to the
-    transaction); the tenants' bounds are stored with the tasks.
+    transaction); the tenants' bounds are stored with the tasks. While nothing is
+    counted (``_counting``): no lock, no count and no bound when ``limited`` is false,
+    else nothing inserted (the transaction starts the count). The statement's lock on
+    ``tasks`` comes before its snapshot, so a count being started either waits for it
+    or is seen by it.
 
     The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
     the columns :data:`NEW_COLUMNS`, ``ttl`` and ``delay`` (milliseconds after the
@@ -254,14 +273,25 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     counts.
     """
     locks = tables.locks
-    held = sa.select(locks.c.value).where(locks.c.name == COUNTER).with_for_update().cte("k")
+    mode = sa.select(locks.c.value).where(locks.c.name == COUNTER).cte("k0")
+    held = (
+        sa.select(locks.c.value)
+        .where(locks.c.name == COUNTER, locks.c.value != UNCOUNTED)
+        .with_for_update()
+        .cte("k")
+    )  # locked only while counted
     now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
+    limited = sa.bindparam("limited", type_=sa.Boolean)
     locked = (
-        sa.select(now.label("now"), held.c.value)
-        .where(held.c.value <= sa.bindparam("most", type_=sa.BigInteger))
+        sa.select(now.label("now"), sa.func.coalesce(held.c.value, mode.c.value).label("value"))
+        .select_from(mode.outerjoin(held, sa.true()))  # (held: as of the lock, mode: before)
+        .where(sa.or_(
+            held.c.value <= sa.bindparam("most", type_=sa.BigInteger),
+            sa.and_(held.c.value.is_(None), mode.c.value == UNCOUNTED, ~limited),
+        ))
         .cte("l")
         .prefix_with("MATERIALIZED")
-    )  # evaluated once, after the lock
+    )  # evaluated once, after the lock (if any)
     rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
                                ("ttl", sa.BigInteger()), ("delay", sa.BigInteger()),
                                ("body", sa.Text())])
@@ -281,5 +311,6 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     return sa.select(
         sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
         sa.select(clocked.c.now).scalar_subquery(),
-        *_counts(*rest, _bounds_stored(tables, scopes, inserted)),
+        *_counts(*rest, _bounds_stored(tables, scopes, inserted,
+                                       sa.exists(sa.select(held.c.value)))),
     )

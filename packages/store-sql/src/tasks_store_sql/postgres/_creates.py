@@ -31,8 +31,9 @@ from tasks_core.models import NewTask, Snapshot, StoreLimits, replaced
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
+from tasks_store_sql._counting import counting_starts
 from tasks_store_sql._grouped import Grouped
-from tasks_store_sql._schema import MISSING_COUNTER
+from tasks_store_sql._schema import MISSING_COUNTER, UNCOUNTED
 from tasks_store_sql._scopes import room_for_one, scope_lock
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS
 from tasks_store_sql.postgres._statements import MILLISECOND
@@ -96,12 +97,7 @@ class PostgresCreates(PostgresTransitions):
             raise CapacityExceeded(limit)
 
         async def op(driver: Any) -> Snapshot:
-            locked = await driver.fetchrow(
-                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=new.id)
-            )
-            if locked is None:
-                raise StoreError(MISSING_COUNTER)
-            total, clock, seen = locked
+            total, clock, seen = await self._held_count(driver, new.id)
             now = rules.tick(clock)
             checked = bool(seen) or replace is not None  # else: read only if it matters
             row = await taken(driver) if checked else None
@@ -112,33 +108,36 @@ class PostgresCreates(PostgresTransitions):
                 if current is None:
                     raise TaskNotFound(new.id)
                 rules.check_replace(current, replace, now)
-            if row is None and total >= limits.tasks_cap:
-                await refuse(driver, "max_tasks", now, checked)
-            scope = scope_lock(new.tenant)
+            if total is not None:
+                if row is None and total >= limits.tasks_cap:
+                    await refuse(driver, "max_tasks", now, checked)
+                scope = scope_lock(new.tenant)
 
-            async def count() -> int:
-                return int(await driver.fetchval(sql.active.sql, *sql.active.args(
-                    tenant=new.tenant, now=now, id=new.id,
-                    cap=limits.scope_cap,
-                )))
+                async def count() -> int:
+                    return int(await driver.fetchval(sql.active.sql, *sql.active.args(
+                        tenant=new.tenant, now=now, id=new.id,
+                        cap=limits.scope_cap,
+                    )))
 
-            async def read_bound() -> int | None:
-                value = await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope))
-                return None if value is None else int(value)
+                async def read_bound() -> int | None:
+                    value = await driver.fetchval(sql.bound.sql, *sql.bound.args(name=scope))
+                    return None if value is None else int(value)
 
-            room = await room_for_one(total - (1 if row is not None else 0),
-                                      limits.scope_cap, read_bound, count)
-            if room.full:
-                await refuse(driver, "max_active_tasks_per_scope", now, checked)
-            if room.bound is None:
-                await driver.execute(sql.raise_bound.sql, *sql.raise_bound.args(name=scope))
-            else:
-                await driver.execute(sql.store_bound.sql,
-                                     *sql.store_bound.args(name=scope, value=room.bound))
+                room = await room_for_one(total - (1 if row is not None else 0),
+                                          limits.scope_cap, read_bound, count)
+                if room.full:
+                    await refuse(driver, "max_active_tasks_per_scope", now, checked)
+                if room.bound is None:
+                    await driver.execute(sql.raise_bound.sql,
+                                         *sql.raise_bound.args(name=scope))
+                else:
+                    await driver.execute(sql.store_bound.sql,
+                                         *sql.store_bound.args(name=scope, value=room.bound))
             snapshot = rules.new_snapshot(new, now, replace=current)
             members = _codec.member_rows(snapshot)
             if row is None:
-                if not await self._insert(driver, snapshot, members):
+                if not await self._insert(driver, snapshot, members,
+                                          counted=total is not None):
                     row = await taken(driver)  # created since the lock statement began
                     assert row is not None
                     raise TaskExists(rules.present(row.snapshot, now))
@@ -150,6 +149,29 @@ class PostgresCreates(PostgresTransitions):
             return snapshot
 
         return await self._db.run_driver(op)
+
+    async def _held_count(self, driver: Any, task_id: str) -> tuple[int | None, Any, bool]:
+        """Lock the creators' row: the stored tasks (``None`` while nothing is counted and
+        this store sets no limit), the clock after the lock, and whether ``task_id`` was
+        taken as the statement began (``CreateStatements.counter``). A store with a limit
+        that finds no count starts it — ``tasks`` locked in ``SHARE`` mode, then counted
+        into the row (:mod:`tasks_store_sql._counting`) — and reads the row again.
+
+        Raises:
+            StoreError: the creators' row is missing.
+        """
+        sql = self.sql
+        locked = await driver.fetchrow(
+            sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=task_id))
+        if locked is None:
+            raise StoreError(MISSING_COUNTER)
+        if counting_starts(locked[0], self.limits):
+            await driver.execute(sql.share_lock)
+            await driver.execute(sql.count_stored.sql, *sql.count_stored.args())
+            locked = await driver.fetchrow(
+                sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=task_id))
+        value, clock, seen = locked
+        return (None if value == UNCOUNTED else int(value)), clock, bool(seen)
 
     async def create_at_once(
         self, news: Sequence[NewTask], limits: StoreLimits
@@ -197,7 +219,7 @@ class PostgresCreates(PostgresTransitions):
             return [None] * len(news)
         statement = self.sql.create
         args = statement.args(now=self._now_arg(), most=limits.tasks_cap - len(made),
-                              max_active=limits.scope_cap,
+                              max_active=limits.scope_cap, limited=limits.any_set,
                               rows=_codec.encode(rows), members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:
@@ -218,9 +240,11 @@ class PostgresCreates(PostgresTransitions):
         return outcomes
 
     async def _insert(
-        self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]]
+        self, driver: Any, snapshot: Snapshot, members: Sequence[dict[str, Any]], *,
+        counted: bool,
     ) -> bool:
-        """Insert ``snapshot``; ``False`` (nothing written) when its id is taken.
+        """Insert ``snapshot`` (added to the creators' count when ``counted``); ``False``
+        (nothing written) when its id is taken.
 
         Raises:
             StoreUnavailable: the creators' lock row is missing.
@@ -232,7 +256,7 @@ class PostgresCreates(PostgresTransitions):
         ))
         if counts[0] == 0:
             return False
-        if tuple(counts[:3]) != (1, 1, len(members)):
+        if tuple(counts[:3]) != (1, int(counted), len(members)):
             raise StoreUnavailable("The creators' lock row is missing: nothing was written")
         return True
 

@@ -2,9 +2,10 @@
 fresh task's ``create`` run on a writer connection of its own (:mod:`._writer`): the
 whole transaction in one thread hop instead of a hop per statement of the driver.
 
-What it runs there: ``BEGIN IMMEDIATE``; the creators' count raised by one; the tenant's
-bound raised by one where one is stored (:mod:`tasks_store_sql._scopes`); the task and
-its members inserted; ``COMMIT`` — the writes of ``SQLStore``'s create of a task whose id
+What it runs there: ``BEGIN IMMEDIATE``; the creators' count raised by one and the
+tenant's bound raised by one where one is stored (:mod:`tasks_store_sql._scopes`), if a
+count is kept (:mod:`tasks_store_sql._counting`); the task and its members inserted;
+``COMMIT`` — the writes of ``SQLStore``'s create of a task whose id
 is free while both capacity limits leave room without a count. Anything else (a taken
 id, a count at either limit, a replacement, the application's transaction) is rolled
 back there and decided by ``SQLStore``'s create, so every refusal is decided in one
@@ -25,9 +26,10 @@ from tasks_core.errors import InvalidInput
 from tasks_core.models import NewTask, Snapshot
 
 from tasks_store_sql import _codec
+from tasks_store_sql._counting import counting_starts
 from tasks_store_sql._dialect import sqlite_connect_args
 from tasks_store_sql._errors import translate
-from tasks_store_sql._schema import COUNTER
+from tasks_store_sql._schema import COUNTER, UNCOUNTED
 from tasks_store_sql._scopes import scope_lock
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.sqlite._writer import Prepared, WriterConnection, in_transaction
@@ -71,7 +73,9 @@ class SQLiteStore(SQLStore, serves=on_sqlite_file):
         locks = t.locks
         self._count_one = Prepared(
             sa.update(locks).where(locks.c.name == COUNTER)
-            .values(value=locks.c.value + 1).returning(locks.c.value), dialect)
+            .values(value=sa.case((locks.c.value == UNCOUNTED, UNCOUNTED),
+                                  else_=locks.c.value + 1))
+            .returning(locks.c.value), dialect)
         self._raise_bound = Prepared(
             sa.update(locks).where(locks.c.name == sa.bindparam("scope"))
             .values(value=locks.c.value + 1), dialect)
@@ -102,12 +106,15 @@ class SQLiteStore(SQLStore, serves=on_sqlite_file):
         total = counted.fetchone()
         if total is None or total[0] > min(self.limits.tasks_cap, self.limits.scope_cap):
             return None  # no creators' row, or a limit to decide: SQLStore's create
+        if counting_starts(total[0], self.limits):
+            return None  # SQLStore's create starts the count
         snapshot = rules.new_snapshot(new, self._clock_now())
         row = {"id": snapshot.id, "row_version": 0, **_codec.projection(snapshot, None)}
         if connection.execute(self._insert_task.sql, self._insert_task.params(row)).rowcount != 1:
             return None  # the id is taken
-        connection.execute(self._raise_bound.sql,
-                           self._raise_bound.params({"scope": scope_lock(new.tenant)}))
+        if total[0] != UNCOUNTED:
+            connection.execute(self._raise_bound.sql,
+                               self._raise_bound.params({"scope": scope_lock(new.tenant)}))
         members = _codec.member_rows(snapshot)
         if members:
             connection.executemany(self._insert_member.sql,
