@@ -6,11 +6,22 @@ starts an exact count that every store keeps from then on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from tasks_core import CapacityExceeded, Completed, NewTask, Owner, Work
+from tasks_core import (
+    CapacityExceeded,
+    Completed,
+    NewTask,
+    Owner,
+    TaskExists,
+    TaskQuery,
+    Work,
+)
 from tasks_store_sql import SQLStore
 from tasks_store_sql._schema import COUNTER, UNCOUNTED
 
@@ -20,6 +31,15 @@ pytestmark = pytest.mark.anyio
 def _new(task_id: str, tenant: str = "default") -> NewTask:
     return NewTask(id=task_id, tenant=tenant, owner=Owner("alice", tenant=tenant),
                    work=Work(name="job"))
+
+
+@contextlib.asynccontextmanager
+async def _opened(db_url: str, namespace: str, **limits: int) -> AsyncIterator[SQLStore]:
+    store = await SQLStore.open(db_url, namespace=namespace, **limits)
+    try:
+        yield store
+    finally:
+        await store.aclose()
 
 
 async def _count_row(store: SQLStore) -> int:
@@ -54,8 +74,7 @@ async def test_a_store_without_limits_counts_nothing_and_one_with_a_limit_starts
     Troubleshooting: ``_counting.counted_total`` on the SQL path; PostgreSQL's
     ``_driver_total`` and the ``limited`` parameter of ``_create_sql._created``.
     """
-    free = await SQLStore.open(db_url, namespace=fresh_namespace)
-    try:
+    async with _opened(db_url, fresh_namespace) as free:
         assert UNCOUNTED == await _count_row(free)
         await free.create(_new("a"))
         await asyncio.gather(free.create(_new("b")), free.create(_new("c")))
@@ -63,8 +82,7 @@ async def test_a_store_without_limits_counts_nothing_and_one_with_a_limit_starts
         await _finish_and_delete(free)
         assert (UNCOUNTED, 4) == (await _count_row(free), await _stored(free))
 
-        limited = await SQLStore.open(db_url, namespace=fresh_namespace, max_tasks=7)
-        try:
+        async with _opened(db_url, fresh_namespace, max_tasks=7) as limited:
             await limited.create(_new("f"))
             assert 5 == await _count_row(free)
             await limited.create_many([_new("g"), _new("h")])
@@ -76,10 +94,6 @@ async def test_a_store_without_limits_counts_nothing_and_one_with_a_limit_starts
             assert (7, 7) == (await _count_row(free), await _stored(free))
             with pytest.raises(CapacityExceeded, match="max_tasks"):
                 await limited.create(_new("k"))
-        finally:
-            await limited.aclose()
-    finally:
-        await free.aclose()
 
 
 async def test_a_tenant_limit_counts_the_tasks_created_while_nothing_was_counted(
@@ -93,24 +107,17 @@ async def test_a_tenant_limit_counts_the_tasks_created_while_nothing_was_counted
     Troubleshooting: a tenant without a stored bound is counted (``_scopes.room_for``);
     no bound may survive from before the namespace became uncounted (migration 0015).
     """
-    free = await SQLStore.open(db_url, namespace=fresh_namespace)
-    try:
+    async with _opened(db_url, fresh_namespace) as free:
         await free.create_many([_new("a", "t"), _new("b", "t")])
         for n in range(3):
             await free.create(_new(f"o{n}", "other"))
-        limited = await SQLStore.open(db_url, namespace=fresh_namespace,
-                                      max_active_tasks_per_scope=3)
-        try:
-            with pytest.raises(CapacityExceeded, match="max_active_tasks_per_scope"):
-                await limited.create_many([_new("c", "t"), _new("d", "t")])
-            await limited.create(_new("c", "t"))
-            with pytest.raises(CapacityExceeded, match="max_active_tasks_per_scope"):
-                await limited.create(_new("d", "t"))
-            await limited.create(_new("o3", "other2"))
-        finally:
-            await limited.aclose()
-    finally:
-        await free.aclose()
+    async with _opened(db_url, fresh_namespace, max_active_tasks_per_scope=3) as limited:
+        with pytest.raises(CapacityExceeded, match="max_active_tasks_per_scope"):
+            await limited.create_many([_new("c", "t"), _new("d", "t")])
+        await limited.create(_new("c", "t"))
+        with pytest.raises(CapacityExceeded, match="max_active_tasks_per_scope"):
+            await limited.create(_new("d", "t"))
+        await limited.create(_new("o3", "other2"))
 
 
 async def test_a_create_without_limits_takes_no_lock_on_the_creators_row(
@@ -192,3 +199,53 @@ async def _count_during_creates(db_url: str, namespace: str) -> None:
         for store in (*stores, limited):
             await store.aclose()
         await drop_namespace(db_url, namespace)
+
+
+async def test_an_id_taken_since_it_was_read_is_refused_as_taken_on_every_path(
+    db_url: str, fresh_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's creates of an uncounted namespace hold no creators' row, so one may
+    take an id between another create's read of it and its insert. That create MUST be
+    refused with ``TaskExists`` (the task that took it), nothing of it written — one
+    create or a batch, in the application's transaction (which stays usable) or the
+    store's own — never a driver's unique violation (``StoreError``) or a part of a batch.
+
+    Troubleshooting: ``BulkCreates._insert_new`` (a savepoint, ``ON CONFLICT DO
+    NOTHING``) and PostgreSQL's ``_insert_many``.
+    """
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)
+    other = await SQLStore.open(db_url, namespace=fresh_namespace)
+    try:
+        if store.dialect != "postgresql":
+            pytest.skip("only PostgreSQL has creates that hold no creators' row")
+        taking = {"x1", "x2", "x3"}
+
+        def racing(read: Any, ids_of: Any) -> Any:
+            """``read``, after which another store takes the ids it read as free."""
+            async def read_then_race(*args: Any, **kwargs: Any) -> Any:
+                found = await read(*args, **kwargs)
+                for task_id in sorted(taking & set(ids_of(*args))):
+                    taking.discard(task_id)
+                    await other.create(_new(task_id))
+                return found
+
+            return read_then_race
+
+        monkeypatch.setattr(store, "_fetch", racing(store._fetch, lambda conn, i, **_: [i]))
+        batch_ids = lambda conn, batch, *_: [new.id for new in batch]  # noqa: E731
+        monkeypatch.setattr(store, "_rows_of", racing(store._rows_of, batch_ids))
+        monkeypatch.setattr(store, "_refuse_taken", racing(store._refuse_taken, batch_ids))
+        async with store.engine.begin() as conn:
+            with pytest.raises(TaskExists) as one:
+                await store.create(_new("x1"), transaction=conn)
+            with pytest.raises(TaskExists) as batch:
+                await store.create_many([_new("b1"), _new("x2")], transaction=conn)
+            assert 1 == (await conn.execute(sa.select(1))).scalar_one()  # still usable
+        with pytest.raises(TaskExists) as own:
+            await store.create_many([_new("b2"), _new("x3")])
+        assert ["x1", "x2", "x3"] == [e.value.current.id for e in (one, batch, own)]
+        assert ["x1", "x2", "x3"] == sorted(s.id for s in await store.list(
+            TaskQuery(tenant="default", principal=Owner("alice"))))
+    finally:
+        await other.aclose()
+        await store.aclose()

@@ -18,9 +18,10 @@ from datetime import datetime
 from functools import partial
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import storekit
-from tasks_core.errors import CapacityExceeded
+from tasks_core.errors import CapacityExceeded, StoreUnavailable
 from tasks_core.models import NewTask, Snapshot
 
 from tasks_store_sql import _codec
@@ -62,15 +63,16 @@ class BulkCreates(WaitOps):
             storekit.refuse_taken(batch, taken, now)
             rooms = {} if total is None else await self._rooms(conn, batch, total, now)
             snapshots = storekit.new_snapshots(batch, now)
-            t = self.tables
-            await conn.execute(sa.insert(t.tasks), [
-                {"id": s.id, "row_version": 0, **_codec.projection(s, None)} for s in snapshots
-            ])
+            if not await self._insert_new(conn, snapshots, counted=total is not None):
+                taken = {row.id: row.decode() for row in await self._rows_of(conn, batch)}
+                storekit.refuse_taken(batch, taken, now)
+                raise StoreUnavailable("A task of the batch was created concurrently: "
+                                       "nothing was written")
             if total is not None:
                 await self._add_to_counter(conn, len(snapshots))
             members = [m for s in snapshots for m in _codec.member_rows(s)]
             if members:
-                await conn.execute(sa.insert(t.members), members)
+                await conn.execute(sa.insert(self.tables.members), members)
             for tenant, (room, count) in rooms.items():
                 await self._keep_scope_bound(conn, tenant, room, count)
             for queue in dict.fromkeys(s.queue for s in snapshots):
@@ -100,6 +102,34 @@ class BulkCreates(WaitOps):
                 raise CapacityExceeded("max_active_tasks_per_scope")
             rooms[tenant] = (room, count)
         return rooms
+
+    async def _insert_new(
+        self, conn: AsyncConnection, snapshots: Sequence[Snapshot], *, counted: bool
+    ) -> bool:
+        """Insert the tasks of ``snapshots`` (their ids free as read, the creators' row
+        held); ``False``, none of them written, when one of the ids was taken since. That
+        happens only on PostgreSQL while nothing is ``counted``: its one-statement
+        creates hold no creators' row then (``_counting``). There the insert runs in a
+        savepoint, ``ON CONFLICT DO NOTHING``, and a short one is rolled back to it (the
+        application's transaction, if it is one, stays usable)."""
+        tasks = self.tables.tasks
+        rows = [{"id": s.id, "row_version": 0, **_codec.projection(s, None)} for s in snapshots]
+        if counted or self._db.kind != "postgresql":
+            await conn.execute(sa.insert(tasks), rows)
+            return True
+        savepoint = await conn.begin_nested()
+        try:
+            insert = (postgresql.insert(tasks).on_conflict_do_nothing(index_elements=[tasks.c.id])
+                      .returning(tasks.c.id))
+            written = len((await conn.execute(insert, rows)).all())
+        except BaseException:
+            await savepoint.rollback()
+            raise
+        if written == len(rows):
+            await savepoint.commit()
+            return True
+        await savepoint.rollback()
+        return False
 
     async def _rows_of(self, conn: AsyncConnection, batch: Sequence[NewTask]) -> list[TaskRow]:
         """The stored rows holding any id of ``batch`` (locked, but on SQLite, whose

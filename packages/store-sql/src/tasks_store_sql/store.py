@@ -295,7 +295,10 @@ class SQLStore(BulkCreates):
                 rules.check_replace(current, replace, now)
             room = None if total is None else await self._room(conn, new, row, total, now)
             snapshot = rules.new_snapshot(new, now, replace=current)
-            await self._put_new(conn, row, snapshot, counted=total is not None)
+            if not await self._put_new(conn, row, snapshot, counted=total is not None):
+                taken = await self._fetch(conn, new.id, lock=True)  # created since it was read
+                assert taken is not None
+                raise TaskExists(rules.present(taken.decode(), now))
             if room is not None:
                 await self._keep_scope_bound(conn, new.tenant, room)
             await self._notify(conn, snapshot.queue)
@@ -351,13 +354,14 @@ class SQLStore(BulkCreates):
     async def _put_new(
         self, conn: AsyncConnection, row: TaskRow | None, snapshot: Snapshot, *,
         counted: bool,
-    ) -> None:
+    ) -> bool:
         """Insert ``snapshot`` (or write it over ``row``, the run it replaces) with its
-        members, adding it to the count when ``counted``."""
+        members, adding it to the count when ``counted``; ``False``, nothing written, when
+        its id was taken since it was read (``_insert_new``)."""
         t = self.tables
-        values = _codec.projection(snapshot, None)
         if row is None:
-            await conn.execute(sa.insert(t.tasks).values(id=snapshot.id, row_version=0, **values))
+            if not await self._insert_new(conn, [snapshot], counted=counted):
+                return False
             if counted:
                 await self._add_to_counter(conn, 1)
         else:
@@ -367,6 +371,7 @@ class SQLStore(BulkCreates):
         members = _codec.member_rows(snapshot)
         if members:
             await conn.execute(sa.insert(t.members), members)
+        return True
 
 
 def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection:

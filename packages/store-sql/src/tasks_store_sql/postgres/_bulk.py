@@ -46,6 +46,15 @@ task; a new task's ``created_at`` and ``updated_at`` are the batch's ``now``, it
 retry), and its lease and retry columns ``NULL``."""
 
 
+class _TakenSince(Exception):
+    """An id of the batch was taken between its read and the insert (the insert is rolled
+    back, then the batch refused with the task that took it)."""
+
+    def __init__(self, now: datetime) -> None:
+        super().__init__("an id of the batch was taken since it was read")
+        self.now = now
+
+
 class PostgresBulk(PostgresCreates):
     """``create_many`` on the driver (see the module docstring)."""
 
@@ -105,10 +114,7 @@ class PostgresBulk(PostgresCreates):
         async def op(driver: Any) -> list[Snapshot]:
             total, clock, _ = await self._held_count(driver, batch[0].id)
             now = rules.tick(clock)
-            found = await driver.fetch(self._taken_sql.sql, *self._taken_sql.args(
-                ids=[new.id for new in batch]))
-            taken = {row[0]: Loaded.of(row).snapshot for row in found}
-            storekit.refuse_taken(batch, taken, now)
+            await self._refuse_taken(driver, batch, now)
             rooms: dict[str, tuple[Room, int]] = {}
             if total is not None:
                 storekit.check_stored_room(len(batch), total, limits)
@@ -120,7 +126,8 @@ class PostgresBulk(PostgresCreates):
                         raise CapacityExceeded("max_active_tasks_per_scope")
                     rooms[tenant] = (room, count)
             snapshots = storekit.new_snapshots(batch, now)
-            await self._insert_many(driver, snapshots, now, counted=total is not None)
+            if not await self._insert_many(driver, snapshots, now, counted=total is not None):
+                raise _TakenSince(now)  # (rolls back what the statement wrote)
             for tenant, (room, count) in rooms.items():
                 name = scope_lock(tenant)
                 if room.bound is None:
@@ -131,16 +138,34 @@ class PostgresBulk(PostgresCreates):
                                          *sql.store_bound.args(name=name, value=room.bound))
             return snapshots
 
-        return await self._db.run_driver(op)
+        try:
+            return await self._db.run_driver(op)
+        except _TakenSince as raced:  # an uncounted create took an id since it was read
+            await self._db.run_driver(functools.partial(self._refuse_taken, batch=batch,
+                                                        now=raced.now))
+            raise StoreUnavailable("A task of the batch was created concurrently: "
+                                   "nothing was written") from None
+
+    async def _refuse_taken(self, driver: Any, batch: Sequence[NewTask], now: datetime) -> None:
+        """Refuse ``batch`` when a stored task holds one of its ids (locked as read).
+
+        Raises:
+            TaskExists: the task of the first such id, as ``storekit.refuse_taken``.
+        """
+        found = await driver.fetch(self._taken_sql.sql, *self._taken_sql.args(
+            ids=[new.id for new in batch]))
+        storekit.refuse_taken(batch, {row[0]: Loaded.of(row).snapshot for row in found}, now)
 
     async def _insert_many(
         self, driver: Any, snapshots: Sequence[Snapshot], now: datetime, *, counted: bool
-    ) -> None:
-        """Insert ``snapshots``, new tasks created at ``now`` (their ids free under the
-        creators' lock), in one statement; added to the count when ``counted``.
+    ) -> bool:
+        """Insert ``snapshots``, new tasks created at ``now``, in one statement; added to
+        the count when ``counted``. ``False`` when an id was taken since it was read (no
+        creators' lock keeps other creates out while nothing is counted): the caller then
+        writes nothing.
 
         Raises:
-            StoreUnavailable: fewer rows written than asked (nothing is committed).
+            StoreUnavailable: the creators' lock row is missing (nothing is committed).
         """
         values: dict[str, Any] = {"ids": [s.id for s in snapshots]}
         projected = [_codec.projection(s, None) for s in snapshots]
@@ -150,9 +175,11 @@ class PostgresBulk(PostgresCreates):
         statement = self._insert_many_sql
         counts = await driver.fetchrow(statement.sql, *statement.args(
             now=now, members=_codec.encode(members), **values))
-        if tuple(counts[:3]) != (len(snapshots), int(counted), len(members)):
-            raise StoreUnavailable("A task of the batch was created concurrently, or the "
-                                   "creators' lock row is missing: nothing was written")
+        if counts[0] != len(snapshots):
+            return False
+        if tuple(counts[1:3]) != (int(counted), len(members)):
+            raise StoreUnavailable("The creators' lock row is missing: nothing was written")
+        return True
 
     async def _bound(self, driver: Any, tenant: str) -> int | None:
         """The stored bound of ``tenant`` (:mod:`tasks_store_sql._scopes`)."""
