@@ -1,17 +1,14 @@
 """The creators' count (the ``task_count`` row of ``task_locks``): the number of stored
 tasks behind ``max_tasks`` and the tenants' bounds, kept only while a limit needs it.
 
-Rules:
-- The row's value is the count, or ``UNCOUNTED`` (``_schema``): a namespace is made
-  uncounted (migration 0015), and nothing turns counting off again.
-- Uncounted, a create of a store without a capacity limit counts nothing and writes no
-  bound; a create or a delete adds to the count only when there is one (:func:`add_to_count`).
-- The first create of a store with a limit that finds no count starts it
-  (:func:`start_counting`), holding the row: the stored tasks counted while no other
-  create can be in flight — on SQLite and MariaDB every create holds the row; on
-  PostgreSQL the one-statement create of an uncounted namespace does not, so the count
-  first takes a lock on ``tasks`` that waits for the writes in flight and holds new ones
-  until it commits (``SHARE``: once per namespace, as long as the count takes).
+Rules: the row holds the count, or ``UNCOUNTED`` (``_schema``; a namespace is made
+uncounted by migration 0015, and nothing turns counting off again). Uncounted, a create
+of a store without a capacity limit counts nothing and writes no bound; a create or a
+delete adds to the count only when there is one (:func:`add_to_count`). The first create
+of a store with a limit starts the count (:func:`counted_total`) holding the row, while no
+other create can be in flight: on SQLite and MariaDB every create holds the row; on
+PostgreSQL the one-statement create of an uncounted namespace does not, so the count first
+takes ``SHARE`` on ``tasks``, which waits for the writes in flight (once per namespace).
 """
 
 from __future__ import annotations
