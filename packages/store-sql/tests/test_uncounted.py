@@ -123,27 +123,34 @@ async def test_a_tenant_limit_counts_the_tasks_created_while_nothing_was_counted
 async def test_a_create_without_limits_takes_no_lock_on_the_creators_row(
     db_url: str, fresh_namespace: str
 ) -> None:
-    """On PostgreSQL, a create of a store without limits in an uncounted namespace MUST
-    NOT wait for the creators' row: another session holding it does not stop it (the
-    fleet's creates do not queue behind one row). SQLite and MariaDB creates still take
+    """On PostgreSQL (asyncpg), a create of a store without limits in an uncounted
+    namespace MUST NOT wait for the creators' row — one-statement creates, a create
+    decided in a transaction (an instant ``run_at``) and a batch alike: another session
+    holding it does not stop them (the fleet's creates do not queue behind one row).
+    SQLite and MariaDB creates, and creates in the application's transaction, still take
     the row.
 
-    Troubleshooting: the one-statement create locks the row only when its value is a
-    count (``_create_sql._created``).
+    Troubleshooting: the statements lock the row only when its value is a count
+    (``_create_sql._created``, ``CreateStatements.counter``).
     """
     store = await SQLStore.open(db_url, namespace=fresh_namespace)
     try:
         if store.dialect != "postgresql":
-            pytest.skip("the lock-free create is PostgreSQL's one-statement create")
+            pytest.skip("the lock-free creates are PostgreSQL's, on asyncpg")
         locks = store.tables.locks
+        at = await store.now()
         async with store.engine.connect() as blocker:
             await blocker.begin()
             await blocker.execute(
                 sa.select(locks.c.value).where(locks.c.name == COUNTER).with_for_update())
-            created = await asyncio.wait_for(
-                asyncio.gather(*(store.create(_new(f"t{n}")) for n in range(3))), 10)
+            created = await asyncio.wait_for(asyncio.gather(
+                *(store.create(_new(f"t{n}")) for n in range(3)),
+                store.create(_new("at").model_copy(update={"run_at": at})),
+                store.create_many([_new("b1"), _new("b2")]),
+            ), 10)
             await blocker.rollback()
-        assert ["t0", "t1", "t2"] == [s.id for s in created]
+        assert ["t0", "t1", "t2", "at", ["b1", "b2"]] == [
+            s.id if not isinstance(s, list) else [b.id for b in s] for s in created]
         assert UNCOUNTED == await _count_row(store)
     finally:
         await store.aclose()
@@ -165,9 +172,9 @@ async def test_a_count_started_while_other_stores_create_is_exact(
 
 
 async def _count_during_creates(db_url: str, namespace: str) -> None:
-    """Three stores without limits create (two at a time each) until 30 tasks are
-    stored, a store with a limit then creates one, and they go on until 30 more are;
-    then the count must be the stored tasks."""
+    """Three stores without limits create (two at a time each, by every path) 30 times,
+    a store with a limit then creates one, and they go on 30 times more; then the count
+    must be the stored tasks."""
     from tasks_store_sql.plugin import drop_namespace
 
     await drop_namespace(db_url, namespace)
@@ -179,8 +186,13 @@ async def _count_during_creates(db_url: str, namespace: str) -> None:
 
     async def flood(store: SQLStore) -> None:
         nonlocal created
-        while not stop:
-            await store.create(_new(f"f{next(ids)}"))
+        while not stop:  # one-statement creates, a transaction's (run_at), batches
+            n = next(ids)
+            if n % 3 == 0:
+                await store.create_many([_new(f"f{n}a"), _new(f"f{n}b")])
+            else:
+                at = await store.now() if n % 3 == 1 else None
+                await store.create(_new(f"f{n}").model_copy(update={"run_at": at}))
             created += 1
             if created >= goal:
                 reached.set()

@@ -7,8 +7,8 @@ of a store without a capacity limit counts nothing and writes no bound; a create
 delete adds to the count only when there is one (:func:`add_to_count`). The first create
 of a store with a limit starts the count (:func:`counted_total`) holding the row, while no
 other create can be in flight: on SQLite and MariaDB every create holds the row; on
-PostgreSQL the one-statement create of an uncounted namespace does not, so the count first
-takes ``SHARE`` on ``tasks``, which waits for the writes in flight (once per namespace).
+PostgreSQL (asyncpg) an uncounted create holds ``ROW EXCLUSIVE`` on ``tasks`` instead, so
+the count first takes ``SHARE`` there, which waits for them (once per namespace).
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from tasks_core.models import StoreLimits
 
 from tasks_store_sql._schema import COUNTER, MISSING_COUNTER, UNCOUNTED, Tables
 
-__all__ = ["add_to_count", "counted_total", "counting_starts", "lock_count", "share_lock"]
+__all__ = [
+    "add_to_count",
+    "counted_total",
+    "counting_starts",
+    "lock_count",
+    "row_exclusive_lock",
+    "share_lock",
+]
 
 
 async def lock_count(conn: AsyncConnection, tables: Tables, kind: str) -> int:
@@ -74,11 +81,21 @@ def counting_starts(value: int, limits: StoreLimits) -> bool:
     return value == UNCOUNTED and limits.any_set
 
 
+_SHARE = "LOCK TABLE %(fullname)s IN SHARE MODE"
+_ROW_EXCLUSIVE = "LOCK TABLE %(fullname)s IN ROW EXCLUSIVE MODE"
+
+
 def share_lock(tables: Tables) -> sa.ExecutableDDLElement:
-    """PostgreSQL: ``LOCK TABLE`` of ``tasks`` in ``SHARE`` mode (the name quoted by the
-    dialect)."""
-    ddl = sa.DDL("LOCK TABLE %(fullname)s IN SHARE MODE")  # type: ignore[no-untyped-call]
-    return ddl.against(tables.tasks)
+    """PostgreSQL: ``LOCK TABLE`` of ``tasks`` in ``SHARE`` mode, which waits for the
+    writes in flight and holds new ones (the name quoted by the dialect)."""
+    return sa.DDL(_SHARE).against(tables.tasks)  # type: ignore[no-untyped-call]
+
+
+def row_exclusive_lock(tables: Tables) -> sa.ExecutableDDLElement:
+    """PostgreSQL: ``LOCK TABLE`` of ``tasks`` in ``ROW EXCLUSIVE`` mode, as every write
+    takes it: a create that reads the creators' row without locking it takes this first,
+    so that a count being started either waits for it or is seen by that read."""
+    return sa.DDL(_ROW_EXCLUSIVE).against(tables.tasks)  # type: ignore[no-untyped-call]
 
 
 def add_to_count(tables: Tables, delta: Any) -> sa.Update:

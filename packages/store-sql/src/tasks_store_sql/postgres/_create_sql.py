@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from tasks_store_sql._counting import add_to_count, share_lock
+from tasks_store_sql._counting import add_to_count, row_exclusive_lock, share_lock
 from tasks_store_sql._schema import COUNTER, SCOPE_PREFIX, UNCOUNTED, Tables, active
 from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._statements import (
@@ -45,23 +45,34 @@ class CreateStatements(Statements):
 
     @functools.cached_property
     def counter(self) -> Statement:
-        """Lock the creators' row; the number of stored tasks, ``now`` after the lock, and
-        whether the id was taken as of the statement's start (a hint: ``insert`` still
-        refuses an id taken since)."""
+        """The creators' row, locked while it holds a count: its value (the number of
+        stored tasks, or ``UNCOUNTED``), ``now`` after the lock, and whether the id was
+        taken as of the statement's start (a hint: ``insert`` still refuses an id taken
+        since). No row: nothing."""
         t, locks = self.tables.tasks, self.tables.locks
+        mode = sa.select(locks.c.value).where(locks.c.name == COUNTER).subquery("k0")
         held = (
             sa.select(locks.c.value)
-            .where(locks.c.name == COUNTER)
+            .where(locks.c.name == COUNTER, locks.c.value != UNCOUNTED)
             .with_for_update()
             .subquery("k")
         )
         taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
-        return Statement.of(sa.select(held.c.value, store_clock().label("now"), taken))
+        return Statement.of(
+            sa.select(sa.func.coalesce(held.c.value, mode.c.value), store_clock().label("now"),
+                      taken)
+            .select_from(mode.outerjoin(held, sa.true()))
+        )
 
     @functools.cached_property
     def share_lock(self) -> str:
         """Lock ``tasks`` in ``SHARE`` mode (:mod:`tasks_store_sql._counting`)."""
         return str(share_lock(self.tables).compile(dialect=_DIALECT))
+
+    @functools.cached_property
+    def row_exclusive_lock(self) -> str:
+        """Lock ``tasks`` in ``ROW EXCLUSIVE`` mode (:mod:`tasks_store_sql._counting`)."""
+        return str(row_exclusive_lock(self.tables).compile(dialect=_DIALECT))
 
     @functools.cached_property
     def count_stored(self) -> Statement:

@@ -151,16 +151,20 @@ class PostgresCreates(PostgresTransitions):
         return await self._db.run_driver(op)
 
     async def _held_count(self, driver: Any, task_id: str) -> tuple[int | None, Any, bool]:
-        """Lock the creators' row: the stored tasks (``None`` while nothing is counted and
-        this store sets no limit), the clock after the lock, and whether ``task_id`` was
-        taken as the statement began (``CreateStatements.counter``). A store with a limit
-        that finds no count starts it — ``tasks`` locked in ``SHARE`` mode, then counted
-        into the row (:mod:`tasks_store_sql._counting`) — and reads the row again.
+        """The creators' row, locked while it holds a count: the stored tasks (``None``
+        while nothing is counted and this store sets no limit: then nothing is locked but
+        ``tasks``, in ``ROW EXCLUSIVE`` mode, first), the clock after the lock, and whether
+        ``task_id`` was taken as the statement began (``CreateStatements.counter``). A
+        store with a limit that finds no count starts it — ``tasks`` locked in ``SHARE``
+        mode, then counted into the row (:mod:`tasks_store_sql._counting`) — and reads
+        the row again.
 
         Raises:
             StoreError: the creators' row is missing.
         """
         sql = self.sql
+        if not self.limits.any_set:
+            await driver.execute(sql.row_exclusive_lock)
         locked = await driver.fetchrow(
             sql.counter.sql, *sql.counter.args(now=self._now_arg(), id=task_id))
         if locked is None:
