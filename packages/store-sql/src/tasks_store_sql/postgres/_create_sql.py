@@ -49,14 +49,9 @@ class CreateStatements(Statements):
         stored tasks, or ``UNCOUNTED``), ``now`` after the lock, and whether the id was
         taken as of the statement's start (a hint: ``insert`` still refuses an id taken
         since). No row: nothing."""
-        t, locks = self.tables.tasks, self.tables.locks
-        mode = sa.select(locks.c.value).where(locks.c.name == COUNTER).subquery("k0")
-        held = (
-            sa.select(locks.c.value)
-            .where(locks.c.name == COUNTER, locks.c.value != UNCOUNTED)
-            .with_for_update()
-            .subquery("k")
-        )
+        t = self.tables.tasks
+        mode, held = (row.subquery(name) for row, name in zip(
+            _creators_row(self.tables), ("k0", "k"), strict=True))
         taken = sa.exists(sa.select(t.c.id).where(t.c.id == sa.bindparam("id")))
         return Statement.of(
             sa.select(sa.func.coalesce(held.c.value, mode.c.value), store_clock().label("now"),
@@ -160,6 +155,14 @@ class CreateStatements(Statements):
         """Delete the members of task ``id`` (a replaced run)."""
         members = self.tables.members
         return Statement.of(sa.delete(members).where(members.c.task_id == sa.bindparam("id")))
+
+
+def _creators_row(tables: Tables) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """The creators' row's value, read (the mode: a count or ``UNCOUNTED``), and locked
+    (only while it holds a count: otherwise no row, and no lock)."""
+    locks = tables.locks
+    read = sa.select(locks.c.value).where(locks.c.name == COUNTER)
+    return read, read.where(locks.c.value != UNCOUNTED).with_for_update()
 
 
 def _inserted(
@@ -283,14 +286,8 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     past ``most`` or without the creators' row), and the counted, granted and notified
     counts.
     """
-    locks = tables.locks
-    mode = sa.select(locks.c.value).where(locks.c.name == COUNTER).cte("k0")
-    held = (
-        sa.select(locks.c.value)
-        .where(locks.c.name == COUNTER, locks.c.value != UNCOUNTED)
-        .with_for_update()
-        .cte("k")
-    )  # locked only while counted
+    mode, held = (row.cte(name) for row, name in zip(
+        _creators_row(tables), ("k0", "k"), strict=True))
     now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
     limited = sa.bindparam("limited", type_=sa.Boolean)
     locked = (
