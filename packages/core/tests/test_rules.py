@@ -102,7 +102,7 @@ def test_claim_past_the_delivery_limit_fails_the_task(snapshot: Snapshot, now: d
     assert record is not None
     assert ("store:delivery-limit", "failed") == (record.event_id, failed.status)
     assert failed.error is not None
-    assert ("DeliveryLimitExceeded", "exceeded 1 deliveries") == (
+    assert ("DeliveryLimitExceeded", "exceeded 1 delivery") == (
         failed.error.type,
         failed.error.message,
     )

@@ -36,6 +36,7 @@ from tasks_core import (
     rules,
 )
 from tasks_store_sql import SQLStore
+from tasks_store_sql._schema import COUNTER
 from tasks_store_sql._stored import encode_body, instant_json
 from tasks_store_sql.postgres import _creates as _pg
 
@@ -162,6 +163,35 @@ async def test_a_taken_id_and_a_full_store_are_refused_by_the_transaction(
     assert [outcome is not None for outcome in statements.outcomes()] == [False, False, True, False]
     assert [s.id for s in await store.list(TaskQuery(tenant=None))] == ["a", "b"]
     assert await store.get("a", tenant="default") == first
+
+
+async def test_a_store_without_limits_follows_a_count_another_store_started(
+    postgres_opener: Opener, postgres_url: str, closing: Callable[[SQLStore], SQLStore],
+    statements: Statements,
+) -> None:
+    """A store without limits creates by the uncounted statement while nothing is
+    counted. Once a store with a limit has started the count, the first create of the
+    store without limits finds it there: the statement writes nothing and the transaction
+    creates and counts the task; its creates after that are the counting statement's, and
+    each is counted.
+
+    Troubleshooting: ``PostgresCreates.create_at_once`` picks the statement by the mode
+    the last one read (``_counted``).
+    """
+    free = closing(await postgres_opener())
+    await free.create(new_task("a"))
+    limited = closing(SQLStore(postgres_url, namespace=free.namespace, max_tasks=10))
+    await limited.create(new_task("b"))
+    for task_id in "cde":
+        await free.create(new_task(task_id))
+
+    created = [None if s is None else s.id for s in statements.outcomes()]
+    assert created == ["a", None, None, "d", "e"]  # b and c: the transaction's
+    locks = free.tables.locks
+    async with free.engine.connect() as conn:
+        count = (await conn.execute(
+            sa.select(locks.c.value).where(locks.c.name == COUNTER))).scalar_one()
+    assert count == 5
 
 
 async def test_a_tenant_is_counted_by_the_transaction_and_bounded_after(

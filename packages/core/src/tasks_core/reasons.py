@@ -40,8 +40,10 @@ def timeout_message(timeout_s: float) -> str:
 
 
 def delivery_limit_message(max_deliveries: int) -> str:
-    """The stored message of a task failed for exceeding its delivery limit."""
-    return f"exceeded {max_deliveries} deliveries"
+    """The stored message of a task failed for exceeding its delivery limit ("exceeded 1
+    delivery", "exceeded 25 deliveries")."""
+    noun = "delivery" if max_deliveries == 1 else "deliveries"
+    return f"exceeded {max_deliveries} {noun}"
 
 
 WORKER_LOST_MESSAGE = "Worker process terminated unexpectedly"

@@ -21,12 +21,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import storekit
-from tasks_core.errors import CapacityExceeded, StoreUnavailable
+from tasks_core.errors import StoreUnavailable
 from tasks_core.models import NewTask, Snapshot
 
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
-from tasks_store_sql._scopes import Room, room_for
+from tasks_store_sql._scopes import rooms_for_batch
 from tasks_store_sql._waits import WaitOps
 
 __all__ = ["BulkCreates"]
@@ -61,7 +61,9 @@ class BulkCreates(WaitOps):
             now = await self._now(conn)
             taken = {row.id: row.decode() for row in await self._rows_of(conn, batch)}
             storekit.refuse_taken(batch, taken, now)
-            rooms = {} if total is None else await self._rooms(conn, batch, total, now)
+            rooms = {} if total is None else await rooms_for_batch(
+                batch, total, self.limits, partial(self._scope_bound, conn),
+                partial(self._count_active, conn, other_than="", now=now))
             snapshots = storekit.new_snapshots(batch, now)
             if not await self._insert_new(conn, snapshots, counted=total is not None):
                 taken = {row.id: row.decode() for row in await self._rows_of(conn, batch)}
@@ -80,28 +82,6 @@ class BulkCreates(WaitOps):
             return snapshots
 
         return await self._db.run(op, write=True, connection=connection)
-
-    async def _rooms(
-        self, conn: AsyncConnection, batch: Sequence[NewTask], total: int, now: datetime
-    ) -> dict[str, tuple[Room, int]]:
-        """Each tenant's room for its tasks of ``batch`` among ``total`` stored tasks, and
-        their number; the creators' row held.
-
-        Raises:
-            CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``.
-        """
-        storekit.check_stored_room(len(batch), total, self.limits)
-        rooms: dict[str, tuple[Room, int]] = {}
-        for tenant, count in storekit.tenant_counts(batch).items():
-            room = await room_for(
-                total, self.limits.scope_cap, count,
-                partial(self._scope_bound, conn, tenant),
-                partial(self._count_active, conn, tenant, "", now),
-            )
-            if room.full:
-                raise CapacityExceeded("max_active_tasks_per_scope")
-            rooms[tenant] = (room, count)
-        return rooms
 
     async def _insert_new(
         self, conn: AsyncConnection, snapshots: Sequence[Snapshot], *, counted: bool

@@ -13,12 +13,17 @@ out. How a create's bound is computed: :func:`room_for_one`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import NamedTuple
+
+from tasks_core import storekit
+from tasks_core.errors import CapacityExceeded
+from tasks_core.models import NewTask, StoreLimits
 
 from tasks_store_sql._schema import SCOPE_PREFIX
 
-__all__ = ["Room", "room_for", "room_for_one", "scope_lock"]
+__all__ = ["Room", "room_for", "room_for_one", "rooms_for_batch", "scope_lock"]
 
 
 def scope_lock(tenant: str) -> str:
@@ -80,3 +85,28 @@ async def room_for(
     if known + tasks > limit:
         known = await count()
     return Room(known + tasks > limit, known + tasks)
+
+
+async def rooms_for_batch(
+    batch: Sequence[NewTask],
+    stored: int,
+    limits: StoreLimits,
+    read_bound: Callable[[str], Awaitable[int | None]],
+    count: Callable[[str], Awaitable[int]],
+) -> dict[str, tuple[Room, int]]:
+    """Each tenant's room for its tasks of ``batch`` among ``stored`` tasks
+    (:func:`room_for`), and their number; the creators' row held. ``read_bound`` and
+    ``count`` take the tenant.
+
+    Raises:
+        CapacityExceeded: ``max_tasks`` or ``max_active_tasks_per_scope``.
+    """
+    storekit.check_stored_room(len(batch), stored, limits)
+    rooms: dict[str, tuple[Room, int]] = {}
+    for tenant, tasks in storekit.tenant_counts(batch).items():
+        room = await room_for(stored, limits.scope_cap, tasks,
+                              partial(read_bound, tenant), partial(count, tenant))
+        if room.full:
+            raise CapacityExceeded("max_active_tasks_per_scope")
+        rooms[tenant] = (room, tasks)
+    return rooms

@@ -22,6 +22,7 @@ from tasks_core.arguments import (
 from tasks_core.errors import InvalidInput, Unavailable
 from tasks_core.events import EventRecord
 from tasks_core.models import Claim, Lease, Snapshot
+from tasks_core.reasons import delivery_limit_message
 from tasks_core.rules import available_at, check_claimable, is_claimable, present, start_claim
 from tasks_core.sizes import check_limit
 from tasks_core.storekit._limits import QueueLimits, QueueRoom
@@ -231,7 +232,7 @@ def claim_result(started: Started) -> Claim:
     reports.delivery_limit(started.snapshot.id, started.failure,
                            snapshot=started.snapshot)
     limit = started.snapshot.work.max_deliveries
-    raise Unavailable(f"The task exceeded {limit} deliveries")
+    raise Unavailable(f"The task {delivery_limit_message(limit)}")
 
 
 class ClaimScan:

@@ -23,12 +23,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core import rules, storekit
-from tasks_core.errors import CapacityExceeded, StoreUnavailable
+from tasks_core.errors import StoreUnavailable
 from tasks_core.models import NewTask, Snapshot
 
 from tasks_store_sql import _codec
 from tasks_store_sql._batch import Loaded
-from tasks_store_sql._scopes import Room, room_for, scope_lock
+from tasks_store_sql._scopes import rooms_for_batch, scope_lock
 from tasks_store_sql._stored import stored_columns
 from tasks_store_sql.postgres._create_sql import NEW_COLUMNS, _inserted
 from tasks_store_sql.postgres._creates import PostgresCreates
@@ -115,16 +115,9 @@ class PostgresBulk(PostgresCreates):
             total, clock, _ = await self._held_count(driver, batch[0].id)
             now = rules.tick(clock)
             await self._refuse_taken(driver, batch, now)
-            rooms: dict[str, tuple[Room, int]] = {}
-            if total is not None:
-                storekit.check_stored_room(len(batch), total, limits)
-                for tenant, count in storekit.tenant_counts(batch).items():
-                    room = await room_for(total, limits.scope_cap, count,
-                                          functools.partial(self._bound, driver, tenant),
-                                          functools.partial(self._active, driver, tenant, now))
-                    if room.full:
-                        raise CapacityExceeded("max_active_tasks_per_scope")
-                    rooms[tenant] = (room, count)
+            rooms = {} if total is None else await rooms_for_batch(
+                batch, total, limits, functools.partial(self._bound, driver),
+                functools.partial(self._active, driver, now=now))
             snapshots = storekit.new_snapshots(batch, now)
             if not await self._insert_many(driver, snapshots, now, counted=total is not None):
                 raise _TakenSince(now)  # (rolls back what the statement wrote)

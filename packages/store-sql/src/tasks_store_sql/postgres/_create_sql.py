@@ -1,10 +1,13 @@
 """The statements of PostgreSQL's ``create`` (:mod:`tasks_store_sql.postgres._creates`):
 the creators' lock with the clock, the checks of the transaction that decides, and the
-one statement that creates a group of new tasks.
+statements that create a group of new tasks at once: one while a count is kept, one while
+nothing is counted.
 
-They keep the creators' rules: the creators' lock row is taken before the clock is read
-and before anything is counted or inserted; a create stays within ``max_tasks`` and each
-tenant's bound (:mod:`tasks_store_sql._scopes`); a taken id inserts nothing.
+They keep the creators' rules: while a count is kept, the creators' lock row is taken
+before the clock is read and before anything is counted or inserted; a create stays within
+``max_tasks`` and each tenant's bound (:mod:`tasks_store_sql._scopes`); while nothing is
+counted, a create's lock on ``tasks`` comes before it reads the mode; a taken id inserts
+nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +43,15 @@ class CreateStatements(Statements):
 
     @functools.cached_property
     def create(self) -> Statement:
-        """New tasks in one statement with the creators' lock: see :func:`_created`."""
+        """New tasks in one statement with the creators' lock, while a count is kept: see
+        :func:`_created`."""
         return Statement.of(_created(self.tables, self.channel))
+
+    @functools.cached_property
+    def create_uncounted(self) -> Statement:
+        """New tasks in one statement, while nothing is counted: see
+        :func:`_created_uncounted`."""
+        return Statement.of(_created_uncounted(self.tables, self.channel))
 
     @functools.cached_property
     def counter(self) -> Statement:
@@ -238,10 +248,8 @@ def _scopes(tables: Tables, rows: Any, locked: sa.CTE) -> sa.CTE:
     )
 
 
-def _bounds_stored(
-    tables: Tables, scopes: sa.CTE, inserted: sa.CTE, counted: sa.ColumnElement[bool]
-) -> sa.CTE:
-    """Store each tenant's bound once tasks were inserted, when ``counted``: its active
+def _bounds_stored(tables: Tables, scopes: sa.CTE, inserted: sa.CTE) -> sa.CTE:
+    """Store each tenant's bound once tasks were inserted: its active
     tasks at most, plus its new ones. A bound row written since the statement began (by a
     creator it waited for, unseen by :func:`_scopes`) is replaced by that sum too, which
     still bounds the tenant: its ``active`` was then the number of stored tasks."""
@@ -250,8 +258,7 @@ def _bounds_stored(
     upsert = postgresql.insert(locks).from_select(
         ["name", "value"],
         sa.select(name, scopes.c.active + scopes.c.n).where(
-            counted, sa.exists(sa.select(inserted.c.id))
-        ),
+            sa.exists(sa.select(inserted.c.id))),
     )
     return (
         upsert.on_conflict_do_update(index_elements=[locks.c.name],
@@ -262,51 +269,92 @@ def _bounds_stored(
 
 
 def _created(tables: Tables, channel: str) -> sa.Select[Any]:
-    """``create`` of new tasks in one statement, its own transaction: lock the creators'
-    row, read the clock after the lock (whole milliseconds), and insert only while the
-    store stays within both capacity limits with every task of the group: the stored
-    tasks number at most ``most`` (``max_tasks`` less the tasks inserted), and each
-    tenant of the group has room for its tasks below ``max_active`` by its bound
-    (:func:`_scopes`; a tenant that would need counting leaves the group to the
-    transaction); the tenants' bounds are stored with the tasks. While nothing is
-    counted (``_counting``): no lock, no count and no bound when ``limited`` is false,
-    else nothing inserted (the transaction starts the count). The statement's lock on
-    ``tasks`` comes before its snapshot, so a count being started either waits for it
-    or is seen by it.
+    """``create`` of new tasks in one statement, its own transaction, while a count is
+    kept (``_counting``): lock the creators' row, read the clock after the lock (whole
+    milliseconds), and insert only while the store stays within both capacity limits with
+    every task of the group: the stored tasks number at most ``most`` (``max_tasks`` less
+    the tasks inserted), and each tenant of the group has room for its tasks below
+    ``max_active`` by its bound (:func:`_scopes`; a tenant that would need counting leaves
+    the group to the transaction); the count and the tenants' bounds are stored with the
+    tasks. While nothing is counted it inserts nothing (the transaction starts the count,
+    or :func:`_created_uncounted` creates).
 
-    The tasks come as JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
-    the columns :data:`NEW_COLUMNS`, ``ttl`` and ``delay`` (milliseconds after the
-    clock of the expiry and of ``run_at``, or ``null``) and ``body``, the snapshot's text
-    as stored (it holds no instant: ``_stored.ROW_KEYS``). The ``created_at``,
-    ``updated_at``, ``run_at``, ``available_at`` (``run_at``, else the creation) and
-    ``expires_at`` columns are the clock's; their members come as :func:`_inserted` takes
-    them.
-
-    Returns the ids inserted (``NULL`` for none), the clock (``NULL``, nothing written,
-    past ``most`` or without the creators' row), and the counted, granted and notified
-    counts.
+    The tasks come as :func:`_new_rows` takes them. Returns the ids inserted (``NULL`` for
+    none), the clock (``NULL``, nothing written: past ``most``, uncounted or without the
+    creators' row), the creators' row's value as the statement began (the mode: a count
+    or ``UNCOUNTED``; ``NULL`` without the row), and the counted, granted, notified and
+    bounds-stored counts.
     """
     mode, held = (row.cte(name) for row, name in zip(
         _creators_row(tables), ("k0", "k"), strict=True))
-    now = sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
-    limited = sa.bindparam("limited", type_=sa.Boolean)
     locked = (
-        sa.select(now.label("now"), sa.func.coalesce(held.c.value, mode.c.value).label("value"))
-        .select_from(mode.outerjoin(held, sa.true()))  # (held: as of the lock, mode: before)
-        .where(sa.or_(
-            held.c.value <= sa.bindparam("most", type_=sa.BigInteger),
-            sa.and_(held.c.value.is_(None), mode.c.value == UNCOUNTED, ~limited),
-        ))
+        sa.select(_clock().label("now"), held.c.value)
+        .where(held.c.value <= sa.bindparam("most", type_=sa.BigInteger))
         .cte("l")
         .prefix_with("MATERIALIZED")
-    )  # evaluated once, after the lock (if any)
-    rows = _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
-                               ("ttl", sa.BigInteger()), ("delay", sa.BigInteger()),
-                               ("body", sa.Text())])
+    )  # evaluated once, after the lock
+    rows = _new_rows()
     scopes = _scopes(tables, rows, locked)
     full = sa.exists(sa.select(scopes.c.tenant).where(
         scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
     clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
+    inserted, *rest = _inserted(tables, channel, *_at_clock(rows, clocked))
+    return sa.select(
+        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
+        sa.select(clocked.c.now).scalar_subquery(),
+        sa.select(mode.c.value).scalar_subquery(),
+        *_counts(*rest, _bounds_stored(tables, scopes, inserted)),
+    )
+
+
+def _created_uncounted(tables: Tables, channel: str) -> sa.Select[Any]:
+    """``create`` of new tasks in one statement, its own transaction, while nothing is
+    counted (``_counting``) — for a store without a capacity limit: no lock on the
+    creators' row, no count, no bound. It reads the row's mode, and inserts only while
+    that is ``UNCOUNTED``; its insert holds ``ROW EXCLUSIVE`` on ``tasks`` before its
+    snapshot, so a count being started (``SHARE``) either waits for it or is seen by it.
+
+    The tasks come as :func:`_new_rows` takes them. Returns the ids inserted (``NULL`` for
+    none), the clock (``NULL``, nothing written: counted, or without the creators' row),
+    the mode (as :func:`_created`), and the granted and notified counts.
+    """
+    mode = _creators_row(tables)[0].cte("k0")
+    clocked = (
+        sa.select(_clock().label("now"))
+        .where(mode.c.value == UNCOUNTED)
+        .cte("r")
+        .prefix_with("MATERIALIZED")
+    )
+    inserted, _counted, *rest = _inserted(tables, channel, *_at_clock(_new_rows(), clocked))
+    return sa.select(
+        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
+        sa.select(clocked.c.now).scalar_subquery(),
+        sa.select(mode.c.value).scalar_subquery(),
+        *_counts(*rest),
+    )
+
+
+def _clock() -> sa.ColumnElement[Any]:
+    """The store's clock in whole milliseconds."""
+    return sa.func.date_trunc(sa.bindparam("unit", "milliseconds", type_=sa.Text), store_clock())
+
+
+def _new_rows() -> Any:
+    """The new tasks of JSON parameter ``rows``: objects with ``n`` (their order), ``id``,
+    the columns :data:`NEW_COLUMNS`, ``ttl`` and ``delay`` (milliseconds after the clock
+    of the expiry and of ``run_at``, or ``null``) and ``body``, the snapshot's text as
+    stored (it holds no instant: ``_stored.ROW_KEYS``); their members come as
+    :func:`_inserted` takes them."""
+    return _json_rows("rows", [("n", sa.Integer()), ("id", sa.Text()), *NEW_COLUMNS,
+                               ("ttl", sa.BigInteger()), ("delay", sa.BigInteger()),
+                               ("body", sa.Text())])
+
+
+def _at_clock(rows: Any, clocked: sa.CTE) -> tuple[list[str], sa.Select[Any]]:
+    """The columns and the values of ``rows`` (:func:`_new_rows`) inserted at
+    ``clocked``'s ``now`` (none without a row there): ``created_at`` and ``updated_at``
+    the clock, ``run_at`` and ``expires_at`` shifted from it, ``available_at`` the
+    ``run_at``, else the clock."""
     run_at = later(clocked.c.now, rows.c.delay)  # NULL without a delay
     values = sa.select(
         rows.c.id, sa.literal(0, sa.Integer), *(rows.c[name] for name, _ in NEW_COLUMNS),
@@ -315,10 +363,4 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
     ).select_from(rows.join(clocked, sa.true())).order_by(rows.c.n)
     names = ["id", "row_version", *(name for name, _ in NEW_COLUMNS),
              "created_at", "updated_at", "run_at", "available_at", "expires_at", "snapshot"]
-    inserted, *rest = _inserted(tables, channel, names, values)
-    return sa.select(
-        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
-        sa.select(clocked.c.now).scalar_subquery(),
-        *_counts(*rest, _bounds_stored(tables, scopes, inserted,
-                                       sa.exists(sa.select(held.c.value)))),
-    )
+    return names, values

@@ -1,13 +1,14 @@
 """PostgreSQL's ``create`` on asyncpg: the creates of an event loop that arrive together
 in one statement (:meth:`PostgresCreates.create_at_once`), the rest in a transaction.
 
-The statement locks the creators' row, reads the clock after that lock, and inserts the
-tasks, their members, the count and the ``NOTIFY`` while the store stays within both
-capacity limits; each body comes from Python as it is stored (it holds no instant the
-clock gives: ``_stored.ROW_KEYS``), and the statement puts the clock's instants in the
-columns. What it cannot decide alone — a taken id, a group that would pass a limit, a
-replacement — goes to the transaction (``BEGIN``, the lock with the clock, the checks in
-Python, the insert, ``COMMIT``).
+While a count is kept, the statement locks the creators' row, reads the clock after that
+lock, and inserts the tasks, their members, the count and the ``NOTIFY`` while the store
+stays within both capacity limits; while nothing is counted, a store without limits sends
+one that inserts without that row (``_counting``). Each body comes from Python as it is
+stored (it holds no instant the clock gives: ``_stored.ROW_KEYS``); the statement puts the
+clock's instants in the columns. What it cannot decide alone — a taken id, a group that
+would pass a limit, a mode it does not serve, a replacement — goes to the transaction
+(``BEGIN``, the lock with the clock, the checks in Python, the insert, ``COMMIT``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class PostgresCreates(PostgresTransitions):
             asyncio.AbstractEventLoop, Grouped[NewTask, Snapshot | None]
         ] = weakref.WeakKeyDictionary()
         """Each event loop's creates, run together."""
+        self._counted = False
+        """Whether the namespace kept a count as the last one-statement create read it
+        (which of the two statements a store without limits sends)."""
 
     async def _create_own(self, new: NewTask, replace: Snapshot | None) -> Snapshot:
         """A new task with the others of this event loop at once (:meth:`create_at_once`);
@@ -180,13 +184,18 @@ class PostgresCreates(PostgresTransitions):
     async def create_at_once(
         self, news: Sequence[NewTask], limits: StoreLimits
     ) -> list[Snapshot | None]:
-        """``create`` of new tasks in one statement, its own transaction
-        (:attr:`CreateStatements.create`: one round trip, no ``BEGIN``/``COMMIT``); for each, the
-        snapshot created, or ``None`` with nothing written for it when the statement cannot
-        decide alone — its id is taken (or comes twice), the store would hold more than
-        ``max_tasks`` tasks, or a tenant's bound leaves no room for its tasks of the group
-        (it may be full: the transaction counts it; then none is created) — for the
+        """``create`` of new tasks in one statement, its own transaction (one round trip,
+        no ``BEGIN``/``COMMIT``); for each, the snapshot created, or ``None`` with nothing
+        written for it when the statement cannot decide alone — its id is taken (or comes
+        twice), the store would hold more than ``max_tasks`` tasks, a tenant's bound leaves
+        no room for its tasks of the group (it may be full: the transaction counts it; then
+        none is created), or the namespace's mode is not the statement's — for the
         transaction that decides (:meth:`_create`).
+
+        The statement: :attr:`CreateStatements.create` while a count is kept or
+        ``limits`` set one, else :attr:`CreateStatements.create_uncounted`; the mode each
+        reads picks the next one (a store without limits follows a count that another
+        store started, the transaction counting the group that found it).
 
         Each snapshot is made in Python at a stand-in instant; its body holds none of its
         instants, and the statement writes the instant columns from the clock it reads
@@ -221,15 +230,17 @@ class PostgresCreates(PostgresTransitions):
             members += _codec.member_rows(snapshot)
         if not made:
             return [None] * len(news)
-        statement = self.sql.create
+        counted = self._counted or limits.any_set
+        statement = self.sql.create if counted else self.sql.create_uncounted
         args = statement.args(now=self._now_arg(), most=limits.tasks_cap - len(made),
-                              max_active=limits.scope_cap, limited=limits.any_set,
+                              max_active=limits.scope_cap,
                               rows=_codec.encode(rows), members=_codec.encode(members))
 
         async def op(driver: Any) -> Any:
             return await driver.fetchrow(statement.sql, *args)
 
-        ids, clock, *_ = await self._db.run_driver(op, single_statement=True)
+        ids, clock, mode, *_ = await self._db.run_driver(op, single_statement=True)
+        self._counted = mode != UNCOUNTED
         created: dict[str, Snapshot] = {}
         if ids:
             now = rules.tick(clock)
