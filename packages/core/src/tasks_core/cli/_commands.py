@@ -23,6 +23,7 @@ from tasks_core.cli._render import (
     history_table,
     one_line,
     plain,
+    print_json,
     shown_url,
     snapshot_table,
 )
@@ -154,7 +155,11 @@ async def cmd_ls(app: App, args: argparse.Namespace, console: Console) -> int:
         InvalidInput: ``--after`` names no listed task.
     """
     rows, next_after, capped = await list_newest_first(app, authority_of(args), args)
-    print_ls(console, rows, next_after, capped, wide=args.wide, scan=args.scan)
+    if args.json:
+        print_json(console, {"tasks": [s.model_dump(mode="json") for s in rows],
+                             "next_after": next_after, "capped": capped})
+    else:
+        print_ls(console, rows, next_after, capped, wide=args.wide, scan=args.scan)
     return 0
 
 
@@ -165,6 +170,10 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
     code = await follow(app, args.id, authority, console) if args.follow else 0
     snapshot = await app.get(args.id, authority)
     history = await app.history(args.id, authority)  # read both first: all or nothing
+    if args.json:
+        print_json(console, {"task": snapshot.model_dump(mode="json"),
+                             "history": [r.model_dump(mode="json") for r in history]})
+        return code
     console.print(snapshot_table(snapshot))
     console.print(history_table(history))
     return code

@@ -27,6 +27,7 @@ __all__ = [
     "history_table",
     "one_line",
     "plain",
+    "print_json",
     "short",
     "snapshot_table",
     "status_text",
@@ -90,6 +91,14 @@ def one_line(console: Console, markup: str) -> None:
     at the terminal width — 80 columns when the output is not a terminal. Build
     ``markup`` with :func:`plain` around stored text, which also escapes newlines."""
     console.print(markup, highlight=False, soft_wrap=True, emoji=False)
+
+
+def print_json(console: Console, document: object) -> None:
+    """Print ``document`` as one line of JSON for scripts (``--json``): not wrapped, no
+    markup read and nothing highlighted; every control character a stored text holds
+    escaped by the encoding (``\\u001b``), non-ASCII text as it is."""
+    console.out(json.dumps(document, ensure_ascii=False, separators=(",", ":")),
+                highlight=False)
 
 
 def cell(value: object) -> Text:

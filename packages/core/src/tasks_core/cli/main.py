@@ -204,7 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=number, default=50,
                    help=f"page size, 1..{MAX_PAGE} (default 50)")
     p.add_argument("--after", help="the last id of the previous page")
-    p.add_argument("--wide", action="store_true", help="more columns")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--wide", action="store_true", help="more columns")
+    shape.add_argument("--json", action="store_true",
+                       help="print the page as one JSON object: tasks, next_after, capped")
     p.add_argument("--scan", type=number, default=10_000, metavar="N",
                    help=f"read at most N matching tasks (1..{MAX_SCAN}) to order them "
                         "(default 10000)")
@@ -218,8 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", parents=[common, withapp, who], help="a task and its event history")
     p.add_argument("id")
-    p.add_argument("--follow", "-f", action="store_true",
-                   help="draw live progress until the task ends")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--follow", "-f", action="store_true",
+                       help="draw live progress until the task ends")
+    shape.add_argument("--json", action="store_true",
+                       help="print the task and its history as one JSON object")
 
     p = sub.add_parser("cancel", parents=[common, withapp, who], help="cancel a task")
     p.add_argument("id")

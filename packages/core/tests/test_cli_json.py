@@ -1,0 +1,125 @@
+"""``tasks ls --json`` and ``tasks show --json``: one JSON document on stdout for scripts,
+holding exactly what the reads return (a snapshot reads back as the ``Snapshot`` the API
+returns, a history record as its ``EventRecord``), whatever the console's width, with
+the same refusals as the tables."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
+from rich.console import Console
+from tasks_core import App, EventRecord, ManualClock, Snapshot, TaskContext, TaskNotFound
+from tasks_core.cli.main import run
+
+pytestmark = pytest.mark.anyio
+
+
+async def _cli(app: App, *argv: str, width: int = 200) -> tuple[int, str]:
+    out = io.StringIO()
+    code = await run(list(argv), app=app,
+                     console=Console(file=out, width=width, color_system=None))
+    return code, out.getvalue()
+
+
+def _document(out: str) -> Any:
+    """The one JSON document ``out`` holds (nothing else: ``json.loads`` refuses more)."""
+    return json.loads(out)
+
+
+async def test_ls_json_is_the_page_as_the_api_reads_it() -> None:
+    """``ls --json`` MUST print one JSON object: ``tasks``, the page newest first, each
+    reading back as the task ``app.get`` returns (input, result and status included);
+    ``next_after``, the ``--after`` of the next page (``null`` on the last); and
+    ``capped``, whether ``--scan`` stopped the read."""
+    clock = ManualClock()
+    app = make_app(clock)
+    async with app:
+        ids = []
+        for n in range(3):
+            ids.append((await app.submit("job", {"n": n}, ALICE, priority=n)).id)
+            clock.advance(1)
+        _, first = await _cli(app, "ls", "--system", "--json", "--limit", "2")
+        _, second = await _cli(app, "ls", "--system", "--json", "--limit", "2",
+                                  "--after", ids[1])
+        page, last = _document(first), _document(second)
+        assert [t["id"] for t in page["tasks"]] == [ids[2], ids[1]]
+        assert (page["next_after"], page["capped"]) == (ids[1], False)
+        assert [t["id"] for t in last["tasks"]] == [ids[0]]
+        assert last["next_after"] is None
+        for task in page["tasks"] + last["tasks"]:
+            assert Snapshot.model_validate_json(json.dumps(task)) == await app.get(
+                task["id"], ALICE)
+        _, capped = await _cli(app, "ls", "--system", "--json", "--scan", "1")
+        assert _document(capped)["capped"] is True
+
+
+async def test_show_json_is_the_task_and_its_history_as_the_api_reads_them() -> None:
+    """``show --json`` MUST print one JSON object: ``task``, as ``app.get`` reads it, and
+    ``history``, every record as ``app.history`` returns it, in order."""
+    app = make_app()
+
+    @app.task(name="add")
+    async def add(ctx: TaskContext, a: int, b: int) -> int:
+        ctx.progress(50, "half")
+        return a + b
+
+    async with app:
+        task_id = (await app.submit("add", {"a": 2, "b": 3}, ALICE)).id
+        async with fast_worker(app):
+            await app.wait(task_id, ALICE, timeout=TIMEOUT)
+        code, out = await _cli(app, "show", task_id, "--user", "alice", "--json")
+        shown = _document(out)
+        assert code == 0
+        assert Snapshot.model_validate_json(json.dumps(shown["task"])) == await app.get(
+            task_id, ALICE)
+        assert [EventRecord.model_validate_json(json.dumps(r)) for r in shown["history"]] == (
+            await app.history(task_id, ALICE))
+        assert shown["task"]["result"] == 5
+
+
+async def test_json_is_whole_on_a_narrow_console_and_escapes_control_characters() -> None:
+    """Printed to a console of 20 columns, the document MUST still be one JSON text (no
+    wrapping, no markup read from stored text), and a stored control character MUST
+    reach the output escaped, never raw."""
+    app = make_app()
+    async with app:
+        stored = {"note": "[bold]x[/bold] \x1b[31mred " + "long " * 40}
+        task_id = (await app.submit("job", stored, ALICE)).id
+        _, listed = await _cli(app, "ls", "--user", "alice", "--json", width=20)
+        _, shown = await _cli(app, "show", task_id, "--user", "alice", "--json", width=20)
+        assert _document(listed)["tasks"][0]["work"]["input"] == stored
+        assert _document(shown)["task"]["work"]["input"] == stored
+        assert "\x1b" not in listed + shown
+
+
+async def test_show_json_of_a_task_you_may_not_see_reads_like_a_missing_one() -> None:
+    """``show --json`` MUST refuse another owner's task exactly as a missing one (the same
+    error and message), printing nothing."""
+    app = make_app()
+    async with app:
+        task_id = (await app.submit("job", None, ALICE)).id
+        refusals = []
+        for asked in (task_id, "no-such-task"):
+            out = io.StringIO()
+            with pytest.raises(TaskNotFound) as refused:
+                await run(["show", asked, "--user", "bob", "--json"], app=app,
+                          console=Console(file=out, color_system=None))
+            assert out.getvalue() == ""
+            refusals.append(str(refused.value).replace(asked, "ID"))
+        assert refusals[0] == refusals[1]
+        assert (await app.get(task_id, ALICE)).owner == ALICE
+
+
+@pytest.mark.parametrize("argv", [["ls", "--wide"], ["show", "x", "--follow"]])
+async def test_json_refuses_the_options_that_draw_for_a_person(argv: list[str]) -> None:
+    """``--json`` with ``--wide`` (``ls``) or ``--follow`` (``show``) MUST be refused as a
+    usage error (exit 2) before anything is read."""
+    app = make_app()
+    async with app:
+        with pytest.raises(SystemExit) as exited:
+            await _cli(app, *argv, "--system", "--json")
+        assert exited.value.code == 2
