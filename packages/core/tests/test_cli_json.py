@@ -1,12 +1,13 @@
-"""``tasks ls --json`` and ``tasks show --json``: one JSON document on stdout for scripts,
-holding exactly what the reads return (a snapshot reads back as the ``Snapshot`` the API
-returns, a history record as its ``EventRecord``), whatever the console's width, with
-the same refusals as the tables."""
+"""``--json`` of the reads (``ls``, ``show``, ``workers``, ``periodic``): one JSON document
+on stdout for scripts, holding exactly what the reads return (a snapshot reads back as the
+``Snapshot`` the API returns, a history record as its ``EventRecord``), whatever the
+console's width, with the same refusals as the tables."""
 
 from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -112,6 +113,64 @@ async def test_show_json_of_a_task_you_may_not_see_reads_like_a_missing_one() ->
             refusals.append(str(refused.value).replace(asked, "ID"))
         assert refusals[0] == refusals[1]
         assert (await app.get(task_id, ALICE)).owner == ALICE
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+async def test_workers_json_is_one_entry_per_worker_with_its_leases() -> None:
+    """``workers --json`` MUST print one JSON object: ``now``, the store's clock, and
+    ``workers``, busiest first, each with its id, its tasks by status (``running``,
+    ``held``, ``waiting``), its queues, its latest lease expiry and — with ``--lease`` —
+    its last heartbeat (that expiry less the lease), else ``null``."""
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    clock = ManualClock(start)
+    app = make_app(clock)
+    app.queue("a")
+    app.queue("b")
+    async with app:
+        for worker, queue in (("w1", "a"), ("w1", "b"), ("w2", "a")):
+            task = await app.submit("job", None, ALICE, queue=queue)
+            await app.store.claim(task.id, worker, 30)
+        clock.advance(5)
+        _, plain_out = await _cli(app, "workers", "--system", "--json")
+        _, heard_out = await _cli(app, "workers", "--system", "--json", "--lease", "30")
+    listed, heard = _document(plain_out), _document(heard_out)
+    assert _instant(listed["now"]) == start + timedelta(seconds=5)
+    assert [(w["worker_id"], w["running"], w["held"], w["waiting"], w["queues"])
+            for w in listed["workers"]] == [("w1", 2, 0, 0, ["a", "b"]),
+                                            ("w2", 1, 0, 0, ["a"])]
+    for worker in listed["workers"]:
+        assert _instant(worker["lease_expires"]) == start + timedelta(seconds=30)
+        assert worker["last_heartbeat"] is None
+    assert [_instant(w["last_heartbeat"]) for w in heard["workers"]] == [start, start]
+
+
+async def test_periodic_json_is_each_schedule_with_its_last_and_next_tick() -> None:
+    """``periodic --json`` MUST print one JSON object: ``now``, the store's clock, and
+    ``schedules``, each with its name, task, cadence, queue, catch-up, last tick (the
+    latest at or before ``now``), the status of that tick's task (``not created`` when
+    there is none) and next tick."""
+    clock = ManualClock(datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    app = make_app(clock)
+
+    @app.periodic(every=60)
+    @app.task
+    async def tick(ctx: TaskContext) -> None:
+        return None
+
+    async with app:
+        _, out = await _cli(app, "periodic", "--system", "--json")
+    shown = _document(out)
+    assert _instant(shown["now"]) == datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    [schedule] = shown["schedules"]
+    assert {key: schedule[key] for key in ("name", "task", "when", "queue", "catch_up",
+                                           "last_run")} == {
+        "name": "tick", "task": "tick", "when": "every 60s", "queue": "default",
+        "catch_up": 1, "last_run": "not created"}
+    assert _instant(schedule["last_tick"]) == datetime(2030, 1, 1, tzinfo=UTC)
+    assert _instant(schedule["next_tick"]) == datetime(2030, 1, 1, 0, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("argv", [["ls", "--wide"], ["show", "x", "--follow"]])

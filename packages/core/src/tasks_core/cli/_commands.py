@@ -17,10 +17,19 @@ from tasks_core.cli._dashboard import cmd_dashboard
 from tasks_core.cli._many import read_items
 from tasks_core.cli._options import duration
 from tasks_core.cli._periodic import cmd_periodic
-from tasks_core.cli._reads import follow, list_newest_first, live_leases, print_ls, workers_table
+from tasks_core.cli._reads import (
+    follow,
+    list_newest_first,
+    live_leases,
+    print_ls,
+    worker_rows,
+    workers_table,
+)
 from tasks_core.cli._render import (
     backends_table,
     history_table,
+    instant_json,
+    json_row,
     one_line,
     plain,
     print_json,
@@ -184,10 +193,14 @@ async def cmd_workers(app: App, args: argparse.Namespace, console: Console) -> i
     ``--system``: every tenant's, or ``--tenant``'s): their task counts and last
     heartbeat."""
     leased, now = await live_leases(app, authority_of(args), args.queue)
-    if not leased:
+    rows = worker_rows(leased, args.lease)
+    if args.json:
+        print_json(console, {"now": instant_json(now),
+                             "workers": [json_row(row._asdict()) for row in rows]})
+    elif not rows:
         one_line(console, "no live worker: no task holds a live lease")
-        return 0
-    console.print(workers_table(leased, now, args.lease))
+    else:
+        console.print(workers_table(rows, now))
     return 0
 
 

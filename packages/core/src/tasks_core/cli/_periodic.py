@@ -16,7 +16,15 @@ from rich.table import Table
 from rich.text import Text
 
 from tasks_core.authority import System
-from tasks_core.cli._render import cell, one_line, plain, status_text
+from tasks_core.cli._render import (
+    cell,
+    instant_json,
+    json_row,
+    one_line,
+    plain,
+    print_json,
+    status_text,
+)
 from tasks_core.errors import TaskNotFound
 from tasks_core.models import TaskStatus
 from tasks_core.periodic import Schedule
@@ -30,8 +38,11 @@ def add_periodic_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     """Add ``tasks periodic`` to the subcommands ``sub``, with the options of ``parents``
     (``--store``…; ``--app``, before the command or after it, required by
     ``_apps.NEEDS_APP``; the required ``--system``: ticks are read across tenants)."""
-    sub.add_parser("periodic", parents=parents,
-                   help="the schedules of the app (--app, @app.periodic): last and next ticks")
+    p = sub.add_parser("periodic", parents=parents,
+                       help="the schedules of the app (--app, @app.periodic): last and next "
+                            "ticks")
+    p.add_argument("--json", action="store_true",
+                   help="print the schedules as one JSON object: now, schedules")
 
 
 def _instant(tick: datetime | None, schedule: Schedule) -> str:
@@ -91,5 +102,13 @@ async def cmd_periodic(app: App, args: argparse.Namespace, console: Console) -> 
             else:
                 state = snapshot.status.value
         rows.append((schedule, last, state, schedule.following(now)))
-    console.print(schedules_table(rows, now))
+    if args.json:
+        print_json(console, {"now": instant_json(now), "schedules": [json_row({
+            "name": schedule.name, "task": schedule.task, "when": schedule.describe(),
+            "queue": schedule.queue, "catch_up": schedule.catch_up, "tz": schedule.tz,
+            "last_tick": last, "last_run": None if state == "-" else state,
+            "next_tick": following,
+        }) for schedule, last, state, following in rows]})
+    else:
+        console.print(schedules_table(rows, now))
     return 0

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.live import Live
@@ -27,8 +28,8 @@ from tasks_core.errors import InvalidInput
 from tasks_core.models import Snapshot, TaskStatus
 from tasks_core.runtime.app import App
 
-__all__ = ["NO_WORKER_AFTER_S", "follow", "list_newest_first", "live_leases",
-           "workers_table"]
+__all__ = ["NO_WORKER_AFTER_S", "WorkerRow", "follow", "list_newest_first", "live_leases",
+           "worker_rows", "workers_table"]
 
 NO_WORKER_AFTER_S = 5.0
 """How long a followed task waits, available and unclaimed, before the hint is printed."""
@@ -100,25 +101,53 @@ async def live_leases(app: App, authority: Authority, queue: str | None = None,
     return held, now
 
 
-def workers_table(leased: Iterable[Snapshot], now: datetime, lease: float | None) -> Table:
-    """``tasks workers``: one row per worker id holding live leases, busiest first;
-    ``lease``: the checked ``--lease`` (``_options``), or ``None``."""
-    rows: dict[str, list[Snapshot]] = {}
+class WorkerRow(NamedTuple):
+    """One worker of ``tasks workers``: its id, its leased tasks by status (running, held,
+    waiting for input), their queues, its latest lease expiry, and its last heartbeat
+    (that expiry less ``--lease``; ``None`` without it)."""
+
+    worker_id: str
+    running: int
+    held: int
+    waiting: int
+    queues: list[str]
+    lease_expires: datetime
+    last_heartbeat: datetime | None
+
+
+def worker_rows(leased: Iterable[Snapshot], lease: float | None) -> list[WorkerRow]:
+    """The workers holding the live leases of ``leased``, busiest first; ``lease``: the
+    checked ``--lease`` (``_options``), or ``None``."""
+    by_worker: dict[str, list[Snapshot]] = {}
     for snapshot in leased:
         assert snapshot.claim is not None
-        rows.setdefault(snapshot.claim.worker_id, []).append(snapshot)
-    last = "LAST HEARTBEAT" if lease is not None else "LEASE EXPIRES"
-    table = Table(header_style="bold")
-    for column in ("WORKER", "RUNNING", "HELD", "WAITING", "QUEUES", last):
-        table.add_column(column, no_wrap=True)
-    for worker, tasks in sorted(rows.items(), key=lambda item: (-len(item[1]), item[0])):
+        by_worker.setdefault(snapshot.claim.worker_id, []).append(snapshot)
+    rows = []
+    for worker, tasks in sorted(by_worker.items(), key=lambda item: (-len(item[1]), item[0])):
         expiry = max(s.claim.expires_at for s in tasks if s.claim is not None)
-        seen = expiry - timedelta(seconds=lease) if lease is not None else expiry
+        running, held, waiting = (sum(1 for s in tasks if s.status == status)
+                                  for status in LEASED)
+        rows.append(WorkerRow(
+            worker, running, held, waiting, sorted({s.queue for s in tasks}), expiry,
+            None if lease is None else expiry - timedelta(seconds=lease)))
+    return rows
+
+
+def workers_table(rows: Iterable[WorkerRow], now: datetime) -> Table:
+    """``tasks workers``: one row per worker (:func:`worker_rows`); its last heartbeat
+    when known, else its latest lease expiry."""
+    rows = list(rows)
+    heard = any(row.last_heartbeat is not None for row in rows)
+    table = Table(header_style="bold")
+    for column in ("WORKER", "RUNNING", "HELD", "WAITING", "QUEUES",
+                   "LAST HEARTBEAT" if heard else "LEASE EXPIRES"):
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        seen = row.last_heartbeat or row.lease_expires
         ago = (now - seen).total_seconds()
         when = f"{seen:%Y-%m-%d %H:%M:%S} UTC ({abs(ago):.0f}s {'ago' if ago >= 0 else 'ahead'})"
-        counts = [sum(1 for s in tasks if s.status == status) for status in LEASED]
-        queues = ", ".join(sorted({s.queue for s in tasks}))
-        table.add_row(cell(worker), *(str(n) for n in counts), cell(queues), when)
+        table.add_row(cell(row.worker_id), str(row.running), str(row.held), str(row.waiting),
+                      cell(", ".join(row.queues)), when)
     return table
 
 

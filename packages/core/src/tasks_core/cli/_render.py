@@ -25,6 +25,8 @@ __all__ = [
     "backends_table",
     "cell",
     "history_table",
+    "instant_json",
+    "json_row",
     "one_line",
     "plain",
     "print_json",
@@ -99,6 +101,18 @@ def print_json(console: Console, document: object) -> None:
     escaped by the encoding (``\\u001b``), non-ASCII text as it is."""
     console.out(json.dumps(document, ensure_ascii=False, separators=(",", ":")),
                 highlight=False)
+
+
+def instant_json(value: datetime) -> str:
+    """An instant as ``--json`` spells it: ISO 8601 in UTC, as a model's JSON spells one
+    (``2026-12-07T03:51:42.420000Z``)."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def json_row(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with each instant spelled by :func:`instant_json` (``--json``)."""
+    return {name: instant_json(value) if isinstance(value, datetime) else value
+            for name, value in fields.items()}
 
 
 def cell(value: object) -> Text:

@@ -218,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", action=Seconds, metavar="DURATION",
                    help="the workers' lease length (tasks worker --lease, checked the "
                         "same way): shows the last heartbeat instead of the lease's expiry")
+    p.add_argument("--json", action="store_true",
+                   help="print the workers as one JSON object: now, workers")
 
     p = sub.add_parser("show", parents=[common, withapp, who], help="a task and its event history")
     p.add_argument("id")
