@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -133,10 +133,9 @@ def worker_rows(leased: Iterable[Snapshot], lease: float | None) -> list[WorkerR
     return rows
 
 
-def workers_table(rows: Iterable[WorkerRow], now: datetime) -> Table:
+def workers_table(rows: Sequence[WorkerRow], now: datetime) -> Table:
     """``tasks workers``: one row per worker (:func:`worker_rows`); its last heartbeat
     when known, else its latest lease expiry."""
-    rows = list(rows)
     heard = any(row.last_heartbeat is not None for row in rows)
     table = Table(header_style="bold")
     for column in ("WORKER", "RUNNING", "HELD", "WAITING", "QUEUES",

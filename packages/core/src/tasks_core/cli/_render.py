@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import TypeAdapter
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from tasks_core._inert import inert
 from tasks_core.events import EventRecord
-from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.models import Instant, Snapshot, TaskStatus
 from tasks_core.plugins import StoreSpec
 
 __all__ = [
@@ -103,10 +104,13 @@ def print_json(console: Console, document: object) -> None:
                 highlight=False)
 
 
+_INSTANT = TypeAdapter(Instant)
+
+
 def instant_json(value: datetime) -> str:
-    """An instant as ``--json`` spells it: ISO 8601 in UTC, as a model's JSON spells one
+    """An instant as ``--json`` spells it: as a model's JSON spells an ``Instant``
     (``2026-12-07T03:51:42.420000Z``)."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(_INSTANT.dump_python(value, mode="json"))
 
 
 def json_row(fields: dict[str, Any]) -> dict[str, Any]:

@@ -299,12 +299,7 @@ def _created(tables: Tables, channel: str) -> sa.Select[Any]:
         scopes.c.active + scopes.c.n > sa.bindparam("max_active", type_=sa.BigInteger)))
     clocked = sa.select(locked.c.now).where(~full).cte("r").prefix_with("MATERIALIZED")
     inserted, *rest = _inserted(tables, channel, *_at_clock(rows, clocked))
-    return sa.select(
-        sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
-        sa.select(clocked.c.now).scalar_subquery(),
-        sa.select(mode.c.value).scalar_subquery(),
-        *_counts(*rest, _bounds_stored(tables, scopes, inserted)),
-    )
+    return _answer(inserted, clocked, mode, *rest, _bounds_stored(tables, scopes, inserted))
 
 
 def _created_uncounted(tables: Tables, channel: str) -> sa.Select[Any]:
@@ -326,11 +321,18 @@ def _created_uncounted(tables: Tables, channel: str) -> sa.Select[Any]:
         .prefix_with("MATERIALIZED")
     )
     inserted, _counted, *rest = _inserted(tables, channel, *_at_clock(_new_rows(), clocked))
+    return _answer(inserted, clocked, mode, *rest)  # (a CTE not selected is not sent)
+
+
+def _answer(inserted: sa.CTE, clocked: sa.CTE, mode: sa.CTE, *written: sa.CTE) -> sa.Select[Any]:
+    """What a create statement returns: the ids ``inserted`` (``NULL`` for none), the
+    clock of ``clocked`` (``NULL``: nothing written), the creators' row's ``mode``, and
+    the rows each CTE of ``written`` wrote."""
     return sa.select(
         sa.select(sa.func.array_agg(inserted.c.id)).scalar_subquery(),
         sa.select(clocked.c.now).scalar_subquery(),
         sa.select(mode.c.value).scalar_subquery(),
-        *_counts(*rest),
+        *_counts(*written),
     )
 
 
