@@ -245,3 +245,36 @@ async def test_login_returns_to_the_page_asked_for(client: httpx.AsyncClient) ->
     assert "/tasks?status=pending" == good.headers["location"]
     plain = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf})
     assert "/" == plain.headers["location"]
+
+
+async def test_login_returns_to_a_page_whose_query_holds_a_slash(
+        client: httpx.AsyncClient) -> None:
+    """Only the path of ``next`` decides where a login goes: an encoded ``/`` or ``\\`` in
+    its query (a key ``a/b`` in a filter, a task id) MUST NOT refuse the login, while the
+    same in its path does."""
+    csrf = csrf_of((await client.get("/login")).text)
+    for wanted in ("/task?id=bob%3A%3Aa%2Fb", "/tasks?key=a%5Cb&queue=web"):
+        good = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf,
+                                                 "next": wanted})
+        assert 303 == good.status_code, wanted
+        assert wanted == good.headers["location"]
+    for bad in ("/%2f%2fevil.example", "/%5cevil.example"):
+        refused = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf,
+                                                    "next": bad})
+        assert 400 == refused.status_code, bad
+
+
+async def test_an_error_page_for_a_visitor_links_no_static_file(
+        client: httpx.AsyncClient) -> None:
+    """An error page shown before the login (a refused ``next``, a missing CSRF token)
+    MUST NOT link the static files a visitor may not load, as the login page does not."""
+    csrf = csrf_of((await client.get("/login")).text)
+    refused = await client.post("/login", data={"token": TOKEN, "csrf_token": csrf,
+                                                "next": "//evil.example"})
+    no_csrf = await client.post("/login", data={"token": TOKEN})
+    for page in (refused, no_csrf):
+        assert page.status_code in (400, 403)
+        assert "/static/" not in page.text
+    operator = await client.get("/task?id=missing", headers=BEARER)
+    assert 404 == operator.status_code
+    assert "/static/dashboard.css" in operator.text

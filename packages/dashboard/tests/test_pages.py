@@ -99,6 +99,19 @@ async def test_a_listing_of_whole_pages_ends_without_an_empty_page(
     assert [*sorted(made, reverse=True), keyed] == [i for p in pages for i in p]
 
 
+@pytest.mark.parametrize("count", [50, 100])
+async def test_keyed_tasks_filling_whole_pages_end_without_an_empty_page(
+        client: httpx.AsyncClient, app: App, count: int) -> None:
+    """Keyed tasks filling whole pages MUST end on their last full page: no "Older →" to
+    an empty one."""
+    keyed = [s.id for s in await app.submit_many(
+        [SubmitItem(task="steps", input={"count": 1}, key=f"f{n:03}") for n in range(count)],
+        Owner("carol"))]
+    pages = await walk(client, "/tasks?view=keyed&owner=carol")
+    assert all(pages), [len(p) for p in pages]
+    assert sorted(keyed) == [i for p in pages for i in p]
+
+
 async def test_newest_first_link_drops_the_key_filter(
         client: httpx.AsyncClient, app: App) -> None:
     """A key filter lists keyed tasks: "Newest first" MUST lead to the newest tasks under
@@ -288,6 +301,17 @@ async def test_a_lease_is_shown_as_live_only_while_the_task_holds_it(
     ended = (await client.get(f"/task?id={submitted.id}", headers=BEARER)).text
     assert "<th>last lease (ended)</th><td>worker-7</td>" in ended
     assert "expires" not in ended
+
+
+async def test_an_error_page_shortens_a_long_value_with_spaces(
+        client: httpx.AsyncClient) -> None:
+    """A long value with spaces in it (``"ab "`` 300 times) MUST be cut too: the page
+    shows at most the first :data:`SHOWN_RUN` characters of any value."""
+    for path in ("/task?id=" + "ab%20" * 300, "/tasks?status=" + "ab%20" * 300):
+        page = await client.get(path, headers=BEARER)
+        assert page.status_code in (400, 404), path
+        assert "ab " * 30 in page.text
+        assert "ab " * 40 not in page.text
 
 
 @pytest.mark.parametrize("path", ["/task?id=" + "x" * 1000, "/tasks?status=" + "x" * 2000])

@@ -274,3 +274,42 @@ async def test_text_that_is_not_printable_is_shown_as_its_escape(
     data = [json.loads(line[len("data: "):]) for line in events.text.splitlines()
             if line.startswith("data: {\"")]
     assert "copying abc\\u202egnp.exe" == data[0]["message"]
+
+
+async def test_credentials_that_are_not_ascii_are_refused_not_a_server_error(
+        client: httpx.AsyncClient, app: App) -> None:
+    """A session cookie or CSRF token holding a character beyond ASCII MUST be refused as
+    a wrong one (401, 403) with the security headers, never a 500."""
+    csrf = csrf_of((await client.get("/login")).text)
+    await client.post("/login", data={"token": TOKEN, "csrf_token": csrf})
+    name = auth_cookie(client)
+    good = client.cookies[name]
+    submitted = await app.submit("steps", {"count": 1}, Owner("alice"))
+    bad_mac = await client.post("/task/cancel", data={"id": submitted.id,
+                                                      "csrf_token": csrf[:-1] + "é"})
+    assert 403 == bad_mac.status_code
+    assert "DENY" == bad_mac.headers["x-frame-options"]
+    client.cookies.clear()
+    refused = await client.get(
+        "/", headers={"cookie": f"{name}={good[:-1]}é".encode()})
+    assert 401 == refused.status_code
+    assert "DENY" == refused.headers["x-frame-options"]
+    assert "pending" == (await app.get(submitted.id, System())).status
+
+
+async def test_an_unexpected_failure_is_a_500_with_the_security_headers(app: App) -> None:
+    """A failure the dashboard does not expect (here the store's counts raising
+    ``RuntimeError``) MUST still answer 500 with the headers every response carries, and
+    without the failure's text."""
+    web = create_app(app, token=TOKEN)
+
+    async def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("the store broke")
+    app.store.counts = broken  # type: ignore[method-assign]
+    transport = httpx.ASGITransport(app=web, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        response = await c.get("/", headers=BEARER)
+    assert 500 == response.status_code
+    assert "the store broke" not in response.text
+    assert "DENY" == response.headers["x-frame-options"]
+    assert "no-store" == response.headers["cache-control"]

@@ -33,6 +33,7 @@ from tasks_core import (
 )
 
 from tasks_dashboard._security import (
+    OPERATOR,
     Authorize,
     DashboardConfigError,
     Gate,
@@ -46,14 +47,18 @@ __all__ = ["create_app"]
 _STATUS = ((TaskNotFound, 404), (InvalidInput, 400), (AuthorizationError, 403),
            (StoreUnavailable, 503))
 SHOWN_RUN = 100
-"""An error page shows at most this many characters of a value without a space (a bad
-status, an id), then "…"."""
+"""An error page shows at most this many characters of a value it names (a bad status, an
+id), then "…"."""
 
 
 def brief(message: str) -> str:
-    """``message`` with every run of more than :data:`SHOWN_RUN` characters without a
-    space (the bad value it names) cut to its first :data:`SHOWN_RUN` and "…"."""
-    return re.sub(rf"\S{{{SHOWN_RUN + 1},}}", lambda m: m.group()[:SHOWN_RUN] + "…", message)
+    """``message`` with each value it quotes (``'…'`` or ``"…"``, as ``repr`` quotes) and
+    every run of more than :data:`SHOWN_RUN` characters without a space cut to its first
+    :data:`SHOWN_RUN` and "…"."""
+    def cut(found: re.Match[str]) -> str:
+        text = found.group()
+        return text if len(text) <= SHOWN_RUN else text[:SHOWN_RUN] + "…"
+    return re.sub(rf"""'[^']*'|"[^"]*"|\S{{{SHOWN_RUN + 1},}}""", cut, message)
 
 
 def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
@@ -101,11 +106,12 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
                 await app.aclose()
 
     async def failed(request: Request, exc: Exception) -> Response:
+        visitor = not getattr(request.state, OPERATOR, False)  # no static files for one
         if isinstance(exc, HTTPException):
-            return views.render(request, "error.html", exc.status_code,
+            return views.render(request, "error.html", exc.status_code, login_page=visitor,
                                 message=brief(str(exc.detail)), headers=exc.headers)
         status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
-        return views.render(request, "error.html", status,
+        return views.render(request, "error.html", status, login_page=visitor,
                             message=brief(f"{type(exc).__name__}: {exc}"))
 
     routes = [

@@ -335,7 +335,8 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
     """Tasks with keyed ids and periodic ticks (every id but the random ones) in id order,
     after ``after``; the ids below :data:`TICK_PREFIX` that begin with ``"::"`` (random
     ones, made before the year 2400) are skipped in one step, any other random id as it
-    is read; at most :data:`SCAN_BUDGET` tasks read.
+    is read; at most :data:`SCAN_BUDGET` tasks read. A page has a next one only when a task
+    past it matches (the listing reads on to one more).
 
     Raises:
         StoreUnavailable: the store failed.
@@ -355,8 +356,8 @@ async def keyed(app: App, authority: System, *, statuses: list[TaskStatus] | Non
                 continue
             if keep is None or keep(task):
                 found.append(task)
-                if len(found) == limit:
-                    return Listing(found, task.id, scanned)
+                if len(found) > limit:  # one more than a page: the page has a next one
+                    return Listing(found[:limit], found[limit - 1].id, scanned)
         if more is None:
             return Listing(found, None, scanned)
     return Listing(found, cursor, scanned, exhausted=True)

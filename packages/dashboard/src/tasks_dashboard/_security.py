@@ -53,6 +53,10 @@ login is refused (429) without comparing the token."""
 THROTTLE_S = 60.0
 BEARER_STATE = "tasks_dashboard_bearer"
 """The request state the gate sets when it let a request in by its Bearer token."""
+OPERATOR = "tasks_dashboard_operator"
+"""The request state the gate sets on every request it lets in: whether it was let in as
+an operator (``False``: a visitor's login form), so an error page links static files only
+for an operator."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 SECURITY_HEADERS = {
@@ -128,8 +132,9 @@ class BadNext(HTTPException):
 def next_path(given: str, root: str) -> str:
     """Where a login returns: ``given`` when it is a path inside the dashboard (mounted at
     ``root``, ``""`` at the top) — it begins with ``root + "/"``, never ``//`` nor a
-    backslash, holds no ``.`` or ``..`` segment and no ``%2e`` in its path (browsers read
-    ``.%2e`` as ``..``), no scheme or control character — else the queues
+    backslash, holds no ``.`` or ``..`` segment and no ``%2e``, ``%2f`` or ``%5c`` in its
+    path (browsers read ``.%2e`` as ``..``; its query may hold any), no scheme or control
+    character — else the queues
     (``root + "/"``) when ``given`` is empty.
 
     Raises:
@@ -140,8 +145,8 @@ def next_path(given: str, root: str) -> str:
     lowered = given.lower()
     path = lowered.partition("?")[0]
     if not given.startswith(root + "/") or given.startswith("//") or "\\" in given \
-            or not given.isprintable() or "%2e" in path or "%2f" in lowered \
-            or "%5c" in lowered or ":" in path \
+            or not given.isprintable() or "%2e" in path or "%2f" in path \
+            or "%5c" in path or ":" in path \
             or any(segment in (".", "..") for segment in path.split("/")):
         raise BadNext()
     return given
@@ -265,7 +270,7 @@ class Guard:
         body, _, mac = value.rpartition(".")
         issued, _, sid = body.partition(".")
         if not issued.isdigit() or not sid \
-                or not hmac.compare_digest(mac, self._mac("auth", body)):
+                or not same_text(mac, self._mac("auth", body)):
             return None
         return int(issued), sid
 
@@ -347,7 +352,7 @@ class Guard:
         sid = request.cookies.get(self.csrf_cookie, "")
         given = form.get(CSRF_FIELD)
         if not sid or not isinstance(given, str) \
-                or not hmac.compare_digest(given, self._mac("csrf", sid)):
+                or not same_text(given, self._mac("csrf", sid)):
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and "
                                      "try again")
         return form
@@ -356,11 +361,12 @@ class Guard:
 class Gate:
     """ASGI middleware: security headers on every response, a Host header outside
     ``allowed_hosts`` (when given) refused, the CSRF cookie set once, and every request but
-    the login form refused unless :meth:`Guard.allows` it.
+    the login form refused unless :meth:`Guard.allows` it (:data:`OPERATOR` says which).
 
     Raises:
-        Nothing: its refusals (:class:`HostRefused`, :class:`TooManyFailedLogins`, 401,
-            403) are responses.
+        Exception: an unexpected failure of the app, after a plain 500 with the headers
+            (for the server to log); its refusals (:class:`HostRefused`,
+            :class:`TooManyFailedLogins`, 401, 403) are responses.
     """
 
     def __init__(self, app: ASGIApp, guard: Guard,
@@ -382,8 +388,12 @@ class Gate:
             scope.setdefault("state", {})["csrf_sid"] = new_sid
         path = scope.get("root_path", "") or "/"
 
+        started = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
@@ -393,12 +403,22 @@ class Gate:
             await send(message)
 
         try:
+            await self._guarded(scope, receive, request, send_with_headers)
+        except Exception:
+            if not started:  # the server's own 500 would go out without the headers
+                await PlainTextResponse("Internal Server Error", 500)(
+                    scope, receive, send_with_headers)
+            raise
+
+    async def _guarded(self, scope: Scope, receive: Receive, request: Request,
+                       send_with_headers: Send) -> None:
+        try:
             if self.allowed_hosts is not None and host_name(
                     request.headers.get("host", "")) not in self.allowed_hosts:
                 raise HostRefused(self.allowed_hosts)
             route = scope["path"][len(scope.get("root_path", "")):] or "/"
-            allowed = (route == LOGIN_PATH and self.guard.login_enabled
-                       ) or await self.guard.allows(request)
+            visitor = route == LOGIN_PATH and self.guard.login_enabled  # anyone's form
+            allowed = visitor or await self.guard.allows(request)
         except (HostRefused, TooManyFailedLogins) as refused:
             response: Response = PlainTextResponse(refused.detail, refused.status_code,
                                                    headers=refused.headers)
@@ -408,6 +428,7 @@ class Gate:
             response = self._refusal(request)
             await response(scope, receive, send_with_headers)
             return
+        scope.setdefault("state", {})[OPERATOR] = not visitor
         await self.app(scope, receive, send_with_headers)
 
     def _refusal(self, request: Request) -> Response:
@@ -420,6 +441,12 @@ class Gate:
             response = PlainTextResponse("operator token required", 401)
         response.headers["www-authenticate"] = 'Bearer realm="tasks-dashboard"'
         return response
+
+
+def same_text(given: str, expected: str) -> bool:
+    """Whether ``given`` (from the client: any text) is ``expected``, in constant time
+    (``hmac.compare_digest`` of their UTF-8 bytes: of ``str`` it refuses non-ASCII)."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def cookie(name: str, value: str, path: str, *, max_age: int | None = None,
