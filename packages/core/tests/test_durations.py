@@ -125,11 +125,12 @@ def _worker(option: str) -> Callable[[App, Any], Awaitable[object]]:
     return apply
 
 
-def _wait_sync(value: Any) -> object:
-    """``CancelToken.wait_sync`` of a token already cancelled: it returns at once."""
+async def _wait_sync(app: App, value: Any) -> object:
+    """``CancelToken.wait_sync`` of a token already cancelled, in a thread (as a sync
+    handler calls it): it returns at once."""
     token = CancelToken()
     token.cancel(CancelReason.USER)
-    return token.wait_sync(value)
+    return await asyncio.to_thread(token.wait_sync, value)
 
 
 async def _shutdown(app: App, value: Any) -> object:
@@ -179,7 +180,7 @@ OPTIONS = [
            MAX_KEEP_S, zero=True, none=True),
     Option("app.wait(timeout)", "timeout", _wait, MAX_WAIT_S, zero=True, none=True),
     _interval("app.watch(poll_interval)", "poll_interval", _watch, none=True),
-    Option("token.wait_sync(timeout)", "timeout", _sync(_wait_sync), MAX_WAIT_S, zero=True,
+    Option("token.wait_sync(timeout)", "timeout", _wait_sync, MAX_WAIT_S, zero=True,
            none=True),
     Option("Worker(lease_for)", "lease_for", _worker("lease_for"), MAX_LEASE_S,
            low=MIN_INTERVAL_S),

@@ -55,6 +55,18 @@ async def test_token_wakes_async_and_thread_waiters() -> None:
     assert [True] == woke
 
 
+async def test_a_blocking_wait_on_an_event_loop_is_refused() -> None:
+    """``wait_sync`` MUST refuse to block a thread that runs an event loop (an async
+    handler's worker loop: no heartbeat, no cancel, no other run while it waits), even on
+    a token already cancelled."""
+    token = CancelToken()
+    with pytest.raises(RuntimeError, match=r"await token\.wait"):
+        token.wait_sync(0.5)
+    token.cancel(CancelReason.USER)
+    with pytest.raises(RuntimeError, match=r"await token\.wait"):
+        token.wait_sync(0.5)
+
+
 def test_every_cause_has_one_stored_message() -> None:
     """Each cause MUST render its stored error type and message from the one table."""
     assert ("Cancelled", "Cancelled by user") == reason_error(CancelReason.USER)

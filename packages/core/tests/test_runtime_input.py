@@ -61,6 +61,29 @@ async def test_two_questions_asked_at_once_are_answered_in_the_same_run() -> Non
                                                                           done.result)
 
 
+async def test_the_same_answers_sent_again_answer_a_question_asked_since() -> None:
+    """A form answering every question, sent again after a new one was asked, MUST answer
+    that one (``applied``); sent again before any new question, it is a safe retry
+    (``duplicate``)."""
+    app = make_app()
+
+    @app.task
+    async def ask_in_turn(ctx: TaskContext) -> Any:
+        return [await ctx.request_input("a", {}), await ctx.request_input("b", {})]
+
+    form = {"a": 1, "b": 2}
+    async with app:
+        t = await app.submit(ask_in_turn, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, t.id, ALICE, lambda s: "a" in s.input_requests)
+            assert "applied" == (await app.respond(t.id, form, ALICE)).outcome
+            await until(app, t.id, ALICE, lambda s: "b" in s.input_requests)
+            assert "applied" == (await app.respond(t.id, form, ALICE)).outcome
+            assert "duplicate" == (await app.respond(t.id, form, ALICE)).outcome
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, [1, 2]) == (done.status, done.result)
+
+
 async def test_a_parked_run_frees_its_slot_and_reruns_with_the_stored_answer() -> None:
     """After the park time the run MUST release its lease without writing (the task
     waits in ``waiting_input``, holding no worker); the answer MUST make it claimable; the

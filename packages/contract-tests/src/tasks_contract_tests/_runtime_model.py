@@ -351,7 +351,7 @@ class Model:
     def respond(self, task_id: str, principal: Owner | System, answers: dict[str, Any]) -> str:
         """``applied``, ``duplicate`` or ``unchanged``."""
         task = self.request(task_id, principal, "respond")
-        event_id = "respond:" + repr(sorted(answers.items()))
+        event_id = f"respond:{len(task.asked)}:{sorted(answers.items())!r}"
         if event_id in task.applied:
             return "duplicate"
         matched = {k: v for k, v in answers.items() if k in task.outstanding}

@@ -98,9 +98,17 @@ class CancelToken:
         Raises:
             InvalidInput: ``timeout`` is not ``None`` or a finite number in
                 ``[0, MAX_WAIT_S]`` (see :mod:`tasks_core.durations`).
+            RuntimeError: called where an event loop runs (an async handler), which it
+                would block: ``await token.wait()`` there.
         """
         timeout = check_duration(timeout, "timeout", high=MAX_WAIT_S, allow_zero=True,
                                  allow_none=True)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("wait_sync would block this event loop: await token.wait()")
         with self._lock:
             if self._reason is not None:
                 return True

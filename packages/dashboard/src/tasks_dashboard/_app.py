@@ -32,11 +32,10 @@ from tasks_core import (
     TaskStore,
 )
 
+from tasks_dashboard._gate import OPERATOR, Gate
 from tasks_dashboard._security import (
-    OPERATOR,
     Authorize,
     DashboardConfigError,
-    Gate,
     Guard,
     allowed_host_names,
 )

@@ -1,6 +1,6 @@
-"""Who may use the dashboard, and what every response carries.
+"""Who may use the dashboard: the checks :class:`~tasks_dashboard._gate.Gate` makes.
 
-:class:`Gate` wraps the whole ASGI app, static files included: a request passes with the
+The gate wraps the whole ASGI app, static files included: a request passes with the
 operator token (an ``Authorization: Bearer`` header, or the signed session cookie that the
 login form sets after a constant-time comparison) or when the embedding app's
 ``authorize(request)`` says yes; views act as ``System()`` only behind it. Before that, a
@@ -8,8 +8,7 @@ dashboard given ``allowed_hosts`` refuses any other Host header (DNS rebinding),
 :data:`FAILED_LOGINS` failed logins a minute (:class:`Throttle`) a token is refused without
 being compared. Forms carry a CSRF token (an HMAC of the browser's random CSRF cookie under
 a per-process secret) that :meth:`Guard.form` checks on every POST. Cookies are HttpOnly
-and SameSite=Strict, named per dashboard; every response has a CSP without inline scripts
-or styles, and is never cached.
+and SameSite=Strict, named per dashboard.
 """
 
 from __future__ import annotations
@@ -25,16 +24,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from starlette.datastructures import FormData, MutableHeaders
+from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tasks_core._inert import inert
 
-__all__ = ["FAILED_LOGINS", "SECURITY_HEADERS", "Authorize", "BadNext", "DashboardConfigError",
-           "Gate", "Guard", "HostRefused", "Throttle", "TooManyFailedLogins",
-           "allowed_host_names", "loopback_hosts", "next_path"]
+__all__ = ["FAILED_LOGINS", "Authorize", "BadNext", "DashboardConfigError", "Guard",
+           "HostRefused", "Throttle", "TooManyFailedLogins", "allowed_host_names", "cookie",
+           "loopback_hosts", "next_path", "same_text"]
 
 log = logging.getLogger("tasks_dashboard")
 
@@ -53,23 +50,7 @@ login is refused (429) without comparing the token."""
 THROTTLE_S = 60.0
 BEARER_STATE = "tasks_dashboard_bearer"
 """The request state the gate sets when it let a request in by its Bearer token."""
-OPERATOR = "tasks_dashboard_operator"
-"""The request state the gate sets on every request it lets in: whether it was let in as
-an operator (``False``: a visitor's login form), so an error page links static files only
-for an operator."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
-    "cache-control": "no-store",
-    "cross-origin-opener-policy": "same-origin",
-}
-
 
 class DashboardConfigError(ValueError):
     """The dashboard was built without a way to tell operators from strangers (no token
@@ -356,91 +337,6 @@ class Guard:
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and "
                                      "try again")
         return form
-
-
-class Gate:
-    """ASGI middleware: security headers on every response, a Host header outside
-    ``allowed_hosts`` (when given) refused, the CSRF cookie set once, and every request but
-    the login form refused unless :meth:`Guard.allows` it (:data:`OPERATOR` says which).
-
-    Raises:
-        Exception: an unexpected failure of the app, after a plain 500 with the headers
-            (for the server to log); its refusals (:class:`HostRefused`,
-            :class:`TooManyFailedLogins`, 401, 403) are responses.
-    """
-
-    def __init__(self, app: ASGIApp, guard: Guard,
-                 login_page: Callable[[Request, int], Response],
-                 allowed_hosts: frozenset[str] | None = None) -> None:
-        self.app = app
-        self.guard = guard
-        self.login_page = login_page
-        self.allowed_hosts = allowed_hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope, receive)
-        csrf_cookie = self.guard.csrf_cookie
-        new_sid = None if csrf_cookie in request.cookies else secrets.token_hex(16)
-        if new_sid:
-            scope.setdefault("state", {})["csrf_sid"] = new_sid
-        path = scope.get("root_path", "") or "/"
-
-        started = False
-
-        async def send_with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers.setdefault(name, value)
-                if new_sid:
-                    headers.append("set-cookie", cookie(csrf_cookie, new_sid, path,
-                                                         secure=scope["scheme"] == "https"))
-            await send(message)
-
-        try:
-            await self._guarded(scope, receive, request, send_with_headers)
-        except Exception:
-            if not started:  # the server's own 500 would go out without the headers
-                await PlainTextResponse("Internal Server Error", 500)(
-                    scope, receive, send_with_headers)
-            raise
-
-    async def _guarded(self, scope: Scope, receive: Receive, request: Request,
-                       send_with_headers: Send) -> None:
-        try:
-            if self.allowed_hosts is not None and host_name(
-                    request.headers.get("host", "")) not in self.allowed_hosts:
-                raise HostRefused(self.allowed_hosts)
-            route = scope["path"][len(scope.get("root_path", "")):] or "/"
-            visitor = route == LOGIN_PATH and self.guard.login_enabled  # anyone's form
-            allowed = visitor or await self.guard.allows(request)
-        except (HostRefused, TooManyFailedLogins) as refused:
-            response: Response = PlainTextResponse(refused.detail, refused.status_code,
-                                                   headers=refused.headers)
-            await response(scope, receive, send_with_headers)
-            return
-        if not allowed:
-            response = self._refusal(request)
-            await response(scope, receive, send_with_headers)
-            return
-        scope.setdefault("state", {})[OPERATOR] = not visitor
-        await self.app(scope, receive, send_with_headers)
-
-    def _refusal(self, request: Request) -> Response:
-        if not self.guard.login_enabled:
-            return PlainTextResponse("forbidden: the application refused this request", 403)
-        if request.method in ("GET", "HEAD") and "text/html" in request.headers.get(
-                "accept", ""):
-            response = self.login_page(request, 401)
-        else:
-            response = PlainTextResponse("operator token required", 401)
-        response.headers["www-authenticate"] = 'Bearer realm="tasks-dashboard"'
-        return response
 
 
 def same_text(given: str, expected: str) -> bool:

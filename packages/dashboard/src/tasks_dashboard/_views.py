@@ -1,6 +1,6 @@
 """The pages and actions of the dashboard, each ``async (request) -> Response``.
 
-Views run behind :class:`~tasks_dashboard._security.Gate` and act as ``System()``; every
+Views run behind :class:`~tasks_dashboard._gate.Gate` and act as ``System()``; every
 POST reads its form through :meth:`Guard.form` (the CSRF check) and answers with a
 redirect. Templates autoescape everything: stored data is always shown as text — and
 inert: every value a template renders, and the progress message of the event stream, shows

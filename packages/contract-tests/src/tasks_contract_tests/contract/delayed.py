@@ -75,14 +75,17 @@ class DelayedContract(ContractBase):
     async def test_run_at_makes_a_task_available_then_and_a_past_one_at_once(
         self, store: TaskStore, clock: ManualClock
     ) -> None:
-        """A ``run_at`` ahead MUST be kept as given (to the millisecond); one already
-        past MUST become the creation instant, the task claimable at once.
+        """A ``run_at`` ahead MUST be kept as given, rounded up to the millisecond (never
+        served early); one already past MUST become the creation instant, the task
+        claimable at once.
 
         Troubleshooting: ``rules.new_snapshot`` clamps ``run_at`` to ``now``.
         """
         ahead = clock.now() + timedelta(seconds=90, microseconds=123456)
         later = await store.create(new_task(run_at=ahead))
-        assert ahead.replace(microsecond=123000) == later.run_at
+        assert ahead.replace(microsecond=124000) == later.run_at
+        exact = ahead.replace(microsecond=125000)
+        assert exact == (await store.create(new_task(run_at=exact))).run_at
         past = await store.create(new_task(run_at=clock.now() - timedelta(days=3)))
         assert past.created_at == past.run_at
         assert TaskStatus.PENDING == (await store.get(past.id, tenant=None)).status

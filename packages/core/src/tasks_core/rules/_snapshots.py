@@ -62,6 +62,10 @@ def _stored(snapshot: Snapshot, **changes: object) -> Snapshot:
     return replaced(snapshot, **changes)
 
 
+_UNDER_A_MILLISECOND = timedelta(microseconds=999)
+"""Added before :func:`tick` truncates: an instant rounded up to the millisecond."""
+
+
 def _milliseconds(seconds: float) -> timedelta:
     return timedelta(milliseconds=round(seconds * 1000))
 
@@ -92,8 +96,9 @@ def _expires_at(
 def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None) -> Snapshot:
     """The first snapshot (revision 0) of ``new`` created at ``now``.
 
-    A delayed task's ``run_at`` is ``now`` plus ``new.delay_s``, or ``new.run_at`` (an
-    earlier instant than ``now`` becomes ``now``); its ``ttl`` counts from its ``run_at``.
+    A delayed task's ``run_at`` is ``now`` plus ``new.delay_s``, or ``new.run_at`` rounded
+    up to the millisecond (never served early; an earlier instant than ``now`` becomes
+    ``now``); its ``ttl`` counts from its ``run_at``.
     A replacement keeps the replaced task's lease generation so that every lease of the old
     run stays fenced.
 
@@ -102,9 +107,10 @@ def new_snapshot(new: NewTask, now: datetime, *, replace: Snapshot | None = None
     here from ``now`` (UTC, whole milliseconds).
     """
     now = tick(now)
-    run_at = new.run_at if new.delay_s is None else now + _milliseconds(new.delay_s)
+    run_at = (now + _milliseconds(new.delay_s) if new.delay_s is not None
+              else None if new.run_at is None else tick(new.run_at + _UNDER_A_MILLISECOND))
     if run_at is not None:
-        run_at = max(now, tick(run_at))
+        run_at = max(now, run_at)
     return built(Snapshot, **_DEFAULTS | {
         "id": new.id,
         "tenant": new.tenant,

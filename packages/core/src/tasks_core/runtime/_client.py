@@ -349,7 +349,8 @@ class Client(ClientReads):
         self, task_id: str, responses: Mapping[str, Any], authority: Authority, /
     ) -> Transition:
         """Answer outstanding input requests by key (answers to no outstanding key are
-        ignored: outcome ``unchanged``).
+        ignored: outcome ``unchanged``). The same answers sent again are ``duplicate`` until
+        the run asks another question; then they answer it too.
 
         Returns:
             The transition: ``applied`` when an answer was accepted.
@@ -371,8 +372,9 @@ class Client(ClientReads):
         ).hexdigest()[:32]
         access = self._access(authority)
         for _ in range(MAX_RACES):
-            event = InputResponsesAccepted(event_id=f"{snapshot.run_id}:respond:{digest}",
-                                           responses=answers)
+            asked = len(snapshot.input_history)  # a new question: a new event (docstring)
+            event = InputResponsesAccepted(
+                event_id=f"{snapshot.run_id}:respond:{asked}:{digest}", responses=answers)
             try:
                 result = await self.store.transition(snapshot.id, snapshot.revision, event, access)
             except RevisionConflict as exc:
