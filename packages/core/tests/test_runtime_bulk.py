@@ -116,7 +116,8 @@ async def test_a_join_the_submitter_may_not_make_refuses_naming_the_item(
     batch_create: bool,
 ) -> None:
     """A join the submitter may not make MUST refuse the batch naming the item, as every
-    other refusal of an item does; with ``batch_create``, before anything is written."""
+    other refusal of an item does, before anything is written — with ``batch_create`` or
+    in the loop without it."""
     app, _ = _app(store=CapabilityStore(MemoryStore(), batch_create=batch_create))
     async with app:
         await app.submit("send", {"to": "x"}, BOB, key="k", dedup="global")
@@ -124,7 +125,57 @@ async def test_a_join_the_submitter_may_not_make_refuses_naming_the_item(
                  SubmitItem("send", {"to": "b"}, key="k", dedup="global")]
         with pytest.raises(AuthorizationError, match=r"^item 1: Not authorized"):
             await app.submit_many(items, ALICE)
-        assert (1 if batch_create else 2) == len((await app.list(System())).items)
+        assert 1 == len((await app.list(System())).items)
+
+
+class _CancelledAtOnce(CapabilityStore):
+    """Each task it creates is cancelled (finished) right after, before the batch goes on."""
+
+    def __init__(self, inner: TaskStore, app: list[App], **flags: bool) -> None:
+        super().__init__(inner, **flags)
+        self._app = app
+
+    async def create(self, new: NewTask, **options: Any) -> Snapshot:
+        created = await self.inner.create(new, **options)
+        await self._app[0].cancel(created.id, System())
+        return created
+
+    async def create_many(self, news: Sequence[NewTask], **options: Any) -> list[Snapshot]:
+        created = await self.inner.create_many(news, **options)
+        for snapshot in created:
+            await self._app[0].cancel(snapshot.id, System())
+        return created
+
+
+@pytest.mark.parametrize("batch_create", [True, False])
+async def test_an_id_twice_joins_the_batchs_own_task_even_once_it_finished(
+    batch_create: bool,
+) -> None:
+    """The later item of an id given twice MUST join the task the earlier item made — the
+    batch's own outcome — not start another run because that task finished meanwhile (a
+    fast worker)."""
+    holder: list[App] = []
+    app, _ = _app(store=_CancelledAtOnce(MemoryStore(), holder, batch_create=batch_create))
+    holder.append(app)
+    async with app:
+        done = await app.submit_many([SubmitItem("send", {"to": "x"}, key="dd"),
+                                      SubmitItem("send", {"to": "y"}, key="dd")], ALICE)
+        assert ["created", "joined"] == [s.outcome for s in done]
+        assert done[0].run_id == done[1].run_id
+        current = await app.get(done[0].id, ALICE)
+        assert (done[0].run_id, {"to": "x"}) == (current.run_id, current.work.input)
+
+
+async def test_a_capacity_refusal_in_the_loop_names_the_item() -> None:
+    """Without ``batch_create`` a store's capacity refusal stops the loop: the refusal
+    MUST name the item it stopped at and not say that nothing was stored."""
+    app, _ = _app(store=CapabilityStore(MemoryStore(max_tasks=2), batch_create=False))
+    async with app:
+        with pytest.raises(CapacityExceeded, match=r"item 2") as caught:
+            await app.submit_many([SubmitItem("send", {"to": n}) for n in "abc"], ALICE)
+        assert "max_tasks" == caught.value.limit
+        assert "nothing was stored" not in str(caught.value)
+        assert 2 == len((await app.list(System())).items)
 
 
 async def test_capacity_holds_for_the_batch_as_a_whole() -> None:
@@ -185,7 +236,7 @@ async def test_a_store_without_batch_create_gets_a_loop() -> None:
         done = await app.submit_many([SubmitItem("send", {"to": "a"}),
                                       SubmitItem("send", {"to": "b"}, key="k")], ALICE)
         assert ["created", "joined"] == [s.outcome for s in done]
-        assert ([], 3) == (store.batches, store.creates)
+        assert ([], 2) == (store.batches, store.creates)  # the taken key read, not tried
 
 
 def test_the_sync_facade_submits_a_batch() -> None:

@@ -110,12 +110,17 @@ class Deferred(TasksError):
 
 
 class CapacityExceeded(TasksError):
-    """A capacity limit is reached; nothing was stored."""
+    """A capacity limit is reached; nothing was stored — or, at ``item`` of a
+    ``submit_many`` that loops, nothing of that item (what it wrote before stays)."""
 
-    def __init__(self, limit: str, *, retryable: bool = True) -> None:
-        super().__init__(f"Capacity limit reached: {limit}; nothing was stored")
+    def __init__(self, limit: str, *, retryable: bool = True, item: int | None = None) -> None:
+        super().__init__(
+            f"Capacity limit reached: {limit}; nothing was stored" if item is None else
+            f"item {item}: capacity limit reached: {limit}; that item was not stored, what "
+            "the batch wrote before it stays")
         self.limit = limit
         self.retryable = retryable
+        self.item = item
 
 
 class AuthorizationError(TasksError, PermissionError):

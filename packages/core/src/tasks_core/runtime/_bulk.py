@@ -7,7 +7,9 @@ re-runs its task as ``submit`` would; those writes (and the joins of an id given
 come after the creates, each on its own. Whom a taken id lets join is checked before the
 creates, so such a refusal writes nothing. A race (an id taken after it was read) is
 decided again. Without the capability: a loop of ``submit``, each item on its own, in
-order — a refusal stops it with the earlier items written.
+order, every taken key's join checked first — a store's refusal stops it with the earlier
+items written (``CapacityExceeded`` names the item). An id given again joins the task its
+first item made (the batch's own outcome, not a new read).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted
 from tasks_core.errors import (
     AuthorizationError,
+    CapacityExceeded,
     InvalidInput,
     StoreUnavailable,
     TaskExists,
@@ -70,21 +73,28 @@ async def submit_many(
     for owner in owners:
         ids = {new.id for new, _ in items if new.owner == owner}
         await check_owner_runs(store, limits, owner, items[0][0].tenant, ids)
-    taken: dict[int, Submitted | Snapshot | None] = {}
+    batch = list(first.values())
+    taken: dict[int, Submitted | Snapshot | None]
     if store.capabilities.batch_create:
-        taken = await _create_batch(store, policy, items, authority, list(first.values()),
-                                    transaction)
+        taken = await _create_batch(store, policy, items, authority, batch, transaction)
+    else:  # the loop: every join checked before its first write
+        taken = {**await _joins_checked(store, policy, items, authority, batch, {},
+                                        transaction)}
     results: list[Submitted] = []
     for index, (new, keyed) in enumerate(items):
         done = taken.get(index)
         if isinstance(done, Submitted):
             results.append(done)
             continue
+        if first[new.id] != index:  # an id again: it joins the batch's own task
+            done = results[first[new.id]].snapshot
         try:
             results.append(await submit(store, policy, limits, new, authority, keyed=keyed,
                                         transaction=transaction, known=done))
         except (AuthorizationError, InvalidInput, Unavailable) as exc:
             raise refused(index, exc) from None
+        except CapacityExceeded as exc:
+            raise CapacityExceeded(exc.limit, retryable=exc.retryable, item=index) from None
     return results
 
 
@@ -118,18 +128,12 @@ async def _create_batch(
             index = next((i for i in left if items[i][0].id == exc.current.id), None)
             if index is None or not items[index][1]:
                 raise  # a random id taken (or a store naming another id): as submit
-            outcome[index] = exc.current
-            if not probed:  # every keyed id that is taken, read once
-                probed = True
-                outcome.update(await _probe(store, items, left, outcome))
-            now = await store.now()
-            for i, current in outcome.items():
-                if isinstance(current, Snapshot):
-                    try:
-                        check_join(policy, items[i][0], authority, current, now,
-                                   in_transaction=transaction is not None)
-                    except (AuthorizationError, Unavailable) as exc:
-                        raise refused(i, exc) from None
+            known = {i: t for i, t in outcome.items() if isinstance(t, Snapshot)}
+            known[index] = exc.current
+            # every keyed id that is taken, read once
+            outcome.update(await _joins_checked(store, policy, items, authority,
+                                                [] if probed else left, known, transaction))
+            probed = True
             continue
         for index, snapshot in zip(left, created, strict=True):
             outcome[index] = Submitted(snapshot.id, snapshot.run_id, "created", snapshot)
@@ -137,21 +141,31 @@ async def _create_batch(
     raise StoreUnavailable("submit_many kept losing races; try again")
 
 
-async def _probe(
-    store: TaskStore, items: Sequence[Item], left: list[int],
-    outcome: dict[int, Submitted | Snapshot | None],
+async def _joins_checked(
+    store: TaskStore, policy: Policy, items: Sequence[Item], authority: Authority,
+    indexes: list[int], known: dict[int, Snapshot], transaction: Any,
 ) -> dict[int, Snapshot]:
-    """The tasks found at the keyed ids of ``left`` not yet known to be taken (an expired
-    one reads as free: its ``create_many`` refusal names it next)."""
-    found: dict[int, Snapshot] = {}
-    for index in left:
+    """``known`` and the tasks read at the other keyed ids of ``indexes`` (an expired one
+    reads as free: its create's refusal names it), each join checked.
+
+    Raises:
+        AuthorizationError, Unavailable: a join the submitter may not make, naming the item.
+    """
+    found = dict(known)
+    for index in indexes:
         new, keyed = items[index]
-        if not keyed or index in outcome:
-            continue
+        if keyed and index not in found:
+            try:
+                found[index] = await store.get(new.id, tenant=None)
+            except TaskNotFound:
+                continue
+    now = await store.now()
+    for index, current in found.items():
         try:
-            found[index] = await store.get(new.id, tenant=None)
-        except TaskNotFound:
-            continue
+            check_join(policy, items[index][0], authority, current, now,
+                       in_transaction=transaction is not None)
+        except (AuthorizationError, Unavailable) as exc:
+            raise refused(index, exc) from None
     return found
 
 
