@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +22,9 @@ from tasks_store_memory.store import _Row
 
 __all__ = [
     "BatchFencedByItsFirstLease",
+    "BatchRoomCountsOneTaskPerTenant",
     "BatchStopsAtFirstRefusal",
+    "BatchStoredAtSeveralInstants",
     "CapacityCheckedOutsideTheAtomicStep",
     "ClaimNextIgnoresLiveLeases",
     "ClaimNextIgnoresRetryAt",
@@ -35,6 +39,7 @@ __all__ = [
     "OlderGenerationAccepted",
     "ReleaseConsumesARetry",
     "ReleaseResetsDeliveries",
+    "TenantsComparedWithoutCase",
 ]
 
 
@@ -138,6 +143,37 @@ class NoTenantFilter(MemoryStore):
 
     def _tenant_matches(self, snapshot: Snapshot, tenant: str | None) -> bool:
         return True
+
+
+class TenantsComparedWithoutCase(MemoryStore):
+    """Reads tenant ``acme`` as ``Acme`` (what a case-insensitive collation does)."""
+
+    def _tenant_matches(self, snapshot: Snapshot, tenant: str | None) -> bool:
+        return tenant is None or snapshot.tenant.casefold() == tenant.casefold()
+
+
+class BatchRoomCountsOneTaskPerTenant(MemoryStore):
+    """Checks each tenant's room in a batch for one of its tasks, not for its whole share
+    (``active + 1 > cap``)."""
+
+    _shares: Counter[str] = Counter()
+
+    async def create_many(self, news: Sequence[NewTask], **options: Any) -> list[Snapshot]:
+        self._shares = Counter(new.tenant for new in news)
+        try:
+            return await super().create_many(news, **options)
+        finally:
+            self._shares = Counter()
+
+    def _active_tasks(self, tenant: str, now: datetime) -> int:
+        return super()._active_tasks(tenant, now) - max(0, self._shares[tenant] - 1)
+
+
+class BatchStoredAtSeveralInstants(MemoryStore):
+    """Stores a batch task by task, each at the clock as it reads then."""
+
+    async def create_many(self, news: Sequence[NewTask], **options: Any) -> list[Snapshot]:
+        return [await self.create(new) for new in news]
 
 
 class ExpiredTasksStayVisible(MemoryStore):

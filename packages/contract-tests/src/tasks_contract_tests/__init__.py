@@ -5,10 +5,12 @@ A third party writes one file (docs/writing-a-store.md has the whole story)::
     class TestAcmeStore(StoreContract):  # from tasks_contract_tests import StoreContract
         @pytest.fixture
         async def store_factory(self):
-            return AcmeStore.open  # async (**options) -> a fresh, empty store
+            async def factory(**options):  # a fresh, empty store per call, every option on
+                return await open_acme("acme://tests", namespace=uuid4().hex, **options)
+            return factory
 
-``StoreContract`` aggregates every mixin below, so a new contract test reaches every
-implementer on upgrade; subclass a single mixin for a partial run.
+``StoreContract`` aggregates every mixin below (a new test reaches every implementer on
+upgrade); subclass a single mixin for a partial run.
 """
 
 from __future__ import annotations

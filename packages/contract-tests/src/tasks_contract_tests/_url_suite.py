@@ -12,6 +12,7 @@ from tasks_core import (
     InvalidInput,
     SchemaMismatch,
     StoreSpec,
+    TaskNotFound,
     TaskQuery,
     TaskStatus,
     TaskStore,
@@ -96,11 +97,14 @@ class TestStoreAtURL(StoreContract):
         ``UnknownStore`` or ``SchemaMismatch`` — and refused again, so the first try wrote
         nothing — while a namespace holding a store opens and reads its tasks. A
         ``create`` that is not a bool MUST be ``InvalidInput``. (A plugin whose every open
-        is a fresh store, without ``create_namespace``, only takes the option.)
+        is a fresh store, without ``create_namespace``, only takes the option: its reopened
+        namespace MUST NOT hold the task.)
 
         Troubleshooting: read ``create`` with ``tasks_core.plugins.check_create``; with
         ``False`` check for the store's tables, collections or file and raise before any
-        DDL or connect that would make them.
+        DDL or connect that would make them. A store that keeps its tasks between opens
+        MUST set ``StoreSpec.create_namespace`` and ``drop_namespace``, so that this test
+        can prove that ``create=False`` refuses a namespace nobody made.
         """
         with pytest.raises(InvalidInput):
             await store_spec.factory(store_url, create="no")
@@ -118,6 +122,9 @@ class TestStoreAtURL(StoreContract):
         try:
             if store_spec.create_namespace is not None:
                 assert created.id == (await opened.get(created.id, tenant=None)).id
+            else:  # every open fresh: a store that kept the task needs the hooks
+                with pytest.raises(TaskNotFound):
+                    await opened.get(created.id, tenant=None)
         finally:
             await opened.aclose()
 

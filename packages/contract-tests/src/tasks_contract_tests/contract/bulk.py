@@ -7,7 +7,9 @@ raises ``CapabilityNotSupported``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pytest
@@ -15,6 +17,7 @@ from tasks_core import (
     CapacityExceeded,
     InvalidInput,
     NewTask,
+    Owner,
     Snapshot,
     TaskExists,
     TaskNotFound,
@@ -44,6 +47,18 @@ async def _absent(store: TaskStore, news: list[NewTask]) -> None:
         with pytest.raises(TaskNotFound):
             await store.get(new.id, tenant=None)
 
+
+class _SteppingClock:
+    """A clock one millisecond later at every read."""
+
+    def __init__(self) -> None:
+        self._now = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            self._now += timedelta(milliseconds=1)
+            return self._now
 
 class BulkContract(ContractBase):
     """create_many: in order, all or nothing, capacity for the batch as a whole."""
@@ -158,6 +173,24 @@ class BulkContract(ContractBase):
         assert "max_active_tasks_per_scope" == caught.value.limit
         await _absent(store, refused)
         assert 1 == len(await store.create_many(refused[:1]))
+        crowd = [new_task(owner=Owner("carol", tenant="crowd")) for _ in range(4)]
+        with pytest.raises(CapacityExceeded) as whole:  # a tenant with room for 3, not 4
+            await store.create_many(crowd)
+        assert "max_active_tasks_per_scope" == whole.value.limit
+        await _absent(store, crowd)
+
+    async def test_bulk_stores_the_batch_at_one_instant(self, make_store: MakeStore) -> None:
+        """Every task of a batch MUST be created at one instant: on a clock that moves a
+        millisecond at every read, the batch's tasks share their ``created_at``.
+
+        Troubleshooting: read ``now`` once, after the batch's lock is held, and make every
+        snapshot at it (``storekit.new_snapshots(batch, now)``), not one read per task.
+        """
+        store = await make_store(clock=_SteppingClock())
+        _require(store)
+        made = await store.create_many([new_task() for _ in range(3)])
+        stored = [await store.get(s.id, tenant=None) for s in made]
+        assert 1 == len({s.created_at for s in [*made, *stored]})
 
     @RACERS
     async def test_bulk_racing_batches_with_a_shared_id_have_one_winner(

@@ -1,10 +1,11 @@
-"""The store fixture yields an empty, isolated store."""
+"""The store fixture yields an empty, isolated store, opened with the options it is given."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from tasks_core import TaskQuery, TaskStore
+import pytest
+from tasks_core import CapacityExceeded, ManualClock, TaskQuery, TaskStore
 
 from tasks_contract_tests._base import ContractBase
 from tasks_contract_tests._kit import SYSTEM, new_task
@@ -36,3 +37,24 @@ class FixtureContract(ContractBase):
         assert [created.id] == [s.id for s in await first.list(TaskQuery(tenant=None))]
         assert [] == await second.list(TaskQuery(tenant=None))
         assert SYSTEM.tenant is None
+
+    async def test_the_factory_passes_the_clock_and_the_limits_on(
+        self, make_store: Callable[..., Awaitable[TaskStore]], clock: ManualClock
+    ) -> None:
+        """The ``store_factory`` fixture MUST pass ``clock``, ``max_tasks`` and
+        ``max_active_tasks_per_scope`` on to the store it opens: the store reads the
+        injected clock, and each limit of 1 refuses a second task.
+
+        Troubleshooting: ``async def factory(**options): return await open_yours(url,
+        **options)`` — every option, not a fixed few. A factory that drops one fails the
+        clock and capacity tests for no fault of the store's (their hints then point at
+        the store).
+        """
+        clock.advance(12345.678)
+        for limit in ("max_tasks", "max_active_tasks_per_scope"):
+            store = await make_store(**{limit: 1})
+            assert clock.now() == await store.now(), "the factory dropped the clock"
+            await store.create(new_task())
+            with pytest.raises(CapacityExceeded) as caught:
+                await store.create(new_task())
+            assert limit == caught.value.limit, f"the factory dropped {limit}"

@@ -65,6 +65,23 @@ class TenantContract(ContractBase):
             assert shape(unknown.value, MISSING) == shape(foreign.value, created.id)
         assert created == await store.get(created.id, tenant="default")
 
+    async def test_tenants_that_differ_only_in_case_are_apart(self, store: TaskStore) -> None:
+        """Tenants are compared exactly: a task of tenant ``Acme`` MUST read as missing in
+        tenants ``acme`` and ``ACME`` (``get``, ``history``) and be left out of their
+        listings.
+
+        Troubleshooting: compare tenants byte for byte. A case-insensitive collation
+        (MySQL's and MariaDB's default), a case-folding index or a lowercased key joins
+        them — give the tenant column a binary collation, as the ids have.
+        """
+        created = await store.create(new_task(owner=Owner("carol", tenant="Acme")))
+        for tenant in ("acme", "ACME"):
+            for read in (store.get, store.history):
+                with pytest.raises(TaskNotFound):
+                    await read(created.id, tenant=tenant)
+            assert [] == await store.list(TaskQuery(tenant=tenant))
+        assert created == await store.get(created.id, tenant="Acme")
+
     @pytest.mark.parametrize("tenant", [5, b"default", ["default"]])
     async def test_get_and_history_refuse_a_tenant_that_is_not_a_string(
         self, store: TaskStore, tenant: object
