@@ -1,6 +1,5 @@
-"""tasks-contract-tests: the reusable contract suite of tasks stores.
-
-A third party writes one file (docs/writing-a-store.md has the whole story)::
+"""tasks-contract-tests: the contract suite of tasks stores. A third party writes one file
+(docs/writing-a-store.md has the whole story)::
 
     class TestAcmeStore(StoreContract):  # from tasks_contract_tests import StoreContract
         @pytest.fixture
