@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from mongo_server import store_url
 from tasks_core import InvalidInput, StoreUnavailable, find_store
 from tasks_store_mongo._url import parse_url
 from tasks_store_mongo.plugin import open_mongo
@@ -109,3 +110,18 @@ async def test_a_failed_dns_lookup_of_an_srv_host_is_unavailable_not_invalid() -
     option."""
     with pytest.raises(StoreUnavailable, match="DNS lookup"):
         await open_mongo("mongodb+srv://no-such-host.invalid/x")
+
+
+@pytest.mark.anyio
+async def test_a_refused_login_is_unavailable_in_plain_words(
+    mongo_base_url: str, driver: str
+) -> None:
+    """A login the server refuses (an unknown user or a wrong password: code 18) MUST be
+    ``StoreUnavailable`` saying "the login was refused", as on the SQL stores, and MUST
+    NOT show the password."""
+    secret = "s3cret-Pw"
+    url = store_url(mongo_base_url.replace("mongodb://", f"mongodb://nobody:{secret}@"),
+                    driver)
+    with pytest.raises(StoreUnavailable, match="the login was refused") as refused:
+        await open_mongo(url)
+    assert secret not in str(refused.value)

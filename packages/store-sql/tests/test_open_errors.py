@@ -31,9 +31,12 @@ def _with(url: str, *, database: str | None = None, login: str | None = None) ->
     return parsed.render_as_string(hide_password=False)
 
 
-@pytest.fixture(params=["postgres", "mariadb"])
+@pytest.fixture(params=["postgres", "psycopg", "mariadb"])
 def server_url(request: pytest.FixtureRequest) -> str:
-    """Each server database."""
+    """Each server database (PostgreSQL by asyncpg and by psycopg)."""
+    if request.param == "psycopg":  # its connect errors carry no SQLSTATE
+        postgres: str = request.getfixturevalue("postgres_url")
+        return make_url(postgres).set(drivername="postgresql+psycopg").render_as_string(False)
     url: str = request.getfixturevalue(f"{request.param}_url")
     return url
 

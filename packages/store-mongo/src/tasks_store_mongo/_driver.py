@@ -69,6 +69,7 @@ _BACKOFF_CAP_S = 0.05
 _COMMIT_ATTEMPTS = 5
 # mongod codes for "the document would be too large" (BSONObjectTooLarge and friends).
 _TOO_LARGE = frozenset({10334, 17419, 17420})
+_LOGIN_REFUSED = 18  # AuthenticationFailed
 # Codes that mean "try again later": shutting down, not primary, interrupted, busy.
 _TRANSIENT_CODES = frozenset(
     {6, 7, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 251}
@@ -235,6 +236,10 @@ def translate() -> Iterator[None]:
             raise StoreUnavailable(
                 f"MongoDB is unavailable right now (code {exc.code})"
             ) from exc
+        if exc.code == _LOGIN_REFUSED:  # refused as configured: as on the SQL stores
+            raise StoreUnavailable(
+                "MongoDB is unavailable: the login was refused (an unknown user or a "
+                f"wrong password) (code {exc.code})") from exc
         raise StoreError(f"MongoDB refused the operation (code {exc.code})") from exc
     except InvalidOperation as exc:
         raise StoreUnavailable("The MongoDB client is closed") from exc

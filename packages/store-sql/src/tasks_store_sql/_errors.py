@@ -7,8 +7,9 @@ database refuses as configured (no such database, a login refused, a SQLite file
 cannot be opened or is not a database), with the cause in plain words; a driver refusing
 its own ``connect`` arguments is ``InvalidInput`` (:func:`connect_arguments`); anything
 else is ``StoreError``. Messages name the error class and its SQLSTATE/errno/SQLite code
-only, never the driver's message (it may quote stored values or a login); the driver
-error stays chained for logs.
+only, never the driver's message (it may quote stored values or a login; psycopg's connect
+errors, without a SQLSTATE, are classified by libpq's text); the driver error stays
+chained for logs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ _REFUSED_ERRNOS = {  # MariaDB/MySQL
 _UNREACHABLE: tuple[tuple[type[BaseException], str], ...] = (  # the driver's OSError
     (socket.gaierror, "the server cannot be reached: its host name is unknown"),
     (ConnectionRefusedError, _NO_SERVER),
+)
+_LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, read, never shown
+    (r"failed to resolve host|could not translate host name",
+     "the server cannot be reached: its host name is unknown"),
+    (r"Connection refused|timeout expired", _NO_SERVER),
+    (r"password authentication failed", "the password was refused"),
+    (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry',
+     "the login was refused (an unknown role, or not allowed by pg_hba.conf)"),
+    (r'FATAL:  database ".*" does not exist', "the database does not exist"),
 )
 _REFUSED_SQLITE = {  # primary result codes
     14: "the database file cannot be opened (is its directory there and writable?)",
@@ -150,6 +160,9 @@ def _refusal(exc: BaseException) -> str | None:
     for kind, words in _UNREACHABLE:
         if isinstance(driver, kind):
             return words
+    if type(driver).__module__.startswith("psycopg") and _sqlstate(exc) is None:
+        text = str(driver)
+        return next((words for found, words in _LIBPQ_WORDS if re.search(found, text)), None)
     errno = _errno(exc)  # MariaDB/MySQL first: its errors carry a SQLSTATE too
     if errno is not None and not isinstance(driver, OSError):
         return _REFUSED_ERRNOS.get(errno)
