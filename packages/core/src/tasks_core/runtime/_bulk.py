@@ -74,12 +74,12 @@ async def submit_many(
         ids = {new.id for new, _ in items if new.owner == owner}
         await check_owner_runs(store, limits, owner, items[0][0].tenant, ids)
     batch = list(first.values())
-    taken: dict[int, Submitted | Snapshot | None]
+    taken: dict[int, Submitted | Snapshot | None] = {}
     if store.capabilities.batch_create:
         taken = await _create_batch(store, policy, items, authority, batch, transaction)
     else:  # the loop: every join checked before its first write
-        taken = {**await _joins_checked(store, policy, items, authority, batch, {},
-                                        transaction)}
+        taken.update(await _joins_checked(store, policy, items, authority, batch, {},
+                                          transaction))
     results: list[Submitted] = []
     for index, (new, keyed) in enumerate(items):
         done = taken.get(index)
