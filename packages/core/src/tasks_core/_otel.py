@@ -23,6 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from tasks_core._labels import task_label
 from tasks_core._model import replaced
+from tasks_core._trace_context import fitted_trace_context
 from tasks_core.events import Event, Transition, ended_as
 from tasks_core.models import NewTask, Snapshot, TaskStatus
 from tasks_core.rules import available_at
@@ -60,7 +61,8 @@ class SubmitSpan:
                         "messaging.destination.name": new.queue})
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self.span))
-        self.new = replaced(new, work=replaced(new.work, trace_context=carrier or None))
+        self.new = replaced(new, work=replaced(new.work,
+                                               trace_context=fitted_trace_context(carrier)))
         """``new`` carrying the span's trace context (unchanged when the span records
         nothing: a no-op tracer provider)."""
 

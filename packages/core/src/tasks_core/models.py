@@ -19,6 +19,7 @@ from tasks_core._errors_base import InvalidInput
 from tasks_core._json import check_json, check_text
 from tasks_core._model import Model, built, replaced
 from tasks_core._store_models import StoreCapabilities, StoreLimits
+from tasks_core._trace_context import check_trace_context
 from tasks_core.authority import MAX_ID_BYTES, Owner, check_key, check_name
 from tasks_core.clock import utc
 from tasks_core.durations import MAX_KEEP_S, MAX_WAIT_S, Seconds, check_duration
@@ -83,17 +84,6 @@ def _printable(value: str) -> str:
 def _task_id(value: str) -> str:
     if not value or len(value.encode()) > MAX_ID_BYTES or not value.isprintable():
         raise ValueError(f"task id must be 1..{MAX_ID_BYTES} printable bytes")
-    return value
-
-
-TRACE_KEYS = frozenset({"traceparent", "tracestate"})
-
-
-def _trace_context(value: dict[str, str] | None) -> dict[str, str] | None:
-    if value is not None and any(k not in TRACE_KEYS or len(v) > 512 or not v.isprintable()
-                                 for k, v in value.items()):
-        raise ValueError("trace_context holds traceparent and tracestate, printable, "
-                         "at most 512 characters each")
     return value
 
 
@@ -246,7 +236,7 @@ class Work(Model):
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_WAIT_S, strict=True,
                                     allow_inf_nan=False)
     max_deliveries: int = Field(default=25, ge=1, le=MAX_DELIVERIES, strict=True)
-    trace_context: Annotated[dict[str, str] | None, AfterValidator(_trace_context)] = Field(
+    trace_context: Annotated[dict[str, str] | None, AfterValidator(check_trace_context)] = Field(
         default=None, exclude_if=lambda carrier: carrier is None)
     """The W3C trace context of the submit (``traceparent``, ``tracestate``), set only
     while telemetry is enabled (:mod:`tasks_core.telemetry`); written only when set."""

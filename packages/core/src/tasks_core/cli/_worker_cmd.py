@@ -157,7 +157,12 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
     worker = _worker_of(app, args)
     endpoint = _metrics(args)
     with Interrupts.installed() as interrupts:
-        await app.open()
+        try:
+            await app.open()
+        except BaseException:
+            if endpoint is not None:
+                endpoint.close()
+            raise
         # Everything loaded so far lives as long as the process: out of the collector's
         # scans, and young collections far apart (see _worker_gc); undone when serving
         # ends, for a caller that goes on in the same process.

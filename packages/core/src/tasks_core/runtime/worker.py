@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import secrets
@@ -265,7 +266,8 @@ class Worker(Claims):
             scheduler = Scheduler(store, self.app.tasks, self.app.schedules,
                                   notify=self.app.notices.work.notify,
                                   longest_wait=self.poll_interval)
-            scheduling = asyncio.create_task(scheduler.run(self._stop), name="tasks:periodic")
+            scheduling = asyncio.create_task(  # a tick is nobody's child: no caller's span
+                scheduler.run(self._stop), name="tasks:periodic", context=contextvars.Context())
         watching: asyncio.Task[None] | None = None
         if store.capabilities.cancel_wakeups:
             watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
