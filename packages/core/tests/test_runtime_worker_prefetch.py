@@ -80,7 +80,7 @@ async def test_prefetch_claims_beyond_the_free_slots_and_starts_held_claims_olde
 async def test_a_claim_held_for_a_heartbeat_interval_is_released_and_prefetch_pauses() -> None:
     """A held claim that finds no free slot within ``lease_for / 3`` MUST be released
     unstarted (another worker may take it), and the worker MUST claim no further ahead
-    until one of its runs ends — a long handler does not burn the task's deliveries."""
+    while its runs are long — a long handler does not burn the task's deliveries."""
     g = _Gated()
     app = g.app
 
@@ -99,6 +99,26 @@ async def test_a_claim_held_for_a_heartbeat_interval_is_released_and_prefetch_pa
     assert done.status == TaskStatus.COMPLETED
     assert done.deliveries == 2
     assert g.started == [first, second]
+
+
+async def test_long_runs_behind_a_released_hold_do_not_spend_the_deliveries() -> None:
+    """After held claims were released, a worker of long runs MUST NOT claim ahead again
+    as soon as a run ends (each release costs the task a delivery): with ``prefetch=3``,
+    ``max_deliveries=2`` and runs longer than the hold (``lease_for / 3``), five runs in a
+    row all complete, none failed past its delivery limit unstarted."""
+    clock = ManualClock()
+    app = make_app(store=MemoryStore(clock=clock))
+
+    @app.task(name="long", max_deliveries=2)
+    async def long(ctx: TaskContext) -> None:
+        await asyncio.sleep(0.15)  # the work: longer than a claim may be held (0.1 s)
+
+    async with app:
+        ids = await submitted_in_order(app, long, clock, 5)
+        async with fast_worker(app, concurrency=1, prefetch=3, lease_for=0.3):
+            done = [await app.wait(task_id, ALICE, timeout=TIMEOUT) for task_id in ids]
+    assert [TaskStatus.COMPLETED] * 5 == [s.status for s in done]
+    assert max(s.deliveries for s in done) <= 2
 
 
 async def test_a_shutdown_releases_held_claims_unstarted() -> None:

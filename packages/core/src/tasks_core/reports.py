@@ -42,8 +42,9 @@ def delivery_limit(task_id: str, record: EventRecord, *, snapshot: Snapshot | No
         telemetry.active.delivery_limit(snapshot)
     why = record.error.message if record.error is not None else DELIVERY_LIMIT_ERROR
     _worker_log.warning("task %r failed instead of running again: %s (every claim is a "
-                        "delivery: a crash, a lost lease, a release by a draining worker or "
-                        "a wait for input each used one)", task_id, inert(why))
+                        "delivery: a crash, a lost lease, a release by a draining worker, a "
+                        "claim held ahead and given back unstarted, or a wait for input each "
+                        "used one)", task_id, inert(why))
 
 
 def corrupt_skipped(log: logging.Logger, task_id: object, where: str) -> None:

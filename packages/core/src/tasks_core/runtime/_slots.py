@@ -64,7 +64,8 @@ class Slots:
         self._short_runs = 0
         """Runs in a row (at most ``concurrency``) that held their slot for a short run."""
         self._hold_failed = False
-        """A held claim was released unstarted: no claiming ahead until a run ends."""
+        """A held claim was released unstarted (a delivery spent): no claiming ahead
+        until ``concurrency`` short runs in a row have ended."""
 
     def _free(self) -> int:
         return self.concurrency - sum(self._active.values())
@@ -132,9 +133,10 @@ class Slots:
         if started is None:
             return
         self._active[run.snapshot.queue] -= 1
-        self._hold_failed = False
         short = asyncio.get_running_loop().time() - started <= self._short_run
         self._short_runs = min(self._short_runs + 1, self.concurrency) if short else 0
+        if self._short_runs == self.concurrency:  # runs short again: held claims start
+            self._hold_failed = False
         self._wake.set()
 
     def _handlers_busy(self) -> int:
