@@ -366,6 +366,30 @@ async def test_an_error_text_cannot_forge_a_log_line(caplog: pytest.LogCaptureFi
     assert any("boom\\n2099-01-01 WARNING tasks_core: forged\\x1b[2J\\r" in m for m in about)
 
 
+async def test_a_traceback_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The frames of a handler's traceback (file names, function names, source lines)
+    MUST be logged with their control characters escaped, one frame's line each: a code
+    object named with an escape sequence and a line break forges nothing."""
+    app = make_app(ManualClock())
+
+    async def handler(ctx: TaskContext) -> None:
+        raise ValueError("plain")
+
+    handler.__code__ = handler.__code__.replace(
+        co_name="fn\x1b[31m\nFAKE", co_filename="/tmp/evil\x1b[2J\nfile.py")
+    evil = app.task(name="evil_frames")(handler)
+    async with app:
+        submitted = await app.submit(evil, None, ALICE)
+        with caplog.at_level("INFO", logger="tasks_core.worker"):
+            async with fast_worker(app):
+                await until(app, submitted.id, ALICE, lambda s: s.terminal)
+    [logged] = [r.getMessage() for r in caplog.records if "handler raised" in r.getMessage()]
+    trace = logged.partition("\nTraceback (most recent call last):\n")[2]
+    assert "\x1b" not in logged
+    assert 'File "/tmp/evil\\x1b[2J\\nfile.py", line ' in trace
+    assert all(line.startswith(("  File ", "    ")) for line in trace.splitlines()), trace
+
+
 @pytest.mark.parametrize("error", ["HTTP 503 for a@example.com", "", "1st", "E\x1b[31mRR",
                                    "x" * 129, 503, None])
 def test_a_retry_error_is_a_type_name(error: Any) -> None:

@@ -49,9 +49,14 @@ def _unrecoverable(error: BaseException) -> bool:
 
 def _frames(error: BaseException) -> str:
     """Where ``error`` was raised: its traceback's frames (files, lines and code — never
-    the message, which only the policy's redactor may pass on)."""
-    frames = "".join(traceback.format_tb(error.__traceback__)).rstrip()
-    return f"Traceback (most recent call last):\n{frames}" if frames else "(no traceback)"
+    the message, which only the policy's redactor may pass on), each of its texts inert:
+    a file or function name cannot forge a log line."""
+    frames = [f'  File "{inert(frame.filename)}", line {frame.lineno}, in {inert(frame.name)}'
+              + (f"\n    {inert(frame.line.strip())}" if frame.line else "")
+              for frame in traceback.extract_tb(error.__traceback__)]
+    if not frames:
+        return "(no traceback)"
+    return "Traceback (most recent call last):\n" + "\n".join(frames)
 
 
 def _log_written(task_id: str, event: Event, transition: Transition) -> None:
