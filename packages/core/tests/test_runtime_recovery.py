@@ -331,3 +331,43 @@ async def test_a_worker_runs_the_reaper() -> None:
         with pytest.raises(TasksError):
             await app.store.get(t.id, tenant=None)
         assert [] == await app.store.list(_all())
+
+
+async def test_a_second_sigterm_while_the_process_ends_exits_130(tmp_path: Path) -> None:
+    """A second SIGTERM after the drain, while the interpreter ends (here an ``atexit``
+    hook of the app's module that waits), MUST exit at once with 130 — not meet the
+    default action (143)."""
+    _write_module(tmp_path, "teardownapp", """
+        import atexit
+        import time
+        from tasks_core import App
+
+        app = App()
+
+        @atexit.register
+        def slow_teardown() -> None:
+            print("tearing down", flush=True)
+            time.sleep(60)  # ends only by the signal the test sends
+    """)
+    proc = _spawn_worker(tmp_path, "teardownapp:app", "memory://")
+    try:
+        await _line_with(proc, "worker ")
+        proc.send_signal(signal.SIGTERM)
+        await _line_with(proc, "tearing down")
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert 130 == code
+
+
+async def _line_with(proc: subprocess.Popen[bytes], text: str) -> str:
+    """The first line of ``proc``'s output holding ``text`` (bounded by ``TIMEOUT``)."""
+    assert proc.stdout is not None
+    async with asyncio.timeout(TIMEOUT):
+        while True:
+            line = (await asyncio.to_thread(proc.stdout.readline)).decode()
+            if text in line or not line:
+                assert text in line, f"the process ended before printing {text!r}"
+                return line

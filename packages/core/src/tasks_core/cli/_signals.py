@@ -2,7 +2,9 @@
 
 The handlers are installed when the command starts and removed only when it returns —
 after the app has closed its store — so no signal in between meets the default action
-(which would end the process with 143, not the documented 130).
+(which would end the process with 143, not the documented 130). In the console script
+(:func:`exit_at_once_after_the_command`) a signal after that, while the interpreter ends,
+exits at once with 130 too.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["EXIT_INTERRUPTED", "Interrupts"]
+__all__ = ["EXIT_INTERRUPTED", "Interrupts", "exit_at_once_after_the_command"]
 
 log = logging.getLogger("tasks_core.cli")
 
@@ -25,6 +29,25 @@ EXIT_INTERRUPTED = 130
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _current: ContextVar[Interrupts | None] = ContextVar("tasks_cli_interrupts", default=None)
+_then_exit_at_once = False
+"""Whether :meth:`Interrupts.installed` leaves a handler that exits at once when it ends
+(the console script's process ends right after the command)."""
+
+
+def exit_at_once_after_the_command() -> None:
+    """Make a SIGTERM/SIGINT after the command returned — while the interpreter ends
+    (``atexit`` hooks, threads joined) — exit the process at once with 130 instead of
+    meeting the default action. For the console script only: the handler outlives the
+    command."""
+    global _then_exit_at_once
+    _then_exit_at_once = True
+
+
+def _exit_interrupted(signum: int, frame: object) -> None:
+    with contextlib.suppress(Exception):  # what is buffered, as far as it goes
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 class Interrupts:
@@ -75,6 +98,8 @@ class Interrupts:
             for signum in SIGNALS:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
+                    if _then_exit_at_once:
+                        signal.signal(signum, _exit_interrupted)
 
     def on_first(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` on the first signal — now, if it has arrived already;

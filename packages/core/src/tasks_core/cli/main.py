@@ -35,7 +35,7 @@ from tasks_core.cli._options import (
 )
 from tasks_core.cli._periodic import add_periodic_parser
 from tasks_core.cli._render import output_console, plain
-from tasks_core.cli._signals import Interrupts
+from tasks_core.cli._signals import Interrupts, exit_at_once_after_the_command
 from tasks_core.errors import InvalidInput, TasksError, UnknownStore
 from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import (
@@ -388,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
     # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
     err = Console(stderr=True, soft_wrap=True, emoji=False)
+    exit_at_once_after_the_command()
     try:
         return asyncio.run(run(args_list))
     except KeyboardInterrupt:
