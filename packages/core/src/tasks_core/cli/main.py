@@ -388,7 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # soft_wrap: rich would otherwise wrap at the terminal width (80 columns when stderr
     # is not a terminal); a refusal is one line, and plain() escapes any newline in it.
     err = Console(stderr=True, soft_wrap=True, emoji=False)
-    exit_at_once_after_the_command()
+    if args.command == "worker":  # the process ends once it returns
+        exit_at_once_after_the_command()
     try:
         return asyncio.run(run(args_list))
     except KeyboardInterrupt:
