@@ -108,8 +108,8 @@ class SyncApp:
             warnings.warn("app.sync blocks the event loop running in this thread until its "
                           "call returns; await the App's async method instead",
                           RuntimeWarning, stacklevel=3)
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        with self._lock:
+        with self._lock:  # in flight before it can run: close() then always sees it
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
             self._in_flight.add(future)
         try:
             return future.result()
