@@ -70,13 +70,11 @@ _UNREACHABLE: tuple[tuple[type[BaseException], str], ...] = (  # the driver's OS
     (ConnectionRefusedError, _NO_SERVER),
 )
 _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, read, never shown
-    (r"failed to resolve host|could not translate host name",
-     "the server cannot be reached: its host name is unknown"),
+    (r"failed to resolve host|could not translate host name", _UNREACHABLE[0][1]),
     (r"Connection refused|timeout expired", _NO_SERVER),
-    (r"password authentication failed", "the password was refused"),
-    (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry',
-     "the login was refused (an unknown role, or not allowed by pg_hba.conf)"),
-    (r'FATAL:  database ".*" does not exist', "the database does not exist"),
+    (r"password authentication failed", _REFUSED_STATES["28P01"]),
+    (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry', _REFUSED_STATES["28000"]),
+    (r'FATAL:  database ".*" does not exist', _REFUSED_STATES["3D000"]),
 )
 _REFUSED_SQLITE = {  # primary result codes
     14: "the database file cannot be opened (is its directory there and writable?)",
