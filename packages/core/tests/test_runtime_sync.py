@@ -221,3 +221,55 @@ def test_a_tenant_member_refused_an_answer_reads_a_plain_refusal() -> None:
             app.sync.respond(t.id, {"x": 1}, BOB)
     finally:
         app.sync.close()
+
+
+def test_a_call_that_reaches_the_loop_while_close_runs_is_refused() -> None:
+    """A call whose thread picked the private loop just before ``app.sync.close()`` began,
+    and schedules on it while close runs, MUST be refused with the same named
+    ``RuntimeError`` — it ran on a store being closed, or blocked forever once the loop
+    stopped under it — and run nothing."""
+    app = _app()
+    app.sync.submit("job", None, ALICE)  # the private loop and the store are open
+    facade = app.sync
+    closing, go = threading.Event(), threading.Event()
+    app_aclose = app.aclose
+
+    async def slow_aclose() -> None:
+        closing.set()
+        await asyncio.to_thread(go.wait, TIMEOUT)
+        await app_aclose()
+
+    app.aclose = slow_aclose  # type: ignore[method-assign]
+    picked, proceed = threading.Event(), threading.Event()
+    pick = facade._loop
+
+    def picks_then_pauses() -> asyncio.AbstractEventLoop:
+        loop = pick()
+        picked.set()
+        assert proceed.wait(TIMEOUT)
+        return loop
+
+    facade._loop = picks_then_pauses  # type: ignore[method-assign]
+    outcome: list[BaseException | object] = []
+
+    def submits() -> None:
+        try:
+            outcome.append(facade.submit("job", {"n": 2}, ALICE))
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+
+    caller = threading.Thread(target=submits)
+    caller.start()
+    assert picked.wait(TIMEOUT)
+    closer = threading.Thread(target=facade.close)
+    closer.start()
+    assert closing.wait(TIMEOUT)
+    proceed.set()
+    caller.join(TIMEOUT)
+    go.set()
+    closer.join(TIMEOUT)
+    assert not caller.is_alive()
+    assert not closer.is_alive()
+    [error] = outcome
+    assert isinstance(error, RuntimeError), error
+    assert "app.sync.close()" in str(error)

@@ -62,6 +62,9 @@ class SyncApp:
         """Calls running on the private loop (guarded by ``_lock``)."""
         self._ended: set[concurrent.futures.Future[Any]] = set()
         """Those of them :meth:`close` ended."""
+        self._closed_loop: asyncio.AbstractEventLoop | None = None
+        """The private loop :meth:`close` last closed (or is closing): a call that picked
+        it is refused (guarded by ``_lock``)."""
         _facades.add(self)
 
     def _after_fork(self) -> None:
@@ -109,6 +112,10 @@ class SyncApp:
                           "call returns; await the App's async method instead",
                           RuntimeWarning, stacklevel=3)
         with self._lock:  # in flight before it can run: close() then always sees it
+            if loop is self._closed_loop:
+                coro.close()
+                raise RuntimeError("app.sync.close() closed the loop this call was to run "
+                                   "on; it did not run")
             future = asyncio.run_coroutine_threadsafe(coro, loop)
             self._in_flight.add(future)
         try:
@@ -125,11 +132,13 @@ class SyncApp:
 
     def close(self) -> None:
         """End the calls still running on the private loop (each raises ``RuntimeError``
-        in its thread), close the store (if opened here) and stop the loop."""
+        in its thread, as does a call reaching the loop from now on), close the store (if
+        opened here) and stop the loop."""
         portal = self._portal
         if portal is None:
             return
         with self._lock:
+            self._closed_loop = portal.loop
             running = list(self._in_flight)
             self._ended.update(running)  # before the cancel wakes their threads
         for future in running:
