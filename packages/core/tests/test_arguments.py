@@ -94,8 +94,9 @@ def test_any_integral_size_is_taken_as_a_plain_int() -> None:
                                 "to print"),
     (1, {"minimum": 2, "what": "--writers"}, "--writers must be an integer from 2, not 1"),
     (-1, {"minimum": 0, "maximum": 9}, "limit must be an integer in 0..9, not -1"),
+    (True, {"minimum": -9, "maximum": 9}, "limit must be an integer in -9..9, not a bool"),
 ], ids=["zero", "past-maximum", "float", "str", "too-long-to-print", "below-a-minimum",
-        "below-zero"])
+        "below-zero", "bool"])
 def test_a_refused_size_names_what_its_bounds_and_the_value_as_given(
     given: object, options: dict[str, Any], message: str
 ) -> None:

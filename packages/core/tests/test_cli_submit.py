@@ -94,11 +94,15 @@ async def test_submit_with_app_takes_only_a_queue_the_app_declared(
 ) -> None:
     """With ``--app``, ``--queue`` MUST name a queue the app declared (then it replaces
     the registered one, the rest of the registration still applies); any other queue MUST
-    be refused with ``InvalidInput`` and nothing written."""
+    be refused with ``InvalidInput`` and nothing written; an empty or blank name is refused
+    as such."""
     app = _reports_app()
     spec = importable(monkeypatch, app, PROBE)
     with pytest.raises(InvalidInput, match="'elsewhere' is not declared"):
         await _run(*SUBMIT, "--app", spec, "--queue", "elsewhere")
+    for name, rule in [("", "queue must not be empty"), (" ", "queue must not be blank")]:
+        with pytest.raises(InvalidInput, match=rule):
+            await _run(*SUBMIT, "--app", spec, "--queue", name)
     assert [] == list(await app.list(System()))
     assert "elsewhere" not in app.queues
     code, _ = await _run(*SUBMIT, "--app", spec, "--queue", "urgent")

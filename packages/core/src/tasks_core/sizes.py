@@ -57,7 +57,10 @@ def check_limit(
 
 def _shown(value: object) -> str:
     """A refused value, never rounded: its ``repr``, a long one elided in the middle
-    (``...``), an integer past Python's digit limit described instead."""
+    (``...``), an integer past Python's digit limit or a bool (JSON's ``true`` is Python's
+    ``True``) described instead, as :mod:`tasks_core.durations` does."""
+    if isinstance(value, bool):
+        return "a bool"
     try:
         return reprlib.repr(value)
     except ValueError:

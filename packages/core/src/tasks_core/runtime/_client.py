@@ -25,6 +25,7 @@ from tasks_core.authority import (
     Owner,
     System,
     check_key,
+    check_name,
     require_authority,
 )
 from tasks_core.definitions import (
@@ -284,6 +285,7 @@ class Client(ClientReads):
         if not isinstance(queue_name, str):
             raise InvalidInput("queue must be the name of a declared queue")
         if queue_name not in self._queues:
+            check_name(queue_name, what="queue")  # an empty name says so, not "undeclared"
             raise InvalidInput(f"queue {queue_name!r} is not declared")
         self.policy.check_queue(queue_name, authority)
         data = check_input(input, definition, self.limits)
