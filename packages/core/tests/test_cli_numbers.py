@@ -359,6 +359,35 @@ def test_the_console_script_refuses_a_bad_number_on_one_line(
     assert ["numapp.py"] == sorted(p.name for p in tmp_path.iterdir() if p.is_file())
 
 
+class _BeatsWhileListed(DelegatingStore):
+    """A worker's heartbeat lands while ``tasks workers`` lists: the clock moves a second
+    and the lease of ``lease`` is renewed before the listing answers."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(MemoryStore(clock=clock))
+        self.clock = clock
+        self.lease: Any = None
+
+    async def list(self, query: Any) -> Any:
+        if self.lease is not None:
+            self.clock.advance(1)
+            await self.inner.renew(self.lease, 30)
+        return await self.inner.list(query)
+
+
+async def test_workers_never_shows_a_heartbeat_ahead_that_landed_while_it_listed() -> None:
+    """A heartbeat written while ``tasks workers`` lists MUST read as just now, not "1s
+    ahead": the store's now is read once the listing has answered."""
+    clock = ManualClock()
+    store = _BeatsWhileListed(clock)
+    app = make_app(store=store)
+    async with app:
+        task = await app.submit("job", None, ALICE)
+        store.lease = (await app.store.claim(task.id, "w1", 30)).lease
+        _, out = await _cli(app, "workers", "--system", "--lease", "30")
+    assert "(0s ago)" in out, out
+
+
 async def test_workers_shows_a_heartbeat_in_the_past_with_a_good_lease() -> None:
     """With a lease it takes, the heartbeat MUST be expiry less the lease: never ahead."""
     clock = ManualClock()

@@ -81,24 +81,25 @@ async def list_newest_first(
 
 async def live_leases(app: App, authority: Authority, queue: str | None = None,
                       *, most: int = 10_000) -> tuple[list[Snapshot], datetime]:
-    """The tasks ``authority`` can list that hold a live lease (of ``queue``), at most
-    ``most``, and the store's ``now`` they were judged at.
+    """The tasks ``authority`` can list that hold a live lease (of ``queue``), at least
+    ``most`` when there are (whole pages are read), and the store's ``now`` they were
+    judged at: each page is judged at a ``now`` read once it has answered, so that no
+    heartbeat written while it listed lies ahead of the ``now`` returned.
 
     Raises:
         StoreUnavailable: the store failed.
     """
     store = await app.open()
-    now = await store.now()
     held: list[Snapshot] = []
     after: str | None = None
-    while len(held) < most:
+    while True:
         page = await app.list(authority, status=LEASED, queue=queue, after=after,
                               limit=MAX_PAGE)
+        now = await store.now()
         held.extend(s for s in page.items if s.lease_live(now))
-        if page.next_after is None:
-            break
+        if len(held) >= most or page.next_after is None:
+            return held, now
         after = page.next_after
-    return held, now
 
 
 class WorkerRow(NamedTuple):
