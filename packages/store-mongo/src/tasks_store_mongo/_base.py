@@ -296,13 +296,21 @@ class MongoBase:
         return rules.tick(utc(hello["localTime"]))
 
     async def _load(
-        self, task_id: str, *, history: bool = False, session: Any = None
+        self, task_id: str, *, history: bool = False, session: Any = None,
+        tenant: str | None = None,
     ) -> dict[str, Any] | None:
+        """The document of ``task_id`` (with its history when ``history``), or ``None``;
+        with ``tenant``, only that tenant's — or one whose tenant is damaged (not a string),
+        which the caller reports: another tenant's document, however large, is never read,
+        and its answer costs what a missing id's does."""
         if not isinstance(task_id, str):
             raise InvalidInput("task_id must be a string")
         projection = None if history else NO_HISTORY
+        query: dict[str, Any] = {"_id": task_id}
+        if tenant is not None:
+            query["$or"] = [{"tenant": tenant}, {"tenant": {"$not": {"$type": "string"}}}]
         doc: dict[str, Any] | None = await self._tasks.find_one(
-            {"_id": task_id}, projection, session=session
+            query, projection, session=session
         )
         return doc
 

@@ -219,7 +219,7 @@ class MongoRecords(MongoBase):
             InvalidInput, TaskNotFound, StoreCorrupt, StoreUnavailable.
         """
         rules.check_tenant(tenant)
-        doc = await self._load(task_id)
+        doc = await self._load(task_id, tenant=tenant)
         now = await self._now()
         return rules.present(self._visible(task_id, doc, tenant, now), now)
 
@@ -290,7 +290,7 @@ class MongoRecords(MongoBase):
             InvalidInput, TaskNotFound, StoreCorrupt, StoreUnavailable.
         """
         rules.check_tenant(tenant)
-        doc = await self._load(task_id, history=True)
+        doc = await self._load(task_id, history=True, tenant=tenant)
         now = await self._now()
         self._visible(task_id, doc, tenant, now)
         assert doc is not None

@@ -304,12 +304,22 @@ class StoreBase:
         compiled form: no statement is built per call)."""
         return Prebuilt.build(self.tables, self._task_columns(), lock=self._db.kind != "sqlite")
 
-    async def _fetch(self, conn: AsyncConnection, task_id: str, *, lock: bool) -> TaskRow | None:
-        """The row of ``task_id`` (locked for update when ``lock``), or ``None``."""
+    async def _fetch(
+        self, conn: AsyncConnection, task_id: str, *, lock: bool, tenant: str | None = None
+    ) -> TaskRow | None:
+        """The row of ``task_id`` (locked for update when ``lock``), or ``None``; with
+        ``tenant`` (a read, unlocked), only that tenant's: the database compares the tenant,
+        so another tenant's row — its document however large — is never read, and its
+        answer costs what a missing id's does."""
         if not isinstance(task_id, str):
             raise InvalidInput("task_id must be a string")
-        stmt = self._statements.fetch_locked if lock else self._statements.fetch
-        row = (await conn.execute(stmt, {"b_id": task_id})).first()
+        statements = self._statements
+        if tenant is not None:
+            row = (await conn.execute(statements.fetch_of_tenant,
+                                      {"b_id": task_id, "b_tenant": tenant})).first()
+        else:
+            row = (await conn.execute(statements.fetch_locked if lock else statements.fetch,
+                                      {"b_id": task_id})).first()
         return None if row is None else TaskRow.of(row)
 
     async def _save(

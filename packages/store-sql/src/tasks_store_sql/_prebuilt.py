@@ -35,6 +35,8 @@ class Prebuilt:
     """The row of ``b_id``."""
     fetch_locked: sa.Select[Any]
     """The row of ``b_id``, locked for update (where the dialect locks rows)."""
+    fetch_of_tenant: sa.Select[Any]
+    """The row of ``b_id`` if tenant ``b_tenant``'s: another tenant's is never read."""
     lock_rows: sa.Select[Any]
     """``(id, *stored, claim_token, row_version, final_event)`` of the rows of ``b_ids``
     (a list; ``stored``: ``_stored.STORED_COLUMNS``), locked in id order."""
@@ -86,6 +88,7 @@ class Prebuilt:
         return cls(
             fetch=fetch,
             fetch_locked=fetch.with_for_update() if lock else fetch,
+            fetch_of_tenant=fetch.where(t.c.tenant == sa.bindparam("b_tenant")),
             lock_rows=lock_rows.with_for_update() if lock else lock_rows,
             find_events=sa.select(ev.c.task_id, ev.c.event_id, ev.c.record).where(
                 ev.c.task_id.in_(sa.bindparam("b_ids", expanding=True)),

@@ -39,7 +39,7 @@ class ReadOps(ListOps):
         self, conn: AsyncConnection, task_id: str, tenant: str | None
     ) -> tuple[Snapshot, datetime]:
         rules.check_tenant(tenant)
-        row = await self._fetch(conn, task_id, lock=False)
+        row = await self._fetch(conn, task_id, lock=False, tenant=tenant)
         now = await self._now(conn)
         return _seen(task_id, None if row is None else row.stored, tenant, now), now
 
@@ -74,9 +74,10 @@ class ReadOps(ListOps):
             rules.check_tenant(tenant)
             if not isinstance(task_id, str):
                 raise InvalidInput("task_id must be a string")
-            row = (await conn.execute(  # the row's final event with the run it ended
-                sa.select(t.c.final_event, *stored_columns(t)).where(t.c.id == task_id)
-            )).first()
+            read = sa.select(t.c.final_event, *stored_columns(t)).where(t.c.id == task_id)
+            if tenant is not None:  # another tenant's row is never read (as ``_fetch``)
+                read = read.where(t.c.tenant == tenant)
+            row = (await conn.execute(read)).first()  # with the final event of its run
             now = await self._now(conn)
             snapshot = _seen(task_id, None if row is None else Stored(*row[1:]), tenant, now)
             found = await conn.execute(
@@ -194,8 +195,9 @@ class ReadOps(ListOps):
 
 def _seen(task_id: str, stored: Stored | None, tenant: str | None, now: datetime) -> Snapshot:
     """The task of the row's ``stored`` columns (``None``: no row), if a reader of
-    ``tenant`` may see it at ``now``. Another tenant's is missing on its ``tenant`` column,
-    never decoded: its answer costs what a missing id's does, whatever its size.
+    ``tenant`` may see it at ``now``. Another tenant's is missing on its ``tenant`` column
+    (which the read compares first, so its row is not even read), never decoded: its
+    answer costs what a missing id's does, whatever its size.
 
     Raises:
         TaskNotFound: no row, another tenant's task, or an expired one.
