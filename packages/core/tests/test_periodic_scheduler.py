@@ -44,7 +44,7 @@ def _app(clock: ManualClock, *, store: Any = None, **periodic: Any) -> App:
 
     @app.periodic(**options)
     @app.task(retry=RetryPolicy.fixed(5, attempts=3), timeout=30, max_deliveries=4,
-              retention=1)
+              retention=1, priority=7)
     async def tick(ctx: TaskContext, region: str = "eu") -> str:
         return region
 
@@ -130,8 +130,8 @@ async def test_after_a_downtime_only_the_latest_missed_ticks_run(catch_up: int,
 
 async def test_the_tick_task_is_the_schedule_s() -> None:
     """A tick's task MUST have no owner, tenant ``default``, the schedule's queue and
-    input, the task's retry, timeout and delivery limit, its own id as idempotency key
-    and no ttl; System sees it, an owner does not."""
+    input, the task's retry, timeout, delivery limit and priority, its own id as
+    idempotency key and no ttl; System sees it, an owner does not."""
     clock = ManualClock()
     app = _app(clock, queue="ticks", input={"region": "us"})
     async with app:
@@ -144,6 +144,7 @@ async def test_the_tick_task_is_the_schedule_s() -> None:
         assert (definition.retry, definition.timeout, definition.max_deliveries, task_id) == (
             s.work.retry_policy, s.work.timeout_s, s.work.max_deliveries,
             s.work.idempotency_key)
+        assert definition.priority == s.priority
         with pytest.raises(TaskNotFound):
             await app.get(task_id, ALICE)
 
@@ -243,16 +244,23 @@ async def test_a_failed_pass_is_logged_and_tried_again(
                                                        for r in failed]
 
 
-async def test_a_tick_refused_for_capacity_is_created_by_a_later_pass() -> None:
+async def test_a_tick_refused_for_capacity_is_created_by_a_later_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A tick the store refuses (``max_tasks``) MUST NOT count as created: a later pass,
-    once there is room, creates it."""
+    once there is room, creates it. The refusal is a warning once per tick, not at every
+    pass (a full store flooded the log with a line a second per worker)."""
     clock = ManualClock()
     app = _app(clock, store=MemoryStore(clock=clock, max_tasks=1))
     async with app:
         other = await app.submit("tick", None, ALICE)
         scheduler = _scheduler_of(app)
-        await scheduler.run_once()
+        with caplog.at_level(logging.DEBUG, logger="tasks_core.periodic"):
+            for _ in range(3):
+                await scheduler.run_once()
         assert [] == await _tick_ids(app)
+        refusals = [r.levelno for r in caplog.records if "refused" in r.getMessage()]
+        assert [logging.WARNING, logging.DEBUG, logging.DEBUG] == refusals
         await app.cancel(other.id, ALICE)
         await app.release(other.id, System())
         await scheduler.run_once()

@@ -67,6 +67,8 @@ class Scheduler:
         self.notify = notify
         self._handled: dict[str, datetime] = {}
         """Per schedule, the latest tick known to exist: no probe until a newer one."""
+        self._refused: dict[str, datetime] = {}
+        """Per schedule, the last tick the store refused (its warning is given once)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pass, wait for the next tick, pass again… until ``stop`` is set. A failed pass
@@ -168,6 +170,7 @@ class Scheduler:
                       retry_policy=definition.retry, timeout_s=definition.timeout,
                       max_deliveries=definition.max_deliveries),
             retention_s=schedule.retention_for(tick, definition.retention),
+            priority=definition.priority,
         )
         span = None if telemetry.active is None else telemetry.active.submit(new)
         try:
@@ -183,9 +186,12 @@ class Scheduler:
                 span.end(None, exc)
             if not isinstance(exc, CapacityExceeded):
                 raise
-            log.warning("periodic %s: tick %s refused by the store (%s); the next pass "
-                        "tries again while it is among the catch_up latest ticks",
-                        schedule.name, task_id, exc)
+            first = self._refused.get(schedule.name) != tick  # said once per tick
+            self._refused[schedule.name] = tick
+            log.log(logging.WARNING if first else logging.DEBUG,
+                    "periodic %s: tick %s refused by the store (%s); the next pass "
+                    "tries again while it is among the catch_up latest ticks",
+                    schedule.name, task_id, exc)
             return None
         if span is not None:
             span.end("created")
