@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 from tasks_core.authority import Owner
@@ -165,8 +165,27 @@ class TaskContext:
         checked = check_duration(seconds, "seconds", high=MAX_WAIT_S, allow_zero=True)
         self.raise_if_cancelled()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.token.wait(), checked)
+            await self._as_run_cancelled(asyncio.wait_for(self.token.wait(), checked))
         self.raise_if_cancelled()
+
+    async def _as_run_cancelled(self, waiting: Awaitable[T]) -> T:
+        """Await a waiting helper's ``waiting``: a cancel of the handler's task while the
+        token holds a cause is the run's stop (the worker sets the token, then cancels an
+        async handler, and the cancel may land first), so it ends as ``RunCancelled`` with
+        that cause — the task taken out of its cancelling state — as the token's wakeup
+        would have; any other cancel stays ``CancelledError``.
+
+        Raises:
+            RunCancelled: the run was asked to stop.
+        """
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            reason, task = self.token.reason, asyncio.current_task()
+            if reason is None or task is None:
+                raise
+            task.uncancel()
+            raise RunCancelled(reason) from None
 
     # -- progress ------------------------------------------------------------------------
 
@@ -209,7 +228,8 @@ class TaskContext:
             TypeError: read as a truth value instead of awaited (nothing asked).
         """
         _on_a_loop("request_input", "ctx.request_input_sync(key, request)")
-        return MustAwait(self._hooks.request_input(key, request), "request_input")
+        return MustAwait(self._as_run_cancelled(self._hooks.request_input(key, request)),
+                         "request_input")
 
     def request_input_sync(self, key: str, request: Any = None) -> Any:
         """:meth:`request_input` for sync handlers (blocks the handler's thread).
