@@ -70,6 +70,7 @@ _COMMIT_ATTEMPTS = 5
 # mongod codes for "the document would be too large" (BSONObjectTooLarge and friends).
 _TOO_LARGE = frozenset({10334, 17419, 17420})
 _LOGIN_REFUSED = 18  # AuthenticationFailed
+_TRANSACTION_TOO_LARGE = 388  # TransactionTooLargeForCache
 # Codes that mean "try again later": shutting down, not primary, interrupted, busy.
 _TRANSIENT_CODES = frozenset(
     {6, 7, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 251}
@@ -231,6 +232,11 @@ def translate() -> Iterator[None]:
         if exc.code in _TOO_LARGE:
             raise InvalidInput(
                 "The task document would exceed MongoDB's 16 MiB document limit"
+            ) from exc
+        if exc.code == _TRANSACTION_TOO_LARGE:  # before ``transient``: a retry fails alike
+            raise InvalidInput(
+                "The batch is too large for one MongoDB transaction (its cache refused it, "
+                f"code {exc.code}): submit it in smaller batches; nothing was written"
             ) from exc
         if transient(exc):
             raise StoreUnavailable(

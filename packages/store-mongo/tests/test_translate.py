@@ -1,0 +1,19 @@
+"""Server refusals that the caller can act on are named errors saying what to do."""
+
+from __future__ import annotations
+
+import pytest
+from pymongo.errors import OperationFailure
+from tasks_core import InvalidInput
+from tasks_store_mongo._driver import translate
+
+
+def test_a_transaction_too_large_for_the_cache_says_to_split_the_batch() -> None:
+    """A batch of valid items can pass what one MongoDB transaction holds in its cache
+    (``TransactionTooLargeForCache``, code 388: 400 items of 256 KiB on a replica set): the
+    refusal MUST be ``InvalidInput`` saying to submit smaller batches and that nothing was
+    written, not a bare ``StoreError`` with a code."""
+    with pytest.raises(InvalidInput, match="smaller batches; nothing was written"), \
+            translate():
+        raise OperationFailure("Transaction is too large", code=388,
+                               details={"code": 388, "errorLabels": ["TransientTransactionError"]})
