@@ -175,7 +175,30 @@ async def test_a_capacity_refusal_in_the_loop_names_the_item() -> None:
             await app.submit_many([SubmitItem("send", {"to": n}) for n in "abc"], ALICE)
         assert "max_tasks" == caught.value.limit
         assert "nothing was stored" not in str(caught.value)
-        assert 2 == len((await app.list(System())).items)
+        listed = (await app.list(System())).items
+        assert 2 == len(listed)
+        assert {s.id for s in listed} == {s.id for s in caught.value.stored.values()}
+        assert [0, 1] == sorted(caught.value.stored)
+
+
+async def test_a_re_run_refused_for_capacity_names_what_the_batch_submitted() -> None:
+    """A re-run (a key whose task is finished) comes after the batch's creates: refused
+    for capacity, the refusal MUST name its item, MUST NOT claim that what was written came
+    before it, and MUST carry every item the batch submitted (``.stored``, by index), so a
+    caller does not submit them twice."""
+    app, _ = _app(store=MemoryStore(max_active_tasks_per_scope=3))
+    async with app:
+        report = await app.submit("send", {"to": "r"}, ALICE, key="report")
+        await app.cancel(report.id, ALICE)
+        with pytest.raises(CapacityExceeded, match=r"^item 0: .*3 other items") as caught:
+            await app.submit_many([SubmitItem("send", {"to": "r"}, key="report"),
+                                   *(SubmitItem("send", {"to": n}) for n in "abc")], ALICE)
+        assert "max_active_tasks_per_scope" == caught.value.limit
+        assert "before it" not in str(caught.value)
+        stored = {i: s.outcome for i, s in caught.value.stored.items()}
+        assert {1: "created", 2: "created", 3: "created"} == stored
+        pending = {s.id for s in (await app.list(ALICE, status="pending")).items}
+        assert {s.id for s in caught.value.stored.values()} == pending
 
 
 async def test_capacity_holds_for_the_batch_as_a_whole() -> None:

@@ -399,6 +399,30 @@ async def test_the_worker_banner_and_backends_never_print_the_password(
     assert "user:***@here" in banner
 
 
+async def test_the_worker_banner_names_the_fleet_wide_limits_it_applies() -> None:
+    """Each worker applies the limits its own app declares against the shared count, so
+    workers that declare a queue differently disagree: the banner MUST name each served
+    queue's ``max_running`` and ``rate`` (an exclusive queue's as ``max_running 1``) so a
+    mismatch shows in the logs."""
+    app = make_app()
+    app.queue("lim", max_running=3)
+    app.queue("solo", exclusive=True)
+    app.queue("rated", rate=(5, 2))
+
+    @app.task(queue="lim")
+    async def stop(ctx: TaskContext) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async with app:
+        await app.submit(stop, None, ALICE)
+        code, banner = await asyncio.wait_for(
+            _cli(app, "worker", "m:app", "--no-reaper", "--queues", "lim,solo,rated,default"),
+            TIMEOUT)
+    assert 0 == code
+    assert ("queues lim (max_running 3), solo (max_running 1), rated (rate 5 per 2s), "
+            "default," in " ".join(banner.split())), banner
+
+
 @pytest.mark.parametrize("store", ["", "  "])
 async def test_an_empty_store_option_is_refused_not_taken_for_the_default(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

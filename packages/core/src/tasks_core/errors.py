@@ -29,7 +29,8 @@ in ``_errors_base``, which the model imports: the tree is still this module's.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from tasks_core._errors_base import InvalidInput, TasksError
 
@@ -111,16 +112,23 @@ class Deferred(TasksError):
 
 class CapacityExceeded(TasksError):
     """A capacity limit is reached; nothing was stored — or, at ``item`` of a
-    ``submit_many`` that loops, nothing of that item (what it wrote before stays)."""
+    ``submit_many`` that writes item by item (a loop, a re-run), nothing of that item:
+    ``stored`` maps the index of every other item of the batch already submitted to its
+    outcome (a ``Submitted``), whatever its place in the batch."""
 
-    def __init__(self, limit: str, *, retryable: bool = True, item: int | None = None) -> None:
+    def __init__(self, limit: str, *, retryable: bool = True, item: int | None = None,
+                 stored: Mapping[int, Any] | None = None) -> None:
+        written = dict(stored or {})
         super().__init__(
             f"Capacity limit reached: {limit}; nothing was stored" if item is None else
-            f"item {item}: capacity limit reached: {limit}; that item was not stored, what "
-            "the batch wrote before it stays")
+            f"item {item}: capacity limit reached: {limit}; that item was not stored"
+            + (f"; {len(written)} other items of the batch were submitted (.stored)"
+               if written else ", nor any other item"))
         self.limit = limit
         self.retryable = retryable
         self.item = item
+        self.stored = written
+
 
 
 class AuthorizationError(TasksError, PermissionError):

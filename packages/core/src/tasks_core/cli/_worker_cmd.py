@@ -67,6 +67,22 @@ def _metrics(args: argparse.Namespace) -> PrometheusEndpoint | None:
                            f"{exc.strerror or exc}") from None
 
 
+def _served(app: App, worker: Worker) -> str:
+    """The worker's queues, each with the fleet-wide limits this worker applies to it
+    (``lim (max_running 3)``, ``api (rate 5 per 2s)``): every worker counts against the
+    shared leases with its own app's numbers, so a mismatch between workers shows here."""
+    shown = []
+    for name in worker.queues:
+        queue = app.queues[name]
+        limits = []
+        if queue.max_running is not None or queue.exclusive:
+            limits.append(f"max_running {queue.max_running or 1}")
+        if queue.rate is not None:
+            limits.append(f"rate {queue.rate[0]} per {queue.rate[1]:g}s")
+        shown.append(f"{name} ({', '.join(limits)})" if limits else name)
+    return ", ".join(shown)
+
+
 def _worker_of(app: App, args: argparse.Namespace) -> Worker:
     """The worker ``tasks worker`` asks for. Its ``--queues`` are declared on the app, as
     ``tasks submit`` without ``--app`` declares the queue it names: the operator names
@@ -173,7 +189,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
             ahead = f", prefetch {worker.prefetch}" if worker.prefetch else ""
             where = shown_url(app.url or "")
             one_line(console, f"worker {plain(worker.worker_id)} on {plain(where)}: queues "
-                              f"{plain(', '.join(worker.queues))}, concurrency "
+                              f"{plain(_served(app, worker))}, concurrency "
                               f"{worker.concurrency}{ahead}")
             if endpoint is not None:
                 one_line(console, f"metrics for Prometheus at {plain(endpoint.url)}")

@@ -8,8 +8,9 @@ come after the creates, each on its own. Whom a taken id lets join is checked be
 creates, so such a refusal writes nothing. A race (an id taken after it was read) is
 decided again. Without the capability: a loop of ``submit``, each item on its own, in
 order, every taken key's join checked first — a store's refusal stops it with the earlier
-items written (``CapacityExceeded`` names the item). An id given again joins the task its
-first item made (the batch's own outcome, not a new read).
+items written. A capacity refusal of a re-run or of a loop's item names the item and
+carries what the batch submitted (``CapacityExceeded.stored``). An id given again joins the
+task its first item made (the batch's own outcome, not a new read).
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ async def submit_many(
                                         transaction=transaction, known=done))
         except (AuthorizationError, InvalidInput, Unavailable) as exc:
             raise refused(index, exc) from None
-        except CapacityExceeded as exc:
-            raise CapacityExceeded(exc.limit, retryable=exc.retryable, item=index) from None
+        except CapacityExceeded as exc:  # the batch's creates (and what came before) stay
+            stored = {i: s for i, s in enumerate(results)}
+            stored.update((i, s) for i, s in taken.items() if isinstance(s, Submitted))
+            raise CapacityExceeded(exc.limit, retryable=exc.retryable, item=index,
+                                   stored=stored) from None
     return results
 
 
