@@ -18,11 +18,20 @@ import pytest
 from _runtime_kit import ALICE, BOB, MALLORY, TIMEOUT, fast_worker, make_app
 from rich.cells import cell_len
 from rich.console import Console
-from tasks_core import App, ManualClock, RetryPolicy, TaskContext, TaskStatus, UnknownStore
+from tasks_core import (
+    App,
+    ManualClock,
+    Owner,
+    RetryPolicy,
+    TaskContext,
+    TaskStatus,
+    UnknownStore,
+)
 from tasks_core.cli import _reads
 from tasks_core.cli._render import LEFT_OUT_FIRST, output_console
 from tasks_core.cli.main import run
 from tasks_core.errors import StoreError
+from tasks_core.events import InputRequested
 from tasks_core.runtime._defaults import EMBEDDED_STORE_URL, installed
 
 pytestmark = pytest.mark.anyio
@@ -227,6 +236,27 @@ async def test_submit_wait_says_once_that_no_live_worker_serves_the_queue(
         code, out = await asyncio.wait_for(follow, TIMEOUT)
     assert 1 == code
     assert 1 == out.count("no live worker serves queue 'default'"), out
+
+
+async def test_submit_wait_hint_reads_the_leases_as_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hint MUST read the queue's leases as the caller reads them (as ``tasks workers
+    --user`` does): another owner's task held by a worker is invisible to bob, so whether
+    bob sees the hint MUST NOT tell him that such a task is running."""
+    monkeypatch.setattr(_reads, "NO_WORKER_AFTER_S", 0.05)
+    monkeypatch.setattr(_reads, "HINT_POLL_S", 0.02)
+    app = make_app()
+    async with app:
+        hers = await app.submit("job", None, ALICE)
+        await app.store.claim(hers.id, "w1", 60)
+        follow = asyncio.create_task(_cli(app, "submit", "job", "--user", "bob", "--key",
+                                          "k", "--wait"))
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+        await app.cancel("bob::k", Owner("bob"))
+        _, out = await asyncio.wait_for(follow, TIMEOUT)
+    assert 1 == out.count("no live worker"), out
 
 
 async def test_submit_wait_says_nothing_while_a_worker_serves_the_queue(

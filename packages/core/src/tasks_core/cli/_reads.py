@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tasks_core.authority import Authority, System
+from tasks_core.authority import Authority
 from tasks_core.cli._options import MAX_PAGE
 from tasks_core.cli._render import Bars, cell, one_line, plain, tasks_table
 from tasks_core.errors import InvalidInput
@@ -192,14 +192,15 @@ async def _hint_unserved(app: App, task_id: str, authority: Authority,
         elif since is None:
             since = loop.time()
         elif loop.time() - since >= NO_WORKER_AFTER_S:
-            leased, _ = await live_leases(app, System(snapshot.tenant), snapshot.queue,
-                                          most=1)  # any worker of the tenant serves it
+            # read as the caller reads (as ``tasks workers --user``): a lease on a task
+            # the caller cannot see must not show through the hint
+            leased, _ = await live_leases(app, authority, snapshot.queue, most=1)
             if not leased:
                 one_line(console, f"[yellow]no live worker serves queue "
                                   f"{plain(repr(snapshot.queue))}: the task has waited "
                                   f"{NO_WORKER_AFTER_S:g}s unclaimed and no task of the "
-                                  "queue holds a lease. Start one on this store:[/] tasks "
-                                  f"worker APP --queues {plain(snapshot.queue)}")
+                                  "queue that you can see holds a lease. Start one on this "
+                                  f"store:[/] tasks worker APP --queues {plain(snapshot.queue)}")
                 return
             since = loop.time()
         await asyncio.sleep(HINT_POLL_S)
