@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from tasks_core.durations import (
     MAX_WAIT_S,
     MIN_INTERVAL_S,
     check_duration,
+    parse_instant,
 )
 from tasks_core.periodic import MIN_EVERY_S
 from tasks_core.rules import MAX_LEASE_S
@@ -437,3 +439,11 @@ async def test_the_worker_drains_for_its_drain_timeout(
         release.set()
         await until(app, task.id, ALICE, lambda s: s.terminal)
     assert any("shutting down (drain 0.01s)" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("text", ["2031-12-24T09:00Z", "2031-12-24T09:00z",
+                                  "2031-12-24t09:00z", "2031-12-24T10:00+01:00"])
+def test_an_instant_on_the_command_line_takes_rfc_3339_s_spellings(text: str) -> None:
+    """``--at`` MUST take an instant as RFC 3339 writes it, its ``Z`` and ``T`` in either
+    case (RFC 3339 §5.6), as the same UTC instant."""
+    assert datetime(2031, 12, 24, 9, tzinfo=UTC) == parse_instant(text, "--at")

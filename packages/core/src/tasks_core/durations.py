@@ -176,13 +176,14 @@ def check_instant(value: object, what: str, *, allow_none: bool = False) -> date
 
 def parse_instant(text: str, what: str) -> datetime:
     """An ISO 8601 instant with a time zone written on a command line
-    (``2026-12-24T09:00Z``, ``2026-12-24T10:00+01:00``), checked by :func:`check_instant`.
+    (``2026-12-24T09:00Z``, ``2026-12-24T10:00+01:00``; RFC 3339's lowercase ``z`` too),
+    checked by :func:`check_instant`.
 
     Raises:
         InvalidInput: naming ``what``: not ISO 8601, without a time zone, or out of range.
     """
     try:
-        value = datetime.fromisoformat(text)
+        value = datetime.fromisoformat(text[:-1] + "Z" if text.endswith("z") else text)
     except (TypeError, ValueError):
         raise InvalidInput(f"{what} must be an ISO 8601 instant with a time zone, e.g. "
                            f"2026-12-24T09:00Z, not {text!r}") from None
