@@ -340,6 +340,27 @@ async def test_tasks_periodic_lists_last_and_next_ticks() -> None:
         assert "no periodic schedules in probe:app" in out
 
 
+async def test_tasks_periodic_shows_a_sub_second_schedule_as_it_ticks() -> None:
+    """A schedule of ``every=1.5`` MUST show its ticks to the millisecond (the tick id
+    ``tasks show`` takes names it so), and an interval as the schedule rounds it to whole
+    milliseconds, in digits (``every=1.0005`` ticks every second; the longest allowed
+    interval is not written in exponent form)."""
+    clock = ManualClock()
+    app = _app(clock, every=1.5)
+    app.periodic(app.tasks["tick"], every=1.0005, name="rounded")
+    app.periodic(app.tasks["tick"], every=31_622_400, name="yearly")
+    schedule = app.schedules["tick"]
+    following = schedule.following(clock.now())
+    assert following is not None
+    async with app:
+        _, out = await _cli(app, "periodic", "--app", "probe:app", "--system")
+    rows = _rows(out)
+    shown = following.strftime("%Y-%m-%d %H:%M:%S.") + f"{following.microsecond // 1000:03d}Z"
+    assert shown == rows["tick"][7]
+    assert ("every 1.5s", "every 1s", "every 31622400s") == (
+        rows["tick"][2], rows["rounded"][2], rows["yearly"][2])
+
+
 def _rows(out: str) -> dict[str, list[str]]:
     """The table's rows by schedule name: their cells (name, task, when, queue, catch up,
     last tick, last run, next tick)."""

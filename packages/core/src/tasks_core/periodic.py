@@ -208,9 +208,11 @@ class Schedule:
                 yield tick
 
     def describe(self) -> str:
-        """``cron 0 9 * * mon-fri (Europe/Paris)`` or ``every 300s``."""
-        if self.every is not None:
-            return f"every {self.every:g}s"
+        """``cron 0 9 * * mon-fri (Europe/Paris)`` or ``every 300s`` (the interval as
+        :attr:`period` rounds it, in digits)."""
+        if self.period is not None:
+            seconds = self.period.total_seconds()
+            return f"every {int(seconds) if seconds.is_integer() else seconds}s"
         return f"cron {self.cron} ({self.tz or 'UTC'})"
 
 

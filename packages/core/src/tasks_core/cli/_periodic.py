@@ -49,7 +49,9 @@ def _instant(tick: datetime | None, schedule: Schedule) -> str:
     """A tick in UTC, and in the schedule's zone when it has one."""
     if tick is None:
         return "none in 50 years"
-    text = tick.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    utc = tick.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%d %H:%M:%S") + (  # a sub-second tick to the millisecond
+        f".{utc.microsecond // 1000:03d}Z" if utc.microsecond else "Z")
     if schedule.tz is not None and schedule.tz != "UTC":
         text += f" ({tick.astimezone(schedule.zone):%Y-%m-%d %H:%M %Z})"
     return text
