@@ -14,6 +14,7 @@ import pytest
 from _runtime_kit import ALICE, TIMEOUT, fast_worker, make_app
 from rich.console import Console
 from tasks_core import App, EventRecord, ManualClock, Snapshot, TaskContext, TaskNotFound
+from tasks_core.cli._render import print_json
 from tasks_core.cli.main import run
 
 pytestmark = pytest.mark.anyio
@@ -182,3 +183,44 @@ async def test_json_refuses_the_options_that_draw_for_a_person(argv: list[str]) 
         with pytest.raises(SystemExit) as exited:
             await _cli(app, *argv, "--system", "--json")
         assert exited.value.code == 2
+
+
+NOT_PRINTABLE = {"csi": "\u009b2J", "osc": "\u009d52;c;aGVsbG8=\u009c", "bidi": "\u202e",
+                 "delete": "\x7f", "tag": "\U000e0001"}
+"""Stored text a terminal acts on or shows deceptively, none of it a C0 control character
+(which ``json.dumps`` escapes anyway): the 8-bit CSI and OSC (C1), DEL, a bidi override,
+and a tag character outside the BMP."""
+
+
+async def test_json_escapes_every_character_that_is_not_printable() -> None:
+    """``ls --json`` and ``show --json`` MUST write every character of stored text that is
+    not printable as its JSON escape (C1 controls, DEL, bidi and format characters, one
+    outside the BMP as its surrogate pair) — never raw — while other non-ASCII text stays
+    as it is, and the line MUST load back to exactly the stored values."""
+    app = make_app()
+    async with app:
+        stored = {**NOT_PRINTABLE, "plain": "é"}
+        task_id = (await app.submit("job", stored, ALICE, key="é")).id
+        _, listed = await _cli(app, "ls", "--user", "alice", "--json")
+        _, shown = await _cli(app, "show", task_id, "--user", "alice", "--json")
+    for out in (listed, shown):
+        assert [] == [ch for ch in "\u009b\u009d\u009c\u202e\x7f\U000e0001" if ch in out]
+        assert out.endswith("\n")
+        assert out[:-1].isprintable()
+        assert '"plain":"é"' in out
+        assert '"tag":"\\udb40\\udc01"' in out
+    assert _document(listed)["tasks"][0]["work"]["input"] == stored
+    assert _document(shown)["task"]["work"]["input"] == stored
+    assert "alice::é" == _document(shown)["task"]["id"] == task_id
+
+
+def test_print_json_escapes_keys_and_values_that_are_not_printable() -> None:
+    """Every ``--json`` goes through ``print_json`` (``workers`` and ``periodic`` too): an
+    object key that is not printable MUST be escaped as a value is, and the line MUST load
+    back to the document."""
+    document = {"\u202ekey": ["\x7f", {"\u0085": "\u2028\u00a0ü"}], "n": 1.5, "t": True}
+    out = io.StringIO()
+    print_json(Console(file=out, width=20, color_system=None), document)
+    assert out.getvalue()[:-1].isprintable()
+    assert "ü" in out.getvalue()
+    assert document == json.loads(out.getvalue())

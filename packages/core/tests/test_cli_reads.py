@@ -401,3 +401,32 @@ async def test_an_ordinary_cancel_logs_no_warning(caplog: pytest.LogCaptureFixtu
     fenced = [r for r in caplog.records if "fenced off" in r.getMessage()]
     assert fenced, caplog.text
     assert [] == [r for r in fenced if r.levelno >= logging.WARNING]
+
+
+def _lease_line(out: str) -> str:
+    """The ``lease`` row of ``tasks show``."""
+    return next(line for line in out.splitlines() if line.split()[:1] == ["lease"])
+
+
+async def test_show_says_held_only_of_a_claim_held_ahead_of_a_free_slot() -> None:
+    """``tasks show`` MUST call a live lease ``held`` only when the claim is held ahead of
+    a free slot (the task reads ``claimed``, its handler not started); the live lease of a
+    running task, or of one waiting for input, MUST read ``live``; a lease that lapsed
+    MUST read ``expired``, whether the task reads pending again or still waits for input."""
+    clock = ManualClock()
+    app = make_app(clock)
+    async with app:
+        for _ in range(3):
+            await app.submit("job", None, ALICE)
+        claims = await app.store.claim_next("w1", 10, queues=["default"], limit=3, start=2)
+        running, asking, held = (claim.snapshot for claim in claims)
+        asked = await app.store.transition(asking.id, asking.revision, InputRequested(
+            event_id="ask", key="approve"), claims[1].lease)
+        assert [TaskStatus.RUNNING, TaskStatus.WAITING_INPUT, TaskStatus.CLAIMED] == [
+            running.status, asked.snapshot.status, held.status]
+        shown = [(await _cli(app, "show", s.id, "--system"))[1]
+                 for s in (running, asking, held)]
+        clock.advance(11)
+        lapsed = [(await _cli(app, "show", s.id, "--system"))[1] for s in (running, asking)]
+    assert ["live", "live", "held", "expired", "expired"] == [
+        _lease_line(out).split("(")[1].split(",")[0] for out in shown + lapsed]

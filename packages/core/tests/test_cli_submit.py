@@ -328,6 +328,28 @@ async def test_respond_takes_nan_and_infinity_as_the_text_they_are(typed: str) -
     assert (0, TaskStatus.COMPLETED, typed) == (code, done.status, done.result)
 
 
+@pytest.mark.parametrize("typed", ["1e999", "-1e999", "9" * 5000, "9" * 3000, "[1, 1e400]",
+                                   '{"n": ' + "7" * 5000 + "}"])
+async def test_respond_takes_a_number_no_json_value_can_carry_as_the_text_typed(
+    typed: str,
+) -> None:
+    """A JSON number that cannot be sent — overflowing to infinity, an integer too long for
+    Python to read or for a payload to carry, even inside an array or object — makes the
+    answer no JSON value this tool can send: it MUST be the string as typed, as ``NaN`` is
+    (it was refused as "NaN and infinities are not JSON" or "a number too long")."""
+    app = _asking_app()
+
+    async with app:
+        await _run("submit", "ask", "--key", "big", "--user", "alice", app=app)
+        async with fast_worker(app, input_park=TIMEOUT):
+            await until(app, "alice::big", ALICE,
+                        lambda s: s.status == TaskStatus.WAITING_INPUT)
+            code, _ = await _run("respond", "alice::big", f"approve={typed}", "--user",
+                                 "alice", app=app)
+            done = await app.wait("alice::big", ALICE, timeout=TIMEOUT)
+    assert (0, TaskStatus.COMPLETED, typed) == (code, done.status, done.result)
+
+
 async def test_submit_input_holding_nan_is_not_json(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--input '{"month": NaN}'`` MUST be refused as not JSON, naming ``NaN``."""
     app = _reports_app()

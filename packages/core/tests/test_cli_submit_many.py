@@ -4,12 +4,14 @@ result line per item; a bad line refuses the file, naming the line, before any w
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _runtime_kit import ALICE
 from rich.console import Console
-from tasks_core import App, InvalidInput, System, TaskContext, TaskStatus
+from tasks_core import App, CapacityExceeded, InvalidInput, System, TaskContext, TaskStatus
 from tasks_core.cli import run
 from tasks_store_memory import MemoryStore
 
@@ -119,3 +121,107 @@ async def test_a_file_without_a_task_says_it_submitted_nothing(tmp_path: Path) -
     async with app:
         code, out = await _run(app, "send", "--many", str(path))
         assert (0, "submitted nothing: the file holds no line\n") == (code, out)
+
+
+LINE = b'{"task": "send", "input": {"to": "a"}}\n'
+
+
+class _Lines(io.RawIOBase):
+    """A stream of ``count`` copies of ``line`` served on demand; ``served`` counts the
+    bytes read from it."""
+
+    def __init__(self, line: bytes, count: int) -> None:
+        self.line, self.left, self.served = line, count * len(line), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size = min(len(buffer), self.left)
+        start = self.served % len(self.line)
+        chunk = (self.line * (size // len(self.line) + 2))[start:start + size]
+        buffer[:size] = chunk
+        self.served += size
+        self.left -= size
+        return size
+
+
+async def test_a_file_of_more_than_a_batch_is_refused_at_the_line_past_it(
+    tmp_path: Path,
+) -> None:
+    """A file of more than 1000 items MUST be refused naming the file and saying it holds
+    more than 1000 items, as soon as the first non-blank line past them is read (a bad line
+    after it is never read): nothing written."""
+    path = tmp_path / "items.jsonl"
+    path.write_bytes((LINE + b"\n") * 1001 + b"not json\n")
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput) as caught:
+            await _run(app, "--many", str(path))
+        assert [] == (await app.list(System())).items
+    assert str(path) in str(caught.value)
+    assert "holds more than 1000 items; split it" in str(caught.value)
+
+
+async def test_standard_input_is_read_no_further_than_the_line_past_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--many -`` of two million lines MUST stop reading once the line past 1000 items
+    is read — not read the whole stream first — and refuse it: nothing written."""
+    stream = _Lines(LINE, 2_000_000)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(stream)))
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput, match="standard input holds more than 1000 items"):
+            await _run(app, "--many", "-")
+        assert [] == (await app.list(System())).items
+    assert stream.served < 100 * 1001 * len(LINE) < stream.left
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+async def test_a_line_that_is_not_utf8_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bool
+) -> None:
+    """A line that is not UTF-8 MUST be refused naming its number and saying so — from a
+    file or from standard input (which Python reads with ``surrogateescape`` under a C
+    locale, turning the byte into a lone surrogate): nothing written."""
+    data = LINE + b'{"input": {"to": "b"}, "key": "\xff"}\n' + LINE
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(data)
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8",
+                                                           errors="surrogateescape"))
+    app = _app()
+    async with app:
+        with pytest.raises(InvalidInput) as caught:
+            await _run(app, "send", "--many", "-" if stdin else str(path))
+        assert [] == (await app.list(System())).items
+    assert str(caught.value).startswith("line 2: not UTF-8")
+
+
+async def test_a_capacity_refusal_at_a_re_run_prints_what_the_batch_submitted(
+    tmp_path: Path,
+) -> None:
+    """A file whose re-run (a key of a finished task) is refused for capacity after the
+    batch's new tasks were written MUST print those items (index, outcome, id) before the
+    refusal: the user must not submit them again."""
+    app = App(store=MemoryStore(max_active_tasks_per_scope=3))
+
+    @app.task
+    async def send(ctx: TaskContext, to: str) -> str:
+        return to
+
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"key": "report", "input": {"to": "r"}}\n'
+                    + "".join(f'{{"input": {{"to": "{n}"}}}}\n' for n in "abc"))
+    out = io.StringIO()
+    async with app:
+        report = await app.submit("send", {"to": "r"}, ALICE, key="report")
+        await app.cancel(report.id, ALICE)
+        with pytest.raises(CapacityExceeded, match="item 0"):
+            await run(["submit", "send", "--many", str(path), "--user", "alice"], app=app,
+                      console=Console(file=out, width=200, color_system=None))
+        pending = sorted(s.id for s in (await app.list(ALICE, status="pending")).items)
+    printed = [line.split(": ", 2) for line in out.getvalue().splitlines()]
+    assert [[f"item {n}", "created"] for n in (1, 2, 3)] == [p[:2] for p in printed]
+    assert pending == sorted(p[2] for p in printed)

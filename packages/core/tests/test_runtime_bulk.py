@@ -4,7 +4,7 @@ capability), and joins or re-runs taken keys after (memory store)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -271,3 +271,25 @@ def test_the_sync_facade_submits_a_batch() -> None:
         assert [2] == store.batches
     finally:
         app.sync.close()
+
+
+async def test_more_items_than_a_batch_are_refused_reading_one_past_the_limit() -> None:
+    """``submit_many`` MUST refuse more than 1000 items as soon as it reads the 1001st — an
+    iterator is never drained (an endless one would never return) — writing nothing; 1000
+    items from an iterator are one batch."""
+    app, store = _app()
+    read = 0
+
+    def items(count: int) -> Iterator[SubmitItem]:
+        nonlocal read
+        for n in range(count):
+            read += 1
+            yield SubmitItem("send", {"to": str(n)})
+
+    async with app:
+        with pytest.raises(InvalidInput, match="at most 1000 items; split the list"):
+            await app.submit_many(items(3_000_000), ALICE)
+        assert (1001, [], 0) == (read, store.batches, store.creates)
+        read = 0
+        assert 1000 == len(await app.submit_many(items(1000), ALICE))
+        assert (1000, [1000]) == (read, store.batches)

@@ -211,18 +211,19 @@ async def test_ls_into_a_pipe_keeps_every_row_on_one_line(
                 assert [line for line in out.splitlines() if task_id in line], out
 
 
-async def test_show_tells_a_held_lease_from_an_expired_one() -> None:
-    """``tasks show`` MUST call a live lease ``held`` and one that expired without ending
-    ``expired`` (the task is pending again), never ``held``."""
+async def test_show_tells_a_live_lease_from_an_expired_one() -> None:
+    """``tasks show`` MUST call a live lease of a started run ``live`` (``held`` is a
+    claim held ahead of a free slot) and one that expired without ending ``expired`` (the
+    task is pending again), never ``live``."""
     clock = ManualClock()
     app = _app(clock)
     async with app:
         t = await app.submit("ask", None, ALICE, key="k")
         await app.store.claim(t.id, "w1", 10)
-        _, held = await _cli(app, "show", t.id, "--user", "alice")
+        _, live = await _cli(app, "show", t.id, "--user", "alice")
         clock.advance(11)
         _, expired = await _cli(app, "show", t.id, "--user", "alice")
-    assert "w1 gen 1 (held, until" in held
+    assert "w1 gen 1 (live, until" in live
     assert "w1 gen 1 (expired, until" in expired
 
 

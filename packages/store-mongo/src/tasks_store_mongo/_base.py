@@ -59,9 +59,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def operation(
-    fn: Callable[Concatenate[S, P], Awaitable[R]],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+def operation(fn: Callable[Concatenate[S, P], Awaitable[R]],
+              ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
     """Decorate a public store method: driver errors are translated (the one point, see
     ``_driver.translate``) and the running event loop gets its client first."""
 
@@ -295,23 +294,18 @@ class MongoBase:
         hello = await self._db.command("hello")
         return rules.tick(utc(hello["localTime"]))
 
-    async def _load(
-        self, task_id: str, *, history: bool = False, session: Any = None,
-        tenant: str | None = None,
-    ) -> dict[str, Any] | None:
+    async def _load(self, task_id: str, *, history: bool = False, session: Any = None,
+                    tenant: str | None = None) -> dict[str, Any] | None:
         """The document of ``task_id`` (with its history when ``history``), or ``None``;
-        with ``tenant``, only that tenant's — or one whose tenant is damaged (not a string),
-        which the caller reports: another tenant's document, however large, is never read,
-        and its answer costs what a missing id's does."""
+        with ``tenant``, only that tenant's (or a damaged one's, reported by the caller):
+        another tenant's document is never read, so it answers as a missing id."""
         if not isinstance(task_id, str):
             raise InvalidInput("task_id must be a string")
-        projection = None if history else NO_HISTORY
         query: dict[str, Any] = {"_id": task_id}
         if tenant is not None:
             query["$or"] = [{"tenant": tenant}, {"tenant": {"$not": {"$type": "string"}}}]
         doc: dict[str, Any] | None = await self._tasks.find_one(
-            query, projection, session=session
-        )
+            query, None if history else NO_HISTORY, session=session)
         return doc
 
     def _update(

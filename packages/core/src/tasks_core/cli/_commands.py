@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rich.console import Console
 
-from tasks_core._json import parse_json
+from tasks_core._json import MAX_INT_BITS, parse_json
 from tasks_core._registry import available_stores, find_store
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._dashboard import cmd_dashboard
@@ -40,7 +41,7 @@ from tasks_core.cli._stress import cmd_stress
 from tasks_core.cli._worker_cmd import cmd_worker
 from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, parse_instant
-from tasks_core.errors import InvalidInput
+from tasks_core.errors import CapacityExceeded, InvalidInput
 from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import default_store, default_store_url
 from tasks_core.runtime.app import App
@@ -139,7 +140,8 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
     Raises:
         InvalidInput: an option that a line gives instead, or a bad line (named by its
             number) or item (named by its index, from 0); nothing written.
-        AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit_many``.
+        AuthorizationError, CapacityExceeded, StoreUnavailable: see ``App.submit_many``
+            (a capacity refusal at one item prints the items submitted first).
     """
     given = [option for option, value in (
         ("--input", args.input), ("--key", args.key), ("--global", args.global_key),
@@ -152,7 +154,13 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
     if not items:
         one_line(console, "submitted nothing: the file holds no line")
         return 0
-    for submitted in await app.submit_many(items, authority_of(args)):
+    try:
+        done = await app.submit_many(items, authority_of(args))
+    except CapacityExceeded as exc:  # refused at an item, others submitted: say which
+        for index, submitted in sorted(exc.stored.items()):
+            one_line(console, f"item {index}: {submitted.outcome}: {plain(submitted.id)}")
+        raise
+    for submitted in done:
         one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
     return 0
 
@@ -183,7 +191,8 @@ async def cmd_show(app: App, args: argparse.Namespace, console: Console) -> int:
         print_json(console, {"task": snapshot.model_dump(mode="json"),
                              "history": [r.model_dump(mode="json") for r in history]})
         return code
-    console.print(snapshot_table(snapshot))
+    now = await (await app.open()).now()  # the lease's state at the store's clock
+    console.print(snapshot_table(snapshot, now))
     console.print(history_table(history))
     return code
 
@@ -214,9 +223,60 @@ async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> in
     return 0
 
 
+class _Unsendable(Exception):
+    """A JSON number that no payload can carry."""
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:  # more digits than Python reads (sys.get_int_max_str_digits)
+        raise _Unsendable from None
+    if value.bit_length() > MAX_INT_BITS:  # more than a payload carries
+        raise _Unsendable
+    return value
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # it overflowed: 1e999
+        raise _Unsendable
+    return value
+
+
+def answer(raw: str) -> Any:
+    """The answer ``raw`` (the VALUE of ``KEY=VALUE``) as sent: its JSON value when it
+    parses as JSON (``tasks_core.parse_json``), else the string as typed. Rule: text that
+    is not JSON (``NaN``, ``Infinity`` among it) or whose JSON holds a number no payload can
+    carry — one that overflows to infinity (``1e999``), an integer of more digits than
+    Python reads or more than ``MAX_INT_BITS`` bits, anywhere in it — is not a JSON value
+    this tool can send, so it is the string.
+
+    Raises:
+        InvalidInput: JSON nested too deeply to read, or an object giving a key twice.
+    """
+    try:
+        json.loads(raw, parse_int=_whole, parse_float=_real)
+    except _Unsendable:
+        return raw
+    except (ValueError, RecursionError):
+        pass  # not JSON, or not readable: parse_json judges it
+    try:
+        return parse_json(raw, "an answer")
+    except json.JSONDecodeError:
+        return raw
+
+
 async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Answer input requests: ``KEY=JSON`` pairs (a value that is not JSON is a string);
-    the line says which keys were ignored (not asked, or answered already)."""
+    """Answer input requests: ``KEY=VALUE`` pairs, each VALUE read by :func:`answer` (JSON,
+    else the string typed); the line says which keys were ignored (not asked, or answered
+    already).
+
+    Raises:
+        InvalidInput: a pair without ``=``, a key answered twice, or an answer ``answer``
+            refuses; nothing written.
+        TaskNotFound, AuthorizationError, StoreUnavailable: see ``App.respond``.
+    """
     answers: dict[str, Any] = {}
     for pair in args.answers:
         key, sep, raw = pair.partition("=")
@@ -224,10 +284,7 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
             raise InvalidInput(f"answers look like key=value, not {pair!r}")
         if key in answers:
             raise InvalidInput(f"the key {key!r} is answered twice")
-        try:
-            answers[key] = parse_json(raw, "an answer")
-        except json.JSONDecodeError:
-            answers[key] = raw
+        answers[key] = answer(raw)
     result = await app.respond(args.id, answers, authority_of(args))
     if result.outcome == "unchanged":
         one_line(console, "no outstanding question matched; nothing changed")

@@ -1,15 +1,17 @@
 """``tasks submit --many FILE.jsonl``: one bulk submit (``App.submit_many``) of a JSON
 object per line — ``task`` (default: the command's NAME), ``input``, ``key``, ``global``,
 ``queue``, ``delay`` (seconds, or ``"30s"``/``"5m"``…), ``at`` (an ISO 8601 instant with
-a time zone) and ``priority``; blank lines are skipped. ``-`` reads standard input. UTF-8,
-a byte order mark before the first line ignored.
+a time zone) and ``priority``; blank lines are skipped. ``-`` reads standard input. UTF-8
+line by line, a byte order mark before the first line ignored; read no further than the
+first non-blank line past ``MAX_BATCH`` (the file is refused there).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 from tasks_core._json import parse_json
@@ -18,6 +20,7 @@ from tasks_core.definitions import TaskDef
 from tasks_core.durations import MAX_WAIT_S, parse_instant
 from tasks_core.errors import InvalidInput
 from tasks_core.items import SubmitItem
+from tasks_core.rules import MAX_BATCH
 
 __all__ = ["LINE_KEYS", "read_items"]
 
@@ -28,7 +31,9 @@ LINE_KEYS = frozenset({"task", "input", "key", "global", "queue", "delay", "at",
 def read_items(
     path: str, default: str | None, task_of: Callable[[str, str | None], TaskDef | str]
 ) -> list[SubmitItem]:
-    """The items of the file at ``path`` (``-``: standard input).
+    """The items of the file at ``path`` (``-``: standard input), each line read as it
+    comes: decoded as UTF-8 on its own, then parsed; at the first non-blank line past
+    ``MAX_BATCH`` (1000) the file is refused, read no further.
 
     Args:
         path: the file.
@@ -37,33 +42,52 @@ def read_items(
             ``--app`` rules).
 
     Raises:
-        InvalidInput: a file that cannot be read, or a bad line (named by its number);
-            nothing written.
+        InvalidInput: a file that cannot be read, one of more than 1000 items (naming
+            it), or a bad line — not UTF-8, not an item — named by its number; nothing
+            written.
     """
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"--many: cannot read {path!r}: {exc}") from None
-    lines = text.removeprefix("\ufeff").splitlines()
-    return list(_items(enumerate(lines, 1), default, task_of))
-
-
-def _items(
-    lines: Iterable[tuple[int, str]], default: str | None,
-    task_of: Callable[[str, str | None], TaskDef | str],
-) -> Iterable[SubmitItem]:
-    for number, line in lines:
+    name = "standard input" if path == "-" else repr(path)
+    items: list[SubmitItem] = []
+    for number, line in _lines(path, name):
         if not line.strip():
             continue
+        if len(items) == MAX_BATCH:
+            raise InvalidInput(f"--many: {name} holds more than {MAX_BATCH} items; split it")
         try:
-            yield _item(parse_json(line, "the line"), default, task_of)
+            items.append(_item(parse_json(line, "the line"), default, task_of))
         except (ValueError, RecursionError) as exc:  # JSONDecodeError and InvalidInput too
             message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise InvalidInput(f"line {number}: {message}") from None
+    return items
+
+
+def _lines(path: str, name: str) -> Iterator[tuple[int, str]]:
+    """The lines of the file at ``path`` (``-``: standard input's bytes, whatever its
+    text encoding) with their numbers from 1, read as they are asked for: the file's
+    ``\\n``-ended chunks each decoded as UTF-8 (the first without a byte order mark), then
+    split as ``str.splitlines`` splits text.
+
+    Raises:
+        InvalidInput: the file cannot be opened or read (naming it as ``name``), or a line
+            is not UTF-8 (naming its number).
+    """
+    number = 0
+    try:
+        with nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb") as file:
+            for chunk in file:
+                try:
+                    text = chunk.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InvalidInput(f"line {number + 1}: not UTF-8 (byte 0x"
+                                       f"{chunk[exc.start]:02x} at byte {exc.start + 1} "
+                                       "of the line)") from None
+                if number == 0:  # the first chunk: every chunk holds a line
+                    text = text.removeprefix("\ufeff")
+                for line in text.splitlines():
+                    number += 1
+                    yield number, line
+    except OSError as exc:
+        raise InvalidInput(f"--many: cannot read {name}: {exc}") from None
 
 
 def _item(

@@ -98,10 +98,19 @@ def one_line(console: Console, markup: str) -> None:
 
 def print_json(console: Console, document: object) -> None:
     """Print ``document`` as one line of JSON for scripts (``--json``): not wrapped, no
-    markup read and nothing highlighted; every control character a stored text holds
-    escaped by the encoding (``\\u001b``), non-ASCII text as it is."""
-    console.out(json.dumps(document, ensure_ascii=False, separators=(",", ":")),
-                highlight=False)
+    markup read and nothing highlighted. Rule: every character of it that is not printable
+    (C0 and C1 controls, DEL, bidi and other format characters, line and paragraph
+    separators) is written as its JSON escape (``\\u001b``, ``\\u009b``, ``\\u202e``; one
+    outside the BMP as its surrogate pair), so stored text cannot drive the terminal; other
+    non-ASCII text is written as it is. It loads back to the same document.
+
+    Raises:
+        TypeError, ValueError: ``document`` is not JSON (as ``json.dumps`` raises them).
+    """
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    if not text.isprintable():  # only inside strings: the structure itself is printable
+        text = "".join(ch if ch.isprintable() else json.dumps(ch)[1:-1] for ch in text)
+    console.out(text, highlight=False)
 
 
 _INSTANT = TypeAdapter(Instant)
@@ -262,8 +271,11 @@ def tasks_table(
     return table
 
 
-def snapshot_table(s: Snapshot) -> Table:
-    """Every field of one task that a person reads (``tasks show``)."""
+def snapshot_table(s: Snapshot, now: datetime) -> Table:
+    """Every field of one task that a person reads (``tasks show``), ``now`` the store's
+    clock once it was read. The lease reads ``ended``, ``expired`` (lapsed at ``now``),
+    ``held`` (live, claimed ahead of a free slot: the handler has not started) or ``live``
+    (live otherwise: the task runs, or waits for input)."""
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -302,10 +314,8 @@ def snapshot_table(s: Snapshot) -> Table:
     if s.last_failure is not None and s.error is None:
         rows.append(("last failure", f"{s.last_failure.type}: {s.last_failure.message}"))
     if s.claim is not None:
-        # A pending task whose claim never ended lost its lease (it expired): the status is
-        # derived from the lease at the store's clock when the task was read.
-        state = ("ended" if s.claim.ended
-                 else "expired" if s.status == TaskStatus.PENDING else "held")
+        state = ("ended" if s.claim.ended else "expired" if not s.lease_live(now)
+                 else "held" if s.claim.held else "live")
         rows.append(("lease", f"{s.claim.worker_id} gen {s.claim.generation} ({state}, "
                               f"until {_when(s.claim.expires_at)})"))
     rows += [("created", _when(s.created_at)), ("started", _when(s.started_at)),

@@ -1,16 +1,14 @@
-"""Bulk submit: the checked items of ``submit_many`` decided as ``submit`` decides each,
-in order (the App has validated every item before this module runs).
-
-With capability ``batch_create`` the new tasks are one ``create_many``: one atomic step,
-all or nothing, capacity held for the batch as a whole. A keyed id that is taken joins or
-re-runs its task as ``submit`` would; those writes (and the joins of an id given twice)
-come after the creates, each on its own. Whom a taken id lets join is checked before the
-creates, so such a refusal writes nothing. A race (an id taken after it was read) is
-decided again. Without the capability: a loop of ``submit``, each item on its own, in
-order, every taken key's join checked first — a store's refusal stops it with the earlier
-items written. A capacity refusal of a re-run or of a loop's item names the item and
-carries what the batch submitted (``CapacityExceeded.stored``). An id given again joins the
-task its first item made (the batch's own outcome, not a new read).
+"""Bulk submit: the checked items of ``submit_many`` (validated by the App) decided as
+``submit`` decides each, in order. With capability ``batch_create`` the new tasks are one
+``create_many``: one atomic step, all or nothing, capacity held for the batch as a whole.
+A keyed id that is taken joins or re-runs its task as ``submit`` would; those writes (and
+the joins of an id given twice) come after the creates, each on its own. Whom a taken id
+lets join is checked before the creates, so such a refusal writes nothing. A race (an id
+taken after it was read) is decided again. Without the capability: a loop of ``submit``,
+in order, every taken key's join checked first — a store's refusal stops it with the
+earlier items written. A capacity refusal of a re-run or of a loop's item names the item
+and carries what the batch submitted (``CapacityExceeded.stored``). An id given again
+joins the task its first item made (the batch's own outcome, not a new read).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import Any, Literal
 
 from tasks_core import rules, telemetry
@@ -166,12 +167,11 @@ class Client(ClientReads):
         limits held for the batch as a whole: a refused batch writes nothing. A key whose
         task exists joins or re-runs it as ``submit`` would, written after the new tasks,
         each on its own (an id given twice: the later item joins the earlier one's task).
-        Without the capability each item is submitted in turn (a refusal stops the loop;
-        the earlier items stay written).
+        Without the capability each item is submitted in turn (a refusal stops the loop).
 
         Args:
             items: :class:`~tasks_core.SubmitItem` (or dicts of its fields), at most
-                1000: split a longer list (each call is its own batch).
+                1000, never read past the 1001st: split a longer list (each call one batch).
             authority: the submitter of every item.
             transaction: as for :meth:`submit`: the new tasks (and re-runs) are written
                 inside it.
@@ -181,12 +181,12 @@ class Client(ClientReads):
 
         Raises:
             TypeError: a missing or bare-string authority.
-            InvalidInput: not a list of items, more than 1000, or an item ``submit``
-                would refuse (the message names its index); nothing written.
+            InvalidInput: not a list of items, more than 1000 (refused at the 1001st),
+                or an item ``submit`` would refuse (named by its index); nothing written.
             AuthorizationError: an item's queue, or joining a task you may not join;
                 nothing written (unless a race made the task appear meanwhile).
-            CapacityExceeded: a store capacity or ``max_runs_per_owner`` for the batch;
-                nothing written.
+            CapacityExceeded: for the batch, nothing written; at a re-run or a loop's
+                item, ``.stored`` holds what the batch submitted.
             CapabilityNotSupported: as for :meth:`submit`; nothing written.
             StoreUnavailable: the store failed; with ``batch_create``, nothing of the
                 new tasks written.
@@ -194,8 +194,7 @@ class Client(ClientReads):
         authority = require_authority(authority)
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise InvalidInput("items must be a list of SubmitItem (or dicts of its fields)")
-        given = list(items)
-        if len(given) > MAX_BATCH:
+        if len(given := list(islice(items, MAX_BATCH + 1))) > MAX_BATCH:  # read no further
             raise InvalidInput(f"submit_many takes at most {MAX_BATCH} items; split the list")
         checked = []
         for index, value in enumerate(given):
