@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tasks_core import InvalidInput, SchemaMismatch, UnknownStore, find_store, open_store
-from tasks_store_sql import SQLStore
+from tasks_store_sql import SQLStore, migrate
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.plugin import open_sql
 
@@ -52,6 +52,15 @@ def test_synchronous_drivers_are_refused(url: str) -> None:
 def test_urls_of_other_databases_are_refused(url: str) -> None:
     """A URL the SQL store does not serve MUST raise ``InvalidInput`` showing the formats."""
     with pytest.raises(InvalidInput, match="sqlite:///"):
+        parse_url(url)
+
+
+@pytest.mark.parametrize("url", ["mysql://root@127.0.0.1", "mysql+aiomysql://root@h/",
+                                 "mariadb://u:pw@h:3306/?namespace=a"])
+def test_a_mariadb_url_without_its_database_is_refused(url: str) -> None:
+    """A MariaDB/MySQL URL that names no database MUST be refused with ``InvalidInput``
+    showing the form — every command crashed with SQLAlchemy's bare ``AssertionError``."""
+    with pytest.raises(InvalidInput, match=r"names its database: mysql://user@host/dbname"):
         parse_url(url)
 
 
@@ -147,9 +156,17 @@ async def test_create_false_never_makes_a_sqlite_file(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_unknown_factory_options_are_refused() -> None:
-    """The plugin factory MUST refuse options it does not know, naming them."""
+    """The plugin factory, ``SQLStore(...)``, ``SQLStore.open`` and ``migrate`` MUST refuse
+    options they do not know with ``InvalidInput`` naming them (the class refused with a
+    ``TypeError`` naming an internal base class)."""
     with pytest.raises(InvalidInput, match="colour"):
         await open_sql("sqlite://", colour="blue")
+    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+        SQLStore("sqlite://", frobnicate=1)
+    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+        await SQLStore.open("sqlite://", frobnicate=1)
+    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+        await migrate("sqlite://", frobnicate=1)
 
 
 @pytest.mark.parametrize(

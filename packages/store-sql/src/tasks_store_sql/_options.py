@@ -19,8 +19,18 @@ from tasks_core.durations import MAX_WAIT_S, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.sizes import check_limit
 
-__all__ = ["MAX_POOL", "QUERY_OPTIONS", "SSL_MODES", "Check", "check_engine_options",
-           "check_query", "driver_params", "flag_of"]
+__all__ = [
+    "MAX_POOL",
+    "QUERY_OPTIONS",
+    "SSL_MODES",
+    "STORE_OPTIONS",
+    "Check",
+    "check_engine_options",
+    "check_query",
+    "check_store_options",
+    "driver_params",
+    "flag_of",
+]
 
 Check = Callable[[str], object]
 """Turns an option's text into the value the driver takes; raises ``ValueError``."""
@@ -275,3 +285,21 @@ def check_engine_options(options: object) -> dict[str, Any]:
                                                  "engine_options pool_timeout",
                                                  high=MAX_WAIT_S)
     return checked
+
+
+STORE_OPTIONS = frozenset({
+    "clock", "limits", "max_tasks", "max_active_tasks_per_scope", "namespace", "engine",
+    "schema", "busy_timeout", "engine_options", "create",
+})
+"""The keyword options of ``SQLStore`` (and of ``open_store`` for its URLs)."""
+
+
+def check_store_options(options: Mapping[str, Any]) -> None:
+    """Refuse an option ``SQLStore`` does not take, by name, before anything is built.
+
+    Raises:
+        InvalidInput: naming every unknown option.
+    """
+    unknown = sorted(set(options) - STORE_OPTIONS)
+    if unknown:
+        raise InvalidInput(f"Unknown SQLStore option(s): {', '.join(unknown)}")

@@ -95,6 +95,9 @@ def parse_url(url: str) -> Target:
     query = check_query(driver, label, query)
     if kind == "sqlite" and flag_of(query.get("uri")):
         _uri_file(parsed.database or "")
+    if kind == "mysql" and not parsed.database:  # (no default database to fall back on)
+        raise InvalidInput(f"{URL_HELP} (a MariaDB/MySQL URL names its database: "
+                           "mysql://user@host/dbname)")
     name = "mariadb" if backend == "mariadb" else "postgresql" if kind == "postgresql" else kind
     parsed = parsed.set(drivername=f"{name}+{driver}", query=query)
     memory = kind == "sqlite" and parsed.database in (None, "", ":memory:")

@@ -12,28 +12,13 @@ from tasks_core.plugins import StoreSpec, hookimpl
 
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import create_engine
+from tasks_store_sql._options import STORE_OPTIONS as OPTIONS
 from tasks_store_sql._schema import Tables, check_namespace, prefix_of
 from tasks_store_sql._url import parse_url
 from tasks_store_sql.migrations_api import current_revision, migrate
 from tasks_store_sql.store import SQLStore
 
 __all__ = ["OPTIONS", "open_sql", "tasks_stores"]
-
-OPTIONS = frozenset(
-    {
-        "clock",
-        "limits",
-        "max_tasks",
-        "max_active_tasks_per_scope",
-        "namespace",
-        "engine",
-        "schema",
-        "busy_timeout",
-        "engine_options",
-        "create",
-    }
-)
-
 
 async def open_sql(url: str, **options: Any) -> SQLStore:
     """Open an ``SQLStore`` for ``url`` and check (or create) its schema.
@@ -43,9 +28,6 @@ async def open_sql(url: str, **options: Any) -> SQLStore:
         SchemaMismatch: the schema is older or newer than this code.
         StoreUnavailable: the database is unavailable.
     """
-    unknown = sorted(set(options) - OPTIONS)
-    if unknown:
-        raise InvalidInput(f"Unknown SQLStore option(s): {', '.join(unknown)}")
     if options.get("engine") is not None:
         return await SQLStore.open(**options)
     options.pop("engine", None)

@@ -28,6 +28,7 @@ from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._bulk import BulkCreates
+from tasks_store_sql._options import check_store_options
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import Room, room_for_one
 from tasks_store_sql._writers import WriterQueue
@@ -158,8 +159,10 @@ class SQLStore(BulkCreates):
         """Create a store; see the class docstring for URLs and options.
 
         Raises:
-            InvalidInput: a bad URL or option, or a driver that is not installed.
+            InvalidInput: a bad URL or option (an unknown one named), or a driver that is
+                not installed.
         """
+        check_store_options(options)
         super().__init__(url, **options)
         self._creators = None if self._db.kind == "sqlite" else WriterQueue(
             busy="Too many concurrent creates in this process: no turn"
