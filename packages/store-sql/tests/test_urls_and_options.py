@@ -161,11 +161,11 @@ async def test_unknown_factory_options_are_refused() -> None:
     ``TypeError`` naming an internal base class)."""
     with pytest.raises(InvalidInput, match="colour"):
         await open_sql("sqlite://", colour="blue")
-    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+    with pytest.raises(InvalidInput, match=r"Unknown SQLStore option.*frobnicate"):
         SQLStore("sqlite://", frobnicate=1)
-    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+    with pytest.raises(InvalidInput, match=r"Unknown SQLStore option.*frobnicate"):
         await SQLStore.open("sqlite://", frobnicate=1)
-    with pytest.raises(InvalidInput, match="Unknown SQLStore option.*frobnicate"):
+    with pytest.raises(InvalidInput, match=r"Unknown SQLStore option.*frobnicate"):
         await migrate("sqlite://", frobnicate=1)
 
 

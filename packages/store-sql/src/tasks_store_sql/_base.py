@@ -36,6 +36,7 @@ from tasks_store_sql._migrate import (
     SchemaState,
     migrate_database,
     mismatch,
+    ready_schema,
     schema_state,
 )
 from tasks_store_sql._opening import SchemaMode, check_file_exists, schema_mode
@@ -210,24 +211,14 @@ class StoreBase:
         return await schema_state(conn, self.tables)
 
     async def _ensure_ready(self) -> None:
-        if self._ready:
-            return
-        async with self._db.connection(write=False) as conn:
-            state, current = await self._schema_on(conn)
-        if state == "current":
+        """The schema in place, as the schema mode allows (once per store).
+
+        Raises:
+            SchemaMismatch, StoreUnavailable, InvalidInput: as :func:`ready_schema`.
+        """
+        if not self._ready:
+            await ready_schema(self._db, self.tables, self._schema_mode, self._schema_on)
             self._ready = True
-            return
-        mode = self._schema_mode
-        if (state == "empty" and mode in ("create", "upgrade")) or (
-            state == "older" and mode == "upgrade"
-        ):
-            await migrate_database(self._db, self.tables)
-            async with self._db.connection(write=False) as conn:
-                state, current = await self._schema_on(conn)
-            if state == "current":
-                self._ready = True
-                return
-        raise mismatch(self.tables, state, current)
 
     async def _check_ready_on(self, conn: AsyncConnection) -> None:
         """Check the schema on the application's ``conn`` (inside its transaction) without

@@ -3,13 +3,16 @@
 A namespace is migrated under a lock, so that processes starting together never race on
 DDL: a transaction-scoped advisory lock on PostgreSQL (whose DDL is transactional), a
 named lock (``GET_LOCK``) on MariaDB/MySQL, the write lock (``BEGIN IMMEDIATE``) on SQLite.
+Opening decides under that lock too (:func:`ready_schema`): whether to create or upgrade,
+and — on MariaDB/MySQL, whose DDL commits statement by statement — even what it reads.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -23,6 +26,7 @@ from tasks_core.errors import InvalidInput, SchemaMismatch, StoreUnavailable
 
 from tasks_store_sql._db import Database
 from tasks_store_sql._errors import translate
+from tasks_store_sql._opening import SchemaMode
 from tasks_store_sql._schema import Tables
 
 __all__ = [
@@ -30,12 +34,18 @@ __all__ = [
     "SchemaState",
     "head",
     "migrate_database",
+    "ready_schema",
     "revisions",
     "schema_state",
 ]
 
 SchemaState = Literal["empty", "current", "older", "newer", "foreign"]
 LOCK_TIMEOUT_S = 60
+"""How long a MariaDB/MySQL migrator or opener waits for the namespace's lock."""
+MIGRATES: dict[SchemaMode, tuple[SchemaState, ...]] = {
+    "create": ("empty",), "upgrade": ("empty", "older"), "check": ()}
+"""The states an opening in each schema mode migrates to the head revision."""
+Look = Callable[[AsyncConnection], Awaitable[tuple[SchemaState, str | None]]]
 
 
 @functools.cache
@@ -131,8 +141,53 @@ def mismatch(tables: Tables, state: SchemaState, current: str | None) -> SchemaM
     )
 
 
+async def ready_schema(db: Database, tables: Tables, mode: SchemaMode, look: Look) -> None:
+    """Leave the namespace at the current schema, creating or upgrading it as ``mode``
+    allows (:data:`MIGRATES`), or refuse it. ``look`` reads the state on a connection.
+
+    The rule: a look without the lock may only accept a current schema; any other state
+    is looked at again, and acted on, under the migration lock — an opener that waited
+    there for another's migration then finds the schema current. PostgreSQL and SQLite
+    (transactional DDL) show no schema or a whole one, so a look without the lock refuses
+    as well. MariaDB/MySQL commit DDL statement by statement, and reading a table's
+    definition while another session alters it fails (error 1684): there even the look
+    takes the lock.
+
+    Raises:
+        SchemaMismatch: a state ``mode`` does not migrate (see :func:`mismatch`).
+        StoreUnavailable: the database is unavailable, or the lock was not had in time.
+        InvalidInput: from ``look`` (a server version the store does not support).
+    """
+    migrates = MIGRATES[mode]
+    if db.kind != "mysql":
+        async with db.connection(write=False) as conn:
+            state, current = await look(conn)
+        if state == "current":
+            return
+        if state not in migrates:
+            raise mismatch(tables, state, current)
+    async with _locked(db, tables) as conn:
+        state, current = await look(conn)
+        if state in migrates:
+            await conn.run_sync(_run, tables, head())
+            state, current = await look(conn)
+    if state != "current":
+        raise mismatch(tables, state, current)
+
+
 def _lock_key(tables: Tables) -> int:
     return zlib.crc32(f"tasks-migrate:{tables.prefix}".encode()) - 2**31
+
+
+def _lock_name(database: str | None, tables: Tables) -> str:
+    """The MariaDB/MySQL lock name: ``GET_LOCK`` names are server-wide (PostgreSQL's
+    advisory locks are per database), so it names the database and the namespace, within
+    the 64 characters allowed (a long database name is hashed)."""
+    name = f"tasks-migrate:{database or ''}:{tables.prefix}"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256((database or "").encode()).hexdigest()[:16]
+    return f"tasks-migrate:{digest}:{tables.prefix}"
 
 
 async def migrate_database(db: Database, tables: Tables, target: str = "head") -> str | None:
@@ -163,7 +218,7 @@ async def _locked(db: Database, tables: Tables) -> AsyncIterator[AsyncConnection
     read the old revision and run the same DDL again). SQLite: its write lock.
 
     Raises:
-        StoreUnavailable: the database is unavailable, or another process held the lock
+        StoreUnavailable: the database is unavailable, or another session held the lock
             for ``LOCK_TIMEOUT_S`` (MariaDB/MySQL).
     """
     if db.kind != "mysql":
@@ -173,14 +228,20 @@ async def _locked(db: Database, tables: Tables) -> AsyncIterator[AsyncConnection
                     sa.select(sa.func.pg_advisory_xact_lock(_lock_key(tables))))
             yield conn
         return
-    name = f"tasks-migrate:{tables.prefix}"[:64]
     with translate(db.what):
         async with db.current().connect() as conn:
+            database = (await conn.execute(sa.select(sa.func.database()))).scalar()
+            name = _lock_name(database, tables)
             got = (await conn.execute(
                 sa.select(sa.func.get_lock(name, LOCK_TIMEOUT_S)))).scalar()
             await conn.commit()  # ends the transaction the statement began, not the lock
             if got != 1:
-                raise StoreUnavailable("Another process holds the migration lock")
+                raise StoreUnavailable(
+                    f"Another session has held the schema lock {name!r} of namespace "
+                    f"{tables.prefix.rstrip('_') or '(default)'} for {LOCK_TIMEOUT_S} s "
+                    "(a migration still running, or stuck): try again once it is done, "
+                    f"or end the session holding it (SELECT IS_USED_LOCK('{name}') "
+                    "gives its id)")
             try:
                 async with conn.begin():
                     yield conn
