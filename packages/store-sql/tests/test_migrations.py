@@ -250,6 +250,36 @@ async def test_a_foreign_table_in_the_namespace_is_refused(
         await store.aclose()
 
 
+@pytest.mark.parametrize("table", ["tasks", "task_events"])
+async def test_an_application_table_of_a_store_table_s_name_is_refused_naming_it(
+    db_url: str, fresh_namespace: str, table: str
+) -> None:
+    """An application table named like any of the store's tables (``task_events`` too, not
+    only ``tasks``), without a tasks schema version, MUST be refused by the opening that
+    would create the schema and by ``migrate`` — ``SchemaMismatch`` naming the table and
+    the way out (a namespace) — before any DDL: the create failed on the duplicate with a
+    raw driver code (on MariaDB after creating the other tables), and the application's
+    table MUST keep its rows."""
+    name = f"{fresh_namespace}_{table}"
+    engine = SQLStore(db_url, namespace=fresh_namespace)
+    try:
+        async with engine.engine.begin() as conn:
+            own = sa.Table(name, sa.MetaData(), sa.Column("x", sa.Integer))
+            await conn.run_sync(own.create)
+            await conn.execute(own.insert().values(x=7))
+        for opening in (lambda: SQLStore.open(db_url, namespace=fresh_namespace),
+                        lambda: migrate(db_url, namespace=fresh_namespace)):
+            with pytest.raises(SchemaMismatch, match=rf"{name}.*namespace") as refused:
+                await opening()
+            assert "not a tasks store" in str(refused.value)
+        async with engine.engine.connect() as conn:
+            left = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+            assert 7 == (await conn.execute(sa.select(own.c.x))).scalar_one()
+        assert [name] == [t for t in left if t.startswith(fresh_namespace)]
+    finally:
+        await engine.aclose()
+
+
 async def test_the_migration_chain_builds_exactly_the_declared_schema(
     db_url: str, fresh_namespace: str
 ) -> None:

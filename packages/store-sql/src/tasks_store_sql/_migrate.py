@@ -78,9 +78,10 @@ def _current(sync_conn: sa.Connection, tables: Tables) -> str | None:
 
 def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str | None]:
     current = _current(sync_conn, tables)
-    if current is None:
-        exists = sa.inspect(sync_conn).has_table(tables.tasks.name)
-        return ("foreign" if exists else "empty"), None
+    if current is None:  # "foreign": the revision's place names the tables found
+        inspector = sa.inspect(sync_conn)
+        found = [name for name in tables.names if inspector.has_table(name)]
+        return ("foreign", ", ".join(found)) if found else ("empty", None)
     if current == head():
         return "current", current
     if current in revisions():
@@ -89,12 +90,17 @@ def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str |
 
 
 async def schema_state(conn: AsyncConnection, tables: Tables) -> tuple[SchemaState, str | None]:
-    """Where the namespace's schema stands, and its revision."""
+    """Where the namespace's schema stands, and its revision (``"foreign"``: no revision,
+    but tables of the store's names — those names)."""
     return await conn.run_sync(_state, tables)
 
 
 def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
-    current = _current(sync_conn, tables)
+    state, current = _state(sync_conn, tables)
+    if state == "foreign":  # never create beside another's tables, never drop them
+        if target != "base":
+            raise mismatch(tables, state, current)
+        current = None
     config = _config()
     config.attributes["connection"] = sync_conn
     config.attributes["prefix"] = tables.prefix
@@ -132,8 +138,9 @@ def mismatch(tables: Tables, state: SchemaState, current: str | None) -> SchemaM
         )
     if state == "foreign":
         return SchemaMismatch(
-            f"Namespace {where} holds a table {tables.tasks.name!r} without a tasks schema "
-            "version: it is not a tasks store, or its version table was dropped"
+            f"Namespace {where} holds tables named as this store's ({current}) without a "
+            "tasks schema version: they are not a tasks store, or its version table was "
+            "dropped; give the store a namespace of its own (?namespace=NAME in the URL)"
         )
     return SchemaMismatch(
         f"Namespace {where} has no tasks schema yet: run `tasks migrate --store URL`, "
