@@ -4,6 +4,7 @@ result line per item; a bad line refuses the file, naming the line, before any w
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,20 @@ async def test_a_capacity_refusal_at_a_re_run_prints_what_the_batch_submitted(
     printed = [line.split(": ", 2) for line in out.getvalue().splitlines()]
     assert [[f"item {n}", "created"] for n in (1, 2, 3)] == [p[:2] for p in printed]
     assert pending == sorted(p[2] for p in printed)
+
+
+async def test_only_a_newline_ends_a_line(tmp_path: Path) -> None:
+    """JSON Lines ends a line at ``\\n`` (``\\r\\n`` too): a raw U+2028, U+2029 or U+0085
+    inside a JSON string (valid JSON) MUST stay in its item, not split its line
+    (``str.splitlines`` split there and refused the file)."""
+    texts = ["a\u2028b", "c\x85d", "e\u2029f"]
+    path = tmp_path / "items.jsonl"
+    lines = [json.dumps({"input": {"to": t}, "key": f"k{n}"}, ensure_ascii=False)
+             for n, t in enumerate(texts)]
+    path.write_bytes("".join(f"{line}\r\n" for line in lines).encode())
+    app = _app()
+    async with app:
+        code, _ = await _run(app, "send", "--many", str(path))
+        stored = [(await app.get(f"alice::k{n}", ALICE)).work.input["to"] for n in range(3)]
+    assert 0 == code
+    assert texts == stored

@@ -63,9 +63,10 @@ def read_items(
 
 def _lines(path: str, name: str) -> Iterator[tuple[int, str]]:
     """The lines of the file at ``path`` (``-``: standard input's bytes, whatever its
-    text encoding) with their numbers from 1, read as they are asked for: the file's
-    ``\\n``-ended chunks each decoded as UTF-8 (the first without a byte order mark), then
-    split as ``str.splitlines`` splits text.
+    text encoding) with their numbers from 1, read as they are asked for: each line ends at
+    ``\\n`` (a ``\\r`` before it dropped), as JSON Lines says — a U+2028 or U+0085 inside a
+    JSON string is part of it — and is decoded as UTF-8 on its own (the first without a
+    byte order mark).
 
     Raises:
         InvalidInput: the file cannot be opened or read (naming it as ``name``), or a line
@@ -81,11 +82,10 @@ def _lines(path: str, name: str) -> Iterator[tuple[int, str]]:
                     raise InvalidInput(f"line {number + 1}: not UTF-8 (byte 0x"
                                        f"{chunk[exc.start]:02x} at byte {exc.start + 1} "
                                        "of the line)") from None
-                if number == 0:  # the first chunk: every chunk holds a line
+                if number == 0:  # the first line
                     text = text.removeprefix("\ufeff")
-                for line in text.splitlines():
-                    number += 1
-                    yield number, line
+                number += 1  # (a raw U+2028 or U+0085 is text: only "\n" ends a line)
+                yield number, text.removesuffix("\n").removesuffix("\r")
     except OSError as exc:
         raise InvalidInput(f"--many: cannot read {name}: {exc}") from None
 
