@@ -7,7 +7,7 @@ import logging
 
 import pytest
 from tasks_core import reports
-from tasks_core.errors import StoreUnavailable
+from tasks_core.errors import StoreError, StoreUnavailable
 from tasks_core.runtime._failures import log_failure
 
 log = logging.getLogger("tasks_core.test_failures")
@@ -17,7 +17,9 @@ def test_an_unavailable_store_is_one_warning_line_and_a_bug_keeps_its_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``StoreUnavailable`` (expected, retried) MUST be logged at WARNING with its message
-    and no traceback; any other exception MUST be logged at ERROR with its traceback."""
+    and no traceback; another ``StoreError`` (a schema changed under a running worker: a
+    traceback at every backoff) at ERROR with its message and no traceback; any other
+    exception at ERROR with its traceback."""
     caplog.set_level(logging.WARNING, logger=log.name)
     try:
         raise StoreUnavailable("PostgreSQL is unavailable: ConnectionResetError")
@@ -27,7 +29,14 @@ def test_an_unavailable_store_is_one_warning_line_and_a_bug_keeps_its_traceback(
         raise KeyError("bug")
     except KeyError:
         log_failure(log, "task %r: progress write failed", "t2")
-    first, second = caplog.records
+    try:
+        raise StoreError("PostgreSQL refused the operation: UndefinedColumnError [42703]")
+    except StoreError:
+        log_failure(log, "worker %s: claim failed; backing off", "w1")
+    first, second, third = caplog.records
+    assert (logging.ERROR, None) == (third.levelno, third.exc_info)
+    assert third.getMessage() == ("worker w1: claim failed; backing off: PostgreSQL refused "
+                                  "the operation: UndefinedColumnError [42703]")
     assert (logging.WARNING, None) == (first.levelno, first.exc_info)
     assert first.getMessage() == (
         "task 't1': progress write failed: PostgreSQL is unavailable: ConnectionResetError")
