@@ -280,6 +280,25 @@ async def test_an_application_table_of_a_store_table_s_name_is_refused_naming_it
         await engine.aclose()
 
 
+async def test_an_empty_version_table_alone_is_an_empty_namespace(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A namespace holding only the store's (empty) version table — a first migration that
+    died right after Alembic made it, on MariaDB — MUST read as empty and be created, not
+    refused as another program's tables."""
+    store = SQLStore(db_url, namespace=fresh_namespace)
+    try:
+        async with store.engine.begin() as conn:
+            version = sa.Table(store.tables.version_table, sa.MetaData(),
+                               sa.Column("version_num", sa.String(32), primary_key=True))
+            await conn.run_sync(version.create)
+    finally:
+        await store.aclose()
+    opened = await SQLStore.open(db_url, namespace=fresh_namespace)
+    await opened.aclose()
+    assert await current_revision(db_url, namespace=fresh_namespace) is not None
+
+
 async def test_the_migration_chain_builds_exactly_the_declared_schema(
     db_url: str, fresh_namespace: str
 ) -> None:

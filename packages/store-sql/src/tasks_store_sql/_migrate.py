@@ -80,7 +80,8 @@ def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str |
     current = _current(sync_conn, tables)
     if current is None:  # "foreign": the revision's place names the tables found
         inspector = sa.inspect(sync_conn)
-        found = [name for name in tables.names if inspector.has_table(name)]
+        found = [name for name in tables.names  # (an empty version table is Alembic's)
+                 if name != tables.version_table and inspector.has_table(name)]
         return ("foreign", ", ".join(found)) if found else ("empty", None)
     if current == head():
         return "current", current
