@@ -93,6 +93,44 @@ async def test_a_server_nobody_answers_for_is_unavailable_in_plain_words(
     assert "cannot be reached" in str(error)
 
 
+@pytest.fixture(params=["asyncmy", "aiomysql", "asyncpg", "psycopg"])
+def any_driver_url(request: pytest.FixtureRequest) -> Any:
+    """The test server's URL on each server driver (SQLAlchemy's ``URL``)."""
+    kind = "mariadb" if request.param in ("asyncmy", "aiomysql") else "postgres"
+    url = make_url(request.getfixturevalue(f"{kind}_url"))
+    return url.set(drivername=f"{url.get_backend_name()}+{request.param}")
+
+
+async def test_a_server_that_accepts_and_never_answers_is_unavailable(
+    any_driver_url: Any,
+) -> None:
+    """A port where something accepts the connection and never answers (another program,
+    PostgreSQL's port in a ``mysql://`` URL) MUST raise ``StoreUnavailable`` ("cannot be
+    reached") once the URL's ``connect_timeout`` has passed, on every driver — the open
+    MUST NOT hang (asyncmy and aiomysql bound only the TCP connect with it).
+
+    Troubleshooting: ``_open_mysql`` in ``_dialect.py`` (installed by ``install_connect``)
+    bounds the MariaDB/MySQL driver's whole ``connect`` and raises its errno 2003.
+    """
+    silent: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)  # kept open, never written to
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    url = any_driver_url.set(port=server.sockets[0].getsockname()[1])
+    try:
+        async with asyncio.timeout(60):  # a hang fails here instead of stalling the run
+            error = await _refusal(f"{url.render_as_string(False)}?connect_timeout=2")
+    finally:
+        for writer in silent:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert "cannot be reached" in str(error)
+    assert silent  # the server was reached: the wait was for its answer
+
+
 async def test_a_server_with_no_connection_slot_left_is_unavailable_in_plain_words(
     postgres_url: str,
 ) -> None:

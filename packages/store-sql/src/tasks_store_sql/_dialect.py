@@ -3,16 +3,18 @@
 A store's engine: SQLite in WAL with ``synchronous=FULL``, the driver's implicit
 transactions off and ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by the store; PostgreSQL and
 MariaDB at READ COMMITTED. Connections are opened by the store's own ``do_connect``
-(driver option values typed, the driver's refusals as ``InvalidInput``, aiosqlite's
-failed opens cleaned up). Also: the database's clock, and the server versions served
-(``SKIP LOCKED``). A missing or unusable driver is ``InvalidInput`` saying what to
-install. URLs and their options: :mod:`._url`, :mod:`._options`.
+(driver option values typed, the driver's refusals as ``InvalidInput``, an open with no
+answer in its connect timeout ``ConnectTimeout``, aiosqlite's failed opens cleaned up).
+Also: the database's clock, and the server versions served (``SKIP LOCKED``). A missing
+or unusable driver is ``InvalidInput`` saying what to install. URLs and their options:
+:mod:`._url`, :mod:`._options`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import threading
 from collections.abc import Callable, Mapping
@@ -27,7 +29,7 @@ from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
 from tasks_core.plugins import install_hint
 
-from tasks_store_sql._errors import connect_arguments
+from tasks_store_sql._errors import ConnectTimeout, connect_arguments
 from tasks_store_sql._options import driver_params
 from tasks_store_sql._url import Kind, Target
 
@@ -141,7 +143,8 @@ def _check_aiomysql() -> None:
 def install_connect(engine: AsyncEngine) -> None:
     """Open the engine's connections ourselves (``do_connect``): the URL's option text
     turned into the values the driver takes (:func:`driver_params`), the driver refusing
-    its arguments as ``InvalidInput`` (:func:`~._errors.connect_arguments`), and an
+    its arguments as ``InvalidInput`` (:func:`~._errors.connect_arguments`), a MariaDB/MySQL
+    open bounded as a whole (:func:`_open_mysql`), and an
     aiosqlite connection that fails to open leaving no thread behind
     (:func:`_open_aiosqlite`) or waiting on a stop its thread never serves
     (:func:`_stop_once`)."""
@@ -155,8 +158,35 @@ def install_connect(engine: AsyncEngine) -> None:
         params = driver_params(driver, dict(cparams))
         if driver == "aiosqlite" and "async_creator_fn" not in params:
             params["async_creator_fn"] = _open_aiosqlite
+        elif driver in _MYSQL_DRIVERS and "async_creator_fn" not in params:
+            params["async_creator_fn"] = functools.partial(_open_mysql, driver)
         with connect_arguments(what):
-            return dialect.connect(*cargs, **params)
+            try:
+                return dialect.connect(*cargs, **params)
+            except TimeoutError as exc:  # asyncpg's, ours (_open_mysql): never a query's
+                raise ConnectTimeout(f"{what} did not answer within the connect timeout") from exc
+
+
+_MYSQL_DRIVERS = ("asyncmy", "aiomysql")
+
+MYSQL_CONNECT_WAIT = 10
+"""Seconds a MariaDB/MySQL connection may take to open when the URL gives no
+``connect_timeout`` (asyncmy's own default)."""
+
+
+async def _open_mysql(driver: str, *args: Any, **kwargs: Any) -> Any:
+    """The MariaDB/MySQL driver's ``connect``, the whole of it bounded by its
+    ``connect_timeout`` (else :data:`MYSQL_CONNECT_WAIT`): asyncmy and aiomysql bound only
+    the TCP connect with it (aiomysql not at all by default), so a server that accepts and
+    never answers — another program on the port, PostgreSQL's port in a ``mysql://`` URL —
+    held the open forever.
+
+    Raises:
+        TimeoutError: no answer in time; else what the driver raises.
+    """
+    limit = kwargs.get("connect_timeout") or MYSQL_CONNECT_WAIT
+    async with asyncio.timeout(limit):
+        return await importlib.import_module(driver).connect(*args, **kwargs)
 
 
 async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:

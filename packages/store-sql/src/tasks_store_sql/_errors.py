@@ -25,6 +25,7 @@ from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable, TasksE
 
 __all__ = [
     "DRIVER_ERRORS",
+    "ConnectTimeout",
     "connect_arguments",
     "describe",
     "is_busy",
@@ -65,9 +66,17 @@ _REFUSED_ERRNOS = {  # MariaDB/MySQL
     2003: _NO_SERVER,
     2005: "the server cannot be reached: its host name is unknown",
 }
+
+
+class ConnectTimeout(TimeoutError):
+    """A connection the server did not answer within the connect timeout (accepted and
+    silent, or never accepted): raised by the store's own ``do_connect``."""
+
+
 _UNREACHABLE: tuple[tuple[type[BaseException], str], ...] = (  # the driver's OSError
     (socket.gaierror, "the server cannot be reached: its host name is unknown"),
     (ConnectionRefusedError, _NO_SERVER),
+    (ConnectTimeout, _NO_SERVER),
 )
 _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, read, never shown
     (r"failed to resolve host|could not translate host name", _UNREACHABLE[0][1]),
