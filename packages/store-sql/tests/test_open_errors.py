@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
-from tasks_core import InvalidInput, StoreCorrupt, StoreUnavailable, open_store
+from tasks_core import InvalidInput, StoreCorrupt, StoreError, StoreUnavailable, open_store
 from tasks_store_sql import SQLStore
 
 pytestmark = pytest.mark.anyio
@@ -293,3 +293,120 @@ async def test_query_options_work_on_asyncpg_for_the_pool_and_the_wakeups(
         assert await store.wait_for_work(["q"], 0) is False  # the LISTEN side
     finally:
         await store.aclose()
+
+
+_WEAK = "tasks_weak"
+"""A login the privilege tests make (kept between runs), granted only what a test says."""
+
+
+async def _grant_only_dml(kind: str, admin_url: str, namespace: str) -> str:
+    """The URL of :data:`_WEAK` on ``admin_url``'s database, which may read and write the
+    tables of ``namespace`` (migrated here first) and do nothing else there."""
+    from tasks_store_sql import migrate
+    from tasks_store_sql._schema import Tables, prefix_of
+
+    await migrate(admin_url, namespace=namespace)
+    tables = Tables.build(prefix_of(namespace)).names
+    url = make_url(admin_url)
+    if kind == "postgres":
+        import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+        admin = await asyncpg.connect(admin_url.replace("+asyncpg", ""))
+        try:
+            await admin.execute(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tasks_weak')"
+                " THEN CREATE ROLE tasks_weak LOGIN; END IF; END $$")
+            for table in tables:
+                await admin.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{table}" '
+                                    "TO tasks_weak")
+        finally:
+            await admin.close()
+    else:
+        import asyncmy  # type: ignore[import-untyped,unused-ignore]
+
+        admin = await asyncmy.connect(host=url.host, port=url.port or 3306,
+                                      user=url.username, password=url.password or "")
+        try:
+            async with admin.cursor() as cursor:
+                await cursor.execute("CREATE USER IF NOT EXISTS tasks_weak")
+                for table in tables:
+                    await cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON "
+                                         f"`{url.database}`.`{table}` TO tasks_weak")
+        finally:
+            admin.close()
+    return url.set(username=_WEAK, password=None).render_as_string(False)
+
+
+@pytest.fixture(params=["postgres", "mariadb"])
+def admin(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """Each server, and its test URL (a login that may do anything)."""
+    return request.param, request.getfixturevalue(f"{request.param}_url")
+
+
+async def test_a_login_without_a_privilege_reads_so_and_one_with_dml_runs_tasks(
+    admin: tuple[str, str],
+) -> None:
+    """A login that may read and write a namespace's tables and nothing more (what
+    docs/operations.md asks of an application's login) MUST run tasks there; the same login
+    making the tables of another namespace MUST raise ``StoreError`` saying "the login lacks
+    a privilege" (not only ``InsufficientPrivilegeError [42501]``), before anything is
+    written.
+
+    Troubleshooting: ``_denial`` in ``_errors.py`` (``_DENIED_STATES``, MariaDB's errnos
+    1142/1143/1227 in ``_DENIED_ERRNOS``); not transient: a grant is needed, not a retry.
+    """
+    from tasks_core import App, Owner, Worker
+    from tasks_store_sql.plugin import drop_namespace
+
+    kind, admin_url = admin
+    namespace, other = (f"weak_{os.urandom(3).hex()}" for _ in range(2))
+    try:
+        weak_url = await _grant_only_dml(kind, admin_url, namespace)
+        app = App(weak_url, store_options={"namespace": namespace})
+
+        @app.task()
+        async def echo(ctx: Any, text: str) -> str:
+            ctx.progress(50, "half way")
+            return text
+
+        owner = Owner("alice")
+        try:
+            submitted = await app.submit(echo, {"text": "hi"}, owner)
+            worker = Worker(app, concurrency=1)
+            running = asyncio.create_task(worker.run())
+            done = await app.wait(submitted.id, owner, timeout=60)
+            await worker.shutdown()
+            await running
+        finally:
+            await app.aclose()
+        assert (done.status, done.result) == ("completed", "hi")
+        with pytest.raises(StoreError) as refused:
+            await SQLStore.open(weak_url, namespace=other)
+        assert not isinstance(refused.value, StoreUnavailable)
+        assert "the login lacks a privilege this needs" in str(refused.value)
+    finally:
+        await drop_namespace(admin_url, namespace)
+        await drop_namespace(admin_url, other)
+
+
+async def test_a_read_only_sqlite_file_reads_so(tmp_path: Path) -> None:
+    """A write to a SQLite file opened read-only (``?mode=ro&uri=true``, or a file this
+    process may not write) MUST raise ``StoreError`` saying the file is read-only here,
+    not only ``OperationalError [SQLITE_READONLY]``.
+
+    Troubleshooting: SQLite's primary code 8 in ``_DENIED_SQLITE`` (``_errors.py``).
+    """
+    from tasks_core import Owner
+    from tasks_core.models import NewTask, Work
+
+    path = tmp_path / "tasks.db"
+    async with open_store(f"sqlite:///{path}"):
+        pass
+    store = await SQLStore.open(f"sqlite:///file:{path}?mode=ro&uri=true")
+    try:
+        with pytest.raises(StoreError) as refused:
+            await store.create(NewTask(id="t1", work=Work(name="noop"),
+                                       owner=Owner("alice"), tenant="default"))
+    finally:
+        await store.aclose()
+    assert "read-only here" in str(refused.value)

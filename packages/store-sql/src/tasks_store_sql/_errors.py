@@ -6,10 +6,10 @@ pool timeout, no connection slot left — is ``StoreUnavailable``; so is a conne
 database refuses as configured (no such database, a login refused, a SQLite file that
 cannot be opened or is not a database), with the cause in plain words; a driver refusing
 its own ``connect`` arguments is ``InvalidInput`` (:func:`connect_arguments`); anything
-else is ``StoreError``. Messages name the error class and its SQLSTATE/errno/SQLite code
-only, never the driver's message (it may quote stored values or a login; psycopg's connect
-errors, without a SQLSTATE, are classified by libpq's text); the driver error stays
-chained for logs.
+else is ``StoreError`` (a missing privilege in plain words too). Messages name the error
+class and its SQLSTATE/errno/SQLite code only, never the driver's message (it may quote
+stored values or a login; psycopg's connect errors, without a SQLSTATE, are classified by
+libpq's text); the driver error stays chained for logs.
 """
 
 from __future__ import annotations
@@ -85,6 +85,15 @@ _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, re
     (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry', _REFUSED_STATES["28000"]),
     (r'FATAL:  database ".*" does not exist', _REFUSED_STATES["3D000"]),
 )
+_DENIED = ("the login lacks a privilege this needs (making or migrating the tables needs "
+           "CREATE on the schema or database; using them, SELECT, INSERT, UPDATE and DELETE "
+           "on each)")
+# Operations refused for want of a right (not transient: the store stays refused until
+# someone grants it), in plain words.
+_DENIED_STATES = {"42501": _DENIED}  # PostgreSQL's insufficient_privilege
+_DENIED_ERRNOS = {1142: _DENIED, 1143: _DENIED, 1227: _DENIED}  # table, column, global
+_DENIED_SQLITE = {8: "the database file is read-only here (mode=ro, or a file or directory "
+                     "this process may not write)"}
 _REFUSED_SQLITE = {  # primary result codes
     14: "the database file cannot be opened (is its directory there and writable?)",
     26: "the file is not a SQLite database",
@@ -180,6 +189,18 @@ def _refusal(exc: BaseException) -> str | None:
     return _REFUSED_SQLITE.get(code) if code is not None else None
 
 
+def _denial(exc: BaseException) -> str | None:
+    """An operation refused for want of a right, in plain words (``None``: not one)."""
+    errno = _errno(exc)
+    if errno is not None and not isinstance(_driver_error(exc), OSError):
+        return _DENIED_ERRNOS.get(errno)
+    state = _sqlstate(exc)
+    if state is not None:
+        return _DENIED_STATES.get(state)
+    code = _sqlite_code(exc)
+    return _DENIED_SQLITE.get(code) if code is not None else None
+
+
 def is_busy(exc: BaseException) -> bool:
     """Whether SQLite answered ``SQLITE_BUSY``: another connection holds the lock asked
     for (nothing of the failed transaction was written)."""
@@ -197,6 +218,8 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     if _refusal(exc) is not None:
         return True
+    if _denial(exc) is not None:  # MariaDB's are OperationalError: a grant, not a retry
+        return False
     code = _sqlite_code(exc)
     if code is not None:
         return code in _SQLITE_TRANSIENT
@@ -242,7 +265,7 @@ def translated(exc: BaseException, what: str = "the database") -> StoreError:
     alike — the store works once the server or configuration is fixed — and a file that
     is not a SQLite database is not ``StoreCorrupt`` (which is about one task record)."""
     detail = describe(exc)
-    plain = _refusal(exc)
+    plain = _refusal(exc) or _denial(exc)
     if plain is not None:
         detail = f"{plain} ({detail})"
     if _is_transient(exc):
