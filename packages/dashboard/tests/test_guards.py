@@ -278,3 +278,19 @@ async def test_an_error_page_for_a_visitor_links_no_static_file(
     operator = await client.get("/task?id=missing", headers=BEARER)
     assert 404 == operator.status_code
     assert "/static/dashboard.css" in operator.text
+
+
+async def test_a_host_header_with_anything_after_the_bracket_but_a_port_is_refused(
+        app: App) -> None:
+    """An IPv6 Host header MUST be ``[address]`` or ``[address]:port``: a name glued after
+    the bracket (``[::1]evil.com``, ``[::1].evil.com:80``) is another host, refused with
+    400 like any other; so is a port that is not a number."""
+    web = create_app(app, token=TOKEN, allowed_hosts=loopback_hosts("127.0.0.1"))
+    async with client_of(web) as client:
+        for host in ("[::1]evil.com", "[::1].evil.com:80", "[::1]:80evil", "[::1]:",
+                     "127.0.0.1:80x", "localhost:"):
+            response = await client.get("/", headers={**BEARER, "host": host})
+            assert 400 == response.status_code, host
+        for host in ("[::1]:80", "[::1]", "localhost:8080"):
+            response = await client.get("/", headers={**BEARER, "host": host})
+            assert 200 == response.status_code, host

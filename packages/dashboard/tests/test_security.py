@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.routing import Mount
 from tasks_core import App, Owner, System
 from tasks_dashboard import DashboardConfigError, create_app
+from tasks_dashboard._security import MAX_TOKEN_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +48,23 @@ async def test_no_token_and_no_callback_is_refused(app: App) -> None:
         # blank, or one a Bearer header (stripped) could never match
         with pytest.raises(DashboardConfigError, match="whitespace"):
             create_app(app, token=blank)
+
+
+async def test_a_token_that_is_not_printable_ascii_is_refused(app: App) -> None:
+    """A token a Bearer header cannot carry (beyond ASCII: a header arrives as bytes the
+    server reads as Latin-1; a control character) MUST be refused when the dashboard is
+    built — never a dashboard whose operators can never log in — and so is one longer
+    than the login form takes."""
+    for bad in ("tokén-with-accent", "token\x00-with-nul", "tab\tinside-token"):
+        with pytest.raises(DashboardConfigError, match="printable ASCII"):
+            create_app(app, token=bad)
+    with pytest.raises(DashboardConfigError, match="at most"):
+        create_app(app, token="t" * (MAX_TOKEN_CHARS + 1))
+    web = create_app(app, token="t" * MAX_TOKEN_CHARS)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=web),
+                                 base_url="http://dash") as client:
+        ok = await client.get("/", headers={"authorization": "Bearer " + "t" * MAX_TOKEN_CHARS})
+        assert 200 == ok.status_code
 
 
 async def test_every_page_refuses_a_request_without_the_token(

@@ -80,7 +80,8 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
 
     Raises:
         DashboardConfigError: neither ``token`` nor ``authorize`` (there is no open
-            dashboard), a short token, ``allowed_hosts`` not a collection of names, or
+            dashboard), a short or overlong token or one not printable ASCII,
+            ``allowed_hosts`` not a collection of names, or
             something else than an App, store or URL.
     """
     guard = Guard(token=token, authorize=authorize)

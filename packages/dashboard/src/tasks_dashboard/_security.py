@@ -44,6 +44,9 @@ CSRF_COOKIE = "tasks_dashboard_csrf"
 CSRF_FIELD = "csrf_token"
 SESSION_S = 12 * 3600
 LOGIN_PATH = "/login"
+MAX_TOKEN_CHARS = 1024
+"""The longest operator token: one the login form (its body capped,
+:data:`~tasks_dashboard._forms.SMALL_FORM_BYTES`) always carries."""
 FAILED_LOGINS = 10
 """Failed logins (form or Bearer) a process takes per :data:`THROTTLE_S`; past them a
 login is refused (429) without comparing the token."""
@@ -134,11 +137,19 @@ def next_path(given: str, root: str) -> str:
 
 
 def host_name(header: str) -> str:
-    """The name of a Host header: without its port and an IPv6 address's brackets."""
+    """The name of a Host header: without its port and an IPv6 address's brackets. Rule:
+    a header is ``name``, ``name:port`` or ``[address]`` with an optional ``:port``, the
+    port digits; anything else (``[::1]evil.com``, ``[::1].evil.com:80``, ``host:80x``)
+    names no host: ``""``, which no dashboard answers to."""
     header = header.lower()
     if header.startswith("["):
-        return header[1:].partition("]")[0]
-    return header.rpartition(":")[0] if ":" in header else header
+        name, bracket, port = header[1:].partition("]")
+    elif ":" in header:
+        name, bracket, port = header.rpartition(":")
+        port = ":" + port
+    else:
+        return header
+    return name if bracket and (not port or (port[:1] == ":" and port[1:].isdigit())) else ""
 
 
 class Throttle:
@@ -183,8 +194,9 @@ class Guard:
     session cookies and CSRF tokens.
 
     Raises:
-        DashboardConfigError: neither ``token`` nor ``authorize``, an empty or short
-            token, or an ``authorize`` that cannot be called.
+        DashboardConfigError: neither ``token`` nor ``authorize``, an empty, short or
+            overlong token or one that is not printable ASCII (what a Bearer header
+            carries), or an ``authorize`` that cannot be called.
     """
 
     def __init__(self, *, token: str | None, authorize: Authorize | None) -> None:
@@ -199,6 +211,12 @@ class Guard:
         if token is not None and (not token.strip() or token != token.strip()):
             raise DashboardConfigError("the operator token must not be blank nor begin or "
                                        "end with whitespace")
+        if token is not None and not (token.isascii() and token.isprintable()):
+            raise DashboardConfigError("the operator token must be printable ASCII: a "
+                                       "Bearer header cannot carry any other character")
+        if token is not None and len(token) > MAX_TOKEN_CHARS:
+            raise DashboardConfigError(f"the operator token must be at most "
+                                       f"{MAX_TOKEN_CHARS} characters")
         if authorize is not None and not callable(authorize):
             raise DashboardConfigError("authorize must be a callable: authorize(request) "
                                        "-> bool")
