@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -402,3 +403,28 @@ def test_no_markup_tag_follows_a_plain_value() -> None:
     found = [f"{path.name}: {match.group(0)}" for path in sorted(folder.glob("*.py"))
              for match in pattern.finditer(path.read_text(encoding="utf-8"))]
     assert [] == found
+
+
+@pytest.mark.parametrize(("typed", "read"), [
+    ('{"a": [1, 2.5]}', {"a": [1, 2.5]}), ("1e999", "1e999"), ("NaN", "NaN"),
+    ("not json", "not json"), ('{"a": 1, "a": 2, "b": 1e999}', '{"a": 1, "a": 2, "b": 1e999}'),
+])
+def test_an_answer_is_read_in_one_parse(
+        typed: str, read: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tasks respond`` and the dashboard read an answer with one function,
+    ``parse_answer``, which parses the text once (it was parsed twice): a number no payload
+    carries anywhere makes it the string, even past a key given twice."""
+    from tasks_core import _json
+
+    parses: list[str] = []
+    loads = json.loads
+
+    def counted(text: str, **hooks: Any) -> Any:
+        parses.append(text)
+        return loads(text, **hooks)
+
+    monkeypatch.setattr(_json.json, "loads", counted)
+    assert read == _json.parse_answer(typed)
+    assert [typed] == parses
+    with pytest.raises(InvalidInput, match="an answer gives the key 'a' twice"):
+        _json.parse_answer('{"a": 1, "a": 2}')

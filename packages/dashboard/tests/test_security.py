@@ -331,3 +331,17 @@ async def test_an_unexpected_failure_is_a_500_with_the_security_headers(app: App
     assert "the store broke" not in response.text
     assert "DENY" == response.headers["x-frame-options"]
     assert "no-store" == response.headers["cache-control"]
+
+
+@pytest.mark.parametrize("typed", ["1e999", "-1e999", "9" * 3000, "[1, 1e400]", "NaN"])
+async def test_an_answer_is_read_as_the_cli_reads_it(
+        client: httpx.AsyncClient, app: App, typed: str) -> None:
+    """The answer box MUST read an answer as ``tasks respond`` does (one function,
+    :func:`tasks_core._json.parse_answer`): a number no payload can carry — overflowing to
+    infinity, an integer of more than 8192 bits, even inside an array — and ``NaN`` are the
+    text typed, not a 400 "NaN and infinities are not JSON"."""
+    async with waiting_for_an_answer(client, app) as (task_id, answer):
+        taken = await answer({"key": "approve", "answer": typed})
+        assert 303 == taken.status_code, taken.text[-300:]
+        done = await app.wait(task_id, System(), timeout=30)
+    assert ("completed", typed) == (done.status, done.result)

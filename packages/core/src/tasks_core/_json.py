@@ -65,6 +65,66 @@ def parse_json(text: str, what: str) -> Any:
                            "long") from None
 
 
+class _Unsendable(Exception):
+    """A JSON number that no payload can carry."""
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:  # more digits than Python reads (sys.get_int_max_str_digits)
+        raise _Unsendable from None
+    if value.bit_length() > MAX_INT_BITS:  # more than a payload carries
+        raise _Unsendable
+    return value
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # it overflowed: 1e999
+        raise _Unsendable
+    return value
+
+
+def parse_answer(text: str, what: str = "an answer") -> Any:
+    """An answer to an input request as a person typed it (``tasks respond KEY=VALUE``,
+    the dashboard's answer box): its JSON value when it parses as JSON, else the string as
+    typed — the one reading of both. Rule: text that is not JSON (``NaN``, ``Infinity``
+    among it) or whose JSON holds a number no payload can carry — one that overflows to
+    infinity (``1e999``), an integer of more digits than Python reads or more than
+    ``MAX_INT_BITS`` bits, anywhere in it — is not a JSON value to send, so it is the
+    string. The text is parsed once; an object giving a key twice is refused (as
+    :func:`parse_json` does) unless such a number made the whole answer a string.
+
+    Raises:
+        InvalidInput: JSON nested too deeply to read, or an object giving a key twice,
+            named as ``what``.
+    """
+    twice: list[str] = []
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in document:
+                twice.append(key)
+            document[key] = value
+        return document
+
+    def not_json(name: str) -> Any:
+        raise json.JSONDecodeError(f"{name} is not JSON", text, text.find(name))
+
+    try:
+        value = json.loads(text, object_pairs_hook=unique, parse_constant=not_json,
+                           parse_int=_whole, parse_float=_real)
+    except (_Unsendable, json.JSONDecodeError):
+        return text
+    except (ValueError, RecursionError):
+        raise InvalidInput(f"{what} cannot be read: nested too deeply") from None
+    if twice:
+        raise InvalidInput(f"{what} gives the key {twice[0]!r} twice")
+    return value
+
+
 def check_text(value: str, *, what: str = "text") -> str:
     """Return ``value`` if it encodes as UTF-8 (no lone surrogates), the encoding every
     store persists text in.

@@ -20,8 +20,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus, parse_json
+from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus
 from tasks_core._inert import inert
+from tasks_core._json import parse_answer
 from tasks_core.authority import DEFAULT_TENANT
 
 from tasks_dashboard import _reads
@@ -234,7 +235,8 @@ class Views:
         return self._back(request, task_id)
 
     async def respond(self, request: Request) -> Response:
-        """Answer one input request of the task: the answer is JSON, else text.
+        """Answer one input request of the task: the answer is read as ``tasks respond``
+        reads one (:func:`tasks_core._json.parse_answer`: JSON, else the text typed).
 
         Raises:
             HTTPException: 403 without the CSRF token.
@@ -248,11 +250,7 @@ class Views:
         given = form.get("answer")
         if given is None:
             raise InvalidInput("the form holds no answer")
-        text = str(given)
-        try:
-            answer: Any = parse_json(text, "the answer")
-        except json.JSONDecodeError:
-            answer = text
+        answer = parse_answer(str(given), "the answer")
         result = await self.app.respond(task_id, {key: answer}, SYSTEM)
         if result.outcome == "unchanged":
             raise InvalidInput("no open question of this task has that key (answered "

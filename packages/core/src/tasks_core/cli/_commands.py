@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rich.console import Console
 
-from tasks_core._json import MAX_INT_BITS, parse_json
+from tasks_core._json import parse_answer, parse_json
 from tasks_core._registry import available_stores, find_store
 from tasks_core.authority import Authority, Owner, System
 from tasks_core.cli._dashboard import cmd_dashboard
@@ -223,58 +222,14 @@ async def cmd_cancel(app: App, args: argparse.Namespace, console: Console) -> in
     return 0
 
 
-class _Unsendable(Exception):
-    """A JSON number that no payload can carry."""
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:  # more digits than Python reads (sys.get_int_max_str_digits)
-        raise _Unsendable from None
-    if value.bit_length() > MAX_INT_BITS:  # more than a payload carries
-        raise _Unsendable
-    return value
-
-
-def _real(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):  # it overflowed: 1e999
-        raise _Unsendable
-    return value
-
-
-def answer(raw: str) -> Any:
-    """The answer ``raw`` (the VALUE of ``KEY=VALUE``) as sent: its JSON value when it
-    parses as JSON (``tasks_core.parse_json``), else the string as typed. Rule: text that
-    is not JSON (``NaN``, ``Infinity`` among it) or whose JSON holds a number no payload can
-    carry — one that overflows to infinity (``1e999``), an integer of more digits than
-    Python reads or more than ``MAX_INT_BITS`` bits, anywhere in it — is not a JSON value
-    this tool can send, so it is the string.
-
-    Raises:
-        InvalidInput: JSON nested too deeply to read, or an object giving a key twice.
-    """
-    try:
-        json.loads(raw, parse_int=_whole, parse_float=_real)
-    except _Unsendable:
-        return raw
-    except (ValueError, RecursionError):
-        pass  # not JSON, or not readable: parse_json judges it
-    try:
-        return parse_json(raw, "an answer")
-    except json.JSONDecodeError:
-        return raw
-
-
 async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> int:
-    """Answer input requests: ``KEY=VALUE`` pairs, each VALUE read by :func:`answer` (JSON,
-    else the string typed); the line says which keys were ignored (not asked, or answered
-    already).
+    """Answer input requests: ``KEY=VALUE`` pairs, each VALUE read by
+    :func:`tasks_core._json.parse_answer` (JSON, else the string typed); the line says
+    which keys were ignored (not asked, or answered already).
 
     Raises:
-        InvalidInput: a pair without ``=``, a key answered twice, or an answer ``answer``
-            refuses; nothing written.
+        InvalidInput: a pair without ``=``, a key answered twice, or an answer
+            ``parse_answer`` refuses; nothing written.
         TaskNotFound, AuthorizationError, StoreUnavailable: see ``App.respond``.
     """
     answers: dict[str, Any] = {}
@@ -284,7 +239,7 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
             raise InvalidInput(f"answers look like key=value, not {pair!r}")
         if key in answers:
             raise InvalidInput(f"the key {key!r} is answered twice")
-        answers[key] = answer(raw)
+        answers[key] = parse_answer(raw)
     result = await app.respond(args.id, answers, authority_of(args))
     if result.outcome == "unchanged":
         one_line(console, "no outstanding question matched; nothing changed")
