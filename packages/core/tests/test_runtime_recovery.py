@@ -10,11 +10,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, TIMEOUT, DelegatingStore, fast_worker, make_app, until
+from _runtime_kit import (
+    ALICE,
+    TIMEOUT,
+    DelegatingStore,
+    fast_worker,
+    make_app,
+    until,
+)
 from tasks_core import (
     App,
     ManualClock,
@@ -260,6 +268,40 @@ class _FlakyReap(DelegatingStore):
         if self.calls >= 2:
             self.second.set()
         return await self.inner.reap(limit)
+
+
+async def test_a_run_whose_own_machinery_fails_gives_its_task_back(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unexpected exception in a run's own machinery, once its heartbeat is armed
+    (here the OS refusing the sync handler's thread, once), MUST stop the run's heartbeat
+    and give the task back: it runs again — never a lease renewed for a run that is not
+    running."""
+    app = make_app(store=MemoryStore())
+    runs: list[int] = []
+    refused: list[str] = []
+    start = threading.Thread.start
+
+    def start_or_refuse(thread: threading.Thread) -> None:
+        if thread.name.startswith("tasks:job:") and not refused:
+            refused.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_or_refuse)
+
+    @app.task
+    def job(ctx: TaskContext) -> int:
+        runs.append(ctx.deliveries)
+        return ctx.deliveries
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        with caplog.at_level(logging.ERROR, logger="tasks_core.worker"):
+            async with fast_worker(app, lease_for=0.3):
+                done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, 2, [2]) == (done.status, done.result, runs)
+    assert any("failed unexpectedly" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_failing_reaper_tick_costs_only_that_tick(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from starlette.applications import Starlette
-from tasks_core import App, Queue, TaskContext, TaskStore
+from tasks_core import App, Limits, Queue, TaskContext, TaskStore
 from tasks_dashboard import create_app
 
 TOKEN = "operator-token-for-tests"
@@ -26,10 +26,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def build_app(url: str | None, *, store: TaskStore | None = None) -> App:
-    """An App (on ``url`` or ``store``) with the tasks the tests run: steps (progress),
-    ask (input), forever."""
-    app = App(url, store=store, queues=[Queue("web")])
+def build_app(url: str | None, *, store: TaskStore | None = None,
+              limits: Limits | None = None) -> App:
+    """An App (on ``url`` or ``store``, with ``limits``) with the tasks the tests run:
+    steps (progress), ask (input), forever."""
+    app = App(url, store=store, queues=[Queue("web")], limits=limits)
 
     @app.task(queue="web")
     async def steps(ctx: TaskContext, count: int, pause: float = 0.3) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Playwright): every page, a task followed
 live from submitted to completed, an input answered through the form, a running task
-cancelled, and requests refused without the token or the CSRF token.
+cancelled, requests refused without the token or the CSRF token, and a page on another
+port of the host refused when it makes the operator's browser post a form.
 
 The dashboard, an App on a SQLite file and a worker run in one event loop on a thread of
 the test process (uvicorn on a free port). Chromium is Debian's (``CHROMIUM`` or
@@ -10,7 +11,10 @@ the test process (uvicorn on a free port). Chromium is Debian's (``CHROMIUM`` or
 from __future__ import annotations
 
 import asyncio
+import html
+import http.server
 import os
+import re
 import shutil
 import socket
 import threading
@@ -18,6 +22,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import TOKEN, build_app
 from tasks_core import App, Owner, System, Worker
@@ -260,3 +265,63 @@ def test_a_long_id_does_not_widen_the_pages(page: Any, served: Served) -> None:
         assert long_key in page.inner_text("main"), path
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 1280, (path, width)
+
+
+class AnotherPort:
+    """A page served on another port of the dashboard's host (the same site: cookies
+    ignore ports), as an outside tester wrote it: it fetches the dashboard's login form (a
+    CSRF cookie and its matching token, anyone's to get), sets that cookie in the visiting
+    browser over the operator's own, and submits a form that cancels ``task_id``."""
+
+    def __init__(self, dashboard: str, task_id: str) -> None:
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                form = httpx.get(dashboard + "/login")
+                name, value = form.headers["set-cookie"].split(";")[0].split("=", 1)
+                found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+                assert found is not None
+                body = (f'<form id=f method=post action="{dashboard}/task/cancel">'
+                        f'<input name=csrf_token value="{found.group(1)}">'
+                        f'<input name=id value="{html.escape(task_id)}"></form>'
+                        "<script>document.getElementById('f').submit()</script>").encode()
+                self.send_response(200)
+                self.send_header("set-cookie", f"{name}={value}; Path=/; SameSite=Strict")
+                self.send_header("content-type", "text/html")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                del args
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Page)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AnotherPort:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+        self.server.server_close()
+
+
+def test_a_page_on_another_port_cannot_act_for_the_operator(page: Any, served: Served) -> None:
+    """A page on another port of the host can overwrite the dashboard's CSRF cookie with
+    one whose token it knows (cookies ignore ports) and submit the cancel form in the
+    operator's logged-in browser: the browser marks that POST as from another origin, and
+    the dashboard MUST refuse it (403) — the task keeps running."""
+    task_id = served.submit("forever", None)
+    page.goto(f"{served.url}/task?id={task_id}")
+    status_is(page, "running")
+    other = page.context.new_page()
+    with AnotherPort(served.url, task_id) as attacker, other.expect_response(
+            lambda r: "/task/cancel" in r.url, timeout=15000) as posted:
+        other.goto(attacker.url)
+    assert 403 == posted.value.status
+    assert "another origin" in posted.value.text()
+    assert "running" == served.call(served.app.get(task_id, System())).status
+    other.close()
+    served.call(served.app.cancel(task_id, System()))

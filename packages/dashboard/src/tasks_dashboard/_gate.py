@@ -1,9 +1,10 @@
 """The ASGI middleware every request passes: :class:`Gate`.
 
 It refuses a Host header outside ``allowed_hosts``, lets a request in only when
-:meth:`~tasks_dashboard._security.Guard.allows` it (the login form excepted), sets the CSRF
-cookie once, and puts :data:`SECURITY_HEADERS` on every response, a 500 of an unexpected
-failure included.
+:meth:`~tasks_dashboard._security.Guard.allows` it (the login form excepted), refuses a
+POST a browser marks as from another origin (:func:`~tasks_dashboard._forms.check_origin`),
+sets the CSRF cookie once, and puts :data:`SECURITY_HEADERS` on every response, a 500 of
+an unexpected failure included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tasks_dashboard._forms import CrossOrigin, check_origin
 from tasks_dashboard._security import (
     LOGIN_PATH,
     Guard,
@@ -37,7 +39,7 @@ SECURITY_HEADERS = {
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make a POST's Origin "null"
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
 }
@@ -46,13 +48,14 @@ SECURITY_HEADERS = {
 
 class Gate:
     """ASGI middleware: security headers on every response, a Host header outside
-    ``allowed_hosts`` (when given) refused, the CSRF cookie set once, and every request but
-    the login form refused unless :meth:`Guard.allows` it (:data:`OPERATOR` says which).
+    ``allowed_hosts`` (when given) refused, the CSRF cookie set once, every request but
+    the login form refused unless :meth:`Guard.allows` it (:data:`OPERATOR` says which),
+    and a POST from another origin refused before its body is read.
 
     Raises:
         Exception: an unexpected failure of the app, after a plain 500 with the headers
             (for the server to log); its refusals (:class:`HostRefused`,
-            :class:`TooManyFailedLogins`, 401, 403) are responses.
+            :class:`TooManyFailedLogins`, :class:`CrossOrigin`, 401, 403) are responses.
     """
 
     def __init__(self, app: ASGIApp, guard: Guard,
@@ -105,7 +108,9 @@ class Gate:
             route = scope["path"][len(scope.get("root_path", "")):] or "/"
             visitor = route == LOGIN_PATH and self.guard.login_enabled  # anyone's form
             allowed = visitor or await self.guard.allows(request)
-        except (HostRefused, TooManyFailedLogins) as refused:
+            if allowed:
+                check_origin(request)
+        except (HostRefused, TooManyFailedLogins, CrossOrigin) as refused:
             response: Response = PlainTextResponse(refused.detail, refused.status_code,
                                                    headers=refused.headers)
             await response(scope, receive, send_with_headers)

@@ -7,8 +7,8 @@ login form sets after a constant-time comparison) or when the embedding app's
 dashboard given ``allowed_hosts`` refuses any other Host header (DNS rebinding), and past
 :data:`FAILED_LOGINS` failed logins a minute (:class:`Throttle`) a token is refused without
 being compared. Forms carry a CSRF token (an HMAC of the browser's random CSRF cookie under
-a per-process secret) that :meth:`Guard.form` checks on every POST. Cookies are HttpOnly
-and SameSite=Strict, named per dashboard.
+a per-process secret) that :mod:`~tasks_dashboard._forms` checks on every POST (with the
+POST's origin and size). Cookies are HttpOnly and SameSite=Strict, named per dashboard.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from tasks_core._inert import inert
@@ -328,33 +327,17 @@ class Guard:
         return given.strip() if scheme.lower() == "bearer" else None
 
     @staticmethod
-    def _let_in_by_bearer(request: Request) -> bool:
+    def let_in_by_bearer(request: Request) -> bool:
         """Whether :meth:`allows` let ``request`` in by its Bearer token (compared there,
-        under the throttle; the login form passes the gate without one)."""
+        under the throttle; the login form passes the gate without one, and a Bearer
+        header on it is never compared: no oracle beside the throttle)."""
         return bool(request.scope.get("state", {}).get(BEARER_STATE))
 
-    async def form(self, request: Request) -> FormData:
-        """The POSTed form, once its CSRF token matches the browser's cookie. A request
-        the gate let in by the operator token as ``Authorization: Bearer`` needs none:
-        browsers never send that header on their own (a Bearer header on the login form,
-        which passes the gate without a token, is never compared here: no oracle beside
-        the throttle). Any other ``Authorization`` (HTTP Basic
-        accepted by an ``authorize`` callback: browsers do resend cached credentials) needs
-        the token like a session cookie.
-
-        Raises:
-            HTTPException: 403 without a matching CSRF token.
-        """
-        form = await request.form()
-        if self._let_in_by_bearer(request) and self.auth_cookie not in request.cookies:
-            return form
+    def csrf_matches(self, request: Request, given: str | None) -> bool:
+        """Whether ``given``, a form's CSRF token, is the one of ``request``'s CSRF cookie
+        (constant time; no cookie matches nothing)."""
         sid = request.cookies.get(self.csrf_cookie, "")
-        given = form.get(CSRF_FIELD)
-        if not sid or not isinstance(given, str) \
-                or not same_text(given, self._mac("csrf", sid)):
-            raise HTTPException(403, "missing or wrong CSRF token: reload the page and "
-                                     "try again")
-        return form
+        return bool(sid) and given is not None and same_text(given, self._mac("csrf", sid))
 
 
 def same_text(given: str, expected: str) -> bool:

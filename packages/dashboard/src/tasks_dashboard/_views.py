@@ -1,11 +1,11 @@
 """The pages and actions of the dashboard, each ``async (request) -> Response``.
 
 Views run behind :class:`~tasks_dashboard._gate.Gate` and act as ``System()``; every
-POST reads its form through :meth:`Guard.form` (the CSRF check) and answers with a
-redirect. Templates autoescape everything: stored data is always shown as text — and
-inert: every value a template renders, and the progress message of the event stream, shows
-the characters that are not printable (bidi overrides, control characters) as their
-escapes, as the CLI does (:func:`shown`).
+POST reads its form through :func:`~tasks_dashboard._forms.checked_form` (capped, text
+only, the CSRF check) and answers with a redirect. Templates autoescape everything: stored
+data is always shown as text — and inert: every value a template renders, and the progress
+message of the event stream, shows the characters that are not printable (bidi overrides,
+control characters) as their escapes, as the CLI does (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tasks_core._json import parse_answer
 from tasks_core.authority import DEFAULT_TENANT
 
 from tasks_dashboard import _reads
+from tasks_dashboard._forms import SMALL_FORM_BYTES, answer_form_bytes, checked_form
 from tasks_dashboard._security import CSRF_FIELD, SESSION_S, Guard, cookie, next_path
 
 __all__ = ["Views"]
@@ -226,11 +227,12 @@ class Views:
         """Cancel the task named by the form.
 
         Raises:
-            HTTPException: 403 without the CSRF token.
+            HTTPException: 403 without the CSRF token; 400, 413, 415 a form
+                :func:`~tasks_dashboard._forms.checked_form` refuses.
             TaskNotFound: no such task.
         """
-        form = await self.guard.form(request)
-        task_id = str(form.get("id", ""))
+        form = await checked_form(self.guard, request, SMALL_FORM_BYTES)
+        task_id = form.get("id", "")
         await self.app.cancel(task_id, SYSTEM)
         return self._back(request, task_id)
 
@@ -239,18 +241,19 @@ class Views:
         reads one (:func:`tasks_core._json.parse_answer`: JSON, else the text typed).
 
         Raises:
-            HTTPException: 403 without the CSRF token.
+            HTTPException: 403 without the CSRF token; 400, 413, 415 a form
+                :func:`~tasks_dashboard._forms.checked_form` refuses.
             TaskNotFound: no such task.
             InvalidInput: a bad key or answer, no answer at all (a form without the field
                 is not an empty answer), or no open question of that key (answered
                 already, or never asked: nothing changed, as ``tasks respond`` says).
         """
-        form = await self.guard.form(request)
-        task_id, key = str(form.get("id", "")), str(form.get("key", ""))
+        form = await checked_form(self.guard, request, answer_form_bytes(self.app.limits))
+        task_id, key = form.get("id", ""), form.get("key", "")
         given = form.get("answer")
         if given is None:
             raise InvalidInput("the form holds no answer")
-        answer = parse_answer(str(given), "the answer")
+        answer = parse_answer(given, "the answer")
         result = await self.app.respond(task_id, {key: answer}, SYSTEM)
         if result.outcome == "unchanged":
             raise InvalidInput("no open question of this task has that key (answered "
@@ -274,16 +277,17 @@ class Views:
         return to ``next`` (:func:`~tasks_dashboard._security.next_path`).
 
         Raises:
-            HTTPException: 403 without the CSRF token.
+            HTTPException: 403 without the CSRF token; 400, 413, 415 a form
+                :func:`~tasks_dashboard._forms.checked_form` refuses.
             BadNext: a ``next`` outside the dashboard.
             TooManyFailedLogins: past the throttle of failed logins.
         """
         if request.method != "POST":
             return self.login_page(request, next_to=request.query_params.get("next", ""))
-        form = await self.guard.form(request)
-        given_next = str(form.get("next", ""))
+        form = await checked_form(self.guard, request, SMALL_FORM_BYTES)
+        given_next = form.get("next", "")
         target = next_path(given_next, request.scope.get("root_path", ""))
-        if not self.guard.login(str(form.get("token", "")), "form", request):
+        if not self.guard.login(form.get("token", ""), "form", request):
             return self.login_page(request, 401, "That is not the operator token.",
                                    next_to=given_next)
         response = RedirectResponse(target, status_code=303)
@@ -298,9 +302,10 @@ class Views:
         cookie dropped.
 
         Raises:
-            HTTPException: 403 without the CSRF token.
+            HTTPException: 403 without the CSRF token; 400, 413, 415 a form
+                :func:`~tasks_dashboard._forms.checked_form` refuses.
         """
-        await self.guard.form(request)
+        await checked_form(self.guard, request, SMALL_FORM_BYTES)
         self.guard.end_session(request.cookies.get(self.guard.auth_cookie))
         response = RedirectResponse(request.url_for("login").path, status_code=303)
         path = request.scope.get("root_path") or "/"

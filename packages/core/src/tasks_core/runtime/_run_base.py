@@ -195,6 +195,11 @@ class RunBase:
         starts the heartbeat)."""
         raise NotImplementedError
 
+    async def give_back(self) -> None:
+        """The run failed unexpectedly: stop its helpers, give the task back
+        (:class:`~tasks_core.runtime._run_helpers.RunHelpers` does)."""
+        raise NotImplementedError
+
     def _review(self) -> None:
         """Supervise the handler after a stop cause or an input wait's start or end
         (:class:`~tasks_core.runtime._run.Run` does)."""

@@ -4,7 +4,8 @@ The heartbeat renews the lease every ``lease_for / 3``; its first renew is start
 worker's one timer (:mod:`tasks_core.runtime._heartbeats`), so a short run starts neither
 helper. A renew showing ``cancelled`` stops the run as ``user``; ``LeaseLost`` or another
 ``run_id`` as ``superseded``. Progress is stored with the lease, throttled to one write per
-``progress_interval``; none once the run was stopped for a cause other than a drain.
+``progress_interval``; none once the run was stopped for a cause other than a drain. A
+run whose own machinery failed stops both at once and gives its task back.
 """
 
 from __future__ import annotations
@@ -62,6 +63,23 @@ class RunHelpers(RunWrites):
             await self._write_progress()  # reported, but the writer had not started yet
         if self._helpers:
             await asyncio.gather(*self._helpers, return_exceptions=True)
+
+    async def give_back(self) -> None:
+        """The run's own machinery failed unexpectedly: stop its helpers at once (no lease
+        is renewed for a run that is not running) and give the task back, so it runs
+        again — a release that fails leaves it to the lease's end. Never raises."""
+        self._disarm()
+        self._helpers_stopped = True
+        self.env.heartbeats.discard(self)
+        if self.env.held_renews is not None:
+            self.env.held_renews.discard(self)
+        for helper in self._helpers:
+            helper.cancel()
+        try:
+            await self._release("its run failed unexpectedly")
+        except Exception:
+            log.exception("task %r: could not give the task back; it runs again once its "
+                          "lease expires", self.task_id)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep unless the helpers are told to stop; ``True`` when told to stop."""

@@ -3,8 +3,9 @@
 At most ``concurrency`` runs hold a slot at once, and per queue at most its limit. A run's
 slot ends with its task — or, once the run stopped waiting for its handler, with the task
 that finishes the slot (the handler's own task is kept apart: a drain does not wait for
-it), or in group mode as soon as its handler is done. A claim that cannot start (the
-worker is shutting down) is released unstarted, in the background.
+it), or in group mode as soon as its handler is done. A run that fails unexpectedly stops
+its helpers and gives its task back. A claim that cannot start (the worker is shutting
+down) is released unstarted, in the background.
 """
 
 from __future__ import annotations
@@ -100,8 +101,10 @@ class Slots:
             await work
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("task %r: the run failed unexpectedly", run.task_id)
+        except Exception:  # a bug in the run's own machinery: never a lease kept renewed
+            log.exception("task %r: the run failed unexpectedly; giving its task back",
+                          run.task_id)
+            await run.give_back()
         finally:
             self._free_slot(run)
             if self.runs.get(run.task_id) is run:
