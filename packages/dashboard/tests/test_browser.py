@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TOKEN, build_app
-from tasks_core import App, Owner, System, Worker
+from tasks_core import App, Owner, StoreUnavailable, System, Worker
 from tasks_dashboard import create_app
 
 pytestmark = pytest.mark.browser
@@ -324,4 +324,32 @@ def test_a_page_on_another_port_cannot_act_for_the_operator(page: Any, served: S
     assert "another origin" in posted.value.text()
     assert "running" == served.call(served.app.get(task_id, System())).status
     other.close()
+    served.call(served.app.cancel(task_id, System()))
+
+
+def test_a_task_page_says_when_its_live_stream_lost_the_store(
+        page: Any, served: Served) -> None:
+    """The store lost mid-stream ends the event stream with an ``end`` event saying why:
+    the page MUST stop listening and show it in place of the progress, not hang on a cut
+    stream (reconnecting forever)."""
+    task_id = served.submit("forever", None)
+    page.goto(f"{served.url}/task?id={task_id}")
+    status_is(page, "running")
+    store = served.app.store
+    get = store.get
+
+    async def lost(wanted: str, *args: Any, **kwargs: Any) -> Any:
+        if wanted == task_id:
+            raise StoreUnavailable("connection to the database lost")
+        return await get(wanted, *args, **kwargs)
+
+    store.get = lost  # type: ignore[method-assign]
+    try:
+        from playwright.sync_api import expect
+
+        expect(page.locator("#progress-text")).to_have_text(
+            "Live updates stopped: StoreUnavailable: connection to the database lost "
+            "(reload the page)", timeout=15000)
+    finally:
+        store.get = get  # type: ignore[method-assign]
     served.call(served.app.cancel(task_id, System()))

@@ -3,18 +3,26 @@ task with its history and event stream, workers by their leases; the CLI command
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import socket
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from conftest import BEARER, TOKEN, build_app
 from tasks_core import App, Owner, SubmitItem, System, TaskContext, TaskStatus
 from tasks_core.cli.main import run
-from tasks_core.errors import CapabilityNotSupported, InvalidInput, StoreError
+from tasks_core.errors import (
+    CapabilityNotSupported,
+    InvalidInput,
+    StoreError,
+    StoreUnavailable,
+)
 from tasks_core.periodic import TICK_PREFIX
 from tasks_core.random_ids import random_id_floor
 from tasks_core.runtime._scheduler import Scheduler
@@ -323,3 +331,40 @@ async def test_an_error_page_shortens_a_long_value(client: httpx.AsyncClient,
     assert page.status_code in (400, 404)
     assert "&#39;" + "x" * 99 + "…" in page.text  # 100 characters of the quoted value
     assert "x" * 100 not in page.text
+
+
+async def test_a_live_stream_ends_with_an_event_when_the_store_is_lost(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The store failing mid-stream (a PostgreSQL database dropped: ``StoreUnavailable``
+    from a read of ``watch``) MUST end the event stream with ``event: end`` whose data
+    says why — the page stops listening and shows it — logged as one WARNING line without
+    a traceback; it was cut with no event and "response already started" logged."""
+    app = build_app("memory://")
+    app.poll_interval = 0.05
+    async with app:
+        submitted = await app.submit("steps", {"count": 1}, Owner("alice"))
+        reads = 0
+        get = app.store.get
+
+        async def failing(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            if reads > 2:  # the page's read and the stream's first one pass
+                raise StoreUnavailable("connection to the database lost")
+            return await get(*args, **kwargs)
+
+        app.store.get = failing  # type: ignore[method-assign]
+        transport = httpx.ASGITransport(app=create_app(app, token=TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as client:
+            with caplog.at_level(logging.WARNING, logger="tasks_dashboard"):
+                events = await client.get(f"/task/events?id={submitted.id}", headers=BEARER)
+    assert 200 == events.status_code
+    blocks = events.text.strip().split("\n\n")
+    assert blocks[0].startswith("data: {")
+    assert blocks[-1].startswith("event: end\ndata: ")
+    ended = json.loads(blocks[-1].partition("data: ")[2])
+    assert "StoreUnavailable: connection to the database lost" == ended["error"]
+    logged = [r for r in caplog.records if r.name == "tasks_dashboard"]
+    assert 1 == len(logged)
+    assert logged[0].exc_info is None
+    assert "connection to the database lost" in logged[0].getMessage()

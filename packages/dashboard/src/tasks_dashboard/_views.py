@@ -11,6 +11,7 @@ control characters) as their escapes, as the CLI does (:func:`shown`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from tasks_core import App, InvalidInput, Owner, Snapshot, System, TaskStatus
+from tasks_core import App, InvalidInput, Owner, Snapshot, System, TasksError, TaskStatus
 from tasks_core._inert import inert
 from tasks_core._json import parse_answer
 from tasks_core.authority import DEFAULT_TENANT
@@ -32,6 +33,7 @@ from tasks_dashboard._security import CSRF_FIELD, SESSION_S, Guard, cookie, next
 __all__ = ["Views"]
 
 SYSTEM = System()
+log = logging.getLogger("tasks_dashboard")
 PAGE_SIZE = 50
 
 
@@ -190,23 +192,34 @@ class Views:
 
     async def task_events(self, request: Request) -> Response:
         """Server-sent events: the task's status and progress after every change, until it
-        ends (``event: end``).
+        ends (``event: end``). Rule: once the stream has begun, a failure of the tasks API
+        (the store lost: ``StoreUnavailable``; the task deleted) ends it the same way, its
+        data ``{"error": "Type: message"}`` (the page stops listening and shows it), logged
+        as one WARNING line without a traceback — a response already begun cannot become
+        an error page.
 
         Raises:
-            TaskNotFound: no such task.
+            TaskNotFound: no such task (before the stream begins).
+            StoreUnavailable: the store failed (before the stream begins).
         """
         task_id = request.query_params.get("id", "")
         await self.app.get(task_id, SYSTEM)
 
         async def stream() -> AsyncIterator[str]:
-            async for snapshot in self.app.watch(task_id, SYSTEM):
-                progress = snapshot.progress
-                data = {"status": snapshot.status.value, "revision": snapshot.revision,
-                        "progress": progress.value if progress else None,
-                        "message": inert(progress.message) if progress and progress.message
-                        else None}
-                yield f"data: {json.dumps(data)}\n\n"
-            yield "event: end\ndata: {}\n\n"
+            ended: dict[str, str] = {}
+            try:
+                async for snapshot in self.app.watch(task_id, SYSTEM):
+                    progress = snapshot.progress
+                    data = {"status": snapshot.status.value, "revision": snapshot.revision,
+                            "progress": progress.value if progress else None,
+                            "message": inert(progress.message)
+                            if progress and progress.message else None}
+                    yield f"data: {json.dumps(data)}\n\n"
+            except TasksError as exc:
+                ended["error"] = inert(f"{type(exc).__name__}: {exc}")
+                log.warning("the live events of task %s ended: %s", inert(task_id),
+                            ended["error"])
+            yield f"event: end\ndata: {json.dumps(ended)}\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"x-accel-buffering": "no"})

@@ -1,6 +1,7 @@
 // Live parts of the task page, by server-sent events (no inline script: the CSP forbids it).
 // #live[data-events] names the stream; progress updates in place; a change of status
-// reloads the page so that its actions, input requests and history are redrawn.
+// reloads the page so that its actions, input requests and history are redrawn; an "end"
+// event stops listening (its data may say why: {"error": ...}, shown in place of progress).
 // The stream is open only while the tab is visible: a browser allows six connections per
 // host (HTTP/1.1), so hidden tabs close theirs and reconnect when shown again (the first
 // event then tells the current status and progress).
@@ -37,9 +38,14 @@
         window.location.reload();
       }
     };
-    source.addEventListener("end", function () {
+    source.addEventListener("end", function (event) {
+      // The task ended, or the stream could not go on ({"error": "..."}): stop listening.
+      var data = JSON.parse(event.data || "{}");
       ended = true;
       close();
+      if (data.error) {
+        text.textContent = "Live updates stopped: " + data.error + " (reload the page)";
+      }
     });
   }
 
