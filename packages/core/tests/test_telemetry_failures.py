@@ -4,6 +4,7 @@ once per kind and swallowed; and a run counted by telemetry is counted whole."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -129,6 +130,55 @@ async def test_a_broken_submit_span_or_counter_still_answers_the_submit(
     assert ["created"] * 3 == [done.outcome for done in many]
     assert sorted([one.id, *(done.id for done in many)]) == sorted(s.id for s in stored)
     assert telemetry_warnings(caplog)
+
+
+async def test_a_run_under_way_when_telemetry_is_enabled_is_not_counted_half(
+    off_afterwards: None,
+) -> None:
+    """A run is counted by the telemetry that counted its start: one under way when
+    telemetry is enabled MUST count neither ``started`` nor its outcome; the next counts
+    both. A worker already serving MUST start its alert series at 0 on the new telemetry
+    (``failed`` by the runtime's error types)."""
+    app = App(store=MemoryStore())
+    running, release = asyncio.Event(), asyncio.Event()
+
+    @app.task
+    async def job(ctx: TaskContext, wait: bool) -> int:
+        if wait:
+            running.set()
+            await release.wait()
+        return 1
+
+    reader = InMemoryMetricReader()
+    async with app, fast_worker(app):
+        first = await app.submit(job, {"wait": True}, ALICE)
+        await asyncio.wait_for(running.wait(), TIMEOUT)
+        telemetry.enable(tracer_provider=TracerProvider(),
+                         meter_provider=MeterProvider(metric_readers=[reader]))
+        release.set()
+        await app.wait(first.id, ALICE, timeout=TIMEOUT)
+        counted = _counts(reader)
+        assert counted.get(("tasks.started", "")) == counted.get(("tasks.completed", "")) == 0
+        assert 0 == counted.get(("tasks.failed", "WorkerLost"))
+        second = await app.submit(job, {"wait": False}, ALICE)
+        await app.wait(second.id, ALICE, timeout=TIMEOUT)
+    counted = _counts(reader)
+    assert counted.get(("tasks.started", "")) == counted.get(("tasks.completed", "")) == 1
+
+
+def _counts(reader: InMemoryMetricReader) -> dict[tuple[str, str], float]:
+    """Counter values of task ``job`` by (metric, error label)."""
+    data = reader.get_metrics_data()
+    found: dict[tuple[str, str], float] = {}
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    labels = dict(point.attributes or {})
+                    if labels.get("task") == "job" and hasattr(point, "value"):
+                        key = (metric.name, str(labels.get("error", "")))
+                        found[key] = found.get(key, 0) + point.value
+    return found
 
 
 def test_every_method_that_calls_into_opentelemetry_is_guarded() -> None:

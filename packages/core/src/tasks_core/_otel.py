@@ -139,6 +139,7 @@ class RunSpan:
 
     def __init__(self, telemetry: Telemetry, snapshot: Snapshot) -> None:
         self.telemetry = telemetry
+        """The telemetry that counted the run's start: it counts its outcome too."""
         self.labels = _labels(snapshot)
         self.span: Span = trace.INVALID_SPAN
         self._start(snapshot)
@@ -174,8 +175,10 @@ class RunSpan:
 
     @guarded
     def written(self, event: Event, transition: Transition) -> None:
-        """The run wrote ``event``, applied: what it made of the task on the span
+        """The run wrote ``event``, applied: counted by the telemetry that counted its
+        start (:meth:`Telemetry.written`), and what it made of the task on the span
         (:func:`~tasks_core.events.ended_as`)."""
+        self.telemetry.written(event, transition)
         self.span.set_attribute("tasks.outcome", ended_as(event, transition.snapshot))
         if transition.snapshot.status == TaskStatus.FAILED:
             self.span.set_status(Status(StatusCode.ERROR, transition.snapshot.error.type

@@ -5,11 +5,16 @@ without the extra (``tasks-core[otel]``), or with it and not enabled, nothing fr
 opentelemetry is imported and a hook site costs one module attribute read. :func:`enable`
 builds the spans and instruments (:mod:`tasks_core._otel`) on the given providers, else
 the global ones; :func:`serve_prometheus` starts a worker's Prometheus endpoint
-(``tasks-core[prometheus]``). docs/operations.md names every span, metric and label.
+(``tasks-core[prometheus]``). Rules: a run is counted whole or not at all, by the
+telemetry active when its handler started; the series a serving worker's alerts read
+start at 0 on any telemetry, enabled before or after the worker (:func:`serving`).
+docs/operations.md names every span, metric and label.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tasks_core._hints import install_hint
@@ -21,13 +26,18 @@ if TYPE_CHECKING:
     from tasks_core._otel import Telemetry
     from tasks_core._prometheus import PrometheusEndpoint
 
-__all__ = ["UNREGISTERED", "active", "disable", "enable", "serve_prometheus", "task_label"]
+__all__ = ["UNREGISTERED", "active", "disable", "enable", "serve_prometheus", "serving",
+           "task_label"]
 
 active: Telemetry | None = None
 """The enabled telemetry, or ``None`` (off: every hook site skips)."""
 
 _serving: PrometheusEndpoint | None = None
 """This process's Prometheus endpoint while it serves (one at most)."""
+
+_served: Counter[tuple[str, str]] = Counter()
+"""The ``(queue, task name)`` pairs the running workers of this process serve (a count
+per pair: two workers may serve one)."""
 
 OTEL_HINT = install_hint("tasks-core", "otel")
 PROMETHEUS_HINT = install_hint("tasks-core", "prometheus")
@@ -37,7 +47,9 @@ def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> Teleme
     """Turn telemetry on in this process: spans ``submit`` and ``run``, and the task
     metrics, on ``tracer_provider`` and ``meter_provider`` (default: OpenTelemetry's
     global providers, which are no-ops until the application configures an SDK).
-    Calling it again replaces the instruments.
+    Calling it again replaces the instruments. The workers of this process already
+    serving start their alert series at 0 on it (:func:`serving`); a run under way is not
+    counted by it (neither its start nor its outcome).
 
     Returns:
         The telemetry now active.
@@ -52,7 +64,26 @@ def enable(*, tracer_provider: Any = None, meter_provider: Any = None) -> Teleme
     except ImportError:
         raise CapabilityNotSupported(f"telemetry needs OpenTelemetry: {OTEL_HINT}") from None
     active = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    active.serving(list(_served))
     return active
+
+
+def serving(tasks: Iterable[tuple[str, str]]) -> Callable[[], None]:
+    """A worker serves ``tasks`` (``(queue, task name)`` pairs) until it calls the function
+    returned: the telemetry active now, and any enabled meanwhile, start those pairs'
+    alert series at 0 (:meth:`~tasks_core._otel.Telemetry.serving`)."""
+    pairs = list(tasks)
+    _served.update(pairs)
+    if active is not None:
+        active.serving(pairs)
+
+    def stopped() -> None:
+        _served.subtract(pairs)
+        for pair in pairs:
+            if _served[pair] <= 0:
+                del _served[pair]
+
+    return stopped
 
 
 def disable() -> None:
@@ -96,11 +127,11 @@ def serve_prometheus(port: int, host: str = "127.0.0.1") -> PrometheusEndpoint:
     def closed() -> None:
         global active, _serving
         _serving = None
-        if active is serving:
+        if active is enabled:
             active = before
 
     endpoint = PrometheusEndpoint(port, host, on_close=closed)
-    serving = enable(tracer_provider=None if before is None else before.tracer_provider,
+    enabled = enable(tracer_provider=None if before is None else before.tracer_provider,
                      meter_provider=endpoint.meter_provider)
     _serving = endpoint
     return endpoint

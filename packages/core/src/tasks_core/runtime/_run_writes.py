@@ -166,10 +166,10 @@ class RunWrites(RunBase):
         if transition.outcome == "applied":
             if self.env.tally is not None:
                 self.env.tally.written(event, transition.snapshot)
-            if telemetry.active is not None:
+            if self._span is not None:  # counted by the telemetry that counted its start
+                self._span.written(event, transition)
+            elif not self.started and telemetry.active is not None:  # no start to match
                 telemetry.active.written(event, transition)
-                if self._span is not None:
-                    self._span.written(event, transition)
         return transition
 
     def _unwritten(self) -> None:

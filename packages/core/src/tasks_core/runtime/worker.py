@@ -273,14 +273,13 @@ class Worker(Claims):
             watch = CancelWatch(store, WatchedTasks(self.runs, self._held),
                                 self._cancelled_elsewhere, self.poll_interval)
             watching = asyncio.create_task(watch.run(), name="tasks:cancel-watch")
-        if telemetry.active is not None:
-            telemetry.active.serving((task.queue, task.name) for task in self.app.tasks.values()
-                                     if task.queue in self.queues)
         log.info("worker %s serving %s (concurrency %d, prefetch %s, store %s)",
                  self.worker_id, ", ".join(self.queues), self.concurrency, self.prefetch,
                  type(store).__name__)
         claiming = asyncio.create_task(self._claim_loop(store), name="tasks:claim-loop")
         claiming.add_done_callback(lambda _: self._loop_done.set())
+        served = telemetry.serving((task.queue, task.name) for task in self.app.tasks.values()
+                                   if task.queue in self.queues)
         try:
             finished = asyncio.ensure_future(self._shutdown_done.wait())
             try:
@@ -309,6 +308,7 @@ class Worker(Claims):
             if scheduling is not None:
                 scheduling.cancel()
             summaries.cancel()
+            served()
             self.tally.flush()
             log.info("worker %s stopped", self.worker_id)
 
