@@ -337,6 +337,46 @@ def _all() -> Any:
     return TaskQuery(tenant=None)
 
 
+async def test_a_reaper_behind_sweeps_again_without_waiting_its_interval() -> None:
+    """A sweep cut short by its cap (every batch full) MUST be followed by the next one
+    within ``CATCH_UP_S``, not after the whole interval: a worker completing tasks faster
+    than one capped sweep an interval removes would pile up expired rows without end.
+
+    Troubleshooting: ``Reaper.run`` waits ``min(interval, CATCH_UP_S)`` after a capped
+    sweep (``_housekeeping.py``).
+    """
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    app = make_app(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> None: ...
+
+    async with app:
+        for _ in range(9):
+            await app.submit(job, None, ALICE, ttl=1)
+        clock.advance(2)
+        caught_up = asyncio.Event()
+        original = store.reap
+
+        async def reap(limit: int = 1000) -> list[str]:
+            ids = await original(limit)
+            if len(ids) < limit:
+                caught_up.set()
+            return ids
+
+        store.reap = reap  # type: ignore[method-assign]
+        reaper = Reaper(store, interval=3600, batch=2, max_batches=2)
+        stop = asyncio.Event()
+        running = asyncio.create_task(reaper.run(stop))
+        try:
+            await asyncio.wait_for(caught_up.wait(), TIMEOUT)
+        finally:
+            stop.set()
+            await running
+        assert ([], 3) == (await store.list(_all()), reaper.ticks)
+
+
 async def test_every_sweep_logs_what_it_did(caplog: pytest.LogCaptureFixture) -> None:
     """A sweep MUST log its count, even when it removed nothing."""
     store = MemoryStore(clock=ManualClock())

@@ -5,19 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _runtime_kit import ALICE, BOB, CAROL, MALLORY
+from _runtime_kit import ALICE, BOB, CAROL, MALLORY, make_app
 from _runtime_kit import reports_app as _app
 from tasks_core import (
     AuthorizationError,
     CapacityExceeded,
+    Completed,
     InvalidInput,
     Limits,
+    ManualClock,
     Policy,
+    SubmitItem,
     System,
+    TaskContext,
     TaskNotFound,
     TaskStatus,
+    Unavailable,
 )
 from tasks_core.random_ids import random_task_id
+from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +265,60 @@ async def test_a_watcher_cannot_grant_further_watchers_without_approval() -> Non
                                              dedup="global")).outcome
         with pytest.raises(AuthorizationError):
             await app.submit("report", None, BOB, key="k", dedup="global", watchers=[CAROL])
+
+
+async def test_a_key_whose_run_outlived_its_ttl_waits_for_that_run_to_end() -> None:
+    """A key whose task is past its ttl while a worker still runs it MUST NOT start a
+    second run beside the first: ``submit`` and a ``submit_many`` item raise
+    ``Unavailable`` (saying to try again once that run ended), writing nothing; once the
+    run has ended, the key starts a new run.
+
+    Troubleshooting: ``check_join`` refuses a task ``rules.gone`` says is not gone yet;
+    stores refuse the replacement too (``rules.check_replace``) and the reaper leaves it.
+    """
+    clock = ManualClock()
+    app = make_app(clock)
+
+    @app.task()
+    async def charge(ctx: TaskContext, order: int) -> str:
+        return "charged"
+
+    async with app:
+        first = await charge.submit({"order": 1}, ALICE, key="order-1", ttl=2)
+        (held,) = await app.store.claim_next("w1", 30, queues=["default"])
+        clock.advance(2.5)
+        with pytest.raises(Unavailable, match="a run still holds its lease"):
+            await charge.submit({"order": 1}, ALICE, key="order-1")
+        batch = [SubmitItem(task="charge", input={"order": 2}),
+                 SubmitItem(task="charge", input={"order": 1}, key="order-1")]
+        with pytest.raises(Unavailable, match="a run still holds its lease"):
+            await app.submit_many(batch, ALICE)
+        assert [] == (await app.list(System())).items  # nothing written
+        assert [] == await app.reap(System())
+        await app.store.transition(first.id, 0, Completed(event_id="done"), held.lease)
+        again = await charge.submit({"order": 1}, ALICE, key="order-1")
+        assert ("replaced", TaskStatus.PENDING) == (again.outcome, again.snapshot.status)
+        assert again.run_id != first.run_id
+
+
+async def test_a_global_key_whose_task_expired_is_a_new_task_of_the_submitter() -> None:
+    """An expired task is a missing one, before the reaper as after it: submitting its
+    global key MUST start a new run owned by the submitter, without the watch authorizer
+    (which refuses a finished task's re-run by a stranger while it is retained).
+
+    Troubleshooting: ``check_join`` asks nothing of an expired task, and ``_existing``
+    replaces it with the submitter's own task (its owner and watchers).
+    """
+    clock = ManualClock()
+    app = _app(store=MemoryStore(clock=clock))
+    async with app:
+        mine = await app.submit("report", None, ALICE, key="g", dedup="global", retention=10)
+        await app.cancel(mine.id, ALICE)
+        with pytest.raises(AuthorizationError):
+            await app.submit("report", None, BOB, key="g", dedup="global")
+        clock.advance(11)
+        before_reap = await app.submit("report", None, BOB, key="g", dedup="global")
+        assert ("replaced", BOB, ()) == (before_reap.outcome, before_reap.snapshot.owner,
+                                         before_reap.snapshot.watchers)
+        with pytest.raises(TaskNotFound):
+            await app.get(mine.id, ALICE)

@@ -103,6 +103,10 @@ class TaskModel:
         at = self.expires_at()
         return at is not None and now >= at
 
+    def gone(self, now: int) -> bool:
+        """Expired, and not held past its TTL by a live lease (``rules.gone``)."""
+        return self.expired(now) and (self.terminal or not self.lease_live(now))
+
     def lease_live(self, now: int) -> bool:
         """A lease that has neither ended nor expired."""
         return (self.lease_expires is not None and not self.lease_ended
@@ -372,8 +376,8 @@ class Model:
         task.watchers.append(principal)
 
     def reap(self) -> list[str]:
-        """Delete every expired task."""
-        gone = sorted(i for i, t in self.tasks.items() if t.expired(self.now))
+        """Delete every task that is gone (expired, no run holding it past its TTL)."""
+        gone = sorted(i for i, t in self.tasks.items() if t.gone(self.now))
         for task_id in gone:
             del self.tasks[task_id]
         return gone

@@ -204,6 +204,10 @@ class RuntimeSteps(RuleBasedStateMachine):
         current = self.model.tasks.get(task_id)
         if current is None:
             return "created", self._new(task_id, actor, watchers, variant)
+        if current.expired(self.model.now):  # a missing task: a new one, unless a run holds it
+            if not current.gone(self.model.now):
+                raise Outcome("Unavailable")
+            return "replaced", self._new(task_id, actor, watchers, variant, current)
         candidates = ([owner] if owner else []) + [w for w in watchers if w != owner]
         newcomers = [p for p in dict.fromkeys(candidates) if not current.is_member(p)]
         if owner is not None and owner != current.owner and newcomers:

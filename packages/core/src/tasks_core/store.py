@@ -306,9 +306,9 @@ class TaskStore(Protocol):
         ...
 
     async def reap(self, limit: int = 1000) -> builtins.list[str]:
-        """Delete up to ``limit`` expired tasks (``expires_at <= now``:
-        ``Snapshot.expired``), with their history and inbox; return their ids. A corrupt
-        record is skipped and reported (``reports.corrupt_skipped``), not fatal.
+        """Delete up to ``limit`` expired tasks (``expires_at <= now``) that no run holds a
+        live lease on (``rules.gone``), with their history and inbox; return their ids. A
+        corrupt record is skipped and reported (``reports.corrupt_skipped``), not fatal.
 
         Raises:
             InvalidInput: ``limit`` is not an integer >= 1 (``rules.check_limit(limit)``,

@@ -416,7 +416,7 @@ class MemoryStore(Creates):
                 except StoreCorrupt:
                     reports.corrupt_skipped(log, task_id, "reap")
                     continue
-                if snapshot.expired(now):
+                if rules.gone(snapshot, now):
                     del self._rows[task_id]
                     self._open.discard(task_id)
                     reaped.append(task_id)

@@ -356,7 +356,7 @@ class MongoRecords(MongoBase):
             try:
                 async for doc in cursor:
                     snapshot = self._decoded_or_none(doc, "reap")
-                    if snapshot is None or not snapshot.expired(now):
+                    if snapshot is None or not rules.gone(snapshot, now):
                         continue
                     result = await self._tasks.delete_one(
                         {"_id": snapshot.id, "_w": doc.get("_w")}, session=session

@@ -158,7 +158,7 @@ class ReadOps(ListOps):
                         log.warning("reap skipped the corrupt record of task %r", task_id)
                         kept.append(task_id)
                         continue
-                    if snapshot.expired(now):
+                    if rules.gone(snapshot, now):  # not under a live lease
                         batch.append(task_id)
                     else:
                         kept.append(task_id)

@@ -10,6 +10,7 @@ from tasks_core import (
     Completed,
     InvalidInput,
     ManualClock,
+    TaskExists,
     TaskNotFound,
     TaskQuery,
     TaskStore,
@@ -84,6 +85,48 @@ class TTLContract(ContractBase):
         assert snapshot.id == (await store.worker_snapshot(lease)).id
         done = await store.transition(snapshot.id, 0, Completed(event_id="d"), lease)
         assert "applied" == done.outcome
+
+    async def test_a_run_past_its_ttl_keeps_its_task_until_its_lease_ends(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """A task whose TTL passed while a run holds a live lease on it MUST stay where it
+        is until that lease ends or expires: ``reap`` leaves it, and ``create(replace=…)``
+        of it raises ``Unavailable`` — a new run of its id would run beside the old one.
+        Once the lease has expired (the holder is gone), both take it.
+
+        Troubleshooting: reap only ``rules.gone`` tasks (expired, no live lease) and decide
+        a replacement with ``rules.check_replace`` on the row read in the write's step;
+        the TTL still hides the task from requests.
+        """
+        snapshot, _ = await created_and_claimed(store, ttl_s=10)
+        clock.advance(10)
+        with pytest.raises(TaskNotFound):
+            await store.get(snapshot.id, tenant="default")
+        assert [] == await store.reap(10)
+        with pytest.raises(TaskExists) as caught:
+            await store.create(new_task(snapshot.id))
+        with pytest.raises(Unavailable):
+            await store.create(new_task(snapshot.id), replace=caught.value.current)
+        clock.advance(LEASE_S)
+        assert [snapshot.id] == await store.reap(10)
+
+    async def test_a_replacement_waits_for_the_lease_not_for_the_reaper(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """Once the live lease on a task past its TTL has ended (its run finished), the
+        task MUST be replaceable at once, before any reap.
+
+        Troubleshooting: ``rules.check_replace`` refuses only a lease that is live at the
+        store clock; an ended one (``claim.ended``) frees the id.
+        """
+        snapshot, lease = await created_and_claimed(store, ttl_s=10)
+        clock.advance(10)
+        done = await store.transition(snapshot.id, 0, Completed(event_id="d"), lease)
+        with pytest.raises(TaskExists) as caught:
+            await store.create(new_task(snapshot.id))
+        assert done.snapshot.revision == caught.value.current.revision
+        fresh = await store.create(new_task(snapshot.id), replace=caught.value.current)
+        assert fresh == await store.get(snapshot.id, tenant="default")
 
     async def test_reap_returns_exactly_the_expired_ids(
         self, store: TaskStore, clock: ManualClock

@@ -39,10 +39,12 @@ from tasks_core.rules._leases import (
     start_claim,
 )
 from tasks_core.rules._snapshots import (
+    HELD_PAST_TTL,
     active_at,
     available_at,
     check_replace,
     counts_as_active,
+    gone,
     matches,
     new_snapshot,
     present,
@@ -54,6 +56,7 @@ from tasks_core.sizes import check_limit
 __all__ = [
     "DELIVERY_LIMIT_ERROR",
     "DELIVERY_LIMIT_EVENT_ID",
+    "HELD_PAST_TTL",
     "MAX_BATCH",
     "MAX_LEASE_S",
     "BatchItem",
@@ -78,6 +81,7 @@ __all__ = [
     "check_worker_id",
     "counts_as_active",
     "decide_transition",
+    "gone",
     "is_claimable",
     "matches",
     "new_lease_token",

@@ -143,12 +143,29 @@ def check_replace(current: Snapshot, replace: Snapshot, now: datetime) -> None:
 
     Raises:
         RevisionConflict: ``current`` is another run or another revision than ``replace``.
-        Unavailable: ``current`` is neither terminal nor expired.
+        Unavailable: ``current`` is neither terminal nor expired, or a run past its TTL
+            still holds a live lease on it (:func:`gone`).
     """
     if current.run_id != replace.run_id or current.revision != replace.revision:
         raise RevisionConflict(present(current, now), replace.revision)
     if not (current.terminal or current.expired(now)):
         raise Unavailable("Only a finished or expired task can be replaced")
+    if not current.terminal and current.lease_live(now):
+        raise Unavailable(HELD_PAST_TTL)
+
+
+HELD_PAST_TTL = ("the task of this id is past its ttl, but a run still holds its lease: "
+                 "try again once that run has ended")
+"""Why a task past its TTL is neither replaced nor reaped yet (:func:`gone`)."""
+
+
+def gone(snapshot: Snapshot, now: datetime) -> bool:
+    """Whether ``snapshot`` is gone for good at ``now``: expired, and not a run's that
+    outlived its TTL — an unfinished task under a live lease keeps its row, invisible to
+    requests, until that lease ends: the reaper leaves it and no new run of its id starts
+    beside it (:func:`check_replace`). (A finished task's lease is over: a cancel fences
+    a holder still running.)"""
+    return snapshot.expired(now) and (snapshot.terminal or not snapshot.lease_live(now))
 
 
 def counts_as_active(snapshot: Snapshot, now: datetime) -> bool:

@@ -1,8 +1,10 @@
 """Housekeeping: the periodic reaper of expired tasks.
 
 ``reap`` is idempotent and cheap, so every worker may run a reaper; each tick deletes
-expired tasks in batches and logs what it did, even when it did nothing. A failing tick is
-logged and costs that tick only: the next one runs on schedule.
+expired tasks in batches (at most ``max_batches``) and logs what it did, even when it did
+nothing. A tick cut short by that cap is followed by the next within :data:`CATCH_UP_S`,
+so the reaper keeps up with any rate of finishing tasks. A failing tick is logged and costs
+that tick only: the next one runs on schedule.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import logging
 from tasks_core.runtime._failures import log_failure
 from tasks_core.store import TaskStore
 
-__all__ = ["Reaper"]
+__all__ = ["CATCH_UP_S", "Reaper"]
 
 log = logging.getLogger("tasks_core.housekeeping")
+
+CATCH_UP_S = 1.0
+"""Seconds at most between a tick cut short by its cap and the next one."""
 
 
 class Reaper:
@@ -64,10 +69,13 @@ class Reaper:
             return None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick until ``stop`` is set (the first tick runs at once)."""
+        """Tick until ``stop`` is set (the first tick runs at once; the next after
+        ``interval``, or within :data:`CATCH_UP_S` when the last was cut short)."""
         while not stop.is_set():
-            await self.tick()
+            reaped = await self.tick()
+            behind = reaped is not None and len(reaped) >= self.batch * self.max_batches
             try:
-                await asyncio.wait_for(stop.wait(), self.interval)
+                await asyncio.wait_for(stop.wait(),
+                                       min(self.interval, CATCH_UP_S) if behind else self.interval)
             except TimeoutError:
                 continue

@@ -3,8 +3,9 @@
 The App validates what it can first (input, queue, sizes, authority); this module decides
 what a taken id means: none, create it (``created``); a live task, the submitter and its
 ``watchers=`` join it as watchers, the submitted input and options ignored (``joined``); a
-finished (or expired, not yet reaped) task, a new run replaces it atomically, keeping the
-owner and watchers (``replaced``). Joining or re-running a task you do not own, or adding
+finished task, a new run replaces it atomically, keeping the owner and watchers; an expired
+one (not yet reaped) reads as missing: the submitter's own task replaces it, once no run
+past its ttl holds it (``replaced``). Joining or re-running a task you do not own, or adding
 anyone who is not a member, needs the policy's ``watch_authorizer``. Keyed ids embed the
 tenant, so a key never meets another tenant's task; should an id ever do so, it is refused
 like a missing right. Everything refused is refused before anything is written.
@@ -127,7 +128,7 @@ async def _existing(
                 return None
             snapshot = granted
         return Submitted(snapshot.id, snapshot.run_id, "joined", snapshot)
-    replacement = new.model_copy(
+    replacement = new if current.expired(now) else new.model_copy(
         update={"owner": current.owner, "watchers": (*current.watchers, *newcomers)}
     )
     if replacement.owner is not None and replacement.owner != new.owner:
@@ -160,17 +161,23 @@ def check_join(
     the application's transaction, where a join that grants principals is refused — the
     grant is a write of the store's own, which would wait for the locks that transaction
     holds (the creators' row, the task's row, SQLite's write lock) while it waits for the
-    grant.
+    grant. An expired task is a missing one: nothing is asked, and the submitter's task
+    replaces it — unless a run past its ttl still holds it (``rules.gone``).
 
     Returns:
         The principals the join grants (the submitter and the watchers it names).
 
     Raises:
         AuthorizationError: another tenant's task, or the watch authorizer said no.
-        Unavailable: ``in_transaction`` and a join that would grant principals.
+        Unavailable: ``in_transaction`` and a join that would grant principals; or an
+            expired task a run still holds (``rules.HELD_PAST_TTL``).
     """
     if current.tenant != new.tenant:
         raise AuthorizationError("This key is taken")
+    if current.expired(now):  # a missing task: the submitter's own new run, unless held
+        if not rules.gone(current, now):
+            raise Unavailable(rules.HELD_PAST_TTL)
+        return ()
     newcomers = _newcomers(current, authority, new.watchers)
     if (
         isinstance(authority, Owner)
