@@ -224,3 +224,31 @@ async def test_a_drain_logs_no_line_per_task_at_info_and_counts_its_releases(
     summaries = [_no_seconds(line) for line in info if "in the last" in line]
     assert [f"worker {worker.worker_id}: 3 released in the last Ns; 0 running, 0 held"] \
         == summaries
+
+
+async def test_a_result_that_cannot_be_stored_fails_with_a_warning_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task failed ``InvalidResult`` (a result that is not JSON, or over
+    ``max_result_bytes``) MUST get a WARNING line naming it, as every other failure does
+    — not only a count in the summary."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    app = make_app(store=MemoryStore())
+
+    @app.task
+    async def nan(ctx: TaskContext) -> dict[str, float]:
+        return {"x": float("nan")}
+
+    @app.task
+    async def big(ctx: TaskContext) -> str:
+        return "x" * (2 << 20)
+
+    async with app:
+        ids = [(await app.submit(task, None, ALICE)).id for task in (nan, big)]
+        async with fast_worker(app):
+            ended = [await app.wait(task_id, ALICE, timeout=TIMEOUT) for task_id in ids]
+    assert ["InvalidResult"] * 2 == [s.error.type for s in ended if s.error is not None]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for task_id in ids:
+        [line] = [line for line in warned if task_id in line]
+        assert "InvalidResult" in line

@@ -2,7 +2,7 @@
 
 ``completed`` for a JSON result within ``max_result_bytes``; ``retry_requested`` for an
 exception or ``Retry``; ``failed`` at once for :data:`UNRECOVERABLE` errors or a result
-that is not JSON. A parked run, or a run stopped with an error for a ``shutdown``, is
+that is not JSON (a WARNING line, as every failure). A parked run, or a run stopped with an error for a ``shutdown``, is
 released instead. In group mode (``batch_transitions``) the worker slot is given back as
 soon as the handler is done. A refused write (``LeaseLost``) means the run lost its task;
 a failed one is reported to the worker (the task runs again once its lease expires).
@@ -124,8 +124,11 @@ class RunWrites(RunBase):
                                        "a reference")
                 return Completed(event_id=self.event_id("completed"), result=outcome.value)
             except (ValueError, InvalidInput) as exc:
+                message = self.env.policy.redact(exc)
+                log.warning("task %r: failed: the handler's result cannot be stored "
+                            "(InvalidResult): %s", self.task_id, inert(message))
                 return Failed(event_id=self.event_id("failed"), error="InvalidResult",
-                              message=self.env.policy.redact(exc))
+                              message=message)
         name = type(error).__name__[:256]
         message = self.env.policy.redact(error)
         where = _frames(error)
