@@ -252,3 +252,27 @@ async def test_a_result_that_cannot_be_stored_fails_with_a_warning_line(
     for task_id in ids:
         [line] = [line for line in warned if task_id in line]
         assert "InvalidResult" in line
+
+
+async def test_an_exception_class_name_that_is_no_type_name_is_stored_as_its_bases(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exception class whose name is no error type name (``Retry(error=…)``'s rule: a
+    Python identifier, dotted parts allowed, at most 128 characters) MUST be stored, logged
+    and counted under its nearest base class whose name is one: a name with a newline
+    cannot forge a log line nor a metric label."""
+    caplog.set_level(logging.INFO, logger="tasks_core.worker")
+    app = make_app(store=MemoryStore())
+    weird = type("Weird\n2099-01-01 CRITICAL forged", (KeyError,), {})
+    long = type("L" * 129, (ValueError,), {})
+
+    @app.task
+    async def job(ctx: TaskContext, which: str) -> None:
+        raise (weird if which == "weird" else long)("x")
+
+    async with app:
+        ids = [(await app.submit(job, {"which": which}, ALICE)).id for which in ("weird", "long")]
+        async with fast_worker(app):
+            ended = [await app.wait(task_id, ALICE, timeout=TIMEOUT) for task_id in ids]
+    assert ["KeyError", "ValueError"] == [s.error.type for s in ended if s.error is not None]
+    assert not [r for r in caplog.records if "forged" in r.getMessage()]

@@ -2,10 +2,11 @@
 
 ``completed`` for a JSON result within ``max_result_bytes``; ``retry_requested`` for an
 exception or ``Retry``; ``failed`` at once for :data:`UNRECOVERABLE` errors or a result
-that is not JSON (a WARNING line, as every failure). A parked run, or a run stopped with an error for a ``shutdown``, is
-released instead. In group mode (``batch_transitions``) the worker slot is given back as
-soon as the handler is done. A refused write (``LeaseLost``) means the run lost its task;
-a failed one is reported to the worker (the task runs again once its lease expires).
+that is not JSON (a WARNING line, as every failure). An exception is stored under an
+error type name (:func:`_error_name`). A parked run, or a run stopped with an error for a
+``shutdown``, is released instead. In group mode (``batch_transitions``) the worker slot is
+given back as soon as the handler is done. A refused write (``LeaseLost``) means the run
+lost its task; a failed one is reported to the worker (it runs again once its lease ends).
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ def _unrecoverable(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return error.subgroup(UNRECOVERABLE) is not None
     return isinstance(error, UNRECOVERABLE)
+
+
+def _error_name(error: BaseException) -> str:
+    """The stored type name of ``error`` (``ErrorInfo.type``, the ``error`` label): its
+    class's name when that is an error type name by ``Retry(error=…)``'s one rule, else
+    the nearest base class's that is (a class named with a newline, a control character
+    or 200 letters would forge a log line or a metric label)."""
+    for cls in type(error).__mro__:
+        try:
+            return Retry(error=cls.__name__).error
+        except InvalidInput:
+            continue
+    return "BaseException"  # unreachable: BaseException's own name passes
 
 
 def _frames(error: BaseException) -> str:
@@ -129,7 +143,7 @@ class RunWrites(RunBase):
                             "(InvalidResult): %s", self.task_id, inert(message))
                 return Failed(event_id=self.event_id("failed"), error="InvalidResult",
                               message=message)
-        name = type(error).__name__[:256]
+        name = _error_name(error)
         message = self.env.policy.redact(error)
         where = _frames(error)
         if _unrecoverable(error):
