@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import BEARER, TOKEN, build_app
-from tasks_core import App, Owner, Snapshot, SubmitItem, System, TaskQuery
+from tasks_core import App, Owner, Queue, Snapshot, SubmitItem, System, TaskContext, TaskQuery
 from tasks_dashboard import _reads, create_app
 from tasks_store_memory import MemoryStore
 
@@ -150,3 +150,31 @@ async def test_finished_last_hour_counts_tasks_submitted_without_a_key(any_app: 
     header = re.search(r"<th[^>]*>finished last hour(.*?)</th>", page, re.S)
     assert header is not None
     assert "without a key" in header.group(1)
+
+
+async def test_finished_last_hour_without_counts_marks_only_a_capped_queue(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without counts, the finished tasks of the last day are read one page at a time
+    (:data:`~tasks_dashboard._reads.COUNT_CAP`); past one page each queue is read on its
+    own, and "+" MUST mark only a queue whose own page was full — not every row."""
+    monkeypatch.setattr(_reads, "COUNT_CAP", 3)
+    app = App(store=UncountedStore(), queues=[Queue("web"), Queue("mail")])
+
+    @app.task(queue="web")
+    async def job(ctx: TaskContext) -> None:
+        del ctx
+
+    async with app:
+        for queue, number in (("web", 4), ("mail", 1)):
+            for _ in range(number):
+                task = await app.submit("job", None, Owner("bob"), queue=queue)
+                await app.cancel(task.id, System())
+        overview = await _reads.overview(app, System(), app.queues)  # as the page does
+        assert {"web": (3, True), "mail": (1, False)} == {
+            row.name: (row.finished_last_hour, row.finished_capped) for row in overview.queues
+            if row.name != "default"}
+        async with await _client(app) as client:
+            page = (await client.get("/")).text
+    cells = {queue: re.search(rf'queue={queue}">{queue}</a></td>.*?<td class="num">([^<]*)'
+                                rf'</td>\s*</tr>', page, re.S) for queue in ("web", "mail")}
+    assert {"web": "3+", "mail": "1"} == {q: m.group(1) for q, m in cells.items() if m}

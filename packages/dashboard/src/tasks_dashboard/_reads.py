@@ -56,12 +56,15 @@ class QueueRow:
     counts: dict[str, int] = field(default_factory=dict)
     oldest_pending: datetime | None = None
     finished_last_hour: int = 0
+    finished_capped: bool = False
+    """Whether ``finished_last_hour`` is "at least": this queue's own read hit its page."""
 
 
 @dataclass
 class Overview:
     """The queues page: a row per queue, whether the counts are exact, which counts hit
-    :data:`COUNT_CAP` (never when exact), whether the throughput read hit its page."""
+    :data:`COUNT_CAP` (never when exact), whether any row's throughput read hit its page
+    (each row says whether its own did: ``finished_capped``)."""
 
     queues: list[QueueRow]
     capped: set[str]
@@ -88,8 +91,10 @@ async def overview(app: App, authority: System, declared: Iterable[str] = ()) ->
     the last hour: exact counts when the store counts (:func:`counted`), else capped. The
     tasks finished in the last hour are the ones submitted without a key (no store counts
     by finish time, and keyed ids carry no time to find the recent ones by), counted among
-    the :data:`RECENT_PAGE` newest finished ones (one listing of every finished status),
-    capped when the oldest of them finished within the hour too.
+    the :data:`RECENT_PAGE` newest finished ones (one listing of every finished status).
+    When the oldest of them finished within the hour too, each queue with finished tasks
+    is read on its own the same way, and a queue is capped (``finished_capped``: "at
+    least") only when the oldest of its own page finished within the hour.
 
     Raises:
         StoreUnavailable: the store failed.
@@ -107,17 +112,43 @@ async def overview(app: App, authority: System, declared: Iterable[str] = ()) ->
     for queue, (page, _) in zip(waiting, pages, strict=True):
         rows[queue].oldest_pending = min((t.created_at for t in page), default=None)
     finished = sorted({s for (_, s), n in counts.items() if s in TERMINAL and n})
-    listing = await newest(app, authority, statuses=finished, limit=RECENT_PAGE,
-                           total=sum(n for (_, s), n in counts.items() if s in finished))
+
+    async def recent(queue: str | None) -> Listing:
+        total = sum(n for (q, s), n in counts.items()
+                    if s in finished and queue in (None, q))
+        return await newest(app, authority, statuses=finished, queue=queue,
+                            limit=RECENT_PAGE, total=total)
+
     hour_ago = now - timedelta(hours=1)
-    for task in listing.items:
-        if task.finished_at is not None and task.finished_at >= hour_ago:
+    listing = await recent(None)
+    reads: list[tuple[str | None, Listing]] = [(None, listing)]
+    if _within(listing.items, listing.next is not None, hour_ago):  # each queue on its own
+        queues = sorted({q for (q, s), n in counts.items() if s in finished and n})
+        listings = await asyncio.gather(*(recent(q) for q in queues))
+        reads = [(q, one) for q, one in zip(queues, listings, strict=True)]
+    for of_queue, read in reads:
+        _tally(rows, read.items, hour_ago, of_queue, _within(
+            read.items, read.next is not None, hour_ago))
+    return Overview(sorted(rows.values(), key=lambda r: r.name), set(),
+                    any(r.finished_capped for r in rows.values()), now, exact=True)
+
+
+def _within(items: list[Snapshot], more: bool, hour_ago: datetime) -> bool:
+    """Whether a page of the newest finished tasks (``more``: others follow) may have left
+    out some that finished within the hour: the oldest of it did."""
+    oldest = items[-1].finished_at if items else None
+    return more and oldest is not None and oldest >= hour_ago
+
+
+def _tally(rows: dict[str, QueueRow], tasks: list[Snapshot], hour_ago: datetime,
+           queue: str | None, capped: bool) -> None:
+    """Count ``tasks`` (random ids only) that finished within the hour into their rows;
+    ``queue``'s row, when the page was of one queue, is ``capped`` or not."""
+    for task in tasks:  # keyed ids carry no time: listed, not counted
+        if _random(task.id) and task.finished_at is not None and task.finished_at >= hour_ago:
             rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
-    oldest = listing.items[-1] if listing.items else None
-    capped_throughput = listing.next is not None and oldest is not None and (
-        oldest.finished_at is not None and oldest.finished_at >= hour_ago)
-    return Overview(sorted(rows.values(), key=lambda r: r.name), set(), capped_throughput,
-                    now, exact=True)
+    if queue is not None:
+        rows.setdefault(queue, QueueRow(queue)).finished_capped = capped
 
 
 async def _capped_overview(app: App, authority: System, declared: Iterable[str]) -> Overview:
@@ -137,13 +168,18 @@ async def _capped_overview(app: App, authority: System, declared: Iterable[str])
                     row.oldest_pending is None or task.created_at < row.oldest_pending):
                 row.oldest_pending = task.created_at
     since = random_id_floor(int((now - timedelta(days=1)).timestamp() * 1000))
-    recent = await app.list(authority, status=TERMINAL, after=since, limit=COUNT_CAP)
     hour_ago = now - timedelta(hours=1)
-    for task in recent.items:  # keyed ids sort after random ones: listed, not counted
-        if _random(task.id) and task.finished_at is not None and task.finished_at >= hour_ago:
-            rows.setdefault(task.queue, QueueRow(task.queue)).finished_last_hour += 1
+    recent = await app.list(authority, status=TERMINAL, after=since, limit=COUNT_CAP)
+    if recent.next_after is None:
+        _tally(rows, recent.items, hour_ago, None, False)
+    else:  # past one page: each queue on its own, capped when its own page is full
+        queues = sorted(rows)
+        pages = await asyncio.gather(*(app.list(
+            authority, status=TERMINAL, queue=q, after=since, limit=COUNT_CAP) for q in queues))
+        for queue, page in zip(queues, pages, strict=True):
+            _tally(rows, page.items, hour_ago, queue, page.next_after is not None)
     return Overview(sorted(rows.values(), key=lambda r: r.name), capped,
-                    recent.next_after is not None, now)
+                    any(r.finished_capped for r in rows.values()), now)
 
 
 def _query(authority: System, statuses: list[TaskStatus] | None, queue: str | None,
