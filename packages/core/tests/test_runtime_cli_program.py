@@ -365,11 +365,20 @@ def test_log_lines_carry_utc_instants_that_say_so(tmp_path: Path) -> None:
         ("postgresql://tasks@db/x", "postgresql://tasks@db/x"),
         ("sqlite:///tasks.db", "sqlite:///tasks.db"),
         ("memory://", "memory://"),
+        ("mongodb://u:pw@h/db?authMechanismProperties=AWS_SESSION_TOKEN:tok&w=majority",
+         "mongodb://u:***@h/db?authMechanismProperties=***&w=majority"),
+        ("mongodb://h/db?tlsCertificateKeyFilePassword=s3cret&replicaSet=rs0&tls=true",
+         "mongodb://h/db?tlsCertificateKeyFilePassword=***&replicaSet=rs0&tls=true"),
+        ("postgresql://db/x?sslpassword=s3cret&sslmode=require&connect_timeout=5",
+         "postgresql://db/x?sslpassword=***&sslmode=require&connect_timeout=5"),
+        ("mysql://root@h/x?password=s3cret&Namespace=a&token", "mysql://root@h/x?password=***&Namespace=a&***"),
     ],
 )
 def test_store_urls_are_shown_without_their_password(url: str, shown: str) -> None:
     """A store URL the CLI prints (the worker's banner, the demo's, ``backends``) MUST
-    show the password as ``***`` and the rest as it is."""
+    show the password as ``***``, and the value of every query option but a few harmless
+    ones (``namespace``, ``w``, ``tls``, ``sslmode``…) too: a session token, a key file's
+    password; the rest as it is."""
     from tasks_core.cli._render import shown_url
 
     assert shown == shown_url(url)

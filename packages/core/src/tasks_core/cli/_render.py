@@ -59,18 +59,38 @@ def plain(value: object) -> str:
     return escape(inert(value) + " ")[:-1]
 
 
+SHOWN_OPTIONS = frozenset({
+    "namespace", "driver", "w", "replicaset", "tls", "ssl", "sslmode", "connect_timeout",
+    "authsource", "authmechanism", "readpreference", "directconnection",
+})
+"""The query options of a store URL whose value the CLI shows (names in any case); every
+other option's value is ``***``: tokens, key passwords, whatever a driver adds."""
+
+
 def shown_url(url: str) -> str:
-    """A store URL as the CLI prints it: its password as ``***`` (banners end up in
-    logs), the rest as given; text that is not a URL is shown as it is."""
+    """A store URL as the CLI prints it (banners end up in logs): its password, and the
+    value of every query option not in :data:`SHOWN_OPTIONS` (an option without a value
+    whole), as ``***``; the rest as given. Text that is not a URL is shown as it is."""
     try:
         parts = urlsplit(url)
         hidden = parts.password is not None
     except ValueError:
         return url
-    if not hidden:
+    if hidden:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        url = urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+    start, mark, rest = url.partition("?")
+    if not mark:
         return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}"))
+    query, hash_mark, fragment = rest.partition("#")
+    return f"{start}?{'&'.join(map(_shown_option, query.split('&')))}{hash_mark}{fragment}"
+
+
+def _shown_option(option: str) -> str:
+    name, equals, _ = option.partition("=")
+    if name.lower() in SHOWN_OPTIONS:
+        return option
+    return f"{name}=***" if equals else "***"
 
 
 PIPE_WIDTH = 10_000
