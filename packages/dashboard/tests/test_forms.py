@@ -110,6 +110,7 @@ async def test_a_form_with_a_file_part_is_refused(
         upload = await client.post("/task/respond", data={"id": task_id, "key": "approve"},
                                    files={"answer": ("a.txt", b"hello")}, headers=BEARER)
         assert 400 == upload.status_code
+        assert "a file part: the fields must be text" in upload.text
         assert "waiting_input" == (await app.get(task_id, System())).status
         text = await client.post("/task/respond", headers=BEARER, data={
             "id": task_id, "key": "approve"}, files={"answer": (None, b"hello")})

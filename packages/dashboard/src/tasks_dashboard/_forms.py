@@ -153,8 +153,10 @@ async def _fields(request: Request, body: bytes) -> list[tuple[str, object]]:
         raise FormRefused("its text is not UTF-8") from None
     except ValueError:  # parse_qsl past max_num_fields
         raise FormRefused(f"more than {MAX_FIELDS} fields") from None
-    except HTTPException as refused:  # starlette's: a file part, too many fields
-        raise FormRefused(str(refused.detail)) from None
+    except HTTPException as refused:  # starlette's: a file part (max_files=0), a bad part
+        detail = str(refused.detail)
+        raise FormRefused("a file part: the fields must be text" if "files" in detail
+                          else detail) from None
 
 
 async def checked_form(guard: Guard, request: Request, limit: int) -> Mapping[str, str]:
