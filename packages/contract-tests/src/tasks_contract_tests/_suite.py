@@ -26,6 +26,7 @@ from tasks_contract_tests.contract.model import ModelContract
 from tasks_contract_tests.contract.priorities import PriorityContract
 from tasks_contract_tests.contract.progress import ProgressContract
 from tasks_contract_tests.contract.queue_limits import QueueLimitContract
+from tasks_contract_tests.contract.queue_limits_many import ManyQueueLimitContract
 from tasks_contract_tests.contract.races import RaceContract
 from tasks_contract_tests.contract.replay import ReplayContract
 from tasks_contract_tests.contract.retry import RetryContract
@@ -58,6 +59,7 @@ __all__ = [
     "LeaseContract",
     "LimitContract",
     "ListingContract",
+    "ManyQueueLimitContract",
     "ModelContract",
     "PriorityContract",
     "ProgressContract",
@@ -103,6 +105,7 @@ class StoreContract(
     ClaimRuleContract,
     HeldClaimContract,
     PriorityContract,
+    ManyQueueLimitContract,
     QueueLimitContract,
     DelayedContract,
     ClaimContract,
