@@ -49,6 +49,26 @@ class DelayedContract(ContractBase):
         stored = await store.get(created.id, tenant=None)
         assert (TaskStatus.SCHEDULED, created.run_at) == (stored.status, stored.run_at)
 
+    async def test_create_returns_a_delayed_task_as_stored_pending(
+        self, store: TaskStore, clock: ManualClock
+    ) -> None:
+        """``create`` and ``create_many`` (capability ``batch_create``) MUST return a
+        delayed task as stored — ``pending``, its ``run_at`` ahead — while ``get`` at that
+        instant reads it ``scheduled``.
+
+        Troubleshooting: return the snapshot ``rules.new_snapshot`` built, not
+        ``rules.present(snapshot, now)``: only reads derive ``scheduled``
+        (docs/contract.md, "Error order and what reads return").
+        """
+        created = [await store.create(new_task(delay_s=30)),
+                   await store.create(new_task(run_at=clock.now() + timedelta(seconds=5)))]
+        if store.capabilities.batch_create:
+            created += await store.create_many([new_task(delay_s=60), new_task(delay_s=1)])
+        assert [TaskStatus.PENDING] * len(created) == [s.status for s in created]
+        assert all(s.run_at is not None and s.run_at > clock.now() for s in created)
+        read = [await store.get(s.id, tenant=None) for s in created]
+        assert [TaskStatus.SCHEDULED] * len(created) == [s.status for s in read]
+
     async def test_a_delayed_task_is_never_served_early(
         self, store: TaskStore, clock: ManualClock
     ) -> None:
