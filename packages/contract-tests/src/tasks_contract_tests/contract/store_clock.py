@@ -77,3 +77,25 @@ class StoreClockContract(ContractBase):
         assert done.record is not None
         assert (START_MS + timedelta(seconds=2),) * 2 == (
             done.record.committed_at, await store.now())
+
+    async def test_next_available_is_aware_utc_in_whole_milliseconds(
+        self, make_store: MakeStore
+    ) -> None:
+        """``next_available`` MUST answer as ``now()`` does — an aware UTC ``datetime`` in
+        whole milliseconds — the instant the task was stored with (a ``run_at`` given with
+        microseconds rounded up to the millisecond).
+
+        Troubleshooting: convert what the database returns to UTC (``astimezone(UTC)``)
+        and never to the server's or the session's time zone; an aware value in another
+        zone compares equal but prints, logs and serializes as another time.
+        """
+        clock = FineClock(START)
+        store = await make_store(clock=clock)
+        created = await store.create(new_task(run_at=START + timedelta(seconds=5)))
+        await store.create(new_task(delay_s=9))
+        answer = await store.next_available(["default"])
+        assert answer is not None
+        assert timedelta(0) == answer.utcoffset()
+        assert (START_MS + timedelta(seconds=5, milliseconds=1),) * 2 == (
+            answer, created.run_at)
+        assert 0 == answer.microsecond % 1000
