@@ -197,12 +197,11 @@ class _FailingWrites(DelegatingStore):
 
 
 async def test_a_drain_whose_outcome_could_not_be_written_is_not_settled(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A run that ends during the drain but whose outcome the store refused to take
-    (``StoreUnavailable`` past the retries) MUST make ``shutdown`` return False and be
+    (``StoreUnavailable`` until its lease ran out) MUST make ``shutdown`` return False and be
     named in a warning: the task is not recorded and runs again once its lease expires."""
-    monkeypatch.setattr("tasks_core.runtime._lease.MAX_UNAVAILABLE", 1)
     store = _FailingWrites(MemoryStore(clock=ManualClock()))
     app = make_app(store=store)
     started = asyncio.Event()
@@ -216,7 +215,7 @@ async def test_a_drain_whose_outcome_could_not_be_written_is_not_settled(
 
     async with app:
         t = await app.submit(job, None, ALICE)
-        worker = fast_worker(app)
+        worker = fast_worker(app, lease_for=0.3)  # the writes are tried while it lasts
         serving = asyncio.create_task(worker.run())
         await asyncio.wait_for(started.wait(), TIMEOUT)
         with caplog.at_level("WARNING", logger="tasks_core.worker"):
@@ -227,6 +226,56 @@ async def test_a_drain_whose_outcome_could_not_be_written_is_not_settled(
     assert (TaskStatus.RUNNING, 0) == (snapshot.status, snapshot.revision)
     assert any("could not be written" in r.getMessage() and t.id in r.getMessage()
                for r in caplog.records)
+
+
+class _BriefOutage(DelegatingStore):
+    """Refuses the first ``outage`` writes of an outcome as a store outage."""
+
+    def __init__(self, inner: Any, outage: int) -> None:
+        super().__init__(inner)
+        self.outage = outage
+
+    def _down(self) -> bool:
+        self.outage -= 1
+        return self.outage >= 0
+
+    async def transition(self, *args: Any) -> Any:
+        if self._down():
+            raise StoreUnavailable("the store is down")
+        return await self.inner.transition(*args)
+
+    async def transition_many(self, items: Any) -> Any:
+        if self._down():
+            raise StoreUnavailable("the store is down")
+        return await self.inner.transition_many(items)
+
+
+async def test_an_outcome_is_tried_again_while_its_lease_lasts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outcome the store refuses as unavailable MUST be tried again for as long as the
+    run's lease lasts, however many tries that takes — not given up after a fixed few
+    (five tries, ~1.5 s, threw away a finished handler's result on PostgreSQL while its
+    30 s lease had time left, and the task ran again).
+
+    Troubleshooting: ``LeaseCell.write`` (``_lease.py``) tries until ``live_until``.
+    """
+    monkeypatch.setattr("tasks_core.runtime._lease.MAX_BACKOFF_S", 0.01)
+    store = _BriefOutage(MemoryStore(clock=ManualClock()), outage=12)
+    app = make_app(store=store)
+    runs: list[int] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        runs.append(ctx.deliveries)
+        return "kept"
+
+    async with app:
+        t = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, "kept", [1], -1) == (done.status, done.result, runs,
+                                                         store.outage)
 
 
 async def test_a_drain_whose_unstarted_claim_could_not_be_released_is_not_settled() -> None:

@@ -319,7 +319,7 @@ class RuntimeSteps(RuleBasedStateMachine):
 
     def _write(self, handle: Handle, step: str, event: Event, content: Any) -> None:
         lease = self.real[handle.number]
-        result, error = self._run(lambda: LeaseCell(self.store, lease).write(event,
+        result, error = self._run(lambda: LeaseCell(self.store, lease, 30.0).write(event,
                                                                             handle.revision))
         try:
             outcome = self.model.worker_event(handle, step, content)

@@ -4,16 +4,18 @@
 run must never overlap: one may otherwise use a token the other just replaced. A
 :class:`LeaseCell` holds the current lease behind a lock and retries what may be retried:
 a ``RevisionConflict`` by taking the current revision from the conflict (bounded), and a
-``StoreUnavailable`` with a short backoff (bounded; the event id is stable, so a retried
-write that had in fact landed answers ``duplicate``). With a :class:`GroupCommit`, terminal
-events go through it (same lease, same revision, same retries) instead of one
-``transition`` each.
+``StoreUnavailable`` with a backoff for as long as the lease lasts by the worker's own
+clock (an outcome the lease still covers is never thrown away for a short outage; the event
+id is stable, so a retried write that had in fact landed answers ``duplicate``). With a
+:class:`GroupCommit`, terminal events go through it (same lease, same revision, same
+retries) instead of one ``transition`` each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from tasks_core.errors import RevisionConflict, StoreUnavailable
 from tasks_core.events import Event, Transition
@@ -26,7 +28,8 @@ __all__ = ["LeaseCell"]
 log = logging.getLogger("tasks_core._lease")  # a stable name: logging configs refer to it
 
 MAX_CONFLICTS = 8
-MAX_UNAVAILABLE = 5
+MAX_BACKOFF_S = 1.0
+"""The longest wait between two tries of a write the store refused as unavailable."""
 GROUPED = frozenset({"completed", "failed", "retry_requested"})
 """Terminal events, written through the worker's group commit when it has one."""
 
@@ -34,11 +37,16 @@ GROUPED = frozenset({"completed", "failed", "retry_requested"})
 class LeaseCell:
     """The current lease of one run; see the module docstring."""
 
-    def __init__(self, store: TaskStore, lease: Lease, group: GroupCommit | None = None) -> None:
+    def __init__(self, store: TaskStore, lease: Lease, lease_for: float,
+                 group: GroupCommit | None = None) -> None:
         self.store = store
         self.lease = lease
+        self.lease_for = lease_for
         self.group = group
         self._lock = asyncio.Lock()
+        self.live_until = time.monotonic() + lease_for
+        """When the lease runs out by this process's clock (the claim or last renew was
+        asked for before it: the store's expiry is no later)."""
 
     async def renew(self, lease_for: float) -> Snapshot:
         """Extend the lease; the cell keeps the new one.
@@ -48,8 +56,10 @@ class LeaseCell:
             StoreUnavailable: the store failed (the lease is unchanged).
         """
         async with self._lock:
+            asked = time.monotonic()
             claim = await self.store.renew(self.lease, lease_for)
             self.lease = claim.lease
+            self.live_until = asked + lease_for
             return claim.snapshot
 
     async def progress(self, value: float, message: str | None) -> Snapshot:
@@ -85,10 +95,12 @@ class LeaseCell:
         Raises:
             LeaseLost: the lease is no longer this run's (the write is fenced off).
             RevisionConflict: still conflicting after ``MAX_CONFLICTS`` re-reads.
-            StoreUnavailable: still failing after ``MAX_UNAVAILABLE`` tries.
+            StoreUnavailable: still failing once the lease has run out (``live_until`` as
+                the first failure found it: renewals meanwhile do not prolong the tries).
             EventIdReused, InvalidInput: as ``TaskStore.transition``.
         """
         conflicts = unavailable = 0
+        deadline = 0.0
         while True:
             try:
                 async with self._lock:
@@ -106,10 +118,12 @@ class LeaseCell:
                 revision = exc.current.revision
             except StoreUnavailable:
                 unavailable += 1
-                if unavailable >= MAX_UNAVAILABLE:
+                deadline = deadline or self.live_until  # the lease as the outage began
+                pause = min(0.05 * 2**unavailable, MAX_BACKOFF_S)
+                if time.monotonic() + pause >= deadline:
                     raise
                 log.warning(
                     "store unavailable writing %s of task %r; retry %d",
                     event.kind, self.lease.task_id, unavailable,
                 )
-                await asyncio.sleep(0.05 * 2**unavailable)
+                await asyncio.sleep(pause)

@@ -106,7 +106,7 @@ class RunBase:
         self.generation = claim.lease.generation
         self.held = claim.snapshot.claim is not None and claim.snapshot.claim.held
         """Claimed ahead of its slot: the task reads ``claimed`` until a renew."""
-        self.cell = LeaseCell(env.store, claim.lease, env.group)
+        self.cell = LeaseCell(env.store, claim.lease, env.lease_for, env.group)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()
         self.runner: asyncio.Task[None] | None = None
