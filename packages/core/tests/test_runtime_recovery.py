@@ -444,6 +444,44 @@ async def test_a_second_sigterm_while_the_process_ends_exits_130(tmp_path: Path)
     assert 130 == code
 
 
+async def test_the_worker_process_ends_without_the_interpreters_finalization(
+    tmp_path: Path,
+) -> None:
+    """Once the worker command returned and the exit hooks ran, the process MUST end with
+    the command's code without the interpreter's finalization — whose steps run with
+    SIGTERM at its default action, so a second signal there ended the process with 143
+    (here an object's ``__del__`` at module teardown stands for that window: it never
+    runs, and the process does not wait for it).
+
+    Troubleshooting: ``_end_unfinalized`` in ``cli/_signals.py``, the console script's
+    last ``atexit`` hook, ends the process with ``os._exit``.
+    """
+    _write_module(tmp_path, "finalapp", """
+        import time
+        from tasks_core import App
+
+        app = App()
+
+        class Slow:
+            def __del__(self) -> None:
+                print("finalizing", flush=True)
+                time.sleep(60)  # the old exit waited here, signals at their default
+
+        kept = Slow()
+    """)
+    proc = _spawn_worker(tmp_path, "finalapp:app", "memory://")
+    try:
+        await _line_with(proc, "worker ")
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, TIMEOUT)
+        assert proc.stdout is not None
+        rest = proc.stdout.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (0, False) == (code, "finalizing" in rest)
+
+
 async def _line_with(proc: subprocess.Popen[bytes], text: str) -> str:
     """The first line of ``proc``'s output holding ``text`` (bounded by ``TIMEOUT``)."""
     assert proc.stdout is not None

@@ -4,12 +4,14 @@ The handlers are installed when the command starts and removed only when it retu
 after the app has closed its store — so no signal in between meets the default action
 (which would end the process with 143, not the documented 130). In the console script
 (:func:`exit_at_once_after_the_command`) a signal after that, while the interpreter ends,
-exits at once with 130 too.
+exits at once with 130 too, and the process ends after the exit hooks without the
+interpreter's finalization, which gives the signals their default action back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
@@ -19,7 +21,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["EXIT_INTERRUPTED", "Interrupts", "exit_at_once_after_the_command"]
+__all__ = ["EXIT_INTERRUPTED", "Interrupts", "command_returned",
+           "exit_at_once_after_the_command"]
 
 log = logging.getLogger("tasks_core.cli")
 
@@ -34,13 +37,43 @@ _then_exit_at_once = False
 (the console script's process ends right after the command)."""
 
 
+_returned: int | None = None
+"""The console script's exit code, once its command returned."""
+
+
 def exit_at_once_after_the_command() -> None:
     """Make a SIGTERM/SIGINT after the command returned — while the interpreter ends
-    (``atexit`` hooks, threads joined) — exit the process at once with 130 instead of
-    meeting the default action. For the console script only: the handler outlives the
-    command."""
+    (threads joined, ``atexit`` hooks) — exit the process at once with 130 instead of
+    meeting the default action, and end the process after the exit hooks registered from
+    now on (:func:`_end_unfinalized`). For the console script only: the handler outlives
+    the command."""
     global _then_exit_at_once
     _then_exit_at_once = True
+    atexit.register(_end_unfinalized)  # registered first: runs after every later hook
+
+
+def command_returned(code: int) -> int:
+    """Note the exit code of the console script's command (returned as it is), for
+    :func:`_end_unfinalized`."""
+    global _returned
+    _returned = code
+    return code
+
+
+def _end_unfinalized() -> None:
+    """The console script's last exit hook: log handlers flushed and closed, output
+    flushed, then the process ends with the command's code — without the interpreter's
+    finalization, whose steps run with SIGTERM/SIGINT at their default action (a second
+    signal there ended the process with 143 and no log line; objects' ``__del__`` at
+    module teardown took that window up to a second). Nothing when the command never
+    returned (an exception is on its way: the normal exit reports it)."""
+    if _returned is None:
+        return
+    logging.shutdown()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(_returned)
 
 
 def _exit_interrupted(signum: int, frame: object) -> None:

@@ -35,7 +35,11 @@ from tasks_core.cli._options import (
 )
 from tasks_core.cli._periodic import add_periodic_parser
 from tasks_core.cli._render import output_console, plain
-from tasks_core.cli._signals import Interrupts, exit_at_once_after_the_command
+from tasks_core.cli._signals import (
+    Interrupts,
+    command_returned,
+    exit_at_once_after_the_command,
+)
 from tasks_core.errors import InvalidInput, TasksError, UnknownStore
 from tasks_core.models import TaskStatus
 from tasks_core.runtime._defaults import (
@@ -391,12 +395,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":  # the process ends once it returns
         exit_at_once_after_the_command()
     try:
-        return asyncio.run(run(args_list))
+        code = asyncio.run(run(args_list))
     except KeyboardInterrupt:
-        return 130
+        code = 130
     except TasksError as exc:
         err.print(f"[red]error:[/] {type(exc).__name__}: {plain(exc)}", highlight=False)
-        return 2
+        code = 2
     except TypeError as exc:
         err.print(f"[red]error:[/] {plain(exc)}", highlight=False)
-        return 2
+        code = 2
+    return command_returned(code)
