@@ -101,34 +101,42 @@ def any_driver_url(request: pytest.FixtureRequest) -> Any:
     return url.set(drivername=f"{url.get_backend_name()}+{request.param}")
 
 
-async def test_a_server_that_accepts_and_never_answers_is_unavailable(
-    any_driver_url: Any,
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"],
+                         ids=["silent", "not-a-database"])
+async def test_a_port_where_no_database_answers_is_unavailable(
+    any_driver_url: Any, answer: bytes,
 ) -> None:
-    """A port where something accepts the connection and never answers (another program,
-    PostgreSQL's port in a ``mysql://`` URL) MUST raise ``StoreUnavailable`` ("cannot be
-    reached") once the URL's ``connect_timeout`` has passed, on every driver — the open
-    MUST NOT hang (asyncmy and aiomysql bound only the TCP connect with it).
+    """A port where something accepts the connection and never answers, or answers what
+    no database says (another program; PostgreSQL's port in a ``mysql://`` URL), MUST
+    raise ``StoreUnavailable`` saying "cannot be reached", on every driver — by the URL's
+    ``connect_timeout`` at the latest: the open MUST NOT hang (asyncmy and aiomysql bound
+    only the TCP connect with it) nor read "refused the operation: InternalError".
 
     Troubleshooting: ``_open_mysql`` in ``_dialect.py`` (installed by ``install_connect``)
-    bounds the MariaDB/MySQL driver's whole ``connect`` and raises its errno 2003.
+    bounds the MariaDB/MySQL driver's whole ``connect``; the ``do_connect`` hook turns a
+    timeout or a foreign answer into ``_errors.NoServer``.
     """
-    silent: list[asyncio.StreamWriter] = []
+    reached: list[asyncio.StreamWriter] = []
 
-    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        silent.append(writer)  # kept open, never written to
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reached.append(writer)  # kept open; written to only when there is an answer
+        if answer:
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
 
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = any_driver_url.set(port=server.sockets[0].getsockname()[1])
     try:
         async with asyncio.timeout(60):  # a hang fails here instead of stalling the run
             error = await _refusal(f"{url.render_as_string(False)}?connect_timeout=2")
     finally:
-        for writer in silent:
+        for writer in reached:
             writer.close()
         server.close()
         await server.wait_closed()
     assert "cannot be reached" in str(error)
-    assert silent  # the server was reached: the wait was for its answer
+    assert reached  # the port was reached: what failed was the answer
 
 
 async def test_a_server_with_no_connection_slot_left_is_unavailable_in_plain_words(

@@ -4,7 +4,7 @@ A store's engine: SQLite in WAL with ``synchronous=FULL``, the driver's implicit
 transactions off and ``BEGIN`` / ``BEGIN IMMEDIATE`` issued by the store; PostgreSQL and
 MariaDB at READ COMMITTED. Connections are opened by the store's own ``do_connect``
 (driver option values typed, the driver's refusals as ``InvalidInput``, an open with no
-answer in its connect timeout ``ConnectTimeout``, aiosqlite's failed opens cleaned up).
+server answering in its connect timeout ``NoServer``, aiosqlite's failed opens cleaned up).
 Also: the database's clock, and the server versions served (``SKIP LOCKED``). A missing
 or unusable driver is ``InvalidInput`` saying what to install. URLs and their options:
 :mod:`._url`, :mod:`._options`.
@@ -29,7 +29,7 @@ from tasks_core.clock import utc
 from tasks_core.errors import InvalidInput, StoreError
 from tasks_core.plugins import install_hint
 
-from tasks_store_sql._errors import ConnectTimeout, connect_arguments
+from tasks_store_sql._errors import NoServer, connect_arguments
 from tasks_store_sql._options import driver_params
 from tasks_store_sql._url import Kind, Target
 
@@ -164,7 +164,11 @@ def install_connect(engine: AsyncEngine) -> None:
             try:
                 return dialect.connect(*cargs, **params)
             except TimeoutError as exc:  # asyncpg's, ours (_open_mysql): never a query's
-                raise ConnectTimeout(f"{what} did not answer within the connect timeout") from exc
+                raise NoServer(f"{what} did not answer within the connect timeout") from exc
+            except ConnectionError as exc:  # asyncpg: not a PostgreSQL server ("SSL upgrade")
+                if isinstance(exc, ConnectionRefusedError):
+                    raise  # named as it is (_errors._UNREACHABLE)
+                raise NoServer(f"no {what} server answered there") from exc
 
 
 _MYSQL_DRIVERS = ("asyncmy", "aiomysql")
@@ -179,14 +183,20 @@ async def _open_mysql(driver: str, *args: Any, **kwargs: Any) -> Any:
     ``connect_timeout`` (else :data:`MYSQL_CONNECT_WAIT`): asyncmy and aiomysql bound only
     the TCP connect with it (aiomysql not at all by default), so a server that accepts and
     never answers — another program on the port, PostgreSQL's port in a ``mysql://`` URL —
-    held the open forever.
+    held the open forever. The driver's ``InternalError`` while connecting is an answer
+    that is not MariaDB's (a wrong packet: another program on the port).
 
     Raises:
-        TimeoutError: no answer in time; else what the driver raises.
+        TimeoutError: no answer in time.
+        NoServer: an answer that is not MariaDB's; else what the driver raises.
     """
+    errors = importlib.import_module("asyncmy.errors" if driver == "asyncmy" else "pymysql.err")
     limit = kwargs.get("connect_timeout") or MYSQL_CONNECT_WAIT
-    async with asyncio.timeout(limit):
-        return await importlib.import_module(driver).connect(*args, **kwargs)
+    try:
+        async with asyncio.timeout(limit):
+            return await importlib.import_module(driver).connect(*args, **kwargs)
+    except errors.InternalError as exc:
+        raise NoServer("no MariaDB/MySQL server answered there") from exc
 
 
 async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:

@@ -25,7 +25,7 @@ from tasks_core.errors import InvalidInput, StoreError, StoreUnavailable, TasksE
 
 __all__ = [
     "DRIVER_ERRORS",
-    "ConnectTimeout",
+    "NoServer",
     "connect_arguments",
     "describe",
     "is_busy",
@@ -68,19 +68,21 @@ _REFUSED_ERRNOS = {  # MariaDB/MySQL
 }
 
 
-class ConnectTimeout(TimeoutError):
-    """A connection the server did not answer within the connect timeout (accepted and
-    silent, or never accepted): raised by the store's own ``do_connect``."""
+class NoServer(ConnectionError):
+    """A connection that found no database server where the URL points: no answer within
+    the connect timeout (accepted and silent, or never accepted), or an answer that is not
+    the database's (another program on the port). Raised by the store's own
+    ``do_connect`` only: a connection lost later is not this."""
 
 
 _UNREACHABLE: tuple[tuple[type[BaseException], str], ...] = (  # the driver's OSError
     (socket.gaierror, "the server cannot be reached: its host name is unknown"),
     (ConnectionRefusedError, _NO_SERVER),
-    (ConnectTimeout, _NO_SERVER),
+    (NoServer, _NO_SERVER),
 )
 _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, read, never shown
     (r"failed to resolve host|could not translate host name", _UNREACHABLE[0][1]),
-    (r"Connection refused|timeout expired", _NO_SERVER),
+    (r"Connection refused|timeout expired|invalid response to SSL negotiation", _NO_SERVER),
     (r"password authentication failed", _REFUSED_STATES["28P01"]),
     (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry', _REFUSED_STATES["28000"]),
     (r'FATAL:  database ".*" does not exist', _REFUSED_STATES["3D000"]),
