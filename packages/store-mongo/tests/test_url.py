@@ -76,6 +76,22 @@ def test_a_driver_option_the_driver_refuses_is_refused_here(
     assert "s3cret-pw" not in str(refused.value)
 
 
+@pytest.mark.parametrize(("query", "named"), [
+    ("journal=true&fsync=true", "'journal', 'fsync'"),
+    ("w=0&journal=true", "'w', 'journal'"),
+    ("readConcernLevel=bogus", "'readConcernLevel'"),
+])
+def test_a_concern_the_driver_or_server_would_refuse_is_refused_naming_its_options(
+    query: str, named: str
+) -> None:
+    """A write concern pymongo cannot build (``j`` with ``fsync``, ``w=0`` with ``j``)
+    or a read concern level MongoDB does not have MUST be ``InvalidInput`` naming the
+    options — before anything connects, not a bare "Invalid MongoDB URL or option" at
+    the client, nor the server's refusal after a collection was created."""
+    with pytest.raises(InvalidInput, match=f"MongoDB URL option.* {named} refused"):
+        parse_url(f"mongodb://db.example/tasks?{query}")
+
+
 @pytest.mark.anyio
 async def test_unknown_options_are_refused() -> None:
     """An option the store does not know MUST raise ``InvalidInput``."""

@@ -5,6 +5,7 @@ monitoring on the client the store opens, on both drivers."""
 from __future__ import annotations
 
 import functools
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,6 +196,28 @@ async def test_journal_false_in_the_url_wins(
             and "autocommit" not in c]
     assert sent
     assert all(concern == {"j": False} for concern in sent), sent
+
+
+@pytest.mark.parametrize(("query", "code_name"), [
+    ("w=majorityx", "UnknownReplWriteConcern"),
+    ("w=5&wtimeoutMS=1000", "UnsatisfiableWriteConcern"),
+])
+async def test_a_write_concern_the_server_refuses_is_refused_at_open_creating_nothing(
+    mongo_base_url: str, driver: str, query: str, code_name: str
+) -> None:
+    """A ``w`` the server refuses (a mode no replica set configuration names, more nodes
+    than it has) MUST be ``InvalidInput`` at open naming the URL's write concern options
+    and the server's code name — and nothing created first (a fresh database stays
+    empty), not a ``StoreError`` with a bare code after an empty collection was made."""
+    database = "wc" + secrets.token_hex(4)
+    base = store_url(mongo_base_url, driver, database)
+    with pytest.raises(InvalidInput, match=rf"'w'.*{code_name}"):
+        await open_mongo(f"{base}&{query}")
+    client: Any = AsyncMongoClient(mongo_base_url)
+    try:
+        assert [] == await client[database].list_collection_names()
+    finally:
+        await client.close()
 
 
 async def test_w0_is_refused(url: str, namespace: str) -> None:

@@ -5,7 +5,8 @@ in one and a plain call in the other (``start_session``, ``start_transaction``, 
 ``close``, ``cursor.close``). :func:`settle` absorbs that difference, so the store has one
 implementation for both.
 
-:func:`translate` is the one point where driver errors become the core error tree.
+:func:`translate` is the one point where driver errors become the core error tree; a
+refusal names the server's code and ``codeName``, never its message.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import inspect
 import itertools
 import logging
 import random
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
@@ -28,6 +30,7 @@ from pymongo.errors import (
     InvalidOperation,
     OperationFailure,
     PyMongoError,
+    WriteConcernError,
     WTimeoutError,
 )
 from pymongo.read_concern import ReadConcern
@@ -47,6 +50,7 @@ __all__ = [
     "Driver",
     "TransientConflict",
     "application_session",
+    "check_write_concern",
     "driver_of",
     "in_transaction",
     "open_client",
@@ -64,6 +68,9 @@ TRANSACTION_BUDGET_S = 30.0
 """How long a transaction that keeps conflicting is tried again before ``StoreUnavailable``
 (pymongo's own ``with_transaction`` tries for 120 s). Writers of one tenant all touch its
 counter, so a burst of them queues up: each waits its turn, none is refused for it."""
+_CODE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+"""A server ``codeName`` (``UnknownReplWriteConcern``): a fixed name, never stored data."""
+_PROBE_ID = "tasks-store-mongo:write-concern-probe"
 _BACKOFF_FIRST_S = 0.001
 _BACKOFF_CAP_S = 0.05
 _COMMIT_ATTEMPTS = 5
@@ -236,17 +243,17 @@ def translate() -> Iterator[None]:
         if exc.code == _TRANSACTION_TOO_LARGE:  # before ``transient``: a retry fails alike
             raise InvalidInput(
                 "The batch is too large for one MongoDB transaction (its cache refused it, "
-                f"code {exc.code}): submit it in smaller batches; nothing was written"
+                f"{_code(exc)}): submit it in smaller batches; nothing was written"
             ) from exc
         if transient(exc):
             raise StoreUnavailable(
-                f"MongoDB is unavailable right now (code {exc.code})"
+                f"MongoDB is unavailable right now ({_code(exc)})"
             ) from exc
         if exc.code == _LOGIN_REFUSED:  # refused as configured: as on the SQL stores
             raise StoreUnavailable(
                 "MongoDB is unavailable: the login was refused (an unknown user or a "
-                f"wrong password) (code {exc.code})") from exc
-        raise StoreError(f"MongoDB refused the operation (code {exc.code})") from exc
+                f"wrong password) ({_code(exc)})") from exc
+        raise StoreError(f"MongoDB refused the operation ({_code(exc)})") from exc
     except InvalidOperation as exc:
         raise StoreUnavailable("The MongoDB client is closed") from exc
     except ConfigurationError as exc:
@@ -258,6 +265,40 @@ def translate() -> Iterator[None]:
         raise InvalidInput(f"Invalid MongoDB URL or option ({type(exc).__name__})") from exc
     except PyMongoError as exc:
         raise StoreError(f"MongoDB driver error ({type(exc).__name__})") from exc
+
+
+def _code(exc: OperationFailure) -> str:
+    """``code N`` and the server's ``codeName`` when it is a name (nothing else of the
+    server's answer: its message may quote stored data)."""
+    name = (exc.details or {}).get("codeName")
+    named = isinstance(name, str) and _CODE_NAME.fullmatch(name)
+    return f"code {exc.code} {name}" if named else f"code {exc.code}"
+
+
+async def check_write_concern(collection: Any) -> None:
+    """Refuse, before anything is created, a write concern the server refuses for good
+    (a ``w`` mode no replica set configuration names, more nodes than it has): one
+    delete that matches nothing, sent with ``collection``'s write concern. Refused for
+    another reason (a user without the right to delete: a reader's ``create=False``), the
+    probe proves nothing and is skipped.
+
+    Raises:
+        InvalidInput: the server refused the write concern (naming its code name).
+        StoreUnavailable: the server cannot be reached.
+    """
+    with translate():
+        try:
+            await collection.delete_one({"_id": _PROBE_ID})
+        except WriteConcernError as exc:
+            if isinstance(exc, WTimeoutError) or transient(exc):
+                raise
+            raise InvalidInput(
+                "MongoDB refused the store's write concern (the URL's 'w', 'wtimeoutMS', "
+                f"'journal' or 'fsync', or the client's own) ({_code(exc)}); nothing was "
+                "created") from exc
+        except OperationFailure as exc:
+            if transient(exc):
+                raise
 
 
 def transient(exc: OperationFailure) -> bool:

@@ -1,15 +1,13 @@
 """Store URLs (private): ``mongodb://[user:pass@]host[:port][,host…]/[database][?options]``.
 
 Our own query options are taken out before the URL reaches the driver:
-
-- ``driver=pymongo`` (default) or ``driver=motor``;
-- ``namespace=NAME``: the collection prefix (default ``tasks``).
-
-Everything else (``replicaSet``, ``w``, ``journal``, ``tls``…) goes to the driver as given
-once PyMongo's check accepts it (else ``InvalidInput``: the client would warn and drop it); a
-``w``, ``journal`` or ``fsync`` there replaces the default write concern ``{w: "majority",
-j: true}`` (``_driver.write_concern_for``). ``mongodb+srv://`` works the same; ``mongo://``
-is an alias of ``mongodb://``. The database is the URL path (default ``tasks``).
+``driver=pymongo`` (default) or ``driver=motor``; ``namespace=NAME``, the collection prefix
+(default ``tasks``). Everything else (``replicaSet``, ``w``, ``journal``, ``tls``…) goes to
+the driver as given once PyMongo's check accepts it, the write concern it builds included,
+and a ``readConcernLevel`` is one MongoDB has (else ``InvalidInput`` naming it); a ``w``,
+``journal`` or ``fsync`` there replaces the default write concern ``{w: "majority", j:
+true}`` (``_driver.write_concern_for``). ``mongodb+srv://`` works the same; ``mongo://`` is
+an alias of ``mongodb://``. The database is the URL path (default ``tasks``).
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from pymongo import uri_parser
 from pymongo.errors import ConfigurationError
+from pymongo.write_concern import WriteConcern
 from tasks_core.errors import InvalidInput
 
 from tasks_store_mongo._driver import DRIVERS, Driver
@@ -32,6 +31,10 @@ _SCHEMES = {"mongodb": "mongodb", "mongo": "mongodb", "mongodb+srv": "mongodb+sr
 _NAMESPACE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 _DATABASE = re.compile(r"[^/\\. \"$\x00]{1,63}")
 _OURS = ("driver", "namespace")
+_WRITE_CONCERN = ("w", "wtimeoutms", "journal", "fsync")
+READ_CONCERN_LEVELS = frozenset({"local", "available", "majority", "linearizable", "snapshot"})
+"""The read concern levels MongoDB has: another is refused here, before anything connects
+(the server would refuse it at the first read, after the store created its collections)."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,22 @@ def _check_driver_options(options: list[tuple[str, str]]) -> None:
         return
     for given in [[pair] for pair in options] + [options]:  # each, named; then together
         try:
-            uri_parser.split_options(urlencode(given), validate=True, warn=False,
-                                     normalize=True)
+            parsed = uri_parser.split_options(urlencode(given), validate=True, warn=False,
+                                              normalize=True)
         except (ValueError, ConfigurationError, OSError) as exc:
             named = f" {given[0][0]!r}" if len(given) == 1 else "s"
             raise InvalidInput(f"MongoDB URL option{named} refused by the driver: "
                                f"{exc}") from None
+    concern = [key for key, _ in options if key.lower() in _WRITE_CONCERN]
+    try:
+        WriteConcern(parsed.get("w"), wtimeout=parsed.get("wtimeoutms"),
+                     j=parsed.get("journal"), fsync=parsed.get("fsync"))
+    except (ConfigurationError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"MongoDB URL options {', '.join(map(repr, concern))} refused "
+                           f"by the driver: {exc}") from None
+    level = parsed.get("readconcernlevel")
+    if level is not None and level not in READ_CONCERN_LEVELS:
+        [key] = {key for key, _ in options if key.lower() == "readconcernlevel"}
+        raise InvalidInput(f"MongoDB URL option {key!r} refused: MongoDB has no read "
+                           f"concern level {level!r:.40} (one of "
+                           f"{', '.join(sorted(READ_CONCERN_LEVELS))})")

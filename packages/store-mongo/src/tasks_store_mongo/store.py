@@ -23,6 +23,7 @@ from tasks_store_mongo._cancels import MongoCancels
 from tasks_store_mongo._capabilities import MAX_CAPABILITIES
 from tasks_store_mongo._claims import MongoClaims
 from tasks_store_mongo._counts import MongoCounts
+from tasks_store_mongo._driver import check_write_concern
 from tasks_store_mongo._leases import MongoLeases
 from tasks_store_mongo._records import MongoRecords
 from tasks_store_mongo._transitions import MongoTransitions
@@ -96,9 +97,11 @@ class MongoStore(
         ``create=False`` only check that they are there).
 
         Raises:
+            InvalidInput: the server refuses the store's write concern (nothing created).
             SchemaMismatch: ``create=False`` and no store of this layout in the namespace.
             StoreUnavailable: the server cannot be reached.
         """
+        await check_write_concern(self._tasks)
         await self._setup()
 
     # -- time --------------------------------------------------------------------------
