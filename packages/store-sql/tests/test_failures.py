@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import sqlalchemy.ext.asyncio
+import sqlalchemy.pool
 from tasks_core import (
     Failed,
     ManualClock,
@@ -114,6 +116,36 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
         assert [] == await store.history("t", tenant=None)
         applied = await store.transition("t", 0, done, held.lease)
         assert ("applied", 1) == (applied.outcome, applied.snapshot.revision)
+    finally:
+        await store.aclose()
+
+
+async def test_a_connection_lost_while_idle_is_unavailable_in_plain_words(
+    server_url: str,
+) -> None:
+    """A pooled connection the server ended while it was idle (a restart, a failover, an
+    operator's kill) MUST make the next call raise ``StoreUnavailable`` saying "the
+    connection to the server was lost" — not only ``InternalClientError`` or
+    ``OperationalError [2006]`` — and the call after it MUST succeed.
+
+    Troubleshooting: ``_lost`` in ``_errors.py`` (an invalidated connection, SQLSTATE
+    class 08 and 57P01–57P03, MariaDB's errnos 2006/2013/2055).
+    """
+    store = await SQLStore.open(server_url, namespace="lost", schema="upgrade")
+    try:
+        async with store.engine.connect() as conn:  # the pool's one connection
+            session = await conn.scalar(sa.text(_SESSION_ID[store.dialect]))
+        async with store.engine.connect() as same:
+            assert session == await same.scalar(sa.text(_SESSION_ID[store.dialect]))
+        killer = sa.ext.asyncio.create_async_engine(store.engine.url, poolclass=sa.pool.NullPool)
+        try:
+            async with killer.connect() as admin:
+                await admin.execute(sa.text(_KILL[store.dialect]), {"pid": int(session)})
+        finally:
+            await killer.dispose()
+        with pytest.raises(StoreUnavailable, match="the connection to the server was lost"):
+            await store.list(TaskQuery(tenant=None))
+        assert [] == await store.list(TaskQuery(tenant=None))
     finally:
         await store.aclose()
 

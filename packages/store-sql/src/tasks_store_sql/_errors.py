@@ -87,6 +87,10 @@ _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, re
     (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry', _REFUSED_STATES["28000"]),
     (r'FATAL:  database ".*" does not exist', _REFUSED_STATES["3D000"]),
 )
+_LOST = ("the connection to the server was lost (a restart, a failover or a network cut; "
+         "the next call connects again)")
+_LOST_STATES = ("08", "57P01", "57P02", "57P03")  # connection exception; shutdowns
+_LOST_ERRNOS = frozenset({2006, 2013, 2055})  # gone away, lost during a query, lost
 _DENIED = ("the login lacks a privilege this needs (making or migrating the tables needs "
            "CREATE on the schema or database; using them, SELECT, INSERT, UPDATE and DELETE "
            "on each)")
@@ -203,6 +207,16 @@ def _denial(exc: BaseException) -> str | None:
     return _DENIED_SQLITE.get(code) if code is not None else None
 
 
+def _lost(exc: BaseException) -> str | None:
+    """A connection lost while in use, in plain words (``None``: not one)."""
+    state = _sqlstate(exc)
+    if (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated) \
+            or (state is not None and state.startswith(_LOST_STATES)) \
+            or _errno(exc) in _LOST_ERRNOS:
+        return _LOST
+    return None
+
+
 def is_busy(exc: BaseException) -> bool:
     """Whether SQLite answered ``SQLITE_BUSY``: another connection holds the lock asked
     for (nothing of the failed transaction was written)."""
@@ -267,7 +281,7 @@ def translated(exc: BaseException, what: str = "the database") -> StoreError:
     alike — the store works once the server or configuration is fixed — and a file that
     is not a SQLite database is not ``StoreCorrupt`` (which is about one task record)."""
     detail = describe(exc)
-    plain = _refusal(exc) or _denial(exc)
+    plain = _refusal(exc) or _denial(exc) or _lost(exc)
     if plain is not None:
         detail = f"{plain} ({detail})"
     if _is_transient(exc):
