@@ -41,12 +41,12 @@ class LeaseCell:
                  group: GroupCommit | None = None) -> None:
         self.store = store
         self.lease = lease
-        self.lease_for = lease_for
         self.group = group
         self._lock = asyncio.Lock()
         self.live_until = time.monotonic() + lease_for
-        """When the lease runs out by this process's clock (the claim or last renew was
-        asked for before it: the store's expiry is no later)."""
+        """About when the lease runs out by this process's clock (from the claim's arrival,
+        or from when a renew was asked: a round trip off the store's expiry at most; a
+        write tried past that expiry is fenced off, never applied)."""
 
     async def renew(self, lease_for: float) -> Snapshot:
         """Extend the lease; the cell keeps the new one.
