@@ -308,13 +308,12 @@ _WEAK = "tasks_weak"
 
 
 async def _grant_only_dml(kind: str, admin_url: str, namespace: str) -> str:
-    """The URL of :data:`_WEAK` on ``admin_url``'s database, which may read and write the
-    tables of ``namespace`` (migrated here first) and do nothing else there."""
+    """The URL of :data:`_WEAK` on ``admin_url``'s database, which may read and write its
+    tables — those of ``namespace``, migrated here first, among them — and create nothing
+    (literal statements: no SQL is built from values, even here)."""
     from tasks_store_sql import migrate
-    from tasks_store_sql._schema import Tables, prefix_of
 
     await migrate(admin_url, namespace=namespace)
-    tables = Tables.build(prefix_of(namespace)).names
     url = make_url(admin_url)
     if kind == "postgres":
         import asyncpg  # type: ignore[import-untyped,unused-ignore]
@@ -324,22 +323,20 @@ async def _grant_only_dml(kind: str, admin_url: str, namespace: str) -> str:
             await admin.execute(
                 "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tasks_weak')"
                 " THEN CREATE ROLE tasks_weak LOGIN; END IF; END $$")
-            for table in tables:
-                await admin.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{table}" '
-                                    "TO tasks_weak")
+            await admin.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+                                "public TO tasks_weak")
         finally:
             await admin.close()
     else:
         import asyncmy  # type: ignore[import-untyped,unused-ignore]
 
-        admin = await asyncmy.connect(host=url.host, port=url.port or 3306,
+        admin = await asyncmy.connect(host=url.host, port=url.port or 3306, db=url.database,
                                       user=url.username, password=url.password or "")
         try:
             async with admin.cursor() as cursor:
                 await cursor.execute("CREATE USER IF NOT EXISTS tasks_weak")
-                for table in tables:
-                    await cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON "
-                                         f"`{url.database}`.`{table}` TO tasks_weak")
+                # ``ON *``: the connection's database
+                await cursor.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON * TO tasks_weak")
         finally:
             admin.close()
     return url.set(username=_WEAK, password=None).render_as_string(False)
@@ -354,11 +351,11 @@ def admin(request: pytest.FixtureRequest) -> tuple[str, str]:
 async def test_a_login_without_a_privilege_reads_so_and_one_with_dml_runs_tasks(
     admin: tuple[str, str],
 ) -> None:
-    """A login that may read and write a namespace's tables and nothing more (what
-    docs/operations.md asks of an application's login) MUST run tasks there; the same login
-    making the tables of another namespace MUST raise ``StoreError`` saying "the login lacks
-    a privilege" (not only ``InsufficientPrivilegeError [42501]``), before anything is
-    written.
+    """A login that may read and write the tables and create nothing (what
+    docs/postgresql-workers.md asks of an application's login) MUST run tasks there; the
+    same login making the tables of another namespace MUST raise ``StoreError`` saying
+    "the login lacks a privilege" (not only ``InsufficientPrivilegeError [42501]``), before
+    anything is written.
 
     Troubleshooting: ``_denial`` in ``_errors.py`` (``_DENIED_STATES``, MariaDB's errnos
     1142/1143/1227 in ``_DENIED_ERRNOS``); not transient: a grant is needed, not a retry.
