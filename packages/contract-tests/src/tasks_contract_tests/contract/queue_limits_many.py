@@ -6,39 +6,16 @@ call's queues taken together."""
 
 from __future__ import annotations
 
-import pytest
-from tasks_core import Claim, Completed, ManualClock, TaskQuery, TaskStatus, TaskStore
+from tasks_core import Completed, ManualClock, TaskStore
 from tasks_core.storekit import QueueLimits
 
 from tasks_contract_tests._base import ContractBase
-from tasks_contract_tests._kit import LEASE_S, new_task
+from tasks_contract_tests._kit import LEASE_S
+from tasks_contract_tests.contract.queue_limits import _ids, _live, _require, _tasks
 
 A, B, C, FREE = "limited-a", "limited-b", "limited-c", "free"
 """Three limited queues and an unlimited one; a call names them in an order other than
 their sorted one, so counts read back by position land on the wrong queue."""
-
-
-def _ids(claims: list[Claim]) -> list[str]:
-    return [claim.snapshot.id for claim in claims]
-
-
-def _require(store: TaskStore) -> None:
-    if not store.capabilities.queue_limits:
-        pytest.skip("store capability 'queue_limits' is off")
-
-
-async def _tasks(store: TaskStore, clock: ManualClock, count: int, queue: str) -> list[str]:
-    ids = []
-    for _ in range(count):
-        ids.append((await store.create(new_task(queue=queue))).id)
-        clock.advance(0.001)
-    return ids
-
-
-async def _live(store: TaskStore, queue: str) -> list[str]:
-    statuses = frozenset({TaskStatus.RUNNING, TaskStatus.CLAIMED})
-    listed = await store.list(TaskQuery(tenant=None, statuses=statuses, queue=queue))
-    return sorted(snapshot.id for snapshot in listed)
 
 
 class ManyQueueLimitContract(ContractBase):
