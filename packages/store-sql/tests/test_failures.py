@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 import sqlalchemy.ext.asyncio
 import sqlalchemy.pool
+from sqlalchemy.engine import make_url
 from tasks_core import (
     Failed,
     ManualClock,
@@ -120,8 +121,17 @@ async def test_a_backend_killed_mid_transaction_writes_nothing_and_the_store_rec
         await store.aclose()
 
 
+@pytest.fixture(params=["asyncpg", "psycopg", "asyncmy", "aiomysql"])
+def driver_url(request: pytest.FixtureRequest) -> str:
+    """Each server database by each driver of it."""
+    server = "mariadb" if request.param in ("asyncmy", "aiomysql") else "postgres"
+    url = make_url(request.getfixturevalue(f"{server}_url"))
+    return url.set(drivername=f"{url.get_backend_name()}+{request.param}").render_as_string(
+        False)
+
+
 async def test_a_connection_lost_while_idle_is_unavailable_in_plain_words(
-    server_url: str,
+    driver_url: str,
 ) -> None:
     """A pooled connection the server ended while it was idle (a restart, a failover, an
     operator's kill) MUST make the next call raise ``StoreUnavailable`` saying "the
@@ -131,7 +141,7 @@ async def test_a_connection_lost_while_idle_is_unavailable_in_plain_words(
     Troubleshooting: ``_lost`` in ``_errors.py`` (an invalidated connection, SQLSTATE
     class 08 and 57P01–57P03, MariaDB's errnos 2006/2013/2055).
     """
-    store = await SQLStore.open(server_url, namespace="lost", schema="upgrade")
+    store = await SQLStore.open(driver_url, namespace="lost", schema="upgrade")
     try:
         async with store.engine.connect() as conn:  # the pool's one connection
             session = await conn.scalar(sa.text(_SESSION_ID[store.dialect]))

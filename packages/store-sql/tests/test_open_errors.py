@@ -342,14 +342,20 @@ async def _grant_only_dml(kind: str, admin_url: str, namespace: str) -> str:
     return url.set(username=_WEAK, password=None).render_as_string(False)
 
 
-@pytest.fixture(params=["postgres", "mariadb"])
-def admin(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """Each server, and its test URL (a login that may do anything)."""
-    return request.param, request.getfixturevalue(f"{request.param}_url")
+_DRIVERS = {"asyncpg": "postgres", "psycopg": "postgres", "asyncmy": "mariadb",
+            "aiomysql": "mariadb"}
+"""Each driver the store speaks, and its server."""
+
+
+@pytest.fixture(params=sorted(_DRIVERS))
+def admin(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """Each server, its test URL (a login that may do anything), and a driver of it."""
+    kind = _DRIVERS[request.param]
+    return kind, request.getfixturevalue(f"{kind}_url"), request.param
 
 
 async def test_a_login_without_a_privilege_reads_so_and_one_with_dml_runs_tasks(
-    admin: tuple[str, str],
+    admin: tuple[str, str, str],
 ) -> None:
     """A login that may read and write the tables and create nothing (what
     docs/postgresql-workers.md asks of an application's login) MUST run tasks there; the
@@ -363,10 +369,12 @@ async def test_a_login_without_a_privilege_reads_so_and_one_with_dml_runs_tasks(
     from tasks_core import App, Owner, Worker
     from tasks_store_sql.plugin import drop_namespace
 
-    kind, admin_url = admin
+    kind, admin_url, driver = admin
     namespace, other = (f"weak_{os.urandom(3).hex()}" for _ in range(2))
     try:
-        weak_url = await _grant_only_dml(kind, admin_url, namespace)
+        weak = make_url(await _grant_only_dml(kind, admin_url, namespace))
+        weak_url = weak.set(drivername=f"{weak.get_backend_name()}+{driver}").render_as_string(
+            False)
         app = App(weak_url, store_options={"namespace": namespace})
 
         @app.task()

@@ -185,26 +185,31 @@ def _refusal(exc: BaseException) -> str | None:
     if type(driver).__module__.startswith("psycopg") and _sqlstate(exc) is None:
         text = str(driver)
         return next((words for found, words in _LIBPQ_WORDS if re.search(found, text)), None)
-    errno = _errno(exc)  # MariaDB/MySQL first: its errors carry a SQLSTATE too
-    if errno is not None and not isinstance(driver, OSError):
-        return _REFUSED_ERRNOS.get(errno)
-    state = _sqlstate(exc)
-    if state is not None:
-        return _REFUSED_STATES.get(state) or _REFUSED_STATES.get(state[:2])
-    code = _sqlite_code(exc)
-    return _REFUSED_SQLITE.get(code) if code is not None else None
+    return _coded(exc, _REFUSED_ERRNOS, _REFUSED_STATES, _REFUSED_SQLITE)
 
 
 def _denial(exc: BaseException) -> str | None:
     """An operation refused for want of a right, in plain words (``None``: not one)."""
+    return _coded(exc, _DENIED_ERRNOS, _DENIED_STATES, _DENIED_SQLITE)
+
+
+def _coded(
+    exc: BaseException,
+    by_errno: dict[int, str],
+    by_state: dict[str, str],
+    by_sqlite: dict[int, str],
+) -> str | None:
+    """The words the table of ``exc``'s database gives its code: MariaDB/MySQL's errno
+    first (its errors carry a SQLSTATE too), else PostgreSQL's SQLSTATE (or its class),
+    else SQLite's primary result code; ``None`` when the table has no entry."""
     errno = _errno(exc)
     if errno is not None and not isinstance(_driver_error(exc), OSError):
-        return _DENIED_ERRNOS.get(errno)
+        return by_errno.get(errno)
     state = _sqlstate(exc)
     if state is not None:
-        return _DENIED_STATES.get(state)
+        return by_state.get(state) or by_state.get(state[:2])
     code = _sqlite_code(exc)
-    return _DENIED_SQLITE.get(code) if code is not None else None
+    return by_sqlite.get(code) if code is not None else None
 
 
 def _lost(exc: BaseException) -> str | None:
