@@ -444,6 +444,49 @@ async def test_a_second_sigterm_while_the_process_ends_exits_130(tmp_path: Path)
     assert 130 == code
 
 
+async def test_a_second_sigterm_while_the_store_closes_ends_the_process_at_once(
+    tmp_path: Path,
+) -> None:
+    """A second SIGTERM while the drained worker's app closes its store MUST end the
+    console script's process at once with 130, not cancel the close half-way (a driver's
+    connections cancelled while closing logged tracebacks: sqlalchemy's "Exception
+    closing connection … CancelledError", asyncpg's "Future exception was never
+    retrieved"). Here the app's close stands for the store's: it reports a cancellation.
+
+    Troubleshooting: ``Interrupts.closing`` in ``cli/_signals.py``, called by the worker
+    command once serving ended.
+    """
+    _write_module(tmp_path, "closingapp", """
+        import asyncio
+        from tasks_core import App
+
+        class ClosingApp(App):
+            async def aclose(self) -> None:
+                print("closing", flush=True)
+                try:
+                    await asyncio.sleep(60)  # ends only by the signal the test sends
+                except asyncio.CancelledError:
+                    print("close cut short", flush=True)
+                    raise
+                await super().aclose()
+
+        app = ClosingApp()
+    """)
+    proc = _spawn_worker(tmp_path, "closingapp:app", "memory://")
+    try:
+        await _line_with(proc, "worker ")
+        proc.send_signal(signal.SIGTERM)
+        await _line_with(proc, "closing")
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, TIMEOUT)
+        assert proc.stdout is not None
+        rest = proc.stdout.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (130, False, True) == (code, "close cut short" in rest, "exiting at once" in rest)
+
+
 async def test_the_worker_process_ends_without_the_interpreters_finalization(
     tmp_path: Path,
 ) -> None:

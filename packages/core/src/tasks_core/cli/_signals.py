@@ -3,9 +3,9 @@
 The handlers are installed when the command starts and removed only when it returns —
 after the app has closed its store — so no signal in between meets the default action
 (which would end the process with 143, not the documented 130). In the console script
-(:func:`exit_at_once_after_the_command`) a signal after that, while the interpreter ends,
-exits at once with 130 too, and the process ends after the exit hooks without the
-interpreter's finalization, which gives the signals their default action back.
+(:func:`exit_at_once_after_the_command`) a second signal once the command only closes, or
+any after it returned, exits the process at once with 130; the process ends after the exit
+hooks without the interpreter's finalization, which gives signals their default action.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class Interrupts:
         self._first: Callable[[], None] | None = None
         self._also: list[asyncio.Task[Any]] = []
         self._cancels = 0
+        self._closing = False
 
     @classmethod
     @contextlib.contextmanager
@@ -141,6 +142,13 @@ class Interrupts:
         if callback is not None and self.signals == 1:
             callback()
 
+    def closing(self) -> None:
+        """The command's work has ended and it only closes now (the drain's end, the
+        store's close): in the console script a later signal exits the process at once
+        with 130 rather than cancel the close half-way (a driver's connections cancelled
+        while closing logged tracebacks); elsewhere it cancels as before."""
+        self._closing = True
+
     def cut_short(self, task: asyncio.Task[Any]) -> None:
         """Cancel ``task`` too on a second signal."""
         self._also.append(task)
@@ -181,6 +189,8 @@ class Interrupts:
                 self._first()
             return
         log.warning("received %s again: exiting at once", name)
+        if self._closing and _then_exit_at_once:
+            _exit_interrupted(signum, None)
         for task in self._also:
             task.cancel()
         self._cancels += 1

@@ -195,6 +195,7 @@ async def cmd_worker(app: App, args: argparse.Namespace, console: Console) -> in
                 one_line(console, f"metrics for Prometheus at {plain(endpoint.url)}")
             code = await interrupts.exit_code(_serve(worker))
         finally:
+            interrupts.closing()
             interrupts.on_first(None)
             untune()
             settled = await drain.end()
