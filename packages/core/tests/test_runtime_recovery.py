@@ -431,16 +431,7 @@ async def test_a_second_sigterm_while_the_process_ends_exits_130(tmp_path: Path)
             print("tearing down", flush=True)
             time.sleep(60)  # ends only by the signal the test sends
     """)
-    proc = _spawn_worker(tmp_path, "teardownapp:app", "memory://")
-    try:
-        await _line_with(proc, "worker ")
-        proc.send_signal(signal.SIGTERM)
-        await _line_with(proc, "tearing down")
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(proc.wait, TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, _ = await _terminated(tmp_path, "teardownapp:app", "tearing down")
     assert 130 == code
 
 
@@ -472,18 +463,7 @@ async def test_a_second_sigterm_while_the_store_closes_ends_the_process_at_once(
 
         app = ClosingApp()
     """)
-    proc = _spawn_worker(tmp_path, "closingapp:app", "memory://")
-    try:
-        await _line_with(proc, "worker ")
-        proc.send_signal(signal.SIGTERM)
-        await _line_with(proc, "closing")
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(proc.wait, TIMEOUT)
-        assert proc.stdout is not None
-        rest = proc.stdout.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, rest = await _terminated(tmp_path, "closingapp:app", "closing")
     assert (130, False, True) == (code, "close cut short" in rest, "exiting at once" in rest)
 
 
@@ -512,17 +492,27 @@ async def test_the_worker_process_ends_without_the_interpreters_finalization(
 
         kept = Slow()
     """)
-    proc = _spawn_worker(tmp_path, "finalapp:app", "memory://")
+    code, rest = await _terminated(tmp_path, "finalapp:app")
+    assert (0, False) == (code, "finalizing" in rest)
+
+
+async def _terminated(directory: Path, spec: str, *then: str) -> tuple[int, str]:
+    """Spawn a worker of ``spec`` on ``memory://``, send it SIGTERM once it serves and
+    again each time it prints one of ``then`` in turn; its exit code and the output after
+    the last line waited for."""
+    proc = _spawn_worker(directory, spec, "memory://")
     try:
         await _line_with(proc, "worker ")
         proc.send_signal(signal.SIGTERM)
+        for line in then:
+            await _line_with(proc, line)
+            proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(proc.wait, TIMEOUT)
         assert proc.stdout is not None
-        rest = proc.stdout.read().decode()
+        return code, proc.stdout.read().decode()
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert (0, False) == (code, "finalizing" in rest)
 
 
 async def _line_with(proc: subprocess.Popen[bytes], text: str) -> str:
