@@ -87,6 +87,30 @@ async def test_a_bad_line_refuses_the_file(tmp_path: Path, line: str, why: str) 
         assert [] == (await app.list(System())).items
 
 
+async def test_a_null_value_on_a_line_reads_as_the_key_left_out(tmp_path: Path) -> None:
+    """A key of a line whose value is JSON ``null`` MUST read as the key left out, as
+    ``None`` does in ``app.submit_many``: ``"delay": null`` beside an ``at`` is not "both",
+    ``"global": null`` is an owner's key (a null read as given refused the line naming a
+    rule it kept)."""
+    lines = ['{"task": "send", "input": {"to": "a"}, "at": "2030-01-01T00:00Z", "delay": null}',
+             '{"task": "send", "input": {"to": "b"}, "at": null, "delay": "5m"}',
+             '{"task": "send", "input": {"to": "c"}, "key": "c", "global": null, '
+             '"priority": null, "queue": null}']
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    app = _app()
+    async with app:
+        code, out = await _run(app, "--many", str(path))
+        assert 0 == code, out
+        printed = out.splitlines()
+        assert (["created"] * 3, "created: alice::c") == (
+            [line.partition(":")[0] for line in printed], printed[-1])
+        c = await app.get("alice::c", ALICE)
+        assert (0, "default") == (c.priority, c.queue)
+        scheduled = [t for t in (await app.list(System())).items if t.id != "alice::c"]
+        assert [TaskStatus.SCHEDULED] * 2 == [t.status for t in scheduled]
+
+
 @pytest.mark.parametrize(("argv", "why"), [
     (["--many", "FILE", "--key", "k"], "not --key"),
     ([], "--many FILE"),

@@ -15,6 +15,8 @@ import pytest
 import sqlalchemy as sa
 import sqlalchemy.ext.asyncio
 import sqlalchemy.pool
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
 from sqlalchemy.engine import make_url
 from tasks_core import (
     Failed,
@@ -185,11 +187,37 @@ async def test_a_dropped_table_raises_a_store_error_not_a_driver_error(
     finally:
         await store.aclose()
 
+async def test_a_dropped_column_is_a_store_error_not_an_outage(
+    db_url: str, fresh_namespace: str
+) -> None:
+    """A statement the database refuses for a column that is not there (a schema changed
+    under the store: MariaDB's migrations commit statement by statement) MUST be a
+    ``StoreError`` that is not ``StoreUnavailable``: MariaDB's drivers raise
+    ``OperationalError`` for such refusals too (unknown column 1054, a duplicate column
+    1060), which read as an outage ("unavailable") that a retry would end.
+
+    Troubleshooting: ``_is_transient`` in ``_errors.py`` judges MariaDB/MySQL errors by
+    their number (``_TRANSIENT_ERRNOS``, client errors), not the driver's class.
+    """
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)
+    try:
+        await store.create(_new("t"))
+        async with store.engine.begin() as conn:
+            await conn.run_sync(lambda sync: Operations(MigrationContext.configure(sync))
+                                .drop_column(store.tables.events.name, "record"))
+        with pytest.raises(StoreError) as failed:
+            await store.history("t", tenant=None)
+        assert not isinstance(failed.value, StoreUnavailable), failed.value
+    finally:
+        await store.aclose()
+
 
 async def test_a_busy_sqlite_file_fails_fast_and_writes_nothing(tmp_path: Path) -> None:
     """While another process holds SQLite's write lock longer than ``busy_timeout``, a
-    write MUST raise ``StoreUnavailable`` having written nothing, and succeed once the
-    lock is free. Reads MUST NOT wait for the writer (WAL).
+    write MUST raise ``StoreUnavailable`` having written nothing — saying in plain words
+    that another connection held the write lock, not only ``OperationalError
+    [SQLITE_BUSY]`` — and succeed once the lock is free. Reads MUST NOT wait for the
+    writer (WAL).
 
     Troubleshooting: WAL mode, ``BEGIN IMMEDIATE`` (take the write lock first, so no
     transaction has to be abandoned halfway), and a bounded busy timeout.
@@ -201,7 +229,7 @@ async def test_a_busy_sqlite_file_fails_fast_and_writes_nothing(tmp_path: Path) 
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")
-            with pytest.raises(StoreUnavailable):
+            with pytest.raises(StoreUnavailable, match="held the file's write lock"):
                 await store.create(_new("refused"))
             assert ["before"] == [s.id for s in await store.list(TaskQuery(tenant=None))]
         finally:

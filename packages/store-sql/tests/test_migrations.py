@@ -256,10 +256,11 @@ async def test_an_application_table_of_a_store_table_s_name_is_refused_naming_it
 ) -> None:
     """An application table named like any of the store's tables (``task_events`` too, not
     only ``tasks``), without a tasks schema version, MUST be refused by the opening that
-    would create the schema and by ``migrate`` — ``SchemaMismatch`` naming the table and
-    the way out (a namespace) — before any DDL: the create failed on the duplicate with a
-    raw driver code (on MariaDB after creating the other tables), and the application's
-    table MUST keep its rows."""
+    would create the schema and by ``migrate`` to any revision, ``base`` included —
+    ``SchemaMismatch`` naming the table and the way out (a namespace) — before any DDL: the
+    create failed on the duplicate with a raw driver code (on MariaDB after creating the
+    other tables), ``--to base`` reported "migrated from nothing to" the tables' names; the
+    application's table MUST keep its rows, and the namespace reads as having no revision."""
     name = f"{fresh_namespace}_{table}"
     engine = SQLStore(db_url, namespace=fresh_namespace)
     try:
@@ -268,7 +269,8 @@ async def test_an_application_table_of_a_store_table_s_name_is_refused_naming_it
             await conn.run_sync(own.create)
             await conn.execute(own.insert().values(x=7))
         for opening in (lambda: SQLStore.open(db_url, namespace=fresh_namespace),
-                        lambda: migrate(db_url, namespace=fresh_namespace)):
+                        lambda: migrate(db_url, namespace=fresh_namespace),
+                        lambda: migrate(db_url, namespace=fresh_namespace, to="base")):
             with pytest.raises(SchemaMismatch, match=rf"{name}.*namespace") as refused:
                 await opening()
             assert "not a tasks store" in str(refused.value)
@@ -276,6 +278,7 @@ async def test_an_application_table_of_a_store_table_s_name_is_refused_naming_it
             left = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
             assert 7 == (await conn.execute(sa.select(own.c.x))).scalar_one()
         assert [name] == [t for t in left if t.startswith(fresh_namespace)]
+        assert await current_revision(db_url, namespace=fresh_namespace) is None
     finally:
         await engine.aclose()
 

@@ -265,8 +265,8 @@ class StoreBase:
             StoreUnavailable: the database is unavailable.
         """
         async with self._db.connection(write=False) as conn:
-            _, current = await schema_state(conn, self.tables)
-        return current
+            state, current = await schema_state(conn, self.tables)
+        return None if state == "foreign" else current  # (then ``current`` names tables)
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -41,9 +41,11 @@ _RETRYABLE_ERRNOS = frozenset({1213})  # ER_LOCK_DEADLOCK
 # SQLITE_BUSY, _LOCKED, _NOMEM, _IOERR, _FULL, _CANTOPEN, _PROTOCOL (primary codes)
 _SQLITE_TRANSIENT = frozenset({5, 6, 7, 10, 13, 14, 15})
 _TRANSIENT_STATES = ("08", "53", "57", "40", "55P03")  # connection, resources, operator…
-_TRANSIENT_ERRNOS = frozenset(
-    {1040, 1053, 1152, 1159, 1161, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 1927, 4031}
+_TRANSIENT_ERRNOS = frozenset(  # server errors; the client's own (2000 and up) all are
+    {1040, 1053, 1152, 1158, 1159, 1160, 1161, 1205, 1213, 1317, 1927, 1969, 4031}
 )
+_CLIENT_ERRNOS = 2000
+"""MariaDB/MySQL client error numbers (``CR_…``: the connection's) start here."""
 _NO_SLOT = ("the server has no connection slot left (max_connections, or a connection "
             "limit of the role or database, is reached)")
 # Connections refused as configured (see the module docstring), in plain words.
@@ -92,8 +94,8 @@ _LOST = ("the connection to the server was lost (a restart, a failover or a netw
 _LOST_STATES = ("08", "57P01", "57P02", "57P03")  # connection exception; shutdowns
 _LOST_ERRNOS = frozenset({2006, 2013, 2055})  # gone away, lost during a query, lost
 _DENIED = ("the login lacks a privilege this needs (making or migrating the tables needs "
-           "CREATE on the schema or database; using them, SELECT, INSERT, UPDATE and DELETE "
-           "on each)")
+           "CREATE on the schema on PostgreSQL, CREATE, ALTER, INDEX and DROP on the "
+           "database on MariaDB/MySQL; using them, SELECT, INSERT, UPDATE and DELETE on each)")
 # Operations refused for want of a right (not transient: the store stays refused until
 # someone grants it), in plain words.
 _DENIED_STATES = {"42501": _DENIED}  # PostgreSQL's insufficient_privilege
@@ -101,6 +103,7 @@ _DENIED_ERRNOS = {1142: _DENIED, 1143: _DENIED, 1227: _DENIED}  # table, column,
 _DENIED_SQLITE = {8: "the database file is read-only here (mode=ro, or a file or directory "
                      "this process may not write)"}
 _REFUSED_SQLITE = {  # primary result codes
+    5: "another connection held the file's write lock past busy_timeout (transient)",
     14: "the database file cannot be opened (is its directory there and writable?)",
     26: "the file is not a SQLite database",
 }
@@ -241,6 +244,11 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     if _denial(exc) is not None:  # MariaDB's are OperationalError: a grant, not a retry
         return False
+    errno = _errno(exc)
+    if errno is not None and not isinstance(_driver_error(exc), OSError):
+        # MariaDB/MySQL: its drivers raise OperationalError for a server's refusals too
+        # (an unknown column, a duplicate key name): judged by the number, not the class
+        return errno in _TRANSIENT_ERRNOS or errno >= _CLIENT_ERRNOS
     code = _sqlite_code(exc)
     if code is not None:
         return code in _SQLITE_TRANSIENT
@@ -260,8 +268,6 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     state = _sqlstate(exc)
     if state is not None and state.startswith(_TRANSIENT_STATES):
-        return True
-    if _errno(exc) in _TRANSIENT_ERRNOS:
         return True
     name = type(_origin(exc)).__name__
     words = ("Connection", "Interface", "Shutdown", "Timeout", "InternalClient")

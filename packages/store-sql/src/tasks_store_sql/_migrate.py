@@ -99,9 +99,7 @@ async def schema_state(conn: AsyncConnection, tables: Tables) -> tuple[SchemaSta
 def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
     state, current = _state(sync_conn, tables)
     if state == "foreign":  # never create beside another's tables, never drop them
-        if target != "base":
-            raise mismatch(tables, state, current)
-        current = None
+        raise mismatch(tables, state, current)
     config = _config()
     config.attributes["connection"] = sync_conn
     config.attributes["prefix"] = tables.prefix

@@ -105,6 +105,7 @@ def _item(
     if unknown:
         raise InvalidInput(f"unknown key(s) {', '.join(unknown)}; a line may hold "
                            f"{', '.join(sorted(LINE_KEYS))}")
+    value = {key: given for key, given in value.items() if given is not None}  # null: absent
     name = value.get("task", default)
     if name is None:
         raise InvalidInput("name the task: a 'task' key, or the command's NAME")
