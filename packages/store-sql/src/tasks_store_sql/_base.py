@@ -266,7 +266,7 @@ class StoreBase:
         """
         async with self._db.connection(write=False) as conn:
             state, current = await schema_state(conn, self.tables)
-        return None if state == "foreign" else current  # (then ``current`` names tables)
+        return current if state in ("current", "older", "newer") else None
 
     # -- helpers -------------------------------------------------------------------------
 

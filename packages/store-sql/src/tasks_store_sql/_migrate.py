@@ -5,6 +5,9 @@ DDL: a transaction-scoped advisory lock on PostgreSQL (whose DDL is transactiona
 named lock (``GET_LOCK``) on MariaDB/MySQL, the write lock (``BEGIN IMMEDIATE``) on SQLite.
 Opening decides under that lock too (:func:`ready_schema`): whether to create or upgrade,
 and — on MariaDB/MySQL, whose DDL commits statement by statement — even what it reads.
+There a migration holds a marker table while it runs: one left behind (a migration cut
+short) marks the namespace as between two revisions, refused until restored, or dropped
+whole by ``--to base``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ __all__ = [
     "schema_state",
 ]
 
-SchemaState = Literal["empty", "current", "older", "newer", "foreign"]
+SchemaState = Literal["empty", "current", "older", "newer", "foreign", "interrupted"]
 LOCK_TIMEOUT_S = 60
 """How long a MariaDB/MySQL migrator or opener waits for the namespace's lock."""
 MIGRATES: dict[SchemaMode, tuple[SchemaState, ...]] = {
@@ -76,7 +79,35 @@ def _current(sync_conn: sa.Connection, tables: Tables) -> str | None:
     return context.get_current_revision()
 
 
+def _marker(tables: Tables) -> sa.Table:
+    """The table a MariaDB/MySQL migration holds while it runs: from and to which revision
+    (``NULL``: no schema)."""
+    return sa.Table(tables.migrating_table, sa.MetaData(),
+                    sa.Column("from_revision", sa.String(32)),
+                    sa.Column("to_revision", sa.String(32)))
+
+
+def _ddl_commits(sync_conn: sa.Connection) -> bool:
+    """Whether each DDL statement commits on its own (MariaDB/MySQL): a migration cut short
+    there leaves its namespace between two revisions."""
+    return sync_conn.dialect.name in ("mysql", "mariadb")
+
+
+def _stopped(sync_conn: sa.Connection, tables: Tables) -> str | None:
+    """``"FROM to TO"`` of a migration that stopped part way, its marker left behind
+    (``None``: none did)."""
+    marker = _marker(tables)
+    if not sa.inspect(sync_conn).has_table(marker.name):
+        return None
+    row = sync_conn.execute(sa.select(marker.c.from_revision, marker.c.to_revision)).first()
+    start, goal = (None, None) if row is None else row
+    return f"{start or 'nothing'} to {goal or 'nothing'}"
+
+
 def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str | None]:
+    stopped = _stopped(sync_conn, tables) if _ddl_commits(sync_conn) else None
+    if stopped is not None:  # "interrupted": the revision's place says between which
+        return "interrupted", stopped
     current = _current(sync_conn, tables)
     if current is None:  # "foreign": the revision's place names the tables found
         inspector = sa.inspect(sync_conn)
@@ -92,13 +123,18 @@ def _state(sync_conn: sa.Connection, tables: Tables) -> tuple[SchemaState, str |
 
 async def schema_state(conn: AsyncConnection, tables: Tables) -> tuple[SchemaState, str | None]:
     """Where the namespace's schema stands, and its revision (``"foreign"``: no revision,
-    but tables of the store's names — those names)."""
+    but tables of the store's names — those names; ``"interrupted"``: ``FROM to TO`` of
+    the migration cut short)."""
     return await conn.run_sync(_state, tables)
 
 
 def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
     state, current = _state(sync_conn, tables)
-    if state == "foreign":  # never create beside another's tables, never drop them
+    if state == "interrupted" and target == "base":  # the marker proves them the store's
+        for name in [*tables.names, tables.migrating_table]:
+            sa.Table(name, sa.MetaData()).drop(sync_conn, checkfirst=True)
+        return
+    if state in ("foreign", "interrupted"):  # never create beside another's tables
         raise mismatch(tables, state, current)
     config = _config()
     config.attributes["connection"] = sync_conn
@@ -108,12 +144,19 @@ def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
     goal = -1 if target == "base" else order[target]
     if position is None:
         raise _newer(tables, current)
+    marker = _marker(tables) if _ddl_commits(sync_conn) and goal != position else None
+    if marker is not None:
+        marker.create(sync_conn)
+        sync_conn.execute(marker.insert().values(
+            from_revision=current, to_revision=None if target == "base" else target))
     if goal >= position:
         command.upgrade(config, target)
     else:
         command.downgrade(config, target)
     if target == "base":  # nothing: Alembic leaves its (empty) version table behind
         sa.Table(tables.version_table, sa.MetaData()).drop(sync_conn, checkfirst=True)
+    if marker is not None:
+        marker.drop(sync_conn)
 
 
 def _newer(tables: Tables, current: str | None) -> SchemaMismatch:
@@ -134,6 +177,15 @@ def mismatch(tables: Tables, state: SchemaState, current: str | None) -> SchemaM
             f"The schema of namespace {where} is at revision {current!r}, older than this "
             f"tasks-store-sql expects ({head()!r}): run `tasks migrate --store URL`, "
             "tasks_store_sql.migrate(url) or open with schema='upgrade'"
+        )
+    if state == "interrupted":
+        return SchemaMismatch(
+            f"A migration of namespace {where} from {current} stopped part way: "
+            "MariaDB/MySQL commit each DDL statement on its own, so its tables are between "
+            "those revisions. Restore the database from a backup taken before it and "
+            "migrate again; or start the namespace afresh, its tasks lost: `tasks migrate "
+            "--to base`, then `tasks migrate` (or finish the schema by hand, then drop "
+            f"table {tables.migrating_table})"
         )
     if state == "foreign":
         return SchemaMismatch(

@@ -234,6 +234,12 @@ class Tables:
         return f"{self.prefix}tasks_schema_version"
 
     @property
+    def migrating_table(self) -> str:
+        """The name of the table a MariaDB/MySQL migration holds while it runs
+        (``_migrate``)."""
+        return f"{self.prefix}tasks_schema_migrating"
+
+    @property
     def names(self) -> list[str]:
         """Every table name of the namespace, version table included (drop order)."""
         return [

@@ -69,7 +69,7 @@ async def drop_namespace(base_url: str, namespace: str) -> None:
     version = sa.Table(tables.version_table, sa.MetaData(), sa.Column("version_num",
                                                                     sa.String(32)))
     order = [tables.events, tables.members, tables.locks, tables.claims, tables.tasks,
-             version]
+             version, sa.Table(tables.migrating_table, sa.MetaData())]
 
     def drop(conn: sa.Connection) -> None:
         for table in order:
