@@ -229,10 +229,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def fresh_namespace(db_url: str) -> AsyncIterator[str]:
-    """A namespace with no tables in ``db_url``, dropped again after the test."""
+    """A namespace with no tables in ``db_url``, dropped again after the test; a name of
+    its own, so that runs sharing a server (a CI run beside a developer's) never meet."""
     from tasks_store_sql.plugin import drop_namespace
 
-    name = "fresh"
+    name = f"fresh_{os.urandom(4).hex()}"
     await drop_namespace(db_url, name)
     yield name
     await drop_namespace(db_url, name)

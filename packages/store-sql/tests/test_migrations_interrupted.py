@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -71,7 +72,7 @@ async def test_a_migration_cut_short_on_mariadb_is_refused_until_based_again(
     """
     from tasks_store_sql.plugin import drop_namespace
 
-    namespace = "cutshort"
+    namespace = f"cutshort_{os.urandom(3).hex()}"
     await drop_namespace(mariadb_url, namespace)
     try:
         await migrate(mariadb_url, namespace=namespace, to=BEFORE)

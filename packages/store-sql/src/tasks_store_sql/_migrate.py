@@ -35,6 +35,7 @@ from tasks_store_sql._schema import Tables
 __all__ = [
     "SchemaMismatch",
     "SchemaState",
+    "drop_every_table",
     "head",
     "migrate_database",
     "ready_schema",
@@ -131,8 +132,7 @@ async def schema_state(conn: AsyncConnection, tables: Tables) -> tuple[SchemaSta
 def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
     state, current = _state(sync_conn, tables)
     if state == "interrupted" and target == "base":  # the marker proves them the store's
-        for name in [*tables.names, tables.migrating_table]:
-            sa.Table(name, sa.MetaData()).drop(sync_conn, checkfirst=True)
+        drop_every_table(sync_conn, tables)
         return
     if state in ("foreign", "interrupted"):  # never create beside another's tables
         raise mismatch(tables, state, current)
@@ -157,6 +157,13 @@ def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
         sa.Table(tables.version_table, sa.MetaData()).drop(sync_conn, checkfirst=True)
     if marker is not None:
         marker.drop(sync_conn)
+
+
+def drop_every_table(sync_conn: sa.Connection, tables: Tables) -> None:
+    """Drop every table of the namespace there is, whatever its revision, the marker of a
+    migration cut short included."""
+    for name in [*tables.names, tables.migrating_table]:
+        sa.Table(name, sa.MetaData()).drop(sync_conn, checkfirst=True)
 
 
 def _newer(tables: Tables, current: str | None) -> SchemaMismatch:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tasks_core.errors import InvalidInput
 from tasks_core.plugins import StoreSpec, hookimpl
 
 from tasks_store_sql._db import Database
 from tasks_store_sql._dialect import create_engine
+from tasks_store_sql._migrate import drop_every_table
 from tasks_store_sql._options import STORE_OPTIONS as OPTIONS
 from tasks_store_sql._schema import Tables, check_namespace, prefix_of
 from tasks_store_sql._url import parse_url
@@ -66,18 +66,9 @@ async def drop_namespace(base_url: str, namespace: str) -> None:
     tables = Tables.build(prefix_of(check_namespace(namespace)))
     engine = create_engine(target, busy_timeout=30)
     db = Database(engine=engine, kind=target.kind, owns_engine=True, managed_sqlite=True)
-    version = sa.Table(tables.version_table, sa.MetaData(), sa.Column("version_num",
-                                                                    sa.String(32)))
-    order = [tables.events, tables.members, tables.locks, tables.claims, tables.tasks,
-             version, sa.Table(tables.migrating_table, sa.MetaData())]
-
-    def drop(conn: sa.Connection) -> None:
-        for table in order:
-            table.drop(conn, checkfirst=True)
-
     try:
         async with db.connection(write=True) as conn:
-            await conn.run_sync(drop)
+            await conn.run_sync(drop_every_table, tables)
     finally:
         await db.dispose()
 
