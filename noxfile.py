@@ -205,8 +205,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(tags=["all"])
 def typecheck(session: nox.Session) -> None:
-    """Type-check each package's and the example's `src/`, and the mutation run's script,
-    with strict mypy."""
+    """Type-check each package's and the example's `src/`, the mutation run's script, and
+    calls a typed application makes (`typed_user_calls.py`: what it must refuse is marked
+    by ignores strict mypy reports once unneeded), with strict mypy."""
     optional = {"core": "core[prometheus]", "store-sql": "store-sql[mysql]",
                 "store-mongo": "store-mongo[motor]"}  # telemetry: the OpenTelemetry types
     install(session, *(optional.get(name, name) for name in PACKAGES),
@@ -215,6 +216,7 @@ def typecheck(session: nox.Session) -> None:
     for package in (*PACKAGES.values(), *EXAMPLES.values()):
         session.run("mypy", f"{package.path}/src", *session.posargs)
     session.run("mypy", str(MUTANTS / "mutants.py"), *session.posargs)
+    session.run("mypy", "packages/core/tests/typed_user_calls.py", *session.posargs)
 
 
 @nox.session(tags=["all"])

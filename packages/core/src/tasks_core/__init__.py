@@ -70,10 +70,12 @@ from tasks_core.models import (
     TaskStatus,
     Work,
 )
+from tasks_core.options import UNSET, SubmitOptions, Unset, WorkerOptions
 from tasks_core.plugins import StoreSpec, hookimpl
 from tasks_core.policy import Limits, Policy
 from tasks_core.random_ids import random_task_id
 from tasks_core.reasons import CancelReason
+from tasks_core.runtime._sync import SyncApp
 from tasks_core.runtime.app import App, Page, Submitted
 from tasks_core.runtime.worker import Worker
 from tasks_core.store import TaskStore
@@ -81,6 +83,7 @@ from tasks_core.store import TaskStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "UNSET",
     "Access",
     "App",
     "Authority",
@@ -128,7 +131,9 @@ __all__ = [
     "StoreSpec",
     "StoreUnavailable",
     "SubmitItem",
+    "SubmitOptions",
     "Submitted",
+    "SyncApp",
     "System",
     "SystemClock",
     "TaskContext",
@@ -143,9 +148,11 @@ __all__ = [
     "Transition",
     "Unavailable",
     "UnknownStore",
+    "Unset",
     "WatcherAdded",
     "Work",
     "Worker",
+    "WorkerOptions",
     "available_stores",
     "find_store",
     "hookimpl",

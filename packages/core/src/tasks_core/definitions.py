@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Unpack
 
 from tasks_core.arguments import MAX_RUNNING
 from tasks_core.authority import Authority, check_name
@@ -27,6 +26,7 @@ from tasks_core.models import (
     Work,
     check_retry,
 )
+from tasks_core.options import UNSET, SubmitOptions
 from tasks_core.sizes import check_deliveries, check_limit
 from tasks_core.storekit import QueueLimits
 
@@ -36,14 +36,6 @@ __all__ = ["DEFAULT_QUEUE", "UNSET", "Queue", "Retry", "Submitted", "Submitter",
 DEFAULT_QUEUE = "default"
 _MOST_BINDS = 64
 """The most key sets a task remembers as binding to its handler."""
-
-
-class _Unset(Enum):
-    UNSET = "unset"
-
-
-UNSET = _Unset.UNSET
-"""Marks an option left to the task's (or app's) default; ``None`` means "none"."""
 
 
 class Retry(Exception):
@@ -308,7 +300,8 @@ class TaskDef:
         return self.fn(*args, **kwargs)
 
     async def submit(
-        self, input: dict[str, Any] | None, authority: Authority, /, **options: Any
+        self, input: Mapping[str, Any] | None, authority: Authority, /,
+        **options: Unpack[SubmitOptions],
     ) -> Submitted:
         """Shortcut for ``app.submit(self, input, authority, **options)``.
 

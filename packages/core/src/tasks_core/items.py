@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tasks_core.authority import Owner
-from tasks_core.definitions import UNSET, TaskDef, _Unset
+from tasks_core.definitions import TaskDef
 from tasks_core.durations import Seconds
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
+from tasks_core.options import UNSET, Unset
 
 __all__ = ["SubmitItem"]
 
@@ -38,10 +39,10 @@ class SubmitItem:
     dedup: Literal["owner", "global"] = "owner"
     watchers: Sequence[Owner] = ()
     queue: str | None = None
-    ttl: Seconds | _Unset | None = UNSET
-    retention: Seconds | _Unset | None = UNSET
+    ttl: Seconds | Unset | None = UNSET
+    retention: Seconds | Unset | None = UNSET
     retry: RetryPolicy | None = None
-    timeout: Seconds | _Unset | None = UNSET
+    timeout: Seconds | Unset | None = UNSET
     max_deliveries: int | None = None
     idempotency_key: str | None = None
     delay: Seconds | None = None

@@ -13,7 +13,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from tasks_core import App, ManualClock, TaskContext, TaskStatus, TaskStore
@@ -56,7 +56,7 @@ class WorkerContract(ContractBase):
 
     @pytest.mark.parametrize("prefetch", [0, 3, "auto"])
     async def test_a_worker_runs_every_task_once_and_records_its_end(
-        self, store: TaskStore, prefetch: int | str
+        self, store: TaskStore, prefetch: int | Literal["auto"]
     ) -> None:
         """A worker (concurrency 4; ``prefetch`` 0, 3 and ``"auto"``, the default: ahead
         while runs are short) MUST run each submitted task exactly once and leave it

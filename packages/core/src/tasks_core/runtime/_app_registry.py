@@ -8,10 +8,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
 from tasks_core._labels import note_registered
-from tasks_core.definitions import DEFAULT_QUEUE, UNSET, Queue, TaskDef, _Unset
+from tasks_core.definitions import DEFAULT_QUEUE, Queue, TaskDef
 from tasks_core.durations import MAX_KEEP_S, Seconds, as_seconds, check_duration
 from tasks_core.errors import InvalidInput
 from tasks_core.models import RetryPolicy
+from tasks_core.options import UNSET, Unset
 from tasks_core.periodic import Schedule
 from tasks_core.policy import Limits
 from tasks_core.runtime._submit import check_input
@@ -94,7 +95,7 @@ class Registry:
         timeout: Seconds | None = None,
         max_deliveries: int = 25,
         ttl: Seconds | None = None,
-        retention: Seconds | _Unset | None = UNSET,
+        retention: Seconds | Unset | None = UNSET,
         priority: int = 0,
     ) -> Callable[[Callable[..., Any]], TaskDef]: ...
 
@@ -109,7 +110,7 @@ class Registry:
         timeout: Seconds | None = None,
         max_deliveries: int = 25,
         ttl: Seconds | None = None,
-        retention: Seconds | _Unset | None = UNSET,
+        retention: Seconds | Unset | None = UNSET,
         priority: int = 0,
     ) -> TaskDef | Callable[[Callable[..., Any]], TaskDef]:
         """Register a handler: ``@app.task`` or ``@app.task(queue=…, retry=…, timeout=…,

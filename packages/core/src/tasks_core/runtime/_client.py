@@ -31,10 +31,8 @@ from tasks_core.authority import (
 )
 from tasks_core.definitions import (
     DEFAULT_QUEUE,
-    UNSET,
     Submitted,
     TaskDef,
-    _Unset,
     check_priority,
     check_task_name,
 )
@@ -48,6 +46,7 @@ from tasks_core.errors import (
 from tasks_core.events import Cancelled, InputResponsesAccepted, Transition
 from tasks_core.items import SubmitItem
 from tasks_core.models import NewTask, RetryPolicy, Snapshot, Work, check_retry
+from tasks_core.options import UNSET, Unset
 from tasks_core.runtime._bulk import refused
 from tasks_core.runtime._bulk import submit_many as _submit_many
 from tasks_core.runtime._client_reads import ClientReads
@@ -77,10 +76,10 @@ class Client(ClientReads):
         dedup: Literal["owner", "global"] = "owner",
         watchers: Sequence[Owner] = (),
         queue: str | None = None,
-        ttl: Seconds | _Unset | None = UNSET,
-        retention: Seconds | _Unset | None = UNSET,
+        ttl: Seconds | Unset | None = UNSET,
+        retention: Seconds | Unset | None = UNSET,
         retry: RetryPolicy | None = None,
-        timeout: Seconds | _Unset | None = UNSET,
+        timeout: Seconds | Unset | None = UNSET,
         max_deliveries: int | None = None,
         idempotency_key: str | None = None,
         transaction: Any = None,
@@ -249,10 +248,10 @@ class Client(ClientReads):
         dedup: Literal["owner", "global"],
         watchers: Sequence[Owner],
         queue: str | None,
-        ttl: Seconds | _Unset | None,
-        retention: Seconds | _Unset | None,
+        ttl: Seconds | Unset | None,
+        retention: Seconds | Unset | None,
         retry: RetryPolicy | None,
-        timeout: Seconds | _Unset | None,
+        timeout: Seconds | Unset | None,
         max_deliveries: int | None,
         idempotency_key: str | None,
         delay: Seconds | None,
@@ -433,18 +432,18 @@ class Client(ClientReads):
         return await store.reap(limit)
 
 
-def _duration(value: Seconds | _Unset | None, what: str, high: float, *,
-              allow_zero: bool = False) -> float | _Unset | None:
+def _duration(value: Seconds | Unset | None, what: str, high: float, *,
+              allow_zero: bool = False) -> float | Unset | None:
     """A submit option as given: ``UNSET`` or ``None`` as they are, else checked seconds.
 
     Raises:
         InvalidInput: see :func:`~tasks_core.durations.check_duration`.
     """
-    if isinstance(value, _Unset):
+    if isinstance(value, Unset):
         return value
     return check_duration(value, what, high=high, allow_zero=allow_zero, allow_none=True)
 
 
-def _pick(value: float | _Unset | None, default: float | None) -> float | None:
-    return default if isinstance(value, _Unset) else value
+def _pick(value: float | Unset | None, default: float | None) -> float | None:
+    return default if isinstance(value, Unset) else value
 

@@ -20,7 +20,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted, TaskDef
@@ -28,6 +28,7 @@ from tasks_core.durations import Seconds
 from tasks_core.events import EventRecord, Transition
 from tasks_core.items import SubmitItem
 from tasks_core.models import Snapshot, TaskStatus
+from tasks_core.options import SubmitOptions
 from tasks_core.runtime._client import Client
 from tasks_core.runtime._client_reads import Page
 
@@ -154,7 +155,7 @@ class SyncApp:
         input: Mapping[str, Any] | None,
         authority: Authority,
         /,
-        **options: Any,
+        **options: Unpack[SubmitOptions],
     ) -> Submitted:
         """Blocking :meth:`App.submit`."""
         return self._run(self._app.submit(task, input, authority, **options))
@@ -164,10 +165,11 @@ class SyncApp:
         items: Iterable[SubmitItem | Mapping[str, Any]],
         authority: Authority,
         /,
-        **options: Any,
+        *,
+        transaction: Any = None,
     ) -> builtins.list[Submitted]:
         """Blocking :meth:`App.submit_many`."""
-        return self._run(self._app.submit_many(items, authority, **options))
+        return self._run(self._app.submit_many(items, authority, transaction=transaction))
 
     def get(self, task_id: str, authority: Authority, /) -> Snapshot:
         """Blocking :meth:`App.get`."""

@@ -9,9 +9,10 @@ which adds workers and the blocking facade. A worker sees its app only as a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
-from tasks_core.definitions import UNSET, Submitted
+from tasks_core.definitions import Submitted
+from tasks_core.options import UNSET, WorkerOptions
 from tasks_core.runtime._client import Client
 from tasks_core.runtime._client_reads import DEFAULT_RETENTION_S, Page
 from tasks_core.runtime._sync import SyncApp
@@ -55,12 +56,12 @@ class App(Client):
 
     # -- workers and the sync facade -----------------------------------------------------
 
-    def worker(self, **options: Any) -> Worker:
+    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A :class:`~tasks_core.Worker` of this app (``async with`` it, or
         ``await worker.run()``)."""
         return Worker(self, **options)
 
-    async def run_worker(self, **options: Any) -> None:
+    async def run_worker(self, **options: Unpack[WorkerOptions]) -> None:
         """Run a worker until it is shut down or cancelled (see ``Worker`` for options)."""
         await self.worker(**options).run()
 

@@ -20,7 +20,7 @@ import secrets
 import socket
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from tasks_core import telemetry
 from tasks_core.durations import (
@@ -361,7 +361,7 @@ class Worker(Claims):
         self._shutdown_done.set()
         return settled
 
-    async def __aenter__(self) -> Worker:
+    async def __aenter__(self) -> Self:
         """Start :meth:`run` in the background."""
         await self.app.open()
         self._main = asyncio.create_task(self.run())
