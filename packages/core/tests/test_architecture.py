@@ -167,3 +167,17 @@ def test_every_module_docstring_is_at_most_12_lines(package: str) -> None:
         if (lines := _docstring_lines(path)) > MAX_DOCSTRING_LINES
     }
     assert {} == too_long
+
+
+def test_every_distribution_ships_the_repository_license() -> None:
+    """Every distribution's folder MUST hold the repository's LICENSE, unchanged: its wheel
+    and sdist take it from there (the license its metadata names, Apache-2.0, requires the
+    text to reach whoever installs it; none shipped one)."""
+    text = (REPOSITORY / "LICENSE").read_text(encoding="utf-8")
+    folders = sorted(path.parent for pattern in ("packages/*/pyproject.toml",
+                                                 "examples/*/pyproject.toml")
+                     for path in REPOSITORY.glob(pattern))
+    assert len(folders) == len(PACKAGES)  # one import package each
+    assert [] == [str(folder.relative_to(REPOSITORY)) for folder in folders
+                  if not (folder / "LICENSE").is_file()
+                  or (folder / "LICENSE").read_text(encoding="utf-8") != text]
