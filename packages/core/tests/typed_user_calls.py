@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from fractions import Fraction
 from typing import Any
 
 from tasks_core import App, Owner, TaskContext, Worker
@@ -22,6 +23,7 @@ async def build_report(ctx: TaskContext, month: str) -> dict[str, str]:
 
 async def submits(given: Mapping[str, Any]) -> None:
     await build_report.submit(given, alice, key="r-11", delay=timedelta(minutes=5))
+    await app.submit(build_report, given, alice, delay=Fraction(1, 2), ttl=30)
     await build_report.submit(given, alice, kye="r-11")  # type: ignore[call-arg]
     await build_report.submit(given, alice, delay="5")  # type: ignore[arg-type]
     app.sync.submit(build_report, given, alice, priority=3)
@@ -30,7 +32,7 @@ async def submits(given: Mapping[str, Any]) -> None:
 
 
 async def workers() -> None:
-    async with app.worker(concurrency=8, prefetch="auto"):
+    async with app.worker(concurrency=8, prefetch="auto", lease_for=Fraction(45, 2)):
         pass
     app.worker(concurency=8)  # type: ignore[call-arg]
     app.worker(lease_for="30")  # type: ignore[arg-type]

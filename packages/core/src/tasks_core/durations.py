@@ -36,9 +36,10 @@ a lease and so its heartbeats), in seconds."""
 MAX_BATCH_WINDOW_S = 1.0
 """The longest ``batch_window`` of a worker, in seconds."""
 
-Seconds: TypeAlias = float | timedelta
-"""A duration as the public API takes it: a number of seconds, or a ``timedelta``
-(``delay=30``, ``delay=timedelta(minutes=5)``)."""
+Seconds: TypeAlias = float | numbers.Real | timedelta
+"""A duration as the public API takes it: a real number of seconds (an ``int``, a
+``float``, a ``Fraction``…), or a ``timedelta`` (``delay=30``,
+``delay=timedelta(minutes=5)``)."""
 
 
 @overload
@@ -50,9 +51,14 @@ def as_seconds(value: None) -> None: ...
 
 
 def as_seconds(value: Seconds | None) -> float | None:
-    """A duration as a number of seconds: a ``timedelta``'s total seconds, anything else as
-    it is — unchecked: :func:`check_duration` checks it where it is given."""
-    return value.total_seconds() if isinstance(value, timedelta) else value
+    """A duration as a number of seconds: a ``timedelta``'s total seconds, another real
+    number as a ``float``, anything else (a ``bool`` too) as it is — unchecked:
+    :func:`check_duration` checks it where it is given."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return float(value)
 
 
 @overload
