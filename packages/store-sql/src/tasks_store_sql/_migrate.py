@@ -188,11 +188,12 @@ def mismatch(tables: Tables, state: SchemaState, current: str | None) -> SchemaM
     if state == "interrupted":
         return SchemaMismatch(
             f"A migration of namespace {where} from {current} stopped part way: "
-            "MariaDB/MySQL commit each DDL statement on its own, so its tables are between "
-            "those revisions. Restore the database from a backup taken before it and "
-            "migrate again; or start the namespace afresh, its tasks lost: `tasks migrate "
-            "--to base`, then `tasks migrate` (or finish the schema by hand, then drop "
-            f"table {tables.migrating_table})"
+            "MariaDB/MySQL commit each DDL statement on its own, so its tables may lie "
+            "between those revisions. If it failed at its first statement (a right the "
+            "login lacked, say), nothing changed: drop table "
+            f"{tables.migrating_table} and migrate again. Else restore the database from "
+            "a backup taken before it and migrate again, or start the namespace afresh, "
+            "its tasks lost: `tasks migrate --to base`, then `tasks migrate`"
         )
     if state == "foreign":
         return SchemaMismatch(
