@@ -342,3 +342,26 @@ async def test_a_wait_cancelled_while_its_wakeup_connection_opens_leaves_nothing
     finally:
         loop.set_exception_handler(previous)
     assert [] == [str(context.get("message")) for context in reported]
+
+
+@pytest.mark.parametrize(("errno", "transient"), [
+    (1054, False),  # an unknown column
+    (1060, False),  # a duplicate column
+    (1146, False),  # no such table
+    (1205, True),   # a lock wait timed out
+    (1213, True),   # a deadlock
+    (2013, True),   # the connection lost during a query
+    (0, True),      # the driver's own: a connection closed under it
+])
+def test_a_mariadb_error_is_transient_by_its_number(errno: int, transient: bool) -> None:
+    """A MariaDB/MySQL error MUST be ``StoreUnavailable`` (transient) by its number, not by
+    the class its driver gives it — both drivers raise ``OperationalError`` for server
+    refusals they do not map — and a driver's own ``(0, '')`` (a connection closed under
+    it) by its class, as before."""
+    import asyncmy.errors  # type: ignore[import-untyped,unused-ignore]
+    import pymysql  # type: ignore[import-untyped,unused-ignore]
+    from tasks_store_sql._errors import translated
+
+    for module in (pymysql.err, asyncmy.errors):
+        kind = module.InterfaceError if errno == 0 else module.OperationalError
+        assert transient == isinstance(translated(kind(errno, "")), StoreUnavailable), module

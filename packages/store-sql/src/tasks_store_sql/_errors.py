@@ -44,6 +44,9 @@ _TRANSIENT_STATES = ("08", "53", "57", "40", "55P03")  # connection, resources, 
 _TRANSIENT_ERRNOS = frozenset(  # server errors; the client's own (2000 and up) all are
     {1040, 1053, 1152, 1158, 1159, 1160, 1161, 1205, 1213, 1317, 1927, 1969, 4031}
 )
+_SERVER_ERRNOS = 1000
+"""MariaDB/MySQL server error numbers start here (a driver's ``(0, '')`` is its own: a
+connection closed under it, judged by its class)."""
 _CLIENT_ERRNOS = 2000
 """MariaDB/MySQL client error numbers (``CR_…``: the connection's) start here."""
 _NO_SLOT = ("the server has no connection slot left (max_connections, or a connection "
@@ -245,7 +248,8 @@ def _is_transient(exc: BaseException) -> bool:
     if _denial(exc) is not None:  # MariaDB's are OperationalError: a grant, not a retry
         return False
     errno = _errno(exc)
-    if errno is not None and not isinstance(_driver_error(exc), OSError):
+    if errno is not None and errno >= _SERVER_ERRNOS and not isinstance(
+            _driver_error(exc), OSError):
         # MariaDB/MySQL: its drivers raise OperationalError for a server's refusals too
         # (an unknown column, a duplicate key name): judged by the number, not the class
         return errno in _TRANSIENT_ERRNOS or errno >= _CLIENT_ERRNOS
