@@ -29,6 +29,13 @@ def _app() -> App:
     return app
 
 
+def _jsonl(tmp_path: Path, lines: list[str]) -> Path:
+    """A file ``items.jsonl`` in ``tmp_path`` holding ``lines``, each ended by a newline."""
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 async def _run(app: App, *argv: str) -> tuple[int, str]:
     out = io.StringIO()
     code = await run(["submit", *argv, "--user", "alice"], app=app,
@@ -42,8 +49,7 @@ async def test_every_line_is_one_item_of_one_batch(tmp_path: Path) -> None:
              '{"input": {"to": "c"}, "key": "a"}',
              '{"input": {"to": "d"}, "key": "d", "global": true, '
              '"at": "2030-01-01T00:00Z"}']
-    path = tmp_path / "items.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    path = _jsonl(tmp_path, lines)
     app = _app()
     async with app:
         code, out = await _run(app, "send", "--many", str(path))
@@ -96,8 +102,7 @@ async def test_a_null_value_on_a_line_reads_as_the_key_left_out(tmp_path: Path) 
              '{"task": "send", "input": {"to": "b"}, "at": null, "delay": "5m"}',
              '{"task": "send", "input": {"to": "c"}, "key": "c", "global": null, '
              '"priority": null, "queue": null}']
-    path = tmp_path / "items.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    path = _jsonl(tmp_path, lines)
     app = _app()
     async with app:
         code, out = await _run(app, "--many", str(path))

@@ -172,6 +172,13 @@ def _errno(exc: BaseException) -> int | None:
     return None
 
 
+def _mysql_errno(exc: BaseException) -> int | None:
+    """The error number of a MariaDB/MySQL driver's error (``None``: not one; an
+    ``OSError``'s number is the system's)."""
+    errno = _errno(exc)
+    return None if errno is None or isinstance(_driver_error(exc), OSError) else errno
+
+
 def _sqlite_code(exc: BaseException) -> int | None:
     for candidate in (_origin(exc), _driver_error(exc)):
         if isinstance(candidate, sqlite3.Error):
@@ -208,8 +215,8 @@ def _coded(
     """The words the table of ``exc``'s database gives its code: MariaDB/MySQL's errno
     first (its errors carry a SQLSTATE too), else PostgreSQL's SQLSTATE (or its class),
     else SQLite's primary result code; ``None`` when the table has no entry."""
-    errno = _errno(exc)
-    if errno is not None and not isinstance(_driver_error(exc), OSError):
+    errno = _mysql_errno(exc)
+    if errno is not None:
         return by_errno.get(errno)
     state = _sqlstate(exc)
     if state is not None:
@@ -247,9 +254,8 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     if _denial(exc) is not None:  # MariaDB's are OperationalError: a grant, not a retry
         return False
-    errno = _errno(exc)
-    if errno is not None and errno >= _SERVER_ERRNOS and not isinstance(
-            _driver_error(exc), OSError):
+    errno = _mysql_errno(exc)
+    if errno is not None and errno >= _SERVER_ERRNOS:
         # MariaDB/MySQL: its drivers raise OperationalError for a server's refusals too
         # (an unknown column, a duplicate key name): judged by the number, not the class
         return errno in _TRANSIENT_ERRNOS or errno >= _CLIENT_ERRNOS
