@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from tasks_core import rules, storekit
 from tasks_core.errors import CapacityExceeded, InvalidInput, TaskExists, TaskNotFound
 from tasks_core.models import NewTask, Snapshot, StoreCapabilities
@@ -28,6 +28,7 @@ from tasks_core.models import NewTask, Snapshot, StoreCapabilities
 from tasks_store_sql import _codec
 from tasks_store_sql._base import TaskRow
 from tasks_store_sql._bulk import BulkCreates
+from tasks_store_sql._open_creates import refuse_open, remember
 from tasks_store_sql._options import check_store_options
 from tasks_store_sql._schema import active
 from tasks_store_sql._scopes import Room, room_for_one
@@ -221,7 +222,9 @@ class SQLStore(BulkCreates):
         Raises:
             TaskExists: the id is taken.
             RevisionConflict: ``replace`` is not the current run and revision.
-            Unavailable: ``replace`` names a live task.
+            Unavailable: ``replace`` names a live task; or, without ``transaction``, the
+                running code created ``new.id`` in a transaction still open
+                (:mod:`._open_creates`).
             TaskNotFound: ``replace`` names no task.
             CapacityExceeded: a capacity limit; nothing stored.
             InvalidInput: ``transaction`` is not an ``AsyncConnection`` inside a
@@ -235,7 +238,10 @@ class SQLStore(BulkCreates):
             raise InvalidInput("create() takes a NewTask")
         if transaction is not None:
             await self._check_ready_on(_in_transaction(transaction, self.engine))
-            return await self._create(new, replace, transaction)
+            created = await self._create(new, replace, transaction)
+            remember(transaction, [new.id])
+            return created
+        refuse_open([new.id])
         await self._ensure_ready()
         return await self._create_own(new, replace)
 
@@ -248,6 +254,7 @@ class SQLStore(BulkCreates):
         Raises:
             InvalidInput: a bad batch; ``transaction`` as for :meth:`create`.
             TaskExists, CapacityExceeded: nothing stored.
+            Unavailable: as for :meth:`create`, for any id of the batch.
             SchemaMismatch: as for :meth:`create`.
             StoreCorrupt: a row holding one of the ids fails validation.
             StoreUnavailable: transient failure; nothing stored.
@@ -255,7 +262,10 @@ class SQLStore(BulkCreates):
         batch = storekit.check_create_many(news)
         if transaction is not None:
             await self._check_ready_on(_in_transaction(transaction, self.engine))
-            return await self._create_batch(batch, transaction) if batch else []
+            created = await self._create_batch(batch, transaction) if batch else []
+            remember(transaction, [new.id for new in batch])
+            return created
+        refuse_open([new.id for new in batch])
         await self._ensure_ready()
         if not batch:
             return []
@@ -392,7 +402,9 @@ def _in_transaction(transaction: object, engine: AsyncEngine) -> AsyncConnection
     if not isinstance(transaction, AsyncConnection):
         hint = (" (a sync Connection cannot be: the store runs on asyncio drivers; use an "
                 "AsyncEngine of the same database)"
-                if isinstance(transaction, sa.Connection) else "")
+                if isinstance(transaction, sa.Connection) else
+                " (of an AsyncSession: await session.connection())"
+                if isinstance(transaction, AsyncSession) else "")
         raise InvalidInput("transaction must be the SQLAlchemy AsyncConnection your "
                            f"transaction runs on{hint}")
     if transaction.closed:
