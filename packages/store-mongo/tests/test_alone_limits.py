@@ -12,7 +12,10 @@ from __future__ import annotations
 import secrets
 import shutil
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mongo_server import secantusd, store_url
@@ -72,9 +75,9 @@ async def _race_rounds(
             race_in_threads(THREADS, cls, base, driver, namespace, claim)
             counts.append(len(claims))
             assert len({c.snapshot.id for c in claims}) == len(claims)  # never one twice
-            for claim in claims:
-                await store.transition(claim.snapshot.id, claim.snapshot.revision,
-                                       Completed(event_id="done", result=None), claim.lease)
+            for made in claims:
+                await store.transition(made.snapshot.id, made.snapshot.revision,
+                                       Completed(event_id="done", result=None), made.lease)
         return counts
     finally:
         await store.aclose()
@@ -124,3 +127,56 @@ async def test_a_rate_counts_claims_across_stores(standalone: str, driver: str) 
     finally:
         await second.aclose()
         await first.aclose()
+
+
+class _LandsAfterFirstRead:
+    """The store's tasks collection, but the first read of it made through this proxy
+    is followed at once by ``land()``: another claimer's write landing mid-count."""
+
+    def __init__(self, tasks: Any, land: Callable[[], Awaitable[object]]) -> None:
+        self._tasks = tasks
+        self._land: Callable[[], Awaitable[object]] | None = land
+
+    async def _landed(self) -> None:
+        if self._land is not None:
+            land, self._land = self._land, None
+            await land()
+
+    def find(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async def read_then_land() -> AsyncIterator[Any]:
+            docs = [doc async for doc in self._tasks.find(*args, **kwargs)]
+            await self._landed()
+            for doc in docs:
+                yield doc
+        return read_then_land()
+
+    async def count_documents(self, *args: Any, **kwargs: Any) -> int:
+        counted = int(await self._tasks.count_documents(*args, **kwargs))
+        await self._landed()
+        return counted
+
+
+async def test_a_claim_landing_during_the_count_is_counted_once(
+    standalone: str, driver: str
+) -> None:
+    """A claim another claimer reserved (a held entry) and writes while this claimer
+    counts MUST count once toward ``max_running`` — as pending before its write, as a live
+    lease after it — never twice (which would leave room the limit allows unused)."""
+    store = await open_mongo(store_url(standalone, driver), namespace="q" + secrets.token_hex(5))
+    try:
+        task = await store.create(new_task(queue=QUEUE))
+        request = ClaimRequest(worker_id="w", lease_for=LEASE_S, queues=frozenset({QUEUE}),
+                               limits={QUEUE: QueueLimits(max_running=2)}, limit=1)
+        now = await store._now()
+        held = _alone_limits.Held(entries={QUEUE: [
+            {"r": "other", "t": task.id, "g": task.lease_generation + 1,
+             "at": now, "until": now + timedelta(seconds=LEASE_S)}]})
+
+        async def land() -> None:
+            assert 1 == len(await store.claim_next("other", LEASE_S, queues=[QUEUE]))
+
+        running, _ = await _alone_limits.count(
+            _LandsAfterFirstRead(store._tasks, land), request, held, now)
+        assert {QUEUE: 1} == running
+    finally:
+        await store.aclose()

@@ -4,8 +4,8 @@ without multi-document transactions.
 Each limited queue's document in ``PREFIX.queues`` serializes its limited claimers:
 ``{_id: q, claims: <version>, kept_ms, held: [{r, t, g, at, until}]}``, ``held`` the
 claims decided but maybe not yet written (and, for a rate, those within its window). A
-claim reads the versions and the clock (1, :func:`read`), counts ``running`` from the
-pending held entries and then the live leases, and ``recent`` (2, :func:`count`),
+claim reads the versions and the clock (1, :func:`read`), counts ``running`` (live
+leases and pending held entries, one read) and ``recent`` (2, :func:`count`),
 decides without writing (3), reserves by one update conditional on the version read (4,
 :func:`reserve`) and writes by compare-and-set (5, :func:`settle`). Rule: a limit is
 never exceeded, only reached early (a dead claimer's entries count until their lease
@@ -68,14 +68,7 @@ async def count(
             continue
         entries = held.entries[queue]
         if limits.max_running is not None:
-            # pending first: a claim that lands between the two reads is then counted
-            # twice (the limit reached early), never by neither
-            pending = await _pending(tasks, entries, now)
-            live = int(await tasks.count_documents(
-                {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}},
-                limit=limits.max_running,
-            ))
-            running[queue] = pending + live
+            running[queue] = await _running(tasks, queue, entries, now)
         start = limits.window_start(now)
         if limits.rate is not None and start is not None:
             recent[queue] = sum(1 for e in entries if _at(e, "at") > start)
@@ -87,20 +80,29 @@ def _at(entry: Mapping[str, Any], key: str) -> datetime:
     return value if isinstance(value, datetime) else datetime.min.replace(tzinfo=UTC)
 
 
-async def _pending(tasks: Any, entries: list[dict[str, Any]], now: datetime) -> int:
-    """Held entries whose claim may still land: lease end not passed, and the task's
-    stored lease generation still below the entry's."""
-    live = [e for e in entries if _at(e, "until") > now]
-    if not live:
-        return 0
-    stored: dict[str, int] = {}
-    ids = sorted({str(e.get("t")) for e in live})
-    async for doc in tasks.find({"_id": {"$in": ids}},
-                                {"lease_generation": 1}):
+async def _running(tasks: Any, queue: str, entries: list[dict[str, Any]],
+                   now: datetime) -> int:
+    """The tasks of ``queue`` holding a live lease or about to (a held entry whose lease
+    end has not passed, the task's stored lease generation still below the entry's), by
+    one read of the tasks: a claim is one document's write, so a claim landing while
+    the count reads is counted once — pending before it, live after it."""
+    pending: dict[str, int] = {}
+    for entry in entries:
+        if _at(entry, "until") > now:
+            task_id = str(entry.get("t"))
+            pending[task_id] = max(pending.get(task_id, 0), int(entry.get("g", 0)))
+    live = {"queue": queue, "claim.ended": False, "claim.expires_at": {"$gt": now}}
+    query = {"$or": [live, {"_id": {"$in": sorted(pending)}}]} if pending else live
+    running = 0
+    async for doc in tasks.find(query, {"queue": 1, "claim": 1, "lease_generation": 1}):
+        claim = doc.get("claim")
         generation = doc.get("lease_generation")
-        stored[doc["_id"]] = generation if isinstance(generation, int) else 0
-    return sum(1 for e in live
-               if e.get("t") in stored and stored[e["t"]] < int(e.get("g", 0)))
+        live_lease = (doc.get("queue") == queue and isinstance(claim, dict)
+                      and claim.get("ended") is False and _at(claim, "expires_at") > now)
+        landing = doc["_id"] in pending and (
+            generation if isinstance(generation, int) else 0) < pending[doc["_id"]]
+        running += live_lease or landing
+    return running
 
 
 def in_flight(held: Held, now: datetime) -> frozenset[str]:
