@@ -88,15 +88,17 @@ def test_any_integral_size_is_taken_as_a_plain_int() -> None:
 @pytest.mark.parametrize(("given", "options", "message"), [
     (0, {}, "limit must be a positive integer, not 0"),
     (1001, {"maximum": 1000, "what": "--scan"}, "--scan must be an integer in 1..1000, not 1001"),
-    (2.5, {"maximum": 10}, "limit must be an integer in 1..10, not 2.5"),
+    (2.5, {"maximum": 10}, "limit must be an integer in 1..10, not the float 2.5"),
+    (1000.0, {"maximum": 10**6}, "limit must be an integer in 1..1000000, not the float "
+                                 "1000.0"),
     ("5", {}, "limit must be a positive integer, not '5'"),
     (10**5000, {"maximum": 10}, "limit must be an integer in 1..10, not an integer too long "
                                 "to print"),
     (1, {"minimum": 2, "what": "--writers"}, "--writers must be an integer from 2, not 1"),
     (-1, {"minimum": 0, "maximum": 9}, "limit must be an integer in 0..9, not -1"),
     (True, {"minimum": -9, "maximum": 9}, "limit must be an integer in -9..9, not a bool"),
-], ids=["zero", "past-maximum", "float", "str", "too-long-to-print", "below-a-minimum",
-        "below-zero", "bool"])
+], ids=["zero", "past-maximum", "float", "integral-float", "str", "too-long-to-print",
+        "below-a-minimum", "below-zero", "bool"])
 def test_a_refused_size_names_what_its_bounds_and_the_value_as_given(
     given: object, options: dict[str, Any], message: str
 ) -> None:

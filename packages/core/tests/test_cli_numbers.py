@@ -255,6 +255,16 @@ async def test_worker_refuses_a_bad_count_before_it_claims(
         assert 0 == (await app.get(task.id, ALICE)).deliveries
 
 
+async def test_an_integer_option_written_with_an_exponent_is_refused_as_a_float() -> None:
+    """``--concurrency 1e3`` read "must be an integer in 1..1000000, not 1000.0", as if
+    1000 were out of range: the refusal MUST say the value is a float."""
+    app = make_app()
+    async with app:
+        message = await _refused(app, "concurrency", "worker", "m:app", "--no-reaper",
+                                 "--concurrency=1e3")
+    assert message.endswith("not the float 1000.0"), message
+
+
 @pytest.mark.parametrize("value", [*NOT_NUMBERS, "101", "-101", "2.5"])
 async def test_submit_refuses_a_bad_priority_before_it_writes(value: str) -> None:
     """``submit --priority nan`` was an argparse error; it MUST be ``InvalidInput``
@@ -324,7 +334,7 @@ def test_the_checks_spell_the_value_exactly() -> None:
             check_duration(value, "x", low=MIN_INTERVAL_S, high=MAX_WAIT_S)
         assert (f"x must be a finite number of seconds in [0.001, 31622400], not {shown}"
                 == str(info.value))
-    for size, shown in [(0, "0"), (1001, "1001"), (2.5, "2.5"), (10**5000, "an integer")]:
+    for size, shown in [(0, "0"), (1001, "1001"), (2.5, "the float 2.5"), (10**5000, "an integer")]:
         with pytest.raises(InvalidInput) as info:
             check_limit(size, maximum=1000, what="--limit")  # type: ignore[arg-type]
         assert str(info.value).startswith(f"--limit must be an integer in 1..1000, not {shown}")

@@ -447,3 +447,21 @@ def test_an_instant_on_the_command_line_takes_rfc_3339_s_spellings(text: str) ->
     """``--at`` MUST take an instant as RFC 3339 writes it, its ``Z`` and ``T`` in either
     case (RFC 3339 §5.6), as the same UTC instant."""
     assert datetime(2031, 12, 24, 9, tzinfo=UTC) == parse_instant(text, "--at")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("2027-02-30T09:00Z", "--at is not a real instant (day is out of range for month): "
+                          "'2027-02-30T09:00Z'"),
+    ("2027-01-01T25:00Z", "--at is not a real instant (hour must be in 0..23): "
+                          "'2027-01-01T25:00Z'"),
+    ("next tuesday", "--at must be an ISO 8601 instant with a time zone, e.g. "
+                     "2026-12-24T09:00Z, not 'next tuesday'"),
+])
+def test_an_impossible_instant_on_the_command_line_says_what_is_wrong(
+    text: str, message: str
+) -> None:
+    """``--at 2027-02-30T09:00Z`` read "must be an ISO 8601 instant with a time zone", which
+    it is: a date or time that does not exist MUST be refused saying so."""
+    with pytest.raises(InvalidInput) as refused:
+        parse_instant(text, "--at")
+    assert message == str(refused.value)

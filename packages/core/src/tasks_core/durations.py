@@ -186,11 +186,15 @@ def parse_instant(text: str, what: str) -> datetime:
     checked by :func:`check_instant`.
 
     Raises:
-        InvalidInput: naming ``what``: not ISO 8601, without a time zone, or out of range.
+        InvalidInput: naming ``what``: not ISO 8601, a date or time that does not exist
+            (``2027-02-30``, ``25:00``: said so), without a time zone, or out of range.
     """
     try:
         value = datetime.fromisoformat(text[:-1] + "Z" if text.endswith("z") else text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
+        reason = str(exc)
+        if isinstance(exc, ValueError) and not reason.startswith("Invalid isoformat"):
+            raise InvalidInput(f"{what} is not a real instant ({reason}): {text!r}") from None
         raise InvalidInput(f"{what} must be an ISO 8601 instant with a time zone, e.g. "
                            f"2026-12-24T09:00Z, not {text!r}") from None
     return check_instant(value, what)

@@ -57,10 +57,13 @@ def check_limit(
 
 def _shown(value: object) -> str:
     """A refused value, never rounded: its ``repr``, a long one elided in the middle
-    (``...``), an integer past Python's digit limit or a bool (JSON's ``true`` is Python's
-    ``True``) described instead, as :mod:`tasks_core.durations` does."""
+    (``...``), a float called one (``1e3`` on a command line reads ``1000.0``: not an
+    integer, though it looks one), an integer past Python's digit limit or a bool (JSON's
+    ``true`` is Python's ``True``) described instead, as :mod:`tasks_core.durations` does."""
     if isinstance(value, bool):
         return "a bool"
+    if isinstance(value, float):
+        return f"the float {value!r}"
     try:
         return reprlib.repr(value)
     except ValueError:
