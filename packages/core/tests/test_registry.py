@@ -181,3 +181,41 @@ def test_plugin_that_declares_a_name_it_does_not_serve(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UnknownStore, match="declares 'liar' but serves no such store"):
         find_store("liar://")
+
+
+@pytest.mark.anyio
+async def test_a_plugin_is_imported_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open_store`` and an ``App`` opening its store by URL MUST import the plugin in
+    another thread: the first open of SQLite imported SQLAlchemy and Alembic on the loop,
+    freezing every other request of a web app for seconds (an outside test)."""
+    import sys
+    import threading
+
+    from tasks_core import App
+
+    (tmp_path / "threaded_plugin.py").write_text(
+        "import threading\n"
+        "from tasks_core import StoreSpec, hookimpl\n"
+        "from tasks_store_memory import MemoryStore\n"
+        "from tasks_store_memory.plugin import open_memory\n"
+        "IMPORTED_ON = threading.get_ident()\n"
+        "async def factory(url, **options):\n"
+        "    return await open_memory('memory://', **options)\n"
+        "@hookimpl\n"
+        "def tasks_stores():\n"
+        "    return StoreSpec(name='threaded', schemes=('threaded',), factory=factory,\n"
+        "                     capabilities=MemoryStore.CAPABILITIES, distribution='threaded')\n"
+    )
+    _fake_distribution(tmp_path, "threaded", "threaded", "threaded_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loop_thread = threading.get_ident()
+    for opening in ("open_store", "App"):
+        sys.modules.pop("threaded_plugin", None)
+        if opening == "open_store":
+            await (await open_store("threaded://")).aclose()
+        else:
+            async with App("threaded://") as app:
+                await app.open()
+        assert loop_thread != sys.modules["threaded_plugin"].IMPORTED_ON, opening

@@ -401,3 +401,32 @@ def test_a_retry_error_is_a_type_name(error: Any) -> None:
         Retry("no", error=error)
     assert "RateLimited" == Retry("no", error="RateLimited").error
     assert "partner.HTTP503" == Retry("no", error="partner.HTTP503").error
+
+
+async def test_a_lease_lapsed_while_the_loop_was_blocked_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An async handler blocking the event loop past the lease (``time.sleep`` in an
+    ``async def``) has its outcome fenced off and its task run again; the warning MUST
+    say the lease ran out before this worker renewed it and name the likely cause and the
+    fix (a plain ``def`` handler), not only "fenced off"."""
+    import time
+
+    app = make_app(store=MemoryStore())  # the system clock: the lease runs out meanwhile
+
+    @app.task
+    async def blocking(ctx: TaskContext) -> int:
+        if ctx.deliveries == 1:
+            time.sleep(0.6)  # noqa: ASYNC251 - the blocking call under test: no renew runs
+        return ctx.deliveries
+
+    async with app:
+        t = await app.submit(blocking, None, ALICE)
+        async with fast_worker(app, lease_for=0.3):
+            done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
+    assert (TaskStatus.COMPLETED, 2) == (done.status, done.result)
+    fenced = [r.getMessage() for r in caplog.records if "fenced off" in r.getMessage()]
+    assert fenced, [r.getMessage() for r in caplog.records]
+    assert "ran out before this worker renewed it" in fenced[0]
+    assert "event loop blocked" in fenced[0]
+    assert "plain def" in fenced[0]

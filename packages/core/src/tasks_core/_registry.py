@@ -1,10 +1,12 @@
 """The one module that calls ``pm.hook``: finding and opening store plugins.
 
-Only the plugin whose entry-point name matches the requested scheme or name is imported.
+Only the plugin whose entry-point name matches the requested scheme or name is imported;
+``open_store`` imports it in a thread, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from collections.abc import Generator
 from importlib.metadata import EntryPoint, entry_points
@@ -146,7 +148,9 @@ class _Opening:
         self._store: TaskStore | None = None
 
     async def _open(self) -> TaskStore:
-        spec = find_store(self._url)
+        # the plugin's import (SQLAlchemy, Alembic: seconds on a busy machine) in a thread,
+        # so that it never freezes the event loop of the application opening the store
+        spec = await asyncio.to_thread(find_store, self._url)
         url = self._url if "://" in self._url else f"{self._url}://"
         return await spec.factory(url, **self._options)
 

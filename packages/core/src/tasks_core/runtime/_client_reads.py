@@ -187,7 +187,8 @@ class ClientReads(Registry):
             return self._store
         async with self._open_lock:
             if self._store is None:
-                url = self.url or default_store_url()[0]
+                # which default is installed: a plugin import, off the event loop
+                url = self.url or (await asyncio.to_thread(default_store_url))[0]
                 options = {
                     "max_tasks": self.limits.max_tasks,
                     "max_active_tasks_per_scope": self.limits.max_active_tasks_per_scope,

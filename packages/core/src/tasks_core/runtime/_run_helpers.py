@@ -100,7 +100,7 @@ class RunHelpers(RunWrites):
             try:
                 snapshot = await self.cell.renew(self.env.lease_for)
             except LeaseLost:
-                log.warning("task %r: lease lost on renew", self.task_id)
+                log.warning("task %r: lease lost on renew%s", self.task_id, self.lapse_note())
                 self.lost()
                 return
             except Exception:

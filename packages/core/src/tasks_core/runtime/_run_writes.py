@@ -12,6 +12,7 @@ lost its task; a failed one is reported to the worker (it runs again once its le
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from typing import Any
 
@@ -29,6 +30,11 @@ from tasks_core.runtime._run_base import RunBase, _Outcome, _Parked
 __all__ = ["UNRECOVERABLE", "RunWrites"]
 
 log = logging.getLogger("tasks_core.worker")
+
+LAPSED = (": it ran out before this worker renewed it — an event loop blocked past the lease "
+          "(an async handler calling blocking code: make it a plain def handler, which runs "
+          "in a thread) or a store out of reach that long; the task runs again")
+"""What a fenced-off write adds when the run's lease ran out by this process's clock."""
 
 UNRECOVERABLE: tuple[type[BaseException], ...] = (
     MemoryError,
@@ -154,6 +160,10 @@ class RunWrites(RunBase):
                  where)
         return RetryRequested(event_id=self.event_id("retry"), error=name, message=message)
 
+    def lapse_note(self) -> str:
+        """:data:`LAPSED` once the run's lease ran out by this process's clock, else ``""``."""
+        return LAPSED if time.monotonic() > self.cell.live_until else ""
+
     async def _write(self, event: Event, *, late: bool = False) -> Any:
         """Send a worker event; ``None`` when the store refused it."""
         try:
@@ -164,8 +174,9 @@ class RunWrites(RunBase):
             # lost its lease unexpectedly (a stall, a takeover): WARNING.
             expected = late and self.token.reason in (CancelReason.USER, CancelReason.TIMEOUT)
             log.log(logging.DEBUG if expected else logging.WARNING,
-                    "task %r: %s fenced off (this run no longer holds the lease)",
-                    self.task_id, "late outcome" if late else event.kind)
+                    "task %r: %s fenced off (this run no longer holds the lease%s)",
+                    self.task_id, "late outcome" if late else event.kind,
+                    "" if expected else self.lapse_note())
             self.lost()
             return None
         except TasksError:
