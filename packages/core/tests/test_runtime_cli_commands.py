@@ -227,6 +227,23 @@ async def test_show_tells_a_live_lease_from_an_expired_one() -> None:
     assert "w1 gen 1 (expired, until" in expired
 
 
+async def test_show_says_a_claim_took_over_an_expired_lease() -> None:
+    """``tasks show`` of a task whose worker died MUST say its new claim took over an
+    expired lease (the history shows no crash; only that and the deliveries count do)."""
+    clock = ManualClock()
+    app = _app(clock)
+    async with app:
+        t = await app.submit("ask", None, ALICE, key="k")
+        await app.store.claim(t.id, "w1", 10)
+        _, first = await _cli(app, "show", t.id, "--user", "alice")
+        clock.advance(11)
+        await app.store.claim(t.id, "w2", 10)
+        _, second = await _cli(app, "show", t.id, "--user", "alice")
+    assert "took over" not in first
+    assert "w2 gen 2 (live, until" in second
+    assert "; took over an expired lease)" in second
+
+
 async def test_show_tells_accepted_answers_from_ignored_ones() -> None:
     """``tasks show`` MUST render an answer event with the answers that were accepted and
     name the keys that were ignored (not read them as accepted)."""

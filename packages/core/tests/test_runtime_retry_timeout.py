@@ -410,8 +410,10 @@ async def test_a_lease_lapsed_while_the_loop_was_blocked_says_so(
     ``async def``) has its outcome fenced off and its task run again; the warning MUST
     say the lease ran out before this worker renewed it and name the likely cause and the
     fix (a plain ``def`` handler), not only "fenced off"."""
+    import logging
     import time
 
+    caplog.set_level(logging.WARNING, logger="tasks_core.worker")
     app = make_app(store=MemoryStore())  # the system clock: the lease runs out meanwhile
 
     @app.task

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tasks_contract_tests.garbage import check_contained, seed
 from tasks_contract_tests.isolation import run_isolation_check
-from tasks_core import ManualClock, TaskStore
+from tasks_core import ManualClock, Owner, System, TaskStore
 from tasks_store_memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -39,3 +39,39 @@ async def test_a_corrupt_record_reads_as_missing_to_whoever_cannot_own_it() -> N
     seeded = await seed(store, clock)
     store._corrupt(seeded.victim)
     await check_contained(store, clock, seeded)
+
+
+@pytest.mark.parametrize("forged", [
+    Owner("placeholder").model_copy(update={"user_id": "acme::alice"}),
+    Owner.model_construct(user_id="", tenant="acme"),
+    Owner("placeholder").model_copy(update={"tenant": "a::b"}),
+    System.model_construct(tenant=""),
+], ids=["user-with-separator", "empty-user", "tenant-with-separator", "empty-system-tenant"])
+async def test_a_principal_copied_past_its_checks_is_refused_before_any_read(
+    forged: Any,
+) -> None:
+    """A principal whose names skipped validation (pydantic's ``model_copy(update=…)`` or
+    ``model_construct``) MUST be refused with ``InvalidInput`` by every call — as
+    authority and as a watcher — before anything is read or written: ``acme::alice`` as a
+    user made ids inside tenant acme's key space (squatting alice's keys, probing them)."""
+    from tasks_core import App, InvalidInput, TaskContext
+
+    app = App(store=MemoryStore())
+
+    @app.task
+    async def job(ctx: TaskContext) -> None:
+        return None
+
+    alice = Owner("alice", "acme")
+    async with app:
+        mine = await app.submit(job, None, alice, key="invoice-7")
+        with pytest.raises(InvalidInput):
+            await app.submit(job, None, forged, key="invoice-7")
+        with pytest.raises(InvalidInput):
+            await app.get(mine.id, forged)
+        with pytest.raises(InvalidInput):
+            await app.cancel(mine.id, forged)
+        if isinstance(forged, Owner):
+            with pytest.raises(InvalidInput):
+                await app.submit(job, None, alice, watchers=[forged])
+        assert [mine.id] == [s.id for s in (await app.list(System())).items]

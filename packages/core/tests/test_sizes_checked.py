@@ -91,7 +91,7 @@ def test_attempts_and_max_deliveries_are_counts_in_their_documented_ranges(
     assert [1, 7, most] == [check(1), check(IntEnumSeven.SEVEN), check(most)]
     assert int is type(check(IntEnumSeven.SEVEN))
     for bad, shown in ((0, "0"), (most + 1, str(most + 1)), (True, "a bool"), ("5", "'5'"),
-                       (2.5, "2.5")):
+                       (2.5, "the float 2.5")):
         with pytest.raises(InvalidInput, match=rf"^{what} must be an integer in "
                                                rf"1\.\.{most}, not {re.escape(shown)}$"):
             check(bad)

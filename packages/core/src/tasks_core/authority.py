@@ -29,6 +29,7 @@ __all__ = [
     "check_dedup",
     "check_key",
     "check_name",
+    "check_principal",
     "check_task_id",
     "names",
     "owner_of",
@@ -42,7 +43,7 @@ MAX_NAME_BYTES = 256
 MAX_ID_BYTES = 1024
 
 
-def check_name(value: str, *, what: str = "name") -> str:
+def check_name(value: object, *, what: str = "name") -> str:
     """Validate a user id, tenant or queue name.
 
     Rules: non-empty and not blank (whitespace alone), no ``::``, not ending in ``:``, at
@@ -156,16 +157,34 @@ class Access(Model):
 
 
 def require_authority(authority: object) -> Authority:
-    """Return ``authority`` if it is an :class:`Owner` or :class:`System`.
+    """Return ``authority`` if it is an :class:`Owner` or :class:`System` whose names
+    pass :func:`check_principal`.
 
     Raises:
         TypeError: for anything else — a bare string above all.
+        InvalidInput: a principal copied past its checks (:func:`check_principal`).
     """
     if isinstance(authority, (Owner, System)):
-        return authority
+        return check_principal(authority)
     raise TypeError(
         f"authority must be Owner(...) or System(...), not {type(authority).__name__}"
     )
+
+
+def check_principal(principal: Authority) -> Authority:
+    """``principal`` once its names pass :func:`check_name` again: pydantic's
+    ``model_copy(update=…)`` and ``model_construct`` skip the model's checks, and a user
+    ``"acme::alice"`` would make ids inside tenant acme's keys.
+
+    Raises:
+        InvalidInput: naming the rule that failed.
+    """
+    if isinstance(principal, Owner):
+        check_name(getattr(principal, "user_id", None), what="user_id")
+        check_name(getattr(principal, "tenant", None), what="tenant")
+    elif (tenant := getattr(principal, "tenant", None)) is not None:
+        check_name(tenant, what="tenant")
+    return principal
 
 
 def check_dedup(dedup: object) -> str:

@@ -176,7 +176,8 @@ def check_instant(value: object, what: str, *, allow_none: bool = False) -> date
     except (OverflowError, ValueError):
         far = True
     if far:
-        raise InvalidInput(f"{what} must lie within {MAX_KEEP_S // 86400} days of now")
+        raise InvalidInput(f"{what} must lie within {MAX_KEEP_S // 86400} days of now, "
+                           f"not {value.isoformat()}")
     return instant
 
 

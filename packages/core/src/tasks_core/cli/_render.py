@@ -336,8 +336,9 @@ def snapshot_table(s: Snapshot, now: datetime) -> Table:
     if s.claim is not None:
         state = ("ended" if s.claim.ended else "expired" if not s.lease_live(now)
                  else "held" if s.claim.held else "live")
+        took_over = "; took over an expired lease" if s.claim.recovered else ""
         rows.append(("lease", f"{s.claim.worker_id} gen {s.claim.generation} ({state}, "
-                              f"until {_when(s.claim.expires_at)})"))
+                              f"until {_when(s.claim.expires_at)}{took_over})"))
     rows += [("created", _when(s.created_at)), ("started", _when(s.started_at)),
              ("finished", _when(s.finished_at)), ("expires", _when(s.expires_at))]
     for name, value in rows:

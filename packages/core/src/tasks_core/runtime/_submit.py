@@ -28,6 +28,7 @@ from tasks_core.authority import (
     System,
     check_dedup,
     check_key,
+    check_principal,
     scoped_task_key,
 )
 from tasks_core.definitions import Submitted, TaskDef
@@ -342,6 +343,7 @@ def check_watchers(
     for watcher in listed:
         if not isinstance(watcher, Owner):
             raise InvalidInput("watchers must be Owner(...) principals")
+        check_principal(watcher)
         if watcher.tenant != tenant:
             raise InvalidInput("watchers must belong to the submitter's tenant")
         if watcher != owner:
