@@ -184,3 +184,18 @@ def test_no_key_names_a_random_id(
              scoped_task_key(global_key, None, dedup="global", tenant=global_tenant)}
     assert [] == [i for i in built if i.startswith("::")]
     assert random_task_id().startswith("::")
+
+
+def test_principals_print_apart_whatever_their_names() -> None:
+    """Two different principals MUST never print the same (operators read owners in
+    ``tasks ls`` and in logs): a name holding ``/`` or ``"``, or a tenant or user named
+    ``system``, is quoted; plain names print as before."""
+    from tasks_core import System
+
+    principals = [Owner("x", "acme/y"), Owner("y/x", "acme"), Owner("x", "system"),
+                  System("x"), Owner("system"), System(), Owner("acme/x"), Owner("x", "acme"),
+                  Owner('a"b', "c"), Owner("b", 'c"/a')]
+    printed = [str(p) for p in principals]
+    assert len(set(printed)) == len(printed), printed
+    assert ("acme/bob", "bob", "system", "system/acme") == (
+        str(Owner("bob", "acme")), str(Owner("bob")), str(System()), str(System("acme")))

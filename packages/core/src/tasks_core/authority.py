@@ -13,6 +13,7 @@ by the tenant outside ``default``. No two (tenant, owner, key) triples share an 
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator
@@ -127,7 +128,16 @@ class Owner(Model):
         super().__init__(user_id=user_id, tenant=tenant, **extra)
 
     def __str__(self) -> str:
-        return self.user_id if self.tenant == DEFAULT_TENANT else f"{self.tenant}/{self.user_id}"
+        user = _shown(self.user_id)
+        return user if self.tenant == DEFAULT_TENANT else f"{_shown(self.tenant)}/{user}"
+
+
+def _shown(name: str) -> str:
+    """A name as a principal prints it: quoted (JSON) when it could be read as two names
+    or as ``system`` — it holds ``/`` or ``"``, or is ``system`` — so that no two
+    principals print alike."""
+    return json.dumps(name, ensure_ascii=False) if (
+        "/" in name or '"' in name or name == "system") else name
 
 
 class System(Model):
@@ -140,7 +150,7 @@ class System(Model):
         super().__init__(tenant=tenant, **extra)
 
     def __str__(self) -> str:
-        return "system" if self.tenant is None else f"system/{self.tenant}"
+        return "system" if self.tenant is None else f"system/{_shown(self.tenant)}"
 
 
 Authority: TypeAlias = Owner | System
