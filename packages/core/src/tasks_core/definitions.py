@@ -135,8 +135,8 @@ class Queue:
             sequential, FIFO in that worker); ``None``: only the worker's total applies.
         max_running: at most this many runs of the queue at once across *every* worker
             and process (live leases, counted in the claim's atomic step).
-        rate: ``(claims, seconds)``: at most ``claims`` starts of the queue in any window
-            of ``seconds`` across every worker, on the store clock.
+        rate: ``(claims, seconds)``: at most ``claims`` claims of the queue in any window
+            of ``seconds`` across every worker, on the store clock (claims, not starts).
         exclusive: the old spelling of ``max_running=1`` (kept: both mean the same).
 
     A worker serving a queue with ``max_running`` or ``rate`` needs a store with the
