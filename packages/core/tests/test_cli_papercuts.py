@@ -21,7 +21,7 @@ import pytest
 from _cli_kit import DURATION_OPTIONS, cli, console, importable, refused_before_any_claim
 from _runtime_kit import ALICE, make_app
 from rich.console import Console
-from tasks_core import App, InvalidInput, ManualClock, TaskContext
+from tasks_core import App, InvalidInput, ManualClock, System, TaskContext
 from tasks_core.cli import build_parser, run
 from tasks_core.cli._commands import COMMANDS
 from tasks_core.cli._options import duration
@@ -282,3 +282,20 @@ async def test_ls_wide_leaves_priority_out_when_too_narrow() -> None:
         await run(["ls", "--system", "--wide"], app=app,
                   console=Console(file=out, width=40, color_system=None))
     assert "PRIORITY" in out.getvalue().partition("left out, too narrow:")[2], out.getvalue()
+
+
+@pytest.mark.parametrize("argv", [
+    ["respond", "x", "approve=\udcff\udcfe", "--user", "alice"],
+    ["submit", "tick", "--user", "alice", "--input", '{"tag": "\udcff"}'],
+])
+async def test_an_argument_that_is_not_utf8_is_named_as_such(argv: list[str]) -> None:
+    """An argument of bytes that are not UTF-8 (Python hands them on as lone surrogates)
+    read "text must be valid Unicode (no lone surrogates)", which the user never typed: it
+    MUST be refused naming the argument, the byte and where it is, before anything runs."""
+    app = _ticking_app()
+    async with app:
+        with pytest.raises(InvalidInput) as refused:
+            await run(argv, app=app, console=console()[0])
+        assert [] == (await app.list(System())).items
+    index = next(n for n, arg in enumerate(argv) if "\udcff" in arg)
+    assert f"argument {index + 1} is not UTF-8 (byte 0xff at byte " in str(refused.value)

@@ -24,7 +24,8 @@ from tasks_core.runtime.worker import check_worker_lease
 from tasks_core.sizes import MAX_PORT, check_limit
 
 __all__ = ["MAX_PAGE", "MAX_PORT", "MAX_PROCESSES", "MAX_ROUNDS", "MAX_SCAN", "SIZES",
-           "Seconds", "as_typed", "check_options", "duration", "number", "seconds", "typed"]
+           "Seconds", "as_typed", "check_arguments", "check_options", "duration", "number",
+           "seconds", "typed"]
 
 MAX_PAGE = 1000
 """The largest page: ``App.list``'s, and so the largest ``ls --limit``."""
@@ -203,6 +204,25 @@ def _checked(args: argparse.Namespace, dest: str, option: str,
         return check(getattr(args, dest))
     except InvalidInput as exc:
         raise as_typed(exc, typed(args, dest), option) from None
+
+
+def check_arguments(argv: Sequence[str]) -> None:
+    """Refuse an argument that is not UTF-8: Python hands its bytes on as lone surrogates
+    (``surrogateescape``), which a later check would call "not valid Unicode" — text the
+    user never typed.
+
+    Raises:
+        InvalidInput: naming the argument (its position), the byte and where it is.
+    """
+    for position, argument in enumerate(argv, start=1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(argument[exc.start])
+            at = len(argument[:exc.start].encode()) + 1  # the first bad character
+            what = (f"byte 0x{code - 0xDC00:02x} at byte {at} of it" if 0xDC80 <= code <= 0xDCFF
+                    else f"a lone surrogate at character {exc.start + 1}")
+            raise InvalidInput(f"argument {position} is not UTF-8 ({what})") from None
 
 
 def check_options(args: argparse.Namespace) -> None:

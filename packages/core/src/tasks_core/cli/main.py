@@ -30,6 +30,7 @@ from tasks_core.cli._options import (
     MAX_ROUNDS,
     MAX_SCAN,
     Seconds,
+    check_arguments,
     check_options,
     number,
 )
@@ -355,6 +356,7 @@ async def run(argv: Sequence[str], *, app: App | None = None,
     Raises:
         TasksError: the command's refusal (``main`` prints it: ``error: KIND: message``).
     """
+    check_arguments(argv)
     args = build_parser().parse_args(list(argv))
     one_app(args)
     check_options(args)
