@@ -133,7 +133,9 @@ async def test_a_rate_limited_queue_starts_no_more_than_its_rate_per_window() ->
 
 async def test_a_worker_refuses_limits_its_store_cannot_keep() -> None:
     """A worker serving a queue with ``max_running`` (other than 1) or ``rate`` on a store
-    without ``queue_limits`` refuses to start: ``CapabilityNotSupported``."""
+    without ``queue_limits`` refuses to start: ``CapabilityNotSupported`` — raised by
+    ``async with app.worker()`` on entering, before its body runs (it was raised only on
+    leaving: a web app served for its whole life with a dead worker)."""
 
     class NoLimits(MemoryStore):
         CAPABILITIES = StoreCapabilities(durable=False, multi_process=False, wakeups=True,
@@ -146,11 +148,13 @@ async def test_a_worker_refuses_limits_its_store_cannot_keep() -> None:
     async def send(ctx: TaskContext) -> None:
         return None
 
+    entered = False
     async with app:
         with pytest.raises(CapabilityNotSupported, match="queue_limits"):
             async with fast_worker(app):
-                pass
+                entered = True
         assert [] == await (await app.open()).list(TaskQuery(tenant=None))
+    assert not entered
 
 
 class RenewSignals(DelegatingStore):
@@ -238,3 +242,33 @@ async def test_a_stopped_sync_handler_holds_its_limited_queue_until_it_returns(
                 else (TaskStatus.CANCELLED, "Cancelled"))
     assert expected == (stopped.status, stopped.error.type if stopped.error else None)
     assert (TaskStatus.COMPLETED, 1) == (done.status, peak[0])
+
+
+async def test_a_worker_that_dies_inside_its_block_says_so_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A background worker of ``async with app.worker()`` whose claim loop dies MUST log
+    an ERROR at once naming the error — the block goes on without a worker — and raise it
+    again when the block ends."""
+    import logging
+
+    from tasks_core import Worker
+
+    class Dies(Worker):
+        async def _claim_loop(self, store: Any) -> None:
+            raise RuntimeError("boom")
+
+    caplog.set_level(logging.ERROR, logger="tasks_core.worker")
+    app = App(store=MemoryStore())
+    logged: list[str] = []
+    async def serve() -> None:
+        nonlocal logged
+        async with Dies(app, poll_interval=0.02, reap_interval=None) as worker:
+            await asyncio.wait({worker._main} if worker._main else set())
+            logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+
+    async with app:
+        with pytest.raises(RuntimeError, match="boom"):
+            await serve()
+    assert ["worker stopped: RuntimeError: boom (raised again when its async with block "
+            "ends)"] == logged

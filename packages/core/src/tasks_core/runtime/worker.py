@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from tasks_core import telemetry
+from tasks_core._inert import inert
 from tasks_core.durations import (
     MAX_BATCH_WINDOW_S,
     MAX_WAIT_S,
@@ -43,6 +44,7 @@ from tasks_core.runtime._run import RunEnv
 from tasks_core.runtime._scheduler import Scheduler
 from tasks_core.runtime._slots import SHORT_RUN
 from tasks_core.runtime._tally import Tally
+from tasks_core.store import TaskStore
 from tasks_core.storekit import MAX_RUNNING
 
 __all__ = ["AUTO_AHEAD", "CLAIMS_IN_FLIGHT", "MAX_AHEAD", "SHORT_RUN", "Worker",
@@ -221,17 +223,7 @@ class Worker(Claims):
             CapabilityNotSupported: exclusive queues, or queues with fleet-wide limits, on
                 a store without them.
         """
-        store = await self.app.open()
-        if self.exclusive and not store.capabilities.exclusive_queues:
-            raise CapabilityNotSupported(
-                f"queue(s) {', '.join(sorted(self.exclusive))} are exclusive, but this store "
-                "has no exclusive_queues capability"
-            )
-        if self.fleet and not store.capabilities.queue_limits:
-            raise CapabilityNotSupported(
-                f"queue(s) {', '.join(sorted(self.fleet))} have fleet-wide limits "
-                "(max_running, rate), but this store has no queue_limits capability"
-            )
+        store = await self._store_that_serves()
         if store.capabilities.batch_transitions and callable(
             getattr(store, "transition_many", None)
         ):
@@ -361,10 +353,35 @@ class Worker(Claims):
         self._shutdown_done.set()
         return settled
 
+    async def _store_that_serves(self) -> TaskStore:
+        """The app's store, opened, once it can serve this worker's queues.
+
+        Raises:
+            CapabilityNotSupported: as :meth:`run`.
+        """
+        store = await self.app.open()
+        if self.exclusive and not store.capabilities.exclusive_queues:
+            raise CapabilityNotSupported(
+                f"queue(s) {', '.join(sorted(self.exclusive))} are exclusive, but this store "
+                "has no exclusive_queues capability"
+            )
+        if self.fleet and not store.capabilities.queue_limits:
+            raise CapabilityNotSupported(
+                f"queue(s) {', '.join(sorted(self.fleet))} have fleet-wide limits "
+                "(max_running, rate), but this store has no queue_limits capability"
+            )
+        return store
+
     async def __aenter__(self) -> Self:
-        """Start :meth:`run` in the background."""
-        await self.app.open()
+        """Start :meth:`run` in the background, once the store can serve this worker (a
+        refusal is raised here, before the block runs).
+
+        Raises:
+            CapabilityNotSupported: as :meth:`run`.
+        """
+        await self._store_that_serves()
         self._main = asyncio.create_task(self.run())
+        self._main.add_done_callback(_report_early_end)
         return self
 
     async def __aexit__(
@@ -383,6 +400,14 @@ class Worker(Claims):
             return
         await self.shutdown()
         await main
+
+
+def _report_early_end(main: asyncio.Task[None]) -> None:
+    """Log at ERROR a background :meth:`Worker.run` that raised: the block of ``async with
+    app.worker()`` goes on without a worker, and only its end would raise it."""
+    if not main.cancelled() and (error := main.exception()) is not None:
+        log.error("worker stopped: %s: %s (raised again when its async with block ends)",
+                  type(error).__name__, inert(str(error)))
 
 
 def _default_worker_id() -> str:
