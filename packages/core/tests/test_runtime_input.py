@@ -259,3 +259,43 @@ async def test_a_request_that_is_not_json_is_refused_with_invalid_input(request_
     assert str(done.result).startswith("request")
     assert not done.input_requests
     assert "input_requested" not in [record.event.kind for record in history]
+
+
+async def test_one_key_asked_twice_at_once_shares_one_question_or_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two asks of one key at once (``asyncio.gather``, two threads) MUST share the
+    question when they ask the same request — both get its answer — and the second MUST be
+    refused with ``InvalidInput`` in the handler when it asks another (it wrote a
+    conflicting event: an ERROR with a traceback and an unplanned park, after which a sync
+    handler's other thread ran its code past the answer in both deliveries)."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="tasks_core")
+    app = make_app()
+
+    @app.task
+    async def same(ctx: TaskContext) -> Any:
+        return list(await asyncio.gather(ctx.request_input("q", {"k": 1}),
+                                         ctx.request_input("q", {"k": 1})))
+
+    @app.task
+    async def other(ctx: TaskContext) -> Any:
+        first, second = await asyncio.gather(ctx.request_input("q", {"k": 1}),
+                                             ctx.request_input("q", {"k": 2}),
+                                             return_exceptions=True)
+        return {"refused": repr(second), "first": first, "deliveries": ctx.deliveries}
+
+    async with app:
+        shared = await app.submit(same, None, ALICE)
+        refused = await app.submit(other, None, ALICE)
+        async with fast_worker(app, input_park=TIMEOUT):
+            for task in (shared, refused):
+                await until(app, task.id, ALICE, lambda s: "q" in s.input_requests)
+                await app.respond(task.id, {"q": 3}, ALICE)
+            both = await app.wait(shared.id, ALICE, timeout=TIMEOUT)
+            one = await app.wait(refused.id, ALICE, timeout=TIMEOUT)
+    assert [3, 3] == both.result
+    assert {"refused": "InvalidInput(\"input key 'q' is asked already in this run, with "
+                       "another request\")", "first": 3, "deliveries": 1} == one.result
+    assert [] == [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

@@ -134,6 +134,8 @@ class RunBase:
         """When the input waits under way began (``None``: none is)."""
         self._waits = 0
         """Input waits under way (a handler may ask several keys at once)."""
+        self._asked: dict[str, Any] = {}
+        """The request of each key this run asked (two asks of one key at once share it)."""
 
 
     # -- identity ------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """A run's input requests: ask under a key, wait for the answer, or park.
 
 A key is asked at most once per task; a stored answer is returned at once (a re-run of a
-parked task). The wait does not count against the timeout. After ``input_park`` seconds
-without an answer, or on a drain, the run is parked: it gives its slot back and the task
-runs again from the start once answered. A store failure while asking parks it too (no
-retry counted); one while waiting is looked past (the park time still bounds the wait).
+parked task); two asks of one key at once share its question, or the second is refused
+when it asks another request. The wait does not count against the timeout. After
+``input_park`` seconds without an answer, or on a drain, the run is parked: it gives its
+slot back and the task runs again from the start once answered. A store failure while
+asking parks it too (no retry counted); one while waiting is looked past (the park time
+still bounds the wait).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class RunInput(RunHelpers):
         if reason is not None:
             raise RunCancelled(reason)
         check_payload(request, "request", self.env.limits.max_input_bytes)
+        if self._asked.setdefault(key, request) != request:  # another ask of it at once
+            raise InvalidInput(f"input key {key!r} is asked already in this run, with "
+                               "another request")
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         event = InputRequested(event_id=self.event_id(f"input:{digest}"), key=key, request=request)
         transition = await self._write(event)
