@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
@@ -237,3 +237,20 @@ async def fresh_namespace(db_url: str) -> AsyncIterator[str]:
     await drop_namespace(db_url, name)
     yield name
     await drop_namespace(db_url, name)
+
+
+ORDERS = sa.Table("app_orders", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+"""The application's own business table, beside the store's (``app_engine``)."""
+
+
+@pytest.fixture
+async def app_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """The application's engine on ``db_url``, with its business table :data:`ORDERS`."""
+    engine = create_async_engine(parse_url(db_url).url)
+    async with engine.begin() as conn:
+        await conn.run_sync(ORDERS.metadata.drop_all)
+        await conn.run_sync(ORDERS.metadata.create_all)
+    yield engine
+    async with engine.begin() as conn:
+        await conn.run_sync(ORDERS.metadata.drop_all)
+    await engine.dispose()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from conftest import empty
+from conftest import ORDERS, empty
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from tasks_core import (
@@ -33,24 +33,9 @@ from tasks_store_sql._url import parse_url
 
 pytestmark = pytest.mark.anyio
 
-ORDERS = sa.Table("app_orders", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
-
 
 def _new(task_id: str) -> NewTask:
     return NewTask(id=task_id, tenant="default", owner=Owner("alice"), work=Work(name="job"))
-
-
-@pytest.fixture
-async def app_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    """The application's engine, with a business table of its own."""
-    engine = create_async_engine(parse_url(db_url).url)
-    async with engine.begin() as conn:
-        await conn.run_sync(ORDERS.metadata.drop_all)
-        await conn.run_sync(ORDERS.metadata.create_all)
-    yield engine
-    async with engine.begin() as conn:
-        await conn.run_sync(ORDERS.metadata.drop_all)
-    await engine.dispose()
 
 
 async def test_the_store_never_disposes_of_an_application_engine(

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from conftest import ORDERS
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from tasks_core import (
     App,
     InvalidInput,
@@ -24,25 +25,10 @@ from tasks_core import (
     Unavailable,
 )
 from tasks_store_sql import SQLStore
-from tasks_store_sql._url import parse_url
 
 pytestmark = pytest.mark.anyio
 
-ORDERS = sa.Table("open_orders", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
 ALICE = Owner("alice")
-
-
-@pytest.fixture
-async def app_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    """The application's engine, with a business table of its own."""
-    engine = create_async_engine(parse_url(db_url).url)
-    async with engine.begin() as conn:
-        await conn.run_sync(ORDERS.metadata.drop_all)
-        await conn.run_sync(ORDERS.metadata.create_all)
-    yield engine
-    async with engine.begin() as conn:
-        await conn.run_sync(ORDERS.metadata.drop_all)
-    await engine.dispose()
 
 
 @pytest.fixture

@@ -427,7 +427,7 @@ def test_a_busy_timeout_at_its_limit_is_taken(busy_timeout: object) -> None:
 
 
 @pytest.mark.parametrize(("options", "said"), [
-    ({"pool_size": float("nan")}, "pool_size must be an integer in 1..1000, not nan"),
+    ({"pool_size": float("nan")}, "pool_size must be an integer in 1..1000, not the float nan"),
     ({"pool_size": True}, "pool_size must be an integer"),
     ({"max_overflow": -1}, "max_overflow must be an integer in 0..1000"),
     ({"pool_timeout": float("inf")}, "pool_timeout must be a finite number"),
