@@ -174,8 +174,8 @@ async def test_one_line_results_never_wrap_whatever_the_width() -> None:
     assert (0, [f"{task_id}: answer applied; now running"]) == (
         responded[0], responded[1].splitlines())
     assert (0, [f"{task_id}: cancelled"]) == (cancelled[0], cancelled[1].splitlines())
-    assert (1, ["no outstanding question matched; nothing changed"]) == (
-        unchanged[0], unchanged[1].splitlines())
+    assert (1, [f"{task_id}: no outstanding question matched; nothing changed (the task is "
+                "cancelled)"]) == (unchanged[0], unchanged[1].splitlines())
 
 
 @pytest.mark.parametrize(("flag", "seconds"), [("90", 90.0), ("90s", 90.0), ("1.5m", 90.0),

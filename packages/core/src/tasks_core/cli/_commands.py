@@ -242,7 +242,8 @@ async def cmd_respond(app: App, args: argparse.Namespace, console: Console) -> i
         answers[key] = parse_answer(raw)
     result = await app.respond(args.id, answers, authority_of(args))
     if result.outcome == "unchanged":
-        one_line(console, "no outstanding question matched; nothing changed")
+        one_line(console, f"{plain(result.snapshot.id)}: no outstanding question matched; "
+                          f"nothing changed (the task is {result.snapshot.status.value})")
         return 1
     accepted = result.record.accepted if result.record is not None else None
     ignored = [key for key in answers if accepted is not None and key not in accepted]
