@@ -191,11 +191,12 @@ class TaskContext:
 
     def progress(self, value: float, message: str | None = None) -> None:
         """Report progress 0–100 (throttled: the store sees the latest value at most every
-        ``progress_interval`` seconds). Safe from async and sync handlers alike; never
-        blocks.
+        ``progress_interval`` seconds) with an optional message, text cut to its first 1024
+        characters. Safe from async and sync handlers alike; never blocks.
 
         Raises:
-            InvalidInput: ``value`` outside 0..100 or not finite.
+            InvalidInput: ``value`` outside 0..100 or not finite; a message that is not
+                text (or holds a lone surrogate).
         """
         progress = Progress(value=value, message=message)
         self._hooks.progress(progress.value, progress.message)
