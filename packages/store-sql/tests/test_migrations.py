@@ -226,6 +226,34 @@ async def test_a_fresh_namespace_migrates_without_a_warning(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+async def test_opening_a_fresh_namespace_logs_one_info_line_of_its_own(
+    db_url: str, fresh_namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first open of a namespace MUST log one INFO line of the store's (the revisions
+    it moved between) and none of Alembic's (its plugins, its context, one line per
+    revision): an application logging at INFO sees one line, not dozens. With the
+    ``alembic`` logger's own level set, Alembic's lines show as the user asked.
+
+    Troubleshooting: Alembic lines here come from a logger the filter of
+    ``_migrate`` is not attached to (a new Alembic logger name).
+    """
+    caplog.set_level(logging.INFO)
+    store = await SQLStore.open(db_url, namespace=fresh_namespace)
+    await store.aclose()
+    alembic = [r.name for r in caplog.records if r.name.startswith("alembic")]
+    ours = [r.getMessage() for r in caplog.records if r.name == "tasks_store_sql"]
+    assert (alembic, len(ours)) == ([], 1)
+    assert head() in ours[0]
+    assert fresh_namespace in ours[0]
+    caplog.clear()
+    logging.getLogger("alembic").setLevel(logging.INFO)
+    try:
+        await migrate(db_url, namespace=fresh_namespace, to="base")
+    finally:
+        logging.getLogger("alembic").setLevel(logging.NOTSET)
+    assert any(r.name.startswith("alembic") for r in caplog.records)
+
+
 async def test_check_mode_never_creates_a_schema(db_url: str, fresh_namespace: str) -> None:
     """``schema="check"`` on an empty namespace MUST raise ``SchemaMismatch`` and create
     nothing."""

@@ -7,16 +7,20 @@ Opening decides under that lock too (:func:`ready_schema`): whether to create or
 and — on MariaDB/MySQL, whose DDL commits statement by statement — even what it reads.
 There a migration holds a marker table while it runs: one left behind (a migration cut
 short) marks the namespace as between two revisions, refused until restored, or dropped
-whole by ``--to base``.
+whole by ``--to base``. A migration logs one INFO line of the store's; Alembic's own INFO
+lines of it are dropped unless the ``alembic`` logger has a level of its own
+(:class:`_QuietAlembic`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import threading
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Literal
 
 import sqlalchemy as sa
@@ -50,6 +54,35 @@ MIGRATES: dict[SchemaMode, tuple[SchemaState, ...]] = {
     "create": ("empty",), "upgrade": ("empty", "older"), "check": ()}
 """The states an opening in each schema mode migrates to the head revision."""
 Look = Callable[[AsyncConnection], Awaitable[tuple[SchemaState, str | None]]]
+log = logging.getLogger("tasks_store_sql")
+
+
+class _QuietAlembic(logging.Filter):
+    """Drops Alembic's records below WARNING logged on a thread while it runs one of this
+    module's migrations (a first open logged ~40 lines into an application at INFO),
+    unless the user gave the ``alembic`` logger a level of its own."""
+
+    running = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING
+                or not getattr(self.running, "on", False)
+                or logging.getLogger("alembic").level != logging.NOTSET)
+
+
+for _name in ("alembic.runtime.migration", "alembic.runtime.plugins"):
+    logging.getLogger(_name).addFilter(_QuietAlembic())
+
+
+@contextmanager
+def _alembic_quiet() -> Iterator[None]:
+    """Alembic's INFO records dropped on this thread meanwhile (:class:`_QuietAlembic`)."""
+    before = getattr(_QuietAlembic.running, "on", False)
+    _QuietAlembic.running.on = True
+    try:
+        yield
+    finally:
+        _QuietAlembic.running.on = before
 
 
 @functools.cache
@@ -76,8 +109,10 @@ def head() -> str:
 
 
 def _current(sync_conn: sa.Connection, tables: Tables) -> str | None:
-    context = MigrationContext.configure(sync_conn, opts={"version_table": tables.version_table})
-    return context.get_current_revision()
+    with _alembic_quiet():
+        context = MigrationContext.configure(sync_conn,
+                                             opts={"version_table": tables.version_table})
+        return context.get_current_revision()
 
 
 def _marker(tables: Tables) -> sa.Table:
@@ -149,10 +184,13 @@ def _run(sync_conn: sa.Connection, tables: Tables, target: str) -> None:
         marker.create(sync_conn)
         sync_conn.execute(marker.insert().values(
             from_revision=current, to_revision=None if target == "base" else target))
-    if goal >= position:
-        command.upgrade(config, target)
-    else:
-        command.downgrade(config, target)
+    with _alembic_quiet():
+        if goal >= position:
+            command.upgrade(config, target)
+        else:
+            command.downgrade(config, target)
+    log.info("tasks schema of namespace %s migrated from %s to %s",
+             tables.prefix.rstrip("_") or "(default)", current or "nothing", target)
     if target == "base":  # nothing: Alembic leaves its (empty) version table behind
         sa.Table(tables.version_table, sa.MetaData()).drop(sync_conn, checkfirst=True)
     if marker is not None:
