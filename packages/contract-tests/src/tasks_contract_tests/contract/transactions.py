@@ -172,3 +172,40 @@ class TransactionContract(ContractBase):
         assert () == (await app.get(live.id, alice)).watchers
         with pytest.raises(TaskNotFound):
             await app.get("alice::new", alice)
+
+    async def test_a_batch_joining_its_own_new_task_with_watchers_writes_nothing(
+        self, store: TaskStore, begin: Begin
+    ) -> None:
+        """A ``submit_many`` with ``transaction=`` whose later item gives an earlier item's
+        key again with watchers that earlier item does not name MUST be refused with
+        ``Unavailable`` naming both items, before anything is written: the transaction,
+        committed after the refusal, MUST hold none of the batch's tasks. The same key again
+        without new watchers MUST still join.
+
+        Troubleshooting: tasks of the batch found after the commit mean the join of the
+        batch's own task was decided after its creates were written.
+        """
+        app = App(store=store)
+
+        @app.task
+        async def ship(ctx: TaskContext, order: int) -> int:
+            return order
+
+        alice, carol = Owner("alice"), Owner("carol")
+        transaction = await begin()
+        async with asyncio.timeout(30):
+            with pytest.raises(Unavailable, match=r"item 1: .*item 0.*outside the transaction"):
+                await app.submit_many(
+                    [SubmitItem(ship, {"order": 1}, key="w1"),
+                     SubmitItem(ship, {"order": 1}, key="w1", watchers=[carol]),
+                     SubmitItem(ship, {"order": 2}, key="w2")],
+                    alice, transaction=transaction.handle)
+            joined = await app.submit_many(
+                [SubmitItem(ship, {"order": 3}, key="w3", watchers=[carol]),
+                 SubmitItem(ship, {"order": 3}, key="w3", watchers=[carol])],
+                alice, transaction=transaction.handle)
+            await transaction.commit()
+        assert ["created", "joined"] == [done.outcome for done in joined]
+        for key in ("w1", "w2"):
+            with pytest.raises(TaskNotFound):
+                await app.get(f"alice::{key}", alice)

@@ -8,7 +8,9 @@ taken after it was read) is decided again. Without the capability: a loop of ``s
 in order, every taken key's join checked first — a store's refusal stops it with the
 earlier items written. A capacity refusal of a re-run or of a loop's item names the item
 and carries what the batch submitted (``CapacityExceeded.stored``). An id given again
-joins the task its first item made (the batch's own outcome, not a new read).
+joins the task its first item made (the batch's own outcome, not a new read); inside the
+application's transaction such a join is checked before anything is written, against the
+task the first item makes (a join granting watchers is refused there, as ``submit`` does).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tasks_core import rules
 from tasks_core.authority import Authority
 from tasks_core.definitions import Submitted
 from tasks_core.errors import (
@@ -72,6 +75,8 @@ async def submit_many(
     for owner in owners:
         ids = {new.id for new, _ in items if new.owner == owner}
         await check_owner_runs(store, limits, owner, items[0][0].tenant, ids)
+    if transaction is not None:
+        await _check_repeats(store, policy, items, authority, first)
     batch = list(first.values())
     taken: dict[int, Submitted | Snapshot | None] = {}
     if store.capabilities.batch_create:
@@ -169,6 +174,35 @@ async def _joins_checked(
         except (AuthorizationError, Unavailable) as exc:
             raise refused(index, exc) from None
     return found
+
+
+async def _check_repeats(
+    store: TaskStore, policy: Policy, items: Sequence[Item], authority: Authority,
+    first: dict[str, int],
+) -> None:
+    """Each item whose id an earlier item gives, checked as a join of the task that earlier
+    item makes (as made now) inside the application's transaction; nothing written.
+
+    Raises:
+        Unavailable, AuthorizationError: a join ``check_join`` refuses, naming both items.
+    """
+    repeats = [index for index, (new, _) in enumerate(items) if first[new.id] != index]
+    if not repeats:
+        return
+    now = await store.now()
+    for index in repeats:
+        new = items[index][0]
+        made = rules.new_snapshot(items[first[new.id]][0], now)
+        try:
+            check_join(policy, new, authority, made, now, in_transaction=True)
+        except AuthorizationError as exc:
+            raise refused(index, exc) from None
+        except Unavailable:
+            raise Unavailable(
+                f"item {index}: its key is item {first[new.id]}'s, and joining that task "
+                f"with watchers item {first[new.id]} does not name cannot be written inside "
+                "your transaction: name them on the first item, or submit it outside the "
+                "transaction") from None
 
 
 async def _create_many(
