@@ -169,6 +169,35 @@ async def test_a_server_with_no_connection_slot_left_is_unavailable_in_plain_wor
     )
 
 
+@pytest.mark.parametrize("driver", ["postgresql+asyncpg", "postgresql+psycopg"])
+async def test_a_database_not_accepting_connections_is_unavailable_in_plain_words(
+    postgres_url: str, driver: str
+) -> None:
+    """A PostgreSQL database that does not accept connections now (``ALLOW_CONNECTIONS
+    false``, set while it is renamed, moved or dropped: SQLSTATE 55000) MUST raise
+    ``StoreUnavailable`` saying so in plain words: a worker then keeps its finished
+    outcomes and retries them, as for any outage, instead of giving them up as refused.
+
+    Troubleshooting: ``55000`` is in ``_REFUSED_STATES`` in ``_errors.py``, and libpq's
+    text for it in ``_LIBPQ_WORDS`` (psycopg's connect errors carry no SQLSTATE). The
+    database ``tasks_closed`` is kept between runs.
+    """
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = 'tasks_closed'"):
+            await admin.execute("CREATE DATABASE tasks_closed")
+        await admin.execute("ALTER DATABASE tasks_closed ALLOW_CONNECTIONS false")
+    finally:
+        await admin.close()
+    url = make_url(_with(postgres_url, database="tasks_closed")).set(drivername=driver)
+    error = await _refusal(url.render_as_string(hide_password=False))
+    assert str(error).startswith(
+        "PostgreSQL is unavailable: the database does not accept connections now "
+        "(ALLOW_CONNECTIONS is off: it is being renamed, moved or dropped?)")
+
+
 async def test_a_postgres_refusal_names_the_driver_error_never_the_password(
     postgres_url: str,
 ) -> None:

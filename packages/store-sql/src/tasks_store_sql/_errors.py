@@ -54,6 +54,8 @@ _NO_SLOT = ("the server has no connection slot left (max_connections, or a conne
 # Connections refused as configured (see the module docstring), in plain words.
 _REFUSED_STATES = {  # PostgreSQL: by SQLSTATE, else by class
     "3D000": "the database does not exist",
+    "55000": ("the database does not accept connections now (ALLOW_CONNECTIONS is off: it "
+              "is being renamed, moved or dropped?)"),
     "53300": _NO_SLOT,
     "28P01": "the password was refused",
     "28000": "the login was refused (an unknown role, or not allowed by pg_hba.conf)",
@@ -91,6 +93,7 @@ _LIBPQ_WORDS = (  # psycopg's connect errors carry no SQLSTATE: libpq's text, re
     (r"password authentication failed", _REFUSED_STATES["28P01"]),
     (r'FATAL:  role ".*" does not exist|no pg_hba\.conf entry', _REFUSED_STATES["28000"]),
     (r'FATAL:  database ".*" does not exist', _REFUSED_STATES["3D000"]),
+    (r'database ".*" is not currently accepting connections', _REFUSED_STATES["55000"]),
 )
 _LOST = ("the connection to the server was lost (a restart, a failover or a network cut; "
          "the next call connects again)")
