@@ -416,6 +416,46 @@ async def test_a_wakeup_outage_is_logged_once_and_the_worker_polls_meanwhile(
     assert "the wakeup connection is lost" in lines[0][1]
 
 
+class FailingClaims(DelegatingStore):
+    """``claim_next`` raises ``StoreUnavailable`` for its first ``failures`` calls."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        super().__init__(inner)
+        self.failures = failures
+
+    async def claim_next(self, *args: Any, **kwargs: Any) -> Any:
+        self.failures -= 1
+        if self.failures >= 0:
+            raise StoreUnavailable("the store is down")
+        return await self.inner.claim_next(*args, **kwargs)
+
+
+async def test_a_claim_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker whose claims fail while the store is out MUST log one WARNING when they
+    begin to fail and one INFO when a claim works again — not a line per backoff (a 40 s
+    outage logged 44 of them) — and MUST run the task once the store is back."""
+    store = FailingClaims(MemoryStore(), failures=6)
+    app = make_app(store=store)
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        return "claimed"
+
+    caplog.set_level(logging.DEBUG, logger="tasks_core")
+    caplog.set_level(logging.DEBUG, logger="tasks_core.worker")
+    async with app:
+        task = await app.submit(job, None, ALICE)
+        async with fast_worker(app):
+            done = await until(app, task.id, ALICE, lambda s: s.terminal)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if ": claiming" in r.getMessage()]
+    assert ("claimed", True) == (done.result, store.failures < 0)
+    assert [logging.WARNING, *[logging.DEBUG] * 5, logging.INFO] == [lvl for lvl, _ in lines]
+    assert lines[0][1].endswith("claiming failed; backing off until it works again (logged "
+                                "once): the store is down"), lines[0]
+
+
 async def test_the_worker_drains_for_its_drain_timeout(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

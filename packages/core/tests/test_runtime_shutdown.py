@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -251,15 +252,19 @@ class _BriefOutage(DelegatingStore):
 
 
 async def test_an_outcome_is_tried_again_while_its_lease_lasts(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An outcome the store refuses as unavailable MUST be tried again for as long as the
     run's lease lasts, however many tries that takes — not given up after a fixed few
     (five tries, ~1.5 s, threw away a finished handler's result on PostgreSQL while its
-    30 s lease had time left, and the task ran again).
+    30 s lease had time left, and the task ran again) — and the outage MUST be logged once
+    when it begins and once when it ends, not once per try (a 40 s outage logged ~300
+    lines at concurrency 8).
 
-    Troubleshooting: ``LeaseCell.write`` (``_lease.py``) tries until ``live_until``.
+    Troubleshooting: ``LeaseCell.write`` (``_lease.py``) tries until ``live_until``; its
+    ``writes`` and the group commit's ``_outage`` are ``Outage`` logs.
     """
+    caplog.set_level(logging.INFO, logger="tasks_core")  # a CLI test may have raised it
     monkeypatch.setattr("tasks_core.runtime._lease.MAX_BACKOFF_S", 0.01)
     store = _BriefOutage(MemoryStore(clock=ManualClock()), outage=12)
     app = make_app(store=store)
@@ -276,6 +281,13 @@ async def test_an_outcome_is_tried_again_while_its_lease_lasts(
             done = await app.wait(t.id, ALICE, timeout=TIMEOUT)
     assert (TaskStatus.COMPLETED, "kept", [1], -1) == (done.status, done.result, runs,
                                                          store.outage)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name.startswith("tasks_core") and "the store is down" in r.getMessage()]
+    assert 1 <= len(said) <= 2, said  # the writes' outage, and the group commit's if any
+    assert {level for level, _ in said} == {"WARNING"}
+    again = [r.getMessage() for r in caplog.records
+             if r.levelno == logging.INFO and " works again after " in r.getMessage()]
+    assert len(again) == len(said), again
 
 
 async def test_a_drain_whose_unstarted_claim_could_not_be_released_is_not_settled() -> None:

@@ -8,9 +8,8 @@ taken after it was read) is decided again. Without the capability: a loop of ``s
 in order, every taken key's join checked first — a store's refusal stops it with the
 earlier items written. A capacity refusal of a re-run or of a loop's item names the item
 and carries what the batch submitted (``CapacityExceeded.stored``). An id given again
-joins the task its first item made (the batch's own outcome, not a new read); inside the
-application's transaction such a join is checked before anything is written, against the
-task the first item makes (a join granting watchers is refused there, as ``submit`` does).
+joins the task its first item made (the batch's own outcome, not a new read), checked
+before any write inside the application's transaction (a grant is refused there).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from tasks_core.durations import MIN_INTERVAL_S
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import CancelReason
 from tasks_core.rules import MAX_BATCH
-from tasks_core.runtime._failures import log_failure
 from tasks_core.runtime._outage import Outage
 from tasks_core.runtime._slots import Slots
 from tasks_core.store import TaskStore
@@ -63,6 +62,8 @@ class Claims(Slots):
     def _init_claims(self) -> None:
         self._wakeups = Outage(log, "waiting for work", "polling with backoff")
         """The store's wakeups: logged once when they fail and once when they work again."""
+        self._claiming = Outage(log, f"worker {self.worker_id}: claiming", "backing off")
+        """The worker's claims: logged once when they fail and once when they work again."""
         self._work_seen = 0
         self._claim_at = max(1, (self.concurrency + 1) // 2)
         self._held: deque[tuple[float, Claim]] = deque()
@@ -214,10 +215,11 @@ class Claims(Slots):
             claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
                                             limit=limit, **options)
         except Exception:  # a store outage (or a store bug) must not kill the worker
-            log_failure(log, "worker %s: claim failed; backing off", self.worker_id)
+            self._claiming.failed()
             return 0, True
         finally:
             self._claims_out -= 1
+        self._claiming.worked()
         if self._cancelled_meanwhile:
             claims = [claim for claim in claims if not self._was_cancelled(claim.snapshot)]
         if not self._claims_out:

@@ -184,9 +184,7 @@ class Client(ClientReads):
                 or an item ``submit`` would refuse (named by its index); nothing written.
             AuthorizationError: an item's queue, or joining a task you may not join;
                 nothing written (unless a race made the task appear meanwhile).
-            Unavailable: with ``transaction=``, an item joining a live task with watchers
-                it would grant (a key given again in the batch with watchers its first
-                item does not name included); nothing written.
+            Unavailable: with ``transaction=``, a join granting watchers; nothing written.
             CapacityExceeded: for the batch, nothing written; at a re-run or a loop's
                 item, ``.stored`` holds what the batch submitted.
             CapabilityNotSupported: as for :meth:`submit`; nothing written.

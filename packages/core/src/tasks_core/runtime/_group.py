@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from tasks_core.errors import TasksError
 from tasks_core.events import Event, Transition
 from tasks_core.models import Lease
+from tasks_core.runtime._outage import Outage
 from tasks_core.store import TaskStore
 
 __all__ = ["GroupCommit"]
@@ -64,6 +65,9 @@ class GroupCommit:
         self._pending: list[_Item] = []
         self._arrived = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._outage = Outage(log, "the group commit of outcomes",
+                              "its runs try their events again")
+        """Whole groups refused by the store, logged once per outage."""
 
     async def write(self, task_id: str, revision: int, event: Event, lease: Lease) -> Transition:
         """Send ``event`` with ``lease`` at ``revision`` in the next group; its result.
@@ -112,7 +116,7 @@ class GroupCommit:
                 [(i.task_id, i.revision, i.event, i.lease) for i in group]
             )
         except TasksError as exc:
-            log.warning("group commit of %d event(s) failed: %s", len(group), exc)
+            self._outage.failed()
             for item in group:
                 if not item.future.done():
                     item.future.set_result(exc)
@@ -127,6 +131,7 @@ class GroupCommit:
             for item in group:
                 item.future.cancel()
             raise
+        self._outage.worked()
         for item, result in zip(group, results, strict=True):
             if not item.future.done():
                 item.future.set_result(result)

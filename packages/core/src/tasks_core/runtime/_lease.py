@@ -21,9 +21,10 @@ from tasks_core.errors import RevisionConflict, StoreUnavailable
 from tasks_core.events import Event, Transition
 from tasks_core.models import Lease, Snapshot
 from tasks_core.runtime._group import GroupCommit
+from tasks_core.runtime._outage import Outage
 from tasks_core.store import TaskStore
 
-__all__ = ["LeaseCell"]
+__all__ = ["LeaseCell", "write_outage"]
 
 log = logging.getLogger("tasks_core._lease")  # a stable name: logging configs refer to it
 
@@ -34,14 +35,21 @@ GROUPED = frozenset({"completed", "failed", "retry_requested"})
 """Terminal events, written through the worker's group commit when it has one."""
 
 
+def write_outage() -> Outage:
+    """The log of run events refused as unavailable: once per outage (``Outage``)."""
+    return Outage(log, "writing run events", "each is tried again while its run's lease lasts")
+
+
 class LeaseCell:
     """The current lease of one run; see the module docstring."""
 
     def __init__(self, store: TaskStore, lease: Lease, lease_for: float,
-                 group: GroupCommit | None = None) -> None:
+                 group: GroupCommit | None = None, writes: Outage | None = None) -> None:
         self.store = store
         self.lease = lease
         self.group = group
+        self.writes = writes or write_outage()
+        """Writes refused as unavailable, logged once per outage (the worker's, shared)."""
         self._lock = asyncio.Lock()
         self.live_until = time.monotonic() + lease_for
         """About when the lease runs out by this process's clock (from the claim's arrival,
@@ -105,12 +113,15 @@ class LeaseCell:
             try:
                 async with self._lock:
                     if self.group is not None and event.kind in GROUPED:
-                        return await self.group.write(
+                        written = await self.group.write(
                             self.lease.task_id, revision, event, self.lease
                         )
-                    return await self.store.transition(
-                        self.lease.task_id, revision, event, self.lease
-                    )
+                    else:
+                        written = await self.store.transition(
+                            self.lease.task_id, revision, event, self.lease
+                        )
+                self.writes.worked()
+                return written
             except RevisionConflict as exc:
                 conflicts += 1
                 if conflicts >= MAX_CONFLICTS:
@@ -122,8 +133,5 @@ class LeaseCell:
                 pause = min(0.05 * 2**unavailable, MAX_BACKOFF_S)
                 if time.monotonic() + pause >= deadline:
                     raise
-                log.warning(
-                    "store unavailable writing %s of task %r; retry %d",
-                    event.kind, self.lease.task_id, unavailable,
-                )
+                self.writes.failed()
                 await asyncio.sleep(pause)

@@ -23,6 +23,7 @@ from tasks_core.reasons import CancelReason
 from tasks_core.runtime._group import GroupCommit
 from tasks_core.runtime._heartbeats import HeartbeatStarts
 from tasks_core.runtime._lease import LeaseCell
+from tasks_core.runtime._outage import Outage
 from tasks_core.runtime._tally import Tally
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class RunEnv:
     write, a cancel's release) in a task of its own; the slot ends with that task."""
     group: GroupCommit | None = None
     """The worker's group commit of terminal events (stores with ``batch_transitions``)."""
+    writes: Outage | None = None
+    """The worker's writes of its runs' events that the store refused as unavailable,
+    logged once per outage (``None``: each run's own)."""
     free_slot: Callable[[RunBase], None] | None = None
     """Give the run's worker slot back before its terminal event is written (group mode)."""
     unwritten: Callable[[str], None] | None = None
@@ -106,7 +110,7 @@ class RunBase:
         self.generation = claim.lease.generation
         self.held = claim.snapshot.claim is not None and claim.snapshot.claim.held
         """Claimed ahead of its slot: the task reads ``claimed`` until a renew."""
-        self.cell = LeaseCell(env.store, claim.lease, env.lease_for, env.group)
+        self.cell = LeaseCell(env.store, claim.lease, env.lease_for, env.group, env.writes)
         self.token = CancelToken()
         self.loop = asyncio.get_running_loop()
         self.runner: asyncio.Task[None] | None = None

@@ -40,6 +40,7 @@ from tasks_core.runtime._group import GroupCommit
 from tasks_core.runtime._heartbeats import HeartbeatStarts
 from tasks_core.runtime._host import WorkerHost
 from tasks_core.runtime._housekeeping import Reaper
+from tasks_core.runtime._lease import write_outage
 from tasks_core.runtime._run import RunEnv
 from tasks_core.runtime._scheduler import Scheduler
 from tasks_core.runtime._slots import SHORT_RUN
@@ -241,8 +242,8 @@ class Worker(Claims):
             recover=self.recover, stopping=lambda: self._stopping, heartbeats=heartbeats,
             held_renews=held_renews,
             finish_early=self._finish_early,
-            group=self.group, free_slot=self._free_slot, unwritten=self._unwritten.append,
-            tally=self.tally,
+            group=self.group, writes=write_outage(), free_slot=self._free_slot,
+            unwritten=self._unwritten.append, tally=self.tally,
             limited=self.exclusive | {q for q, limits in self.fleet.items()
                                       if limits.max_running is not None},
         )
