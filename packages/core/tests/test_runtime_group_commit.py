@@ -198,6 +198,61 @@ async def test_a_worker_that_dies_before_its_group_commits_leaves_the_tasks_to_r
     assert [(TaskStatus.COMPLETED, 2)] * N == [(d.status, d.deliveries) for d in done]
 
 
+class _HeldCommits(RecordingStore):
+    """``transition_many`` waits for ``open``: a group commit slower than the runs."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.open = asyncio.Event()
+
+    async def transition_many(
+        self, items: Sequence[tuple[str, int, Any, Any]]
+    ) -> list[Transition | TasksError]:
+        await self.open.wait()
+        return await super().transition_many(items)
+
+
+async def test_runs_waiting_for_a_slow_group_commit_stop_new_claims_past_commit_batch() -> None:
+    """A run gives its slot back once its handler is done, but while the group commit is
+    slower than the runs, no more than ``commit_batch`` such runs MUST wait for it beyond
+    ``concurrency``: past that, claims stop until the commit answers. (Unbounded, a
+    MariaDB worker held no-op tasks 7–30 s between claim and completion — past their lease,
+    redelivered up to 7 times — with thousands of outcomes queued in memory.)
+
+    Troubleshooting: ``Slots._free`` counts the settled runs past ``commit_batch``.
+    """
+    store = _HeldCommits(MemoryStore(clock=ManualClock()))
+    app = make_app(store=store)
+    started: list[str] = []
+
+    @app.task
+    async def job(ctx: TaskContext) -> str:
+        started.append(ctx.task_id)
+        return ctx.task_id
+
+    worker = fast_worker(app, concurrency=2, commit_batch=4, prefetch=0, batch_window=0.001)
+    settled: list[Any] = []
+    six_settled = asyncio.Event()
+    give_back = worker._settle_slot
+
+    def settle(run: Any) -> None:  # the worker's own, counted
+        give_back(run)
+        settled.append(run)
+        if len(settled) == 6:
+            six_settled.set()
+
+    worker._settle_slot = settle  # type: ignore[method-assign]
+    async with app:
+        ids = [(await app.submit("job", None, ALICE)).id for _ in range(20)]
+        async with worker:
+            await asyncio.wait_for(six_settled.wait(), TIMEOUT)
+            assert (0, 6) == (worker._free(), len(started))
+            store.open.set()
+            done = [await app.wait(i, ALICE, timeout=TIMEOUT) for i in ids]
+    assert [TaskStatus.COMPLETED] * 20 == [d.status for d in done]
+    assert sorted(ids) == sorted(started)
+
+
 async def test_without_batch_transitions_terminal_events_are_written_one_by_one() -> None:
     """On a store without ``batch_transitions`` the worker MUST NOT call
     ``transition_many``: each terminal event is its own ``transition``."""

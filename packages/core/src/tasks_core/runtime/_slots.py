@@ -3,7 +3,9 @@
 At most ``concurrency`` runs hold a slot at once, and per queue at most its limit. A run's
 slot ends with its task — or, once the run stopped waiting for its handler, with the task
 that finishes the slot (the handler's own task is kept apart: a drain does not wait for
-it), or in group mode as soon as its handler is done. A run that fails unexpectedly stops
+it), or in group mode as soon as its handler is done — while no more than ``commit_batch``
+such runs wait for the group commit beyond that; past it a settled run's slot counts as
+held until its outcome is written (claims stop). A run that fails unexpectedly stops
 its helpers and gives its task back. A claim that cannot start (the worker is shutting
 down) is released unstarted, in the background.
 """
@@ -38,6 +40,7 @@ class Slots:
     app: WorkerHost
     worker_id: str
     concurrency: int
+    commit_batch: int
     poll_interval: float
     _stopping: bool
 
@@ -67,9 +70,12 @@ class Slots:
         self._hold_failed = False
         """A held claim was released unstarted (a delivery spent): no claiming ahead
         until ``concurrency`` short runs in a row have ended."""
+        self._awaiting_commit: set[RunBase] = set()
+        """Runs whose slot was given back before the group commit wrote their outcome."""
 
     def _free(self) -> int:
-        return self.concurrency - sum(self._active.values())
+        waiting = len(self._awaiting_commit) - self.commit_batch  # past it: slots held again
+        return self.concurrency - sum(self._active.values()) - max(0, waiting)
 
     def _start(self, claim: Claim, *, held_for: float = 0.0) -> None:
         """Start a run of ``claim`` in a free slot. A claim held for ``poll_interval`` or
@@ -107,6 +113,7 @@ class Slots:
             await run.give_back()
         finally:
             self._free_slot(run)
+            self._awaiting_commit.discard(run)
             if self.runs.get(run.task_id) is run:
                 del self.runs[run.task_id]
             current = asyncio.current_task()
@@ -128,6 +135,13 @@ class Slots:
         )
         self._run_tasks[task] = run
         return task
+
+    def _settle_slot(self, run: RunBase) -> None:
+        """Group mode: give ``run``'s slot back once its handler is done; its outcome waits
+        for the group commit (counted: see :meth:`_free`)."""
+        if run in self._slots:
+            self._awaiting_commit.add(run)
+        self._free_slot(run)
 
     def _free_slot(self, run: RunBase) -> None:
         """Give ``run``'s slot back (once): when its run ends, or in group mode as soon as

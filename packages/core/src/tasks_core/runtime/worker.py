@@ -242,7 +242,7 @@ class Worker(Claims):
             recover=self.recover, stopping=lambda: self._stopping, heartbeats=heartbeats,
             held_renews=held_renews,
             finish_early=self._finish_early,
-            group=self.group, writes=write_outage(), free_slot=self._free_slot,
+            group=self.group, writes=write_outage(), free_slot=self._settle_slot,
             unwritten=self._unwritten.append, tally=self.tally,
             limited=self.exclusive | {q for q, limits in self.fleet.items()
                                       if limits.max_running is not None},
