@@ -234,7 +234,8 @@ async def test_a_capacity_refusal_at_a_re_run_prints_what_the_batch_submitted(
 ) -> None:
     """A file whose re-run (a key of a finished task) is refused for capacity after the
     batch's new tasks were written MUST print those items (index, outcome, id) before the
-    refusal: the user must not submit them again."""
+    refusal, which MUST point at them ("listed above"), not at the Python attribute
+    ``.stored``: the user must not submit them again."""
     app = App(store=MemoryStore(max_active_tasks_per_scope=3))
 
     @app.task
@@ -248,7 +249,7 @@ async def test_a_capacity_refusal_at_a_re_run_prints_what_the_batch_submitted(
     async with app:
         report = await app.submit("send", {"to": "r"}, ALICE, key="report")
         await app.cancel(report.id, ALICE)
-        with pytest.raises(CapacityExceeded, match="item 0"):
+        with pytest.raises(CapacityExceeded, match=r"item 0: .*submitted \(listed above\)$"):
             await run(["submit", "send", "--many", str(path), "--user", "alice"], app=app,
                       console=Console(file=out, width=200, color_system=None))
         pending = sorted(s.id for s in (await app.list(ALICE, status="pending")).items)

@@ -158,6 +158,7 @@ async def _submit_many(app: App, args: argparse.Namespace, console: Console) -> 
     except CapacityExceeded as exc:  # refused at an item, others submitted: say which
         for index, submitted in sorted(exc.stored.items()):
             one_line(console, f"item {index}: {submitted.outcome}: {plain(submitted.id)}")
+        exc.args = (str(exc).replace("(.stored)", "(listed above)"),)
         raise
     for submitted in done:
         one_line(console, f"{submitted.outcome}: {plain(submitted.id)}")
