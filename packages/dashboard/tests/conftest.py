@@ -29,7 +29,7 @@ def anyio_backend() -> str:
 def build_app(url: str | None, *, store: TaskStore | None = None,
               limits: Limits | None = None) -> App:
     """An App (on ``url`` or ``store``, with ``limits``) with the tasks the tests run:
-    steps (progress), ask (input), forever."""
+    steps (progress), ask (input), forever, fail (raises ``message``)."""
     app = App(url, store=store, queues=[Queue("web")], limits=limits)
 
     @app.task(queue="web")
@@ -49,6 +49,10 @@ def build_app(url: str | None, *, store: TaskStore | None = None,
         while True:
             await ctx.sleep(0.2)
             ctx.progress(50, "working")
+
+    @app.task(queue="web")
+    async def fail(ctx: TaskContext, message: str) -> None:
+        raise RuntimeError(message)
 
     return app
 

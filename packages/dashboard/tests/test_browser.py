@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import TOKEN, build_app
-from tasks_core import App, Owner, StoreUnavailable, System, Worker
+from tasks_core import App, Owner, StoreUnavailable, SubmitItem, System, Worker
 from tasks_dashboard import create_app
 
 pytestmark = pytest.mark.browser
@@ -265,6 +265,56 @@ def test_a_long_id_does_not_widen_the_pages(page: Any, served: Served) -> None:
         assert long_key in page.inner_text("main"), path
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 1280, (path, width)
+
+
+ONE_LINE = """cell => { const text = document.createRange(); text.selectNodeContents(cell);
+    const line = parseFloat(getComputedStyle(cell).lineHeight);
+    return text.getBoundingClientRect().height < 1.5 * line; }"""  # its text on one line
+NO_SIDEWAYS = "document.documentElement.scrollWidth <= window.innerWidth"
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_short_cells_stay_whole_beside_long_text(page: Any, served: Served, width: int) -> None:
+    """Beside a 200-character id and a 2 KB error message, a status, a count, an age and a
+    snapshot label MUST each stay on one line (only ids, names and messages break
+    anywhere), and no page may scroll sideways — on a phone (375 px) as on a desktop."""
+    long_key, message = f"{width}" + "w" * 196, "e" * 2000
+    task_id = str(served.call(served.app.submit("fail", {"message": message}, Owner("alice"),
+                                                key=long_key)).id)
+    served.call(served.app.submit_many([SubmitItem(task="steps", input={"count": 1},
+                                                   delay=86400)] * 1000, System()))
+    served.call(served.app.wait(task_id, Owner("alice"), timeout=30))
+    page.set_viewport_size({"width": width, "height": 800})
+    page.goto(served.url + "/")
+    scheduled = page.locator("tbody tr", has_text="web").locator("td.num").nth(1)
+    assert int(scheduled.inner_text()) >= 1000
+    assert scheduled.evaluate(ONE_LINE)
+    assert page.evaluate(NO_SIDEWAYS)
+    page.goto(served.url + "/tasks?view=keyed")
+    row = page.locator("#tasks tr", has_text=long_key)
+    assert row.locator(".status").evaluate(ONE_LINE)
+    assert row.locator("td.age").evaluate(ONE_LINE)
+    assert page.evaluate(NO_SIDEWAYS)
+    page.goto(f"{served.url}/task?id={task_id}")
+    assert message in page.inner_text("table.kv")
+    assert page.locator("table.kv th >> text=queue").evaluate(ONE_LINE)
+    assert page.locator("#status").evaluate(ONE_LINE)
+    assert page.evaluate(NO_SIDEWAYS)
+    page.goto(served.url + "/workers")
+    assert page.evaluate(NO_SIDEWAYS)
+
+
+def test_the_answer_form_fits_a_phone(page: Any, served: Served) -> None:
+    """At 375 px the task page of a task waiting for input MUST NOT scroll sideways: the
+    answer box fits inside its input-request box."""
+    task_id = served.submit("ask", {"question": "Ship it?"})
+    page.set_viewport_size({"width": 375, "height": 800})
+    page.goto(f"{served.url}/task?id={task_id}")
+    page.wait_for_selector("text=Input requested", timeout=15000)
+    box, answer = (page.locator(s).bounding_box() for s in (".input-request", "textarea"))
+    assert answer["x"] + answer["width"] <= box["x"] + box["width"]
+    assert page.evaluate(NO_SIDEWAYS)
+    served.call(served.app.cancel(task_id, System()))
 
 
 class AnotherPort:

@@ -190,6 +190,14 @@ async def test_periodic_ticks_are_listed_with_the_keyed_tasks_not_the_random_one
     assert [made.id] == ids_on(newest_page.text)
 
 
+async def test_one_task_read_is_said_in_the_singular(
+        client: httpx.AsyncClient, app: App) -> None:
+    """The listing's footer MUST say "1 task read", not "1 tasks read"."""
+    await app.submit("steps", {"count": 1}, Owner("bob"))
+    page = await client.get("/tasks", headers=BEARER)
+    assert "1 task read for this page" in page.text
+
+
 @pytest.mark.parametrize("after", ["%00", "a%00b", "%1b[31m", "x" * 1025])
 async def test_a_cursor_no_task_id_could_be_is_a_bad_request(
         client: httpx.AsyncClient, app: App, after: str) -> None:
@@ -331,6 +339,31 @@ async def test_an_error_page_shortens_a_long_value(client: httpx.AsyncClient,
     assert page.status_code in (400, 404)
     assert "&#39;" + "x" * 99 + "…" in page.text  # 100 characters of the quoted value
     assert "x" * 100 not in page.text
+
+
+async def test_an_error_page_of_a_store_outage_retries_itself(
+        client: httpx.AsyncClient, app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GET answered 503 because the store is unavailable MUST reload itself every 10 s
+    (saying so), as the Queues and Workers pages do, so an open tab recovers once the
+    database is back; a 503 to a POST and the pages of other errors (404) MUST NOT."""
+    submitted = await app.submit("forever", None, Owner("alice"))
+    missing = await client.get("/task?id=nope", headers=BEARER)
+    assert 404 == missing.status_code
+    assert "refresh" not in missing.text
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("connection to the database lost")
+
+    for read in ("get", "counts"):
+        monkeypatch.setattr(app.store, read, lost)
+    for path in ("/", f"/task?id={submitted.id}"):
+        page = await client.get(path, headers=BEARER)
+        assert 503 == page.status_code, path
+        assert '<meta http-equiv="refresh" content="10">' in page.text, path
+        assert "this page retries every 10 s" in page.text, path
+    posted = await client.post("/task/cancel", data={"id": submitted.id}, headers=BEARER)
+    assert 503 == posted.status_code
+    assert "refresh" not in posted.text
 
 
 async def test_a_live_stream_ends_with_an_event_when_the_store_is_lost(

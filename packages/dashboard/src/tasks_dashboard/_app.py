@@ -2,7 +2,8 @@
 
 Routes are named (``request.url_for``), so the app works mounted under any path of the
 user's own app. Errors of the tasks API become pages: a missing task 404, a refused
-argument 400, an unreachable store 503 — a long value they name cut short (:func:`brief`).
+argument 400, an unreachable store 503 — a long value they name cut short (:func:`brief`);
+the 503 page of a GET reloads itself every 10 s, so an open tab recovers with the store.
 An App or store given in is the caller's and is never closed here; one opened from a URL is
 closed when the ASGI lifespan ends.
 """
@@ -112,7 +113,8 @@ def create_app(app_or_store: App | TaskStore | str, *, token: str | None = None,
                                 message=brief(str(exc.detail)), headers=exc.headers)
         status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
         return views.render(request, "error.html", status, login_page=visitor,
-                            message=brief(f"{type(exc).__name__}: {exc}"))
+                            message=brief(f"{type(exc).__name__}: {exc}"),
+                            retry=status == 503 and request.method == "GET")
 
     routes = [
         Route("/", views.queues, name="queues"),
