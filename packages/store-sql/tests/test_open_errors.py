@@ -248,6 +248,19 @@ async def test_a_sqlite_file_in_a_missing_directory_is_unavailable(tmp_path: Pat
     assert [] == os.listdir(tmp_path)
 
 
+async def test_a_sqlite_path_that_is_a_directory_reads_so(tmp_path: Path) -> None:
+    """A SQLite URL naming a directory MUST raise ``StoreUnavailable`` whose words name
+    that case too (an operator read "is its directory there and writable?" and looked at
+    the wrong thing), and MUST NOT create anything in it.
+
+    Troubleshooting: ``SQLITE_CANTOPEN`` (14) in ``_REFUSED_SQLITE``.
+    """
+    (tmp_path / "adir").mkdir()
+    error = await _refusal(f"sqlite:///{tmp_path}/adir")
+    assert "cannot be opened (a directory" in str(error)
+    assert [] == os.listdir(tmp_path / "adir")
+
+
 def test_a_failed_sqlite_open_leaves_no_thread_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -110,7 +110,8 @@ _DENIED_SQLITE = {8: "the database file is read-only here (mode=ro, or a file or
                      "this process may not write)"}
 _REFUSED_SQLITE = {  # primary result codes
     5: "another connection held the file's write lock past busy_timeout (transient)",
-    14: "the database file cannot be opened (is its directory there and writable?)",
+    14: ("the database file cannot be opened (a directory of that name, or its directory "
+         "missing or not writable?)"),
     26: "the file is not a SQLite database",
 }
 
