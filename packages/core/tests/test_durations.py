@@ -29,6 +29,7 @@ from tasks_core import (
     InvalidInput,
     NewTask,
     RetryPolicy,
+    StoreError,
     StoreUnavailable,
     System,
     TaskContext,
@@ -454,6 +455,45 @@ async def test_a_claim_outage_is_logged_once_when_it_begins_and_once_when_it_end
     assert [logging.WARNING, *[logging.DEBUG] * 5, logging.INFO] == [lvl for lvl, _ in lines]
     assert lines[0][1].endswith("claiming failed; backing off until it works again (logged "
                                 "once): the store is down"), lines[0]
+
+
+class RefusingClaims(DelegatingStore):
+    """``claim_next`` refuses with ``error`` (a store refusal, not an outage) from call
+    number ``after`` on."""
+
+    def __init__(self, inner: Any, error: Exception, after: int = 0) -> None:
+        super().__init__(inner)
+        self.error, self.after, self.calls = error, after, 0
+        self.refused_twice = asyncio.Event()
+
+    async def claim_next(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls > self.after:
+            if self.calls >= self.after + 2:
+                self.refused_twice.set()
+            raise self.error
+        return await self.inner.claim_next(*args, **kwargs)
+
+
+async def test_a_store_that_refuses_the_first_claims_stops_the_worker_with_its_error() -> None:
+    """A worker whose first claims the store refuses as a store error, not an outage (a
+    read-only SQLite file, a privilege missing) MUST stop with that error (``run()`` raises
+    it: ``tasks worker`` exits 2) instead of serving nothing for ever; an outage at start
+    MUST NOT stop it, nor a refusal after a claim worked."""
+    refusal = StoreError("SQLite refused the operation: the database file is read-only here")
+    app = make_app(store=RefusingClaims(MemoryStore(), refusal))
+    async with app:
+        with pytest.raises(StoreError, match="read-only here"):
+            await asyncio.wait_for(fast_worker(app).run(), TIMEOUT)
+    store = RefusingClaims(MemoryStore(), refusal, after=1)
+    later = make_app(store=store)
+    async with later:
+        worker = fast_worker(later)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait_for(store.refused_twice.wait(), TIMEOUT)
+        assert not serving.done()  # refused twice after a claim worked: still serving
+        await worker.shutdown()
+        await serving
 
 
 async def test_the_worker_drains_for_its_drain_timeout(

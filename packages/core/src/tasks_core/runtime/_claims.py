@@ -20,6 +20,7 @@ from collections.abc import Coroutine
 from typing import Any, Literal
 
 from tasks_core.durations import MIN_INTERVAL_S
+from tasks_core.errors import StoreError, StoreUnavailable
 from tasks_core.models import Claim, Snapshot, TaskStatus
 from tasks_core.reasons import CancelReason
 from tasks_core.rules import MAX_BATCH
@@ -64,6 +65,10 @@ class Claims(Slots):
         """The store's wakeups: logged once when they fail and once when they work again."""
         self._claiming = Outage(log, f"worker {self.worker_id}: claiming", "backing off")
         """The worker's claims: logged once when they fail and once when they work again."""
+        self._claimed_once = False
+        self._refused: StoreError | None = None
+        """A refusal of this worker's first claims that is not an outage (a read-only file,
+        a privilege missing): the claim loop stops with it, so ``run()`` raises it."""
         self._work_seen = 0
         self._claim_at = max(1, (self.concurrency + 1) // 2)
         self._held: deque[tuple[float, Claim]] = deque()
@@ -152,6 +157,8 @@ class Claims(Slots):
         backoff = self.min_poll
         dry = failed = False  # every claim answered since tasks last came was empty
         while not self._stopping:
+            if self._refused is not None:
+                raise self._refused
             self._wake.clear()  # what woke the loop is looked at below
             answers, self._answers = self._answers, []
             if any(got for got, _ in answers):
@@ -214,11 +221,17 @@ class Claims(Slots):
         try:
             claims = await store.claim_next(self.worker_id, self.lease_for, queues=queues,
                                             limit=limit, **options)
-        except Exception:  # a store outage (or a store bug) must not kill the worker
-            self._claiming.failed()
+        except Exception as exc:  # a store outage (or a store bug) must not kill the worker
+            if (isinstance(exc, StoreError) and not isinstance(exc, StoreUnavailable)
+                    and not self._claimed_once):  # ... but a store refusing it from the start
+                self._refused = exc  # the worker stops with it: no "backing off" line
+                self._wake.set()
+            else:
+                self._claiming.failed()
             return 0, True
         finally:
             self._claims_out -= 1
+        self._claimed_once = True
         self._claiming.worked()
         if self._cancelled_meanwhile:
             claims = [claim for claim in claims if not self._was_cancelled(claim.snapshot)]

@@ -223,6 +223,7 @@ class Worker(Claims):
         Raises:
             CapabilityNotSupported: exclusive queues, or queues with fleet-wide limits, on
                 a store without them.
+            StoreError: the store refused the first claims (not an outage).
         """
         store = await self._store_that_serves()
         if store.capabilities.batch_transitions and callable(
