@@ -154,19 +154,21 @@ async def test_a_group_that_fails_as_a_whole_is_written_again() -> None:
     assert [["completed"]] * N == [[r.kind for r in h] for h in histories]
 
 
-class _NeverCommits(RecordingStore):
-    """``transition_many`` hangs: the worker dies before its group commits."""
+class _HeldCommits(RecordingStore):
+    """``transition_many`` waits for ``open`` (never set: the worker dies first), a group
+    commit slower than the runs; ``entered`` is set once a group is sent."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
+        self.open = asyncio.Event()
         self.entered = asyncio.Event()
 
     async def transition_many(
         self, items: Sequence[tuple[str, int, Any, Any]]
     ) -> list[Transition | TasksError]:
         self.entered.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+        await self.open.wait()
+        return await super().transition_many(items)
 
 
 async def test_a_worker_that_dies_before_its_group_commits_leaves_the_tasks_to_run_again(
@@ -176,14 +178,14 @@ async def test_a_worker_that_dies_before_its_group_commits_leaves_the_tasks_to_r
     worker runs them again (at least once) and completes them."""
     clock = ManualClock()
     inner = MemoryStore(clock=clock)
-    app, gate = _gated_app(_NeverCommits(inner))
+    app, gate = _gated_app(_HeldCommits(inner))
     gate.set()
     async with app:
         ids = [(await app.submit("job", None, ALICE)).id for _ in range(N)]
         dying = fast_worker(app, concurrency=N, batch_window=1.0, worker_id="doomed")
         serving = asyncio.create_task(dying.run())
         store = app.store
-        assert isinstance(store, _NeverCommits)
+        assert isinstance(store, _HeldCommits)
         await asyncio.wait_for(store.entered.wait(), TIMEOUT)
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -196,20 +198,6 @@ async def test_a_worker_that_dies_before_its_group_commits_leaves_the_tasks_to_r
         async with rescuer, fast_worker(rescuer, concurrency=N, worker_id="rescuer"):
             done = [await until(rescuer, i, ALICE, lambda s: s.status.terminal) for i in ids]
     assert [(TaskStatus.COMPLETED, 2)] * N == [(d.status, d.deliveries) for d in done]
-
-
-class _HeldCommits(RecordingStore):
-    """``transition_many`` waits for ``open``: a group commit slower than the runs."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.open = asyncio.Event()
-
-    async def transition_many(
-        self, items: Sequence[tuple[str, int, Any, Any]]
-    ) -> list[Transition | TasksError]:
-        await self.open.wait()
-        return await super().transition_many(items)
 
 
 async def test_runs_waiting_for_a_slow_group_commit_stop_new_claims_past_commit_batch() -> None:
